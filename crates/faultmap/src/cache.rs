@@ -1,0 +1,240 @@
+//! The page cache of one object: a memfd, its alias mapping, and the
+//! page-state array.
+//!
+//! Page *i* of the object is page *i* of its memfd (shmem). The memfd is
+//! exactly the object's length rounded up to a page, so the kernel itself
+//! refuses to map anything past the last page; bytes past the object's end in
+//! the last page are zero, as in a kernel file mapping.
+//!
+//! Pages are filled through the *alias*: a `MAP_SHARED` read-write mapping of
+//! the whole memfd that is never registered with userfaultfd. The store reads
+//! straight into it (no bounce buffer), which allocates the shmem pages; the
+//! application's mappings of the same memfd are registered MISSING|MINOR, so
+//! they see a page only when the fault path maps it with `UFFDIO_CONTINUE`.
+//!
+//! The page-state array holds one [`PageState`] word per page, allocated in
+//! chunks of 512 pages (one 4 KiB chunk per 2 MiB of object) on the first
+//! state change in the chunk. A sparse terabyte object costs its chunk
+//! directory (8 bytes per 2 MiB) plus the chunks it touched. Chunks are freed
+//! only with the object, so a `&PageState` is valid for the object's life and
+//! a lock-free reader never touches freed memory.
+
+use std::ffi::CString;
+use std::os::fd::OwnedFd;
+
+use crate::page_state::{PageState, Word};
+use crate::store::{Store, StoreError};
+use crate::sync::{AtomicPtr, Ordering};
+use crate::sys::{self, MappedRegion, PAGE_SIZE};
+
+/// Pages per chunk of the page-state array: one PTE table's worth.
+const CHUNK_PAGES: usize = 512;
+
+struct Chunk([PageState; CHUNK_PAGES]);
+
+/// The page-state words of an object, allocated in chunks on first use.
+pub(crate) struct PageStates {
+    dir: Box<[AtomicPtr<Chunk>]>,
+    pages: u64,
+}
+
+impl PageStates {
+    pub(crate) fn new(pages: u64) -> Self {
+        let chunks = pages.div_ceil(CHUNK_PAGES as u64) as usize;
+        let dir = (0..chunks)
+            .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+            .collect();
+        Self { dir, pages }
+    }
+
+    fn chunk_of(&self, page: u64) -> Option<(&AtomicPtr<Chunk>, usize)> {
+        if page >= self.pages {
+            return None;
+        }
+        let slot = &self.dir[(page / CHUNK_PAGES as u64) as usize];
+        Some((slot, (page % CHUNK_PAGES as u64) as usize))
+    }
+
+    /// The word of `page`, if its chunk exists. `None` means ABSENT (or out
+    /// of range).
+    pub(crate) fn get(&self, page: u64) -> Option<&PageState> {
+        let (slot, i) = self.chunk_of(page)?;
+        // Acquire: pairs with the Release of the CAS that published the chunk,
+        // so its initialised words are visible.
+        let chunk = slot.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer in the directory points to a Chunk that
+        // was fully initialised before it was published and is freed only in
+        // Drop, which needs `&mut self`.
+        unsafe { chunk.as_ref() }.map(|c| &c.0[i])
+    }
+
+    /// The loaded word of `page`: ABSENT if its chunk does not exist.
+    pub(crate) fn load(&self, page: u64) -> Word {
+        self.get(page).map_or(Word::ABSENT, PageState::load)
+    }
+
+    /// The word of `page`, allocating its chunk on first use. `None` only if
+    /// `page` is out of range.
+    pub(crate) fn get_or_alloc(&self, page: u64) -> Option<&PageState> {
+        if let Some(state) = self.get(page) {
+            return Some(state);
+        }
+        let (slot, i) = self.chunk_of(page)?;
+        let fresh = Box::into_raw(Box::new(Chunk(std::array::from_fn(|_| PageState::new()))));
+        let chunk = match slot.compare_exchange(
+            std::ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => fresh,
+            Err(winner) => {
+                // SAFETY: `fresh` came from Box::into_raw above and was never
+                // published: we still own it.
+                drop(unsafe { Box::from_raw(fresh) });
+                winner
+            }
+        };
+        // SAFETY: `chunk` is non-null (ours or the winner's), initialised, and
+        // lives until Drop (see `get`).
+        Some(unsafe { &(*chunk).0[i] })
+    }
+
+    /// How many pages are UPTODATE. O(pages); for statistics and tests.
+    pub(crate) fn count_uptodate(&self) -> u64 {
+        (0..self.pages)
+            .filter(|&p| self.load(p).state() == crate::page_state::State::UpToDate)
+            .count() as u64
+    }
+}
+
+impl Drop for PageStates {
+    fn drop(&mut self) {
+        for slot in self.dir.iter() {
+            let chunk = slot.load(Ordering::Acquire);
+            if !chunk.is_null() {
+                // SAFETY: published chunks came from Box::into_raw and are
+                // freed only here, once; `&mut self` excludes readers.
+                drop(unsafe { Box::from_raw(chunk) });
+            }
+        }
+    }
+}
+
+/// Why a cache could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// memfd_create or ftruncate failed.
+    #[error("cannot create the memfd for {name} ({len} bytes): {source}")]
+    Memfd {
+        /// The object's name.
+        name: String,
+        /// The object's length.
+        len: u64,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// The alias mapping could not be created.
+    #[error("cannot map the cache of {name} ({len} bytes): {source}")]
+    Alias {
+        /// The object's name.
+        name: String,
+        /// The object's length.
+        len: u64,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+}
+
+/// The cache of one object.
+pub(crate) struct Cache {
+    memfd: OwnedFd,
+    /// `None` for an empty object (mmap refuses length 0).
+    alias: Option<MappedRegion>,
+    pub(crate) states: PageStates,
+    len: u64,
+    pages: u64,
+}
+
+impl Cache {
+    /// A cache for an object of `len` bytes named `name`.
+    pub(crate) fn new(name: &str, len: u64) -> Result<Self, CacheError> {
+        let pages = len.div_ceil(PAGE_SIZE as u64);
+        let bytes = pages * PAGE_SIZE as u64;
+        let memfd_name = CString::new(format!("faultmap:{}", name.replace('\0', "?")))
+            .unwrap_or_else(|_| CString::from(c"faultmap"));
+        let memfd = sys::memfd_create(&memfd_name, bytes).map_err(|source| CacheError::Memfd {
+            name: name.to_string(),
+            len,
+            source,
+        })?;
+        let alias = if bytes == 0 {
+            None
+        } else {
+            let bytes = usize::try_from(bytes).map_err(|_| CacheError::Alias {
+                name: name.to_string(),
+                len,
+                source: std::io::Error::from_raw_os_error(libc::EFBIG),
+            })?;
+            Some(
+                sys::mmap_shared_rw(&memfd, bytes, 0).map_err(|source| CacheError::Alias {
+                    name: name.to_string(),
+                    len,
+                    source,
+                })?,
+            )
+        };
+        Ok(Self {
+            memfd,
+            alias,
+            states: PageStates::new(pages),
+            len,
+            pages,
+        })
+    }
+
+    /// The memfd that the mappings map.
+    pub(crate) fn memfd(&self) -> &OwnedFd {
+        &self.memfd
+    }
+
+    /// The object's length in pages.
+    pub(crate) fn pages(&self) -> u64 {
+        self.pages
+    }
+
+    /// Reads pages `[first, first + count)` from `store` into the memfd.
+    /// Returns the bytes read from the store.
+    ///
+    /// The caller must own the read of every page in the range (it won
+    /// `begin_read` on each, so they are READING): no mapping maps them and no
+    /// other thread writes them (page_state invariant 1).
+    pub(crate) fn fill(&self, store: &dyn Store, first: u64, count: u64) -> Result<usize, StoreError> {
+        let Some(alias) = &self.alias else {
+            return Ok(0);
+        };
+        let start = first * PAGE_SIZE as u64;
+        let end_pages = (first + count).min(self.pages) * PAGE_SIZE as u64;
+        let end_data = end_pages.min(self.len);
+        if start >= end_data {
+            return Ok(0);
+        }
+        // In range: start < end_pages <= alias.len(), so these fit in usize.
+        let (start, end_data, end_pages) = (start as usize, end_data as usize, end_pages as usize);
+        // SAFETY: [start, end_pages) lies inside the alias mapping (checked
+        // above against `pages`, and the alias spans all pages). The caller
+        // owns the read of these pages, so no other reference to these bytes
+        // exists for the life of this slice, and no registered mapping maps
+        // them yet (page_state invariant 1).
+        let buf = unsafe {
+            std::slice::from_raw_parts_mut(alias.as_ptr().add(start), end_pages - start)
+        };
+        let (data, tail) = buf.split_at_mut(end_data - start);
+        store.read_at(start as u64, data)?;
+        // The last page of the object: bytes past the end read as zero. The
+        // page is normally fresh (zeroed by shmem), but may have been left by
+        // a failed read.
+        tail.fill(0);
+        Ok(data.len())
+    }
+}

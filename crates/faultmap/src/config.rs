@@ -1,0 +1,211 @@
+//! The tunables, each bounded and validated here and nowhere else.
+//!
+//! [`Config`] is per pager; [`MapOptions`] per mapping. The CLI and (later)
+//! the bindings build these same types, so a bound is enforced once.
+
+use crate::fault_around::{DEFAULT_ORDER, MAX_ORDER};
+use crate::sys::PAGE_SIZE;
+
+/// The most handler threads a pager may have.
+pub const MAX_HANDLER_THREADS: usize = 64;
+
+/// A tunable out of its bounds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// `handler_threads` is 0 or above the maximum.
+    #[error("handler_threads must be 1..={MAX_HANDLER_THREADS}, got {0}")]
+    HandlerThreads(usize),
+    /// The fault-around order is above 9 (a window larger than a PTE table).
+    #[error("fault-around order must be 0..={MAX_ORDER}, got {0}")]
+    FaultAroundOrder(u8),
+    /// The mapping starts past the object's end.
+    #[error("offset {offset} is past the end of the object ({object_len} bytes)")]
+    OffsetPastEnd {
+        /// The offset asked for.
+        offset: u64,
+        /// The object's length.
+        object_len: u64,
+    },
+    /// The mapping would extend past the object's end.
+    #[error("offset {offset} + length {len} is past the end of the object ({object_len} bytes)")]
+    LengthPastEnd {
+        /// The offset asked for.
+        offset: u64,
+        /// The length asked for.
+        len: u64,
+        /// The object's length.
+        object_len: u64,
+    },
+    /// The mapping's length does not fit this machine's address space.
+    #[error("a mapping of {0} bytes does not fit the address space")]
+    TooLarge(u64),
+}
+
+/// The configuration of a [`crate::Pager`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Threads that read the userfaultfd and resolve faults (default 1: a
+    /// second one gains nothing in aggregate on this kernel, see
+    /// `reference/platform.md`).
+    pub handler_threads: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { handler_threads: 1 }
+    }
+}
+
+impl Config {
+    /// Sets the number of handler threads.
+    pub fn handler_threads(mut self, n: usize) -> Self {
+        self.handler_threads = n;
+        self
+    }
+
+    /// Checks every bound.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=MAX_HANDLER_THREADS).contains(&self.handler_threads) {
+            return Err(ConfigError::HandlerThreads(self.handler_threads));
+        }
+        Ok(())
+    }
+}
+
+/// How to map an object: which part, and with which policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapOptions {
+    offset: u64,
+    len: Option<u64>,
+    order: u8,
+}
+
+impl Default for MapOptions {
+    fn default() -> Self {
+        Self {
+            offset: 0,
+            len: None,
+            order: DEFAULT_ORDER,
+        }
+    }
+}
+
+/// The part of an object a mapping covers, resolved against its length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Extent {
+    /// The object page the mapping's first page maps.
+    pub(crate) first_page: u64,
+    /// Pages mapped (0 for an empty mapping).
+    pub(crate) pages: u64,
+    /// Where the caller's first byte is inside the first page.
+    pub(crate) lead: usize,
+    /// The caller's length in bytes.
+    pub(crate) len: usize,
+}
+
+impl MapOptions {
+    /// The whole object, fault-around order 4.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts the mapping at byte `offset` of the object (any offset: the
+    /// mapping's slice starts exactly there, as with memmap2).
+    pub fn offset(mut self, offset: u64) -> Self {
+        self.offset = offset;
+        self
+    }
+
+    /// Maps `len` bytes (default: to the end of the object).
+    pub fn len(mut self, len: u64) -> Self {
+        self.len = Some(len);
+        self
+    }
+
+    /// Sets the fault-around order: windows of `2^order` pages, 0..=9.
+    pub fn fault_around_order(mut self, order: u8) -> Self {
+        self.order = order;
+        self
+    }
+
+    /// The fault-around order.
+    pub fn order(&self) -> u8 {
+        self.order
+    }
+
+    /// Checks the options against an object of `object_len` bytes.
+    pub(crate) fn resolve(&self, object_len: u64) -> Result<Extent, ConfigError> {
+        if self.order > MAX_ORDER {
+            return Err(ConfigError::FaultAroundOrder(self.order));
+        }
+        let page = PAGE_SIZE as u64;
+        if self.offset > object_len || (self.offset == object_len && object_len > 0) {
+            return Err(ConfigError::OffsetPastEnd {
+                offset: self.offset,
+                object_len,
+            });
+        }
+        let len = self.len.unwrap_or(object_len - self.offset);
+        let end = self
+            .offset
+            .checked_add(len)
+            .filter(|&end| end <= object_len)
+            .ok_or(ConfigError::LengthPastEnd {
+                offset: self.offset,
+                len,
+                object_len,
+            })?;
+        let first_page = self.offset / page;
+        let pages = if len == 0 {
+            0
+        } else {
+            end.div_ceil(page) - first_page
+        };
+        let too_large = || ConfigError::TooLarge(len);
+        let len = usize::try_from(len).map_err(|_| too_large())?;
+        usize::try_from(pages * page).map_err(|_| too_large())?;
+        Ok(Extent {
+            first_page,
+            pages,
+            lead: (self.offset % page) as usize,
+            len,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_windows_and_refuses_bad_ones() {
+        let o = MapOptions::new();
+        let e = o.resolve(10_000).unwrap();
+        assert_eq!((e.first_page, e.pages, e.lead, e.len), (0, 3, 0, 10_000));
+        let e = o.clone().offset(5000).len(4000).resolve(10_000).unwrap();
+        assert_eq!((e.first_page, e.pages, e.lead, e.len), (1, 2, 904, 4000));
+        let e = o.clone().offset(4096).len(0).resolve(10_000).unwrap();
+        assert_eq!((e.pages, e.len), (0, 0));
+        assert_eq!(o.resolve(0).unwrap().pages, 0);
+        assert!(matches!(
+            o.clone().offset(10_000).resolve(10_000),
+            Err(ConfigError::OffsetPastEnd { .. })
+        ));
+        assert!(matches!(
+            o.clone().offset(1).len(10_000).resolve(10_000),
+            Err(ConfigError::LengthPastEnd { .. })
+        ));
+        assert!(matches!(
+            o.clone().offset(1).len(u64::MAX).resolve(10_000),
+            Err(ConfigError::LengthPastEnd { .. })
+        ));
+        assert_eq!(
+            o.clone().fault_around_order(10).resolve(10_000),
+            Err(ConfigError::FaultAroundOrder(10))
+        );
+        assert_eq!(
+            Config::default().handler_threads(0).validate(),
+            Err(ConfigError::HandlerThreads(0))
+        );
+    }
+}

@@ -1,0 +1,53 @@
+//! faultmap: a user-space pager with the Linux kernel's fault-path
+//! algorithms.
+//!
+//! An application maps an object (a file, a buffer, later an HTTP URL or an
+//! S3 object) and reads it as memory. Pages come in on demand through
+//! faultmap's own fault path, built on `userfaultfd`:
+//!
+//! - each object's page cache is a memfd, filled through a private alias
+//!   mapping straight from the store ([`cache`]);
+//! - each mapping maps that memfd `MAP_SHARED` and is registered with
+//!   userfaultfd in MISSING and MINOR modes, so every first touch of a page
+//!   reaches faultmap ([`pager`]);
+//! - a fault maps the faulting page and its cached neighbours with
+//!   `UFFDIO_CONTINUE`, in the kernel's VA-aligned fault-around window
+//!   ([`fault_around`], [`fault`]);
+//! - page lookups take no lock: one atomic state word per page
+//!   ([`page_state`]).
+//!
+//! ```no_run
+//! use faultmap::{Config, FileStore, MapOptions, Pager};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let pager = Pager::new(Config::default())?;
+//! let map = pager.map(FileStore::open("data.bin")?, MapOptions::new().fault_around_order(9))?;
+//! let sum: u64 = map.iter().map(|&b| u64::from(b)).sum();
+//! println!("{sum} {:?}", map.stats());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Requirements: Linux 6.6 or later, and either root or read-write access to
+//! `/dev/userfaultfd`. [`Pager::new`] checks both and says what is missing.
+
+pub(crate) mod cache;
+mod config;
+pub(crate) mod fault;
+pub mod fault_around;
+mod object;
+pub mod page_state;
+mod pager;
+pub(crate) mod space;
+mod stats;
+mod store;
+mod sync;
+pub mod sys;
+
+pub use cache::CacheError;
+pub use config::{Config, ConfigError, MapOptions};
+pub use object::{IntoObject, Object};
+pub use pager::{MapError, Mapping, Pager, PagerError};
+pub use stats::Stats;
+pub use store::{FileStore, MemStore, Store, StoreError};
+pub use sys::PAGE_SIZE;

@@ -1,0 +1,384 @@
+//! The page-state word: one `AtomicU64` per cached page.
+//!
+//! A page's whole cache state is one 64-bit word, and every change of state is
+//! one named compare-and-swap. Readers (the fault path, fault-around) never
+//! take a lock: they load the word, and to use a page they *pin* it with a CAS
+//! from the exact value they loaded, so the pin fails if anything moved in
+//! between. This is the lockless page cache's "speculative get_page, then
+//! re-check" (seed 003) on a flat array instead of a radix tree: the array is
+//! never freed while the object lives, so there is nothing for a reader to
+//! dereference after it is gone.
+//!
+//! # Layout
+//!
+//! ```text
+//!   63                                 24 23            8 7     2 1   0
+//!  +-------------------------------------+---------------+-------+-----+
+//!  |              version                |     pins      | flags |state|
+//!  +-------------------------------------+---------------+-------+-----+
+//!   flags: bit 2 WAITERS (a fault waits for the read in flight)
+//!          bit 3 MARKER  (readahead marker: fault-around skips it)
+//! ```
+//!
+//! # States and transitions
+//!
+//! ```text
+//!                begin_read              finish_read
+//!    ABSENT  ------------------> READING -------------> UPTODATE <--+
+//!      ^                            |                     |  ^      | try_pin /
+//!      |         fail_read          |                     |  +------+ unpin
+//!      +----------------------------+                     |
+//!      |                                                  | begin_evict (no pins)
+//!      +----------------- finish_evict ---- EVICTING <----+
+//! ```
+//!
+//! | transition     | from      | to       | who                              |
+//! |----------------|-----------|----------|----------------------------------|
+//! | `begin_read`   | ABSENT    | READING  | the one fault/worker that reads  |
+//! | `finish_read`  | READING   | UPTODATE | that reader, data in the memfd   |
+//! | `fail_read`    | READING   | ABSENT   | that reader, the store failed    |
+//! | `add_waiter`   | READING   | READING+W| a fault that must wait for it    |
+//! | `try_pin`      | UPTODATE  | pins+1   | any reader, lock-free            |
+//! | `unpin`        | pins      | pins-1   | the pin's holder                 |
+//! | `begin_evict`  | UPTODATE, 0 pins | EVICTING | the evictor (later issue) |
+//! | `finish_evict` | EVICTING  | ABSENT   | the evictor, hole punched        |
+//!
+//! Every state change (not a pin) bumps the version, so a reader that loaded
+//! a word and later CASes from it cannot succeed across an evict-and-reread.
+//!
+//! # Invariants
+//!
+//! 1. Only the thread that won `begin_read` writes the page's bytes, and only
+//!    while the page is READING: no mapping can map it then (fault-around maps
+//!    only pinned UPTODATE pages), so nobody can observe a half-filled page.
+//! 2. A pinned page stays UPTODATE: `begin_evict` requires zero pins and pins
+//!    can only be taken on an UPTODATE word, so while a pin is held the page
+//!    is in the memfd and its bytes are final.
+//! 3. WAITERS is set only on a READING page, and the reader that ends the
+//!    read (either way) sees it in the value its CAS replaced, so it wakes
+//!    every waiter it has.
+
+use crate::sync::{AtomicU64, Ordering};
+
+const STATE_MASK: u64 = 0b11;
+const ABSENT: u64 = 0;
+const READING: u64 = 1;
+const UPTODATE: u64 = 2;
+const EVICTING: u64 = 3;
+
+const WAITERS: u64 = 1 << 2;
+const MARKER: u64 = 1 << 3;
+
+const PIN_SHIFT: u32 = 8;
+const PIN_ONE: u64 = 1 << PIN_SHIFT;
+const PIN_MASK: u64 = 0xFFFF << PIN_SHIFT;
+const VERSION_SHIFT: u32 = 24;
+const VERSION_ONE: u64 = 1 << VERSION_SHIFT;
+
+/// A decoded state, for callers that branch on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Not in the memfd.
+    Absent,
+    /// Being read from the store by one thread.
+    Reading,
+    /// In the memfd and valid.
+    UpToDate,
+    /// Being removed from the memfd.
+    Evicting,
+}
+
+/// One loaded value of a page-state word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Word(u64);
+
+impl Word {
+    /// The word of a page that was never touched.
+    pub const ABSENT: Word = Word(0);
+
+    /// The page's state.
+    pub fn state(self) -> State {
+        match self.0 & STATE_MASK {
+            ABSENT => State::Absent,
+            READING => State::Reading,
+            UPTODATE => State::UpToDate,
+            _ => State::Evicting,
+        }
+    }
+
+    /// Whether a fault waits for this page's read.
+    pub fn has_waiters(self) -> bool {
+        self.0 & WAITERS != 0
+    }
+
+    /// Whether the page carries the readahead marker.
+    pub fn is_marker(self) -> bool {
+        self.0 & MARKER != 0
+    }
+
+    /// How many pins are held.
+    pub fn pins(self) -> u64 {
+        (self.0 & PIN_MASK) >> PIN_SHIFT
+    }
+
+    /// The version: bumped by every state change.
+    pub fn version(self) -> u64 {
+        self.0 >> VERSION_SHIFT
+    }
+
+    fn with_state(self, state: u64) -> Word {
+        Word(((self.0 & !STATE_MASK & !WAITERS) | state).wrapping_add(VERSION_ONE))
+    }
+}
+
+/// The atomic page-state word of one page.
+#[derive(Debug, Default)]
+pub struct PageState(AtomicU64);
+
+impl PageState {
+    /// A new word, ABSENT.
+    pub fn new() -> Self {
+        Self(AtomicU64::new(0))
+    }
+
+    /// Loads the word. Acquire: a reader that sees UPTODATE also sees the
+    /// bytes the reader wrote before `finish_read` (Release).
+    pub fn load(&self) -> Word {
+        Word(self.0.load(Ordering::Acquire))
+    }
+
+    fn cas(&self, old: Word, new: Word) -> Result<Word, Word> {
+        self.0
+            .compare_exchange(old.0, new.0, Ordering::AcqRel, Ordering::Acquire)
+            .map(Word)
+            .map_err(Word)
+    }
+
+    /// ABSENT → READING. Returns true if this caller now owns the read.
+    pub fn begin_read(&self) -> bool {
+        let mut cur = self.load();
+        while cur.state() == State::Absent {
+            match self.cas(cur, cur.with_state(READING)) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
+        false
+    }
+
+    /// READING → UPTODATE, by the reader that owns the read, after the bytes
+    /// are in the memfd. `marker` sets the readahead marker. Returns the
+    /// replaced word, so the reader sees whether faults wait for it.
+    pub fn finish_read(&self, marker: bool) -> Word {
+        self.end_read(UPTODATE | if marker { MARKER } else { 0 })
+    }
+
+    /// READING → ABSENT, by the reader that owns the read, when the store
+    /// failed. Returns the replaced word (see [`PageState::finish_read`]).
+    pub fn fail_read(&self) -> Word {
+        self.end_read(ABSENT)
+    }
+
+    fn end_read(&self, to: u64) -> Word {
+        let mut cur = self.load();
+        loop {
+            debug_assert_eq!(cur.state(), State::Reading);
+            let new = Word((cur.with_state(to).0 & !MARKER) | (to & MARKER));
+            match self.cas(cur, new) {
+                Ok(old) => return old,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Registers a waiter on a page being read. Returns `Ok` if the flag is
+    /// set (the reader will wake the range), or `Err(word)` with the current
+    /// word if the page is no longer READING (the caller handles it as such).
+    pub fn add_waiter(&self) -> Result<(), Word> {
+        let mut cur = self.load();
+        loop {
+            if cur.state() != State::Reading {
+                return Err(cur);
+            }
+            if cur.has_waiters() {
+                return Ok(());
+            }
+            match self.cas(cur, Word(cur.0 | WAITERS)) {
+                Ok(_) => return Ok(()),
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Pins an UPTODATE page, starting from a word the caller loaded. Fails,
+    /// returning the current word, if the page is not UPTODATE or the word
+    /// moved since `seen` (the caller reloads and retries, or skips it).
+    pub fn try_pin(&self, seen: Word) -> Result<(), Word> {
+        if seen.state() != State::UpToDate || seen.0 & PIN_MASK == PIN_MASK {
+            return Err(seen);
+        }
+        self.cas(seen, Word(seen.0 + PIN_ONE)).map(|_| ())
+    }
+
+    /// Drops a pin taken with [`PageState::try_pin`].
+    pub fn unpin(&self) {
+        // Release: our use of the page happens before an evictor that sees
+        // zero pins.
+        let old = self.0.fetch_sub(PIN_ONE, Ordering::Release);
+        debug_assert!(old & PIN_MASK != 0, "unpin without a pin");
+    }
+
+    /// Clears the readahead marker of an UPTODATE page. Returns true if this
+    /// caller cleared it (and so owns triggering the next window).
+    pub fn clear_marker(&self) -> bool {
+        let mut cur = self.load();
+        while cur.is_marker() {
+            match self.cas(cur, Word(cur.0 & !MARKER)) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
+        false
+    }
+
+    /// UPTODATE with no pins → EVICTING. Returns true if this caller now owns
+    /// the eviction.
+    pub fn begin_evict(&self) -> bool {
+        let cur = self.load();
+        if cur.state() != State::UpToDate || cur.pins() != 0 {
+            return false;
+        }
+        self.cas(cur, Word(cur.with_state(EVICTING).0 & !MARKER)).is_ok()
+    }
+
+    /// EVICTING → ABSENT, by the evictor, after the page left the memfd.
+    pub fn finish_evict(&self) {
+        let cur = self.load();
+        debug_assert_eq!(cur.state(), State::Evicting);
+        // Nobody else changes an EVICTING word: pins need UPTODATE, reads
+        // need ABSENT, waiters need READING.
+        self.0.store(cur.with_state(ABSENT).0, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_then_pins() {
+        let p = PageState::new();
+        assert_eq!(p.load().state(), State::Absent);
+        assert!(p.begin_read());
+        assert!(!p.begin_read(), "a second reader must not win");
+        assert!(p.try_pin(p.load()).is_err(), "a READING page cannot be pinned");
+        let old = p.finish_read(false);
+        assert!(!old.has_waiters());
+        let w = p.load();
+        assert_eq!(w.state(), State::UpToDate);
+        assert!(p.try_pin(w).is_ok());
+        assert!(p.try_pin(w).is_err(), "the word moved: the stale pin fails");
+        assert!(p.try_pin(p.load()).is_ok());
+        assert_eq!(p.load().pins(), 2);
+        assert!(!p.begin_evict(), "pinned pages are not evicted");
+        p.unpin();
+        p.unpin();
+        assert!(p.begin_evict());
+        p.finish_evict();
+        assert_eq!(p.load().state(), State::Absent);
+        assert_eq!(p.load().version(), 4, "four state changes");
+    }
+
+    #[test]
+    fn waiters_are_reported_to_the_reader() {
+        let p = PageState::new();
+        assert_eq!(p.add_waiter(), Err(Word::ABSENT));
+        assert!(p.begin_read());
+        assert_eq!(p.add_waiter(), Ok(()));
+        assert!(p.fail_read().has_waiters());
+        assert_eq!(p.load().state(), State::Absent);
+        assert!(!p.load().has_waiters(), "the flag goes with the read");
+    }
+
+    #[test]
+    fn marker_is_set_by_the_read_and_cleared_once() {
+        let p = PageState::new();
+        assert!(p.begin_read());
+        p.finish_read(true);
+        assert!(p.load().is_marker());
+        assert!(p.clear_marker());
+        assert!(!p.clear_marker());
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Two faults race to read one page: exactly one wins the read; the other
+    /// either sees it UPTODATE or registers as a waiter that the reader sees.
+    #[test]
+    fn read_vs_waiter() {
+        loom::model(|| {
+            let p = Arc::new(PageState::new());
+            let q = p.clone();
+            let other = thread::spawn(move || {
+                if q.begin_read() {
+                    q.finish_read(false);
+                    return (true, false);
+                }
+                match q.add_waiter() {
+                    Ok(()) => (false, true),
+                    Err(w) => {
+                        assert_eq!(w.state(), State::UpToDate);
+                        (false, false)
+                    }
+                }
+            });
+            let mine = if p.begin_read() {
+                let old = p.finish_read(false);
+                Some(old.has_waiters())
+            } else {
+                None
+            };
+            let (they_read, they_wait) = other.join().unwrap();
+            assert!(mine.is_some() != they_read, "exactly one reader");
+            if they_wait {
+                assert_eq!(mine, Some(true), "the reader saw the waiter");
+            }
+            assert_eq!(p.load().state(), State::UpToDate);
+        });
+    }
+
+    /// A pin races an eviction: either the pin holds and the eviction fails,
+    /// or the eviction wins and the pin fails. Never both.
+    #[test]
+    fn pin_vs_evict() {
+        loom::model(|| {
+            let p = Arc::new(PageState::new());
+            assert!(p.begin_read());
+            p.finish_read(false);
+            let q = p.clone();
+            let evictor = thread::spawn(move || {
+                if q.begin_evict() {
+                    q.finish_evict();
+                    true
+                } else {
+                    false
+                }
+            });
+            let seen = p.load();
+            let pinned = p.try_pin(seen).is_ok();
+            if pinned {
+                assert_eq!(p.load().state(), State::UpToDate);
+            }
+            let evicted = evictor.join().unwrap();
+            assert!(!(pinned && evicted), "a pinned page was evicted");
+            if pinned {
+                p.unpin();
+            }
+        });
+    }
+}

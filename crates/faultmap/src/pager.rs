@@ -1,0 +1,466 @@
+//! The pager: one userfaultfd, its handler threads, and the mappings it
+//! serves.
+//!
+//! [`Pager::new`] opens the userfaultfd and checks, before anything is
+//! mapped, every kernel feature the fault path needs; a missing one is an
+//! error that names it, never a hang at the first fault. Handler threads
+//! `poll` the userfaultfd and a stop eventfd, read fault messages in batches,
+//! and run [`crate::fault::handle`] on each.
+//!
+//! # Lifetimes
+//!
+//! The handler threads live as long as the [`Pager`] *or any [`Mapping`]* it
+//! made: each holds the `Workers` guard, whose drop (the last one) stops and
+//! joins the threads. A mapping therefore never outlives the threads that
+//! serve its faults, and dropping a mapping never waits for a handler: it
+//! unpublishes its region, and the address range is unmapped when the last
+//! handler that looked the region up lets go of it (see [`crate::space`]).
+//!
+//! # fork
+//!
+//! Mappings are `MADV_DONTFORK`: a child process does not inherit them
+//! (touching the range in the child is a SIGSEGV), because the child would
+//! have no handler and its faults would fill the shared cache with zeros.
+
+use std::io;
+use std::ops::Deref;
+use std::os::fd::OwnedFd;
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::cache::{Cache, CacheError};
+use crate::config::{Config, ConfigError, MapOptions};
+use crate::fault::{self, FaultEnv};
+use crate::object::{IntoObject, Object, ObjectCore};
+use crate::space::{Region, RegionTable};
+use crate::stats::{Counters, Stats};
+use crate::store::{Store, StoreError};
+use crate::sys::{self, feature, mode, range_ioctl, UffdMsg, UffdSource, PAGE_SIZE, PTRS_PER_PTE};
+
+/// The kernel features faultmap cannot work without, and why.
+const REQUIRED_FEATURES: [(u64, &str); 3] = [
+    (feature::MISSING_SHMEM, "to see the first touch of a page not in the cache"),
+    (feature::MINOR_SHMEM, "to map cached pages with UFFDIO_CONTINUE"),
+    (feature::POISON, "to turn a failed store read into SIGBUS"),
+];
+
+/// Messages read from the userfaultfd per `read`.
+const MSG_BATCH: usize = 64;
+
+/// Why a pager could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum PagerError {
+    /// No userfaultfd could be opened.
+    #[error("cannot open a userfaultfd: {source}; {hint}")]
+    Unavailable {
+        /// The system call's error.
+        source: io::Error,
+        /// What to do about it.
+        hint: &'static str,
+    },
+    /// The kernel lacks a feature faultmap needs.
+    #[error("the kernel does not support {feature}, needed {why} (Linux 6.6 or later has it)")]
+    MissingFeature {
+        /// The kernel's name of the feature.
+        feature: &'static str,
+        /// What faultmap needs it for.
+        why: &'static str,
+    },
+    /// The system page size is not 4 KiB.
+    #[error("faultmap needs 4 KiB pages")]
+    PageSize,
+    /// A configuration value is out of bounds.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A system call failed.
+    #[error("{op}: {source}")]
+    Sys {
+        /// What was being done.
+        op: &'static str,
+        /// The operating system's error.
+        source: io::Error,
+    },
+}
+
+/// Why an object could not be opened or mapped.
+#[derive(Debug, thiserror::Error)]
+pub enum MapError {
+    /// The map options do not fit the object.
+    #[error(transparent)]
+    Options(#[from] ConfigError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The object's cache could not be created.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    /// The mapping could not be created or registered.
+    #[error("cannot map {name}: {op}: {source}")]
+    Map {
+        /// The object's name.
+        name: String,
+        /// What was being done.
+        op: &'static str,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// The kernel does not allow an ioctl the fault path needs on the range.
+    #[error("the kernel refuses {ioctl} on a mapping of {name}")]
+    MissingIoctl {
+        /// The object's name.
+        name: String,
+        /// The ioctl.
+        ioctl: &'static str,
+    },
+}
+
+/// What the handler threads share with the pager and its mappings.
+pub(crate) struct Core {
+    uffd: OwnedFd,
+    regions: RegionTable,
+    counters: Counters,
+}
+
+impl Core {
+    fn env(&self) -> FaultEnv<'_> {
+        FaultEnv {
+            uffd: &self.uffd,
+            regions: &self.regions,
+            counters: &self.counters,
+        }
+    }
+}
+
+/// The handler threads; stopped and joined when the last holder drops it.
+struct Workers {
+    stop: OwnedFd,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        // The eventfd stays readable once signalled: every thread sees it.
+        let _ = sys::eventfd_signal(&self.stop);
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A user-space pager: maps objects and serves their page faults.
+pub struct Pager {
+    core: Arc<Core>,
+    workers: Arc<Workers>,
+    config: Config,
+}
+
+impl std::fmt::Debug for Pager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pager").field("config", &self.config).finish()
+    }
+}
+
+impl Pager {
+    /// Creates a pager: opens the userfaultfd, checks the kernel's features,
+    /// and starts the handler threads.
+    pub fn new(config: Config) -> Result<Pager, PagerError> {
+        config.validate()?;
+        if !sys::page_size_matches() {
+            return Err(PagerError::PageSize);
+        }
+        // 1. Learn the kernel's features on a throw-away fd (the handshake can
+        //    be made once per fd), and name any that is missing.
+        let (probe, _) = open_uffd()?;
+        let have = sys::uffd_api(&probe, 0).map_err(|source| PagerError::Sys {
+            op: "UFFDIO_API",
+            source,
+        })?;
+        drop(probe);
+        for (bit, why) in REQUIRED_FEATURES {
+            if have & bit == 0 {
+                return Err(PagerError::MissingFeature {
+                    feature: feature::name(bit),
+                    why,
+                });
+            }
+        }
+        // 2. The real userfaultfd, with exactly those features.
+        let (uffd, _) = open_uffd()?;
+        let wanted = REQUIRED_FEATURES.iter().fold(0, |acc, (bit, _)| acc | bit);
+        sys::uffd_api(&uffd, wanted).map_err(|source| PagerError::Sys {
+            op: "UFFDIO_API",
+            source,
+        })?;
+        let core = Arc::new(Core {
+            uffd,
+            regions: RegionTable::new(),
+            counters: Counters::default(),
+        });
+        // 3. The handler threads.
+        let stop = sys::eventfd().map_err(|source| PagerError::Sys {
+            op: "eventfd",
+            source,
+        })?;
+        let workers = Arc::new(Workers {
+            stop,
+            threads: Mutex::new(Vec::new()),
+        });
+        for i in 0..config.handler_threads {
+            let core = core.clone();
+            let stop = workers
+                .stop
+                .try_clone()
+                .map_err(|source| PagerError::Sys { op: "dup", source })?;
+            let handle = std::thread::Builder::new()
+                .name(format!("faultmap-{i}"))
+                .spawn(move || handler_loop(&core, &stop))
+                .map_err(|source| PagerError::Sys {
+                    op: "spawning a handler thread",
+                    source,
+                })?;
+            workers
+                .threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(handle);
+        }
+        Ok(Pager {
+            core,
+            workers,
+            config,
+        })
+    }
+
+    /// The pager's configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Opens `store` as an object with a cache of its own, to map once or
+    /// many times ([`Pager::map`] with the [`Object`]).
+    pub fn open(&self, store: impl Store) -> Result<Object, MapError> {
+        let len = store.len();
+        let cache = Cache::new(store.name(), len)?;
+        Ok(Object(Arc::new(ObjectCore {
+            store: Box::new(store),
+            cache,
+            len,
+            counters: Counters::default(),
+            waiters: Mutex::new(Vec::new()),
+            waiters_pending: AtomicBool::new(false),
+        })))
+    }
+
+    /// Maps `source` (an [`Object`], whose cache the mapping shares, or a
+    /// [`Store`], opened as a new object) as `opts` says.
+    ///
+    /// An empty object, or a zero length, gives an empty mapping (a zero-length
+    /// slice), not an error.
+    pub fn map(&self, source: impl IntoObject, opts: MapOptions) -> Result<Mapping, MapError> {
+        let object = source.into_object(self)?;
+        let extent = opts.resolve(object.len())?;
+        let mut mapping = Mapping {
+            region: None,
+            ptr: NonNull::dangling(),
+            len: 0,
+            object: object.clone(),
+            core: self.core.clone(),
+            _workers: self.workers.clone(),
+        };
+        if extent.pages == 0 {
+            return Ok(mapping);
+        }
+        let name = object.name().to_string();
+        let map_err = |op, source| MapError::Map {
+            name: name.clone(),
+            op,
+            source,
+        };
+        // 1. Map the memfd read-only, congruent to its offset modulo 2 MiB.
+        let bytes = extent.pages as usize * PAGE_SIZE;
+        let map = sys::mmap_shared_ro_aligned(
+            object.0.cache.memfd(),
+            bytes,
+            extent.first_page * PAGE_SIZE as u64,
+            PTRS_PER_PTE * PAGE_SIZE,
+        )
+        .map_err(|e| map_err("mmap", e))?;
+        // 2. A forked child must not fault on it: nobody would serve it.
+        sys::madvise_dontfork(&map).map_err(|e| map_err("madvise(MADV_DONTFORK)", e))?;
+        // 3. Register MISSING|MINOR; CONTINUE, WAKE and POISON must be allowed.
+        let ioctls = sys::uffd_register(&self.core.uffd, map.addr(), map.len(), mode::MISSING | mode::MINOR)
+            .map_err(|e| map_err("UFFDIO_REGISTER", e))?;
+        for (bit, ioctl) in [
+            (range_ioctl::CONTINUE, "UFFDIO_CONTINUE"),
+            (range_ioctl::WAKE, "UFFDIO_WAKE"),
+            (range_ioctl::POISON, "UFFDIO_POISON"),
+        ] {
+            if ioctls & bit == 0 {
+                return Err(MapError::MissingIoctl { name, ioctl });
+            }
+        }
+        // 4. Publish the region: from here on its faults are served.
+        let region = Arc::new(Region {
+            map,
+            object: object.0.clone(),
+            first_page: extent.first_page,
+            pages: extent.pages,
+            order: opts.order(),
+            counters: Counters::default(),
+        });
+        self.core.regions.insert(region.clone());
+        // SAFETY: lead < PAGE_SIZE <= the mapping's length, so the pointer is
+        // inside the mapping.
+        mapping.ptr = unsafe { NonNull::new_unchecked(region.map.as_ptr().add(extent.lead)) };
+        mapping.len = extent.len;
+        mapping.region = Some(region);
+        Ok(mapping)
+    }
+
+    /// Counters summed over every mapping this pager has served.
+    pub fn stats(&self) -> Stats {
+        self.core.counters.snapshot()
+    }
+
+    /// How many mappings are live.
+    pub fn mappings(&self) -> usize {
+        self.core.regions.len()
+    }
+}
+
+fn open_uffd() -> Result<(OwnedFd, UffdSource), PagerError> {
+    sys::open_userfaultfd().map_err(|source| {
+        let hint = match source.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => {
+                "run as root, give this user read-write access to /dev/userfaultfd, \
+                 or set the sysctl vm.unprivileged_userfaultfd=1"
+            }
+            Some(libc::ENOSYS) => "this kernel was built without CONFIG_USERFAULTFD",
+            _ => "see the README's troubleshooting section",
+        };
+        PagerError::Unavailable { source, hint }
+    })
+}
+
+fn handler_loop(core: &Core, stop: &OwnedFd) {
+    let env = core.env();
+    let mut msgs = [UffdMsg::default(); MSG_BATCH];
+    loop {
+        let ready = match sys::poll_readable(&[&core.uffd, stop], -1) {
+            Ok(ready) => ready,
+            // poll has no other failure we could cause; back off and go on.
+            Err(_) => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                continue;
+            }
+        };
+        if ready & 0b10 != 0 {
+            return;
+        }
+        if ready & 0b01 == 0 {
+            continue;
+        }
+        let n = sys::uffd_read(&core.uffd, &mut msgs).unwrap_or(0);
+        for msg in &msgs[..n] {
+            if msg.event == sys::UFFD_EVENT_PAGEFAULT {
+                fault::handle(&env, msg.address as usize);
+            }
+        }
+    }
+}
+
+/// A mapping of (part of) an object: reads like a `&[u8]`.
+///
+/// Dropping it unmaps it; the threads that serve it stop when the last
+/// mapping and the pager are gone.
+pub struct Mapping {
+    region: Option<Arc<Region>>,
+    ptr: NonNull<u8>,
+    len: usize,
+    object: Object,
+    core: Arc<Core>,
+    _workers: Arc<Workers>,
+}
+
+// SAFETY: a Mapping is a read-only view of shared memory whose pages are
+// served by the pager's threads, whichever thread touches them; it has no
+// thread-affine state.
+unsafe impl Send for Mapping {}
+// SAFETY: `&Mapping` only gives out `&[u8]` of memory that is never written
+// while mapped (pages are filled before they are mapped, through another
+// mapping), so shared access from several threads is sound.
+unsafe impl Sync for Mapping {}
+
+impl std::fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mapping")
+            .field("object", &self.object)
+            .field("addr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Mapping {
+    /// The mapping's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The first byte.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The object it maps.
+    pub fn object(&self) -> &Object {
+        &self.object
+    }
+
+    /// The fault-around order of this mapping.
+    pub fn fault_around_order(&self) -> u8 {
+        self.region.as_ref().map_or(0, |r| r.order)
+    }
+
+    /// This mapping's counters.
+    pub fn stats(&self) -> Stats {
+        self.region
+            .as_ref()
+            .map_or_else(Stats::default, |r| r.counters.snapshot())
+    }
+}
+
+impl Deref for Mapping {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` is `len` readable bytes inside the region's mapping
+        // (or dangling with len 0), which lives as long as `self` holds the
+        // region. Every access to a page not yet mapped faults and is served
+        // by the handler threads, which `self` keeps alive; the bytes never
+        // change while mapped (pages are filled before they are mapped).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl AsRef<[u8]> for Mapping {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if let Some(region) = self.region.take() {
+            self.core.regions.remove(region.start());
+        }
+    }
+}

@@ -1,0 +1,607 @@
+//! The only module that makes raw system calls.
+//!
+//! Everything above this layer is typed: it never sees an `ioctl` number, a
+//! raw pointer from `mmap`, or an `errno`. Each wrapper returns
+//! [`std::io::Result`] and the layer above adds context (which operation,
+//! which object) when it turns the error into its own typed error.
+//!
+//! Debian's installed kernel headers are 6.1's, and the `libc` crate does not
+//! carry the userfaultfd ABI, so the structures and ioctl numbers are defined
+//! here from `include/uapi/linux/userfaultfd.h` (x86-64 and every other
+//! architecture with the generic `_IOC` layout). The `userfaultfd` crate was
+//! considered: it does not expose `UFFDIO_CONTINUE`'s partial progress
+//! (`mapped`), `UFFDIO_POISON`, or the `/dev/userfaultfd` fallback, all of
+//! which the fault path needs.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+
+/// The base page size this crate works in. Checked against `sysconf` when a
+/// pager is created ([`page_size_matches`]).
+pub const PAGE_SIZE: usize = 4096;
+
+/// One PTE table maps this many pages (2 MiB on x86-64 with 4 KiB pages).
+pub const PTRS_PER_PTE: usize = 512;
+
+// ---------------------------------------------------------------------------
+// The userfaultfd ABI.
+// ---------------------------------------------------------------------------
+
+const UFFD_API: u64 = 0xAA;
+const UFFD_USER_MODE_ONLY: libc::c_int = 1;
+
+/// Feature bits of `uffdio_api.features`.
+pub mod feature {
+    pub const EVENT_FORK: u64 = 1 << 1;
+    pub const EVENT_REMAP: u64 = 1 << 2;
+    pub const EVENT_REMOVE: u64 = 1 << 3;
+    pub const MISSING_SHMEM: u64 = 1 << 5;
+    pub const EVENT_UNMAP: u64 = 1 << 6;
+    pub const SIGBUS: u64 = 1 << 7;
+    pub const THREAD_ID: u64 = 1 << 8;
+    pub const MINOR_SHMEM: u64 = 1 << 10;
+    pub const EXACT_ADDRESS: u64 = 1 << 11;
+    pub const WP_HUGETLBFS_SHMEM: u64 = 1 << 12;
+    pub const WP_UNPOPULATED: u64 = 1 << 13;
+    pub const POISON: u64 = 1 << 14;
+    pub const WP_ASYNC: u64 = 1 << 15;
+
+    /// The kernel's name of a single feature bit, for error messages.
+    pub fn name(bit: u64) -> &'static str {
+        match bit {
+            EVENT_FORK => "UFFD_FEATURE_EVENT_FORK",
+            EVENT_REMAP => "UFFD_FEATURE_EVENT_REMAP",
+            EVENT_REMOVE => "UFFD_FEATURE_EVENT_REMOVE",
+            MISSING_SHMEM => "UFFD_FEATURE_MISSING_SHMEM",
+            EVENT_UNMAP => "UFFD_FEATURE_EVENT_UNMAP",
+            SIGBUS => "UFFD_FEATURE_SIGBUS",
+            THREAD_ID => "UFFD_FEATURE_THREAD_ID",
+            MINOR_SHMEM => "UFFD_FEATURE_MINOR_SHMEM",
+            EXACT_ADDRESS => "UFFD_FEATURE_EXACT_ADDRESS",
+            WP_HUGETLBFS_SHMEM => "UFFD_FEATURE_WP_HUGETLBFS_SHMEM",
+            WP_UNPOPULATED => "UFFD_FEATURE_WP_UNPOPULATED",
+            POISON => "UFFD_FEATURE_POISON",
+            WP_ASYNC => "UFFD_FEATURE_WP_ASYNC",
+            _ => "an unnamed userfaultfd feature",
+        }
+    }
+}
+
+/// Registration modes of `uffdio_register.mode`.
+pub mod mode {
+    pub const MISSING: u64 = 1 << 0;
+    pub const MINOR: u64 = 1 << 2;
+}
+
+/// Bits of `uffdio_register.ioctls`: which range ioctls the range supports.
+pub mod range_ioctl {
+    pub const WAKE: u64 = 1 << 0x02;
+    pub const CONTINUE: u64 = 1 << 0x07;
+    pub const POISON: u64 = 1 << 0x08;
+}
+
+/// `uffd_msg.event` of a page fault.
+pub const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
+/// `uffd_msg.arg.pagefault.flags`: the access was a write.
+pub const UFFD_PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
+/// `uffd_msg.arg.pagefault.flags`: a MINOR fault (the page is in the cache).
+pub const UFFD_PAGEFAULT_FLAG_MINOR: u64 = 1 << 2;
+
+const CONTINUE_MODE_DONTWAKE: u64 = 1 << 0;
+
+#[repr(C)]
+struct UffdioApi {
+    api: u64,
+    features: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct UffdioRange {
+    start: u64,
+    len: u64,
+}
+
+#[repr(C)]
+struct UffdioRegister {
+    range: UffdioRange,
+    mode: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+struct UffdioContinue {
+    range: UffdioRange,
+    mode: u64,
+    mapped: i64,
+}
+
+#[repr(C)]
+struct UffdioPoison {
+    range: UffdioRange,
+    mode: u64,
+    updated: i64,
+}
+
+/// `struct uffd_msg`: 32 bytes, the page-fault member of its union decoded.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct UffdMsg {
+    pub event: u8,
+    reserved1: u8,
+    reserved2: u16,
+    reserved3: u32,
+    /// `arg.pagefault.flags` for a page fault.
+    pub flags: u64,
+    /// `arg.pagefault.address` for a page fault.
+    pub address: u64,
+    feat: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<UffdMsg>() == 32);
+const _: () = assert!(std::mem::size_of::<UffdioContinue>() == 32);
+
+const fn iowr(nr: u64, size: usize) -> u64 {
+    // _IOC(_IOC_READ|_IOC_WRITE, 0xAA, nr, size) with the generic layout.
+    (3 << 30) | ((size as u64) << 16) | (0xAA << 8) | nr
+}
+
+const fn ior(nr: u64, size: usize) -> u64 {
+    (2 << 30) | ((size as u64) << 16) | (0xAA << 8) | nr
+}
+
+const UFFDIO_API: u64 = iowr(0x3F, std::mem::size_of::<UffdioApi>());
+const UFFDIO_REGISTER: u64 = iowr(0x00, std::mem::size_of::<UffdioRegister>());
+const UFFDIO_WAKE: u64 = ior(0x02, std::mem::size_of::<UffdioRange>());
+const UFFDIO_CONTINUE: u64 = iowr(0x07, std::mem::size_of::<UffdioContinue>());
+const UFFDIO_POISON: u64 = iowr(0x08, std::mem::size_of::<UffdioPoison>());
+/// `USERFAULTFD_IOC_NEW` on `/dev/userfaultfd`: `_IO(0xAA, 0x00)`.
+const USERFAULTFD_IOC_NEW: u64 = 0xAA << 8;
+
+const _: () = assert!(UFFDIO_API == 0xC018_AA3F);
+const _: () = assert!(UFFDIO_REGISTER == 0xC020_AA00);
+const _: () = assert!(UFFDIO_WAKE == 0x8010_AA02);
+const _: () = assert!(UFFDIO_CONTINUE == 0xC020_AA07);
+
+/// How a userfaultfd was obtained, for error messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UffdSource {
+    /// The `userfaultfd(2)` system call (with `UFFD_USER_MODE_ONLY`).
+    Syscall,
+    /// `/dev/userfaultfd`, for callers without `CAP_SYS_PTRACE` when
+    /// `vm.unprivileged_userfaultfd` is 0.
+    Device,
+}
+
+/// Opens a userfaultfd (non-blocking, close-on-exec): the system call first,
+/// then `/dev/userfaultfd`. Returns the first error if both fail.
+pub fn open_userfaultfd() -> io::Result<(OwnedFd, UffdSource)> {
+    let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+    // SAFETY: userfaultfd takes one int argument and returns a new fd or -1;
+    // no memory is passed.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY) };
+    if fd >= 0 {
+        // SAFETY: the kernel just returned this fd to us and nobody else owns it.
+        return Ok((unsafe { OwnedFd::from_raw_fd(fd as RawFd) }, UffdSource::Syscall));
+    }
+    let syscall_err = io::Error::last_os_error();
+    let dev = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/userfaultfd")
+    {
+        Ok(dev) => dev,
+        Err(_) => return Err(syscall_err),
+    };
+    // SAFETY: USERFAULTFD_IOC_NEW takes the open flags as its integer argument
+    // and returns a new fd or -1; `dev` is a valid open fd.
+    let fd = unsafe { libc::ioctl(dev.as_raw_fd(), USERFAULTFD_IOC_NEW as _, flags) };
+    if fd < 0 {
+        return Err(syscall_err);
+    }
+    // SAFETY: the kernel just returned this fd to us and nobody else owns it.
+    Ok((unsafe { OwnedFd::from_raw_fd(fd) }, UffdSource::Device))
+}
+
+/// `UFFDIO_API` handshake requesting `features`. Returns the features the
+/// kernel reports. The kernel accepts the handshake once per fd, and fails it
+/// with `EINVAL` if a requested feature is unsupported: probe with 0 on a
+/// throw-away fd first to learn what is there.
+pub fn uffd_api(uffd: &OwnedFd, features: u64) -> io::Result<u64> {
+    let mut api = UffdioApi {
+        api: UFFD_API,
+        features,
+        ioctls: 0,
+    };
+    // SAFETY: UFFDIO_API reads and writes one `struct uffdio_api`, which `api`
+    // is (repr(C), same layout); it lives for the whole call.
+    let rc = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_API as _, &mut api) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(api.features)
+}
+
+/// Registers `[start, start+len)` with `modes`. Returns the range ioctls the
+/// kernel allows on it (`range_ioctl` bits).
+pub fn uffd_register(uffd: &OwnedFd, start: usize, len: usize, modes: u64) -> io::Result<u64> {
+    let mut reg = UffdioRegister {
+        range: UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        },
+        mode: modes,
+        ioctls: 0,
+    };
+    // SAFETY: UFFDIO_REGISTER reads and writes one `struct uffdio_register`;
+    // the range is only an address range, the kernel validates it.
+    let rc = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_REGISTER as _, &mut reg) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(reg.ioctls)
+}
+
+/// The outcome of one `UFFDIO_CONTINUE` call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContinueResult {
+    /// The whole range is mapped (and woken unless DONTWAKE).
+    Done,
+    /// Only the first `bytes` were mapped (and woken); the page after them
+    /// stopped the call. Call again from there to learn why.
+    Partial { bytes: usize },
+    /// The first page of the range failed with this errno: `EEXIST` (already
+    /// mapped), `EFAULT` (not in the memfd), `EAGAIN` (the address space is
+    /// changing), `ENOENT` (the mapping is gone), or another error.
+    Failed { errno: i32 },
+}
+
+/// `UFFDIO_CONTINUE` over `[start, start+len)`: map the memfd's cached pages
+/// there. `wake` wakes the threads waiting in the range when it succeeds.
+pub fn uffd_continue(uffd: &OwnedFd, start: usize, len: usize, wake: bool) -> ContinueResult {
+    let mut arg = UffdioContinue {
+        range: UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        },
+        mode: if wake { 0 } else { CONTINUE_MODE_DONTWAKE },
+        mapped: 0,
+    };
+    // SAFETY: UFFDIO_CONTINUE reads and writes one `struct uffdio_continue`.
+    // It installs PTEs for pages of the registered mapping's own file: it
+    // never writes to memory we hold references to.
+    let rc = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_CONTINUE as _, &mut arg) };
+    if rc == 0 {
+        return ContinueResult::Done;
+    }
+    if arg.mapped > 0 {
+        return ContinueResult::Partial {
+            bytes: arg.mapped as usize,
+        };
+    }
+    ContinueResult::Failed {
+        errno: io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO),
+    }
+}
+
+/// `UFFDIO_WAKE` over `[start, start+len)`.
+pub fn uffd_wake(uffd: &OwnedFd, start: usize, len: usize) -> io::Result<()> {
+    let mut range = UffdioRange {
+        start: start as u64,
+        len: len as u64,
+    };
+    // SAFETY: UFFDIO_WAKE reads one `struct uffdio_range`.
+    let rc = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_WAKE as _, &mut range) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `UFFDIO_POISON` over `[start, start+len)`: the next access there gets
+/// SIGBUS, as a kernel mapping does when a page cannot be read. Wakes waiters.
+pub fn uffd_poison(uffd: &OwnedFd, start: usize, len: usize) -> io::Result<()> {
+    let mut arg = UffdioPoison {
+        range: UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        },
+        mode: 0,
+        updated: 0,
+    };
+    // SAFETY: UFFDIO_POISON reads and writes one `struct uffdio_poison`; it
+    // installs poison markers in the registered range only.
+    let rc = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_POISON as _, &mut arg) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads as many pending messages as fit into `buf` from a non-blocking
+/// userfaultfd. Returns how many were read: 0 when none was pending (another
+/// handler thread took them).
+pub fn uffd_read(uffd: &OwnedFd, buf: &mut [UffdMsg]) -> io::Result<usize> {
+    let bytes = std::mem::size_of_val(buf);
+    // SAFETY: `buf` is valid for writes of `bytes` bytes, and any bit pattern
+    // is a valid UffdMsg (plain integers).
+    let n = unsafe { libc::read(uffd.as_raw_fd(), buf.as_mut_ptr().cast(), bytes) };
+    if n < 0 {
+        let err = io::Error::last_os_error();
+        return match err.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(0),
+            _ => Err(err),
+        };
+    }
+    Ok(n as usize / std::mem::size_of::<UffdMsg>())
+}
+
+// ---------------------------------------------------------------------------
+// memfd, eventfd, poll.
+// ---------------------------------------------------------------------------
+
+/// Creates a close-on-exec memfd of `len` bytes named `name`.
+pub fn memfd_create(name: &CStr, len: u64) -> io::Result<OwnedFd> {
+    // SAFETY: `name` is a valid NUL-terminated string for the whole call.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us and nobody else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let len = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    // SAFETY: ftruncate on an fd we own; no memory is passed.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Creates a non-blocking, close-on-exec eventfd.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: eventfd takes two integers and returns a new fd or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us and nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Makes an eventfd readable (adds 1 to its counter).
+pub fn eventfd_signal(fd: &OwnedFd) -> io::Result<()> {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
+    let n = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    if n != 8 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Waits until one of `fds` is readable (or has an error). Returns a bit per
+/// fd, in order: bit i set when `fds[i]` is ready. `EINTR` returns 0.
+pub fn poll_readable(fds: &[&OwnedFd], timeout_ms: i32) -> io::Result<u32> {
+    let mut pfds = [libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    }; 4];
+    let n = fds.len().min(pfds.len());
+    for (p, fd) in pfds.iter_mut().zip(fds) {
+        p.fd = fd.as_raw_fd();
+        p.events = libc::POLLIN;
+    }
+    // SAFETY: `pfds[..n]` is a valid array of pollfd for the whole call.
+    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), n as libc::nfds_t, timeout_ms) };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        return if err.raw_os_error() == Some(libc::EINTR) {
+            Ok(0)
+        } else {
+            Err(err)
+        };
+    }
+    let mut ready = 0;
+    for (i, p) in pfds[..n].iter().enumerate() {
+        if p.revents != 0 {
+            ready |= 1 << i;
+        }
+    }
+    Ok(ready)
+}
+
+/// Whether the system page size is [`PAGE_SIZE`].
+pub fn page_size_matches() -> bool {
+    // SAFETY: sysconf takes an integer and returns an integer.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    size == PAGE_SIZE as libc::c_long
+}
+
+// ---------------------------------------------------------------------------
+// Memory mappings.
+// ---------------------------------------------------------------------------
+
+/// An owned memory mapping, unmapped on drop.
+#[derive(Debug)]
+pub struct MappedRegion {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a MappedRegion is an address range; it owns no thread-local state
+// and munmap may be called from any thread.
+unsafe impl Send for MappedRegion {}
+// SAFETY: shared references only read `ptr`/`len`; what the memory holds is
+// synchronised by the users of the range.
+unsafe impl Sync for MappedRegion {}
+
+impl MappedRegion {
+    /// The first byte of the mapping.
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// The mapping's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping has no bytes (never: mmap refuses length 0).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The first byte, as a raw pointer.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for MappedRegion {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` came from a successful mmap that this value owns;
+        // nothing else unmaps it. Its users hold borrows of `self`, so none is
+        // live here.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Maps `len` bytes of `fd` at file offset `offset`, `MAP_SHARED`, read-write,
+/// with no reservation: the private alias through which the cache is filled.
+pub fn mmap_shared_rw(fd: &OwnedFd, len: usize, offset: u64) -> io::Result<MappedRegion> {
+    mmap_at(
+        None,
+        fd,
+        len,
+        offset,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_SHARED | libc::MAP_NORESERVE,
+    )
+}
+
+/// Maps `len` bytes of `fd` at file offset `offset`, `MAP_SHARED`, read-only,
+/// at an address congruent to `offset` modulo `align` (a power of two), so
+/// that the VA-aligned fault-around window is aligned in the file too, as the
+/// kernel arranges for large-folio file mappings.
+pub fn mmap_shared_ro_aligned(
+    fd: &OwnedFd,
+    len: usize,
+    offset: u64,
+    align: usize,
+) -> io::Result<MappedRegion> {
+    // 1. Reserve len + align bytes of address space, inaccessible.
+    let reserve_len = len
+        .checked_add(align)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+    // SAFETY: an anonymous PROT_NONE reservation at an address of the kernel's
+    // choice touches no existing mapping.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            reserve_len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let base = base as usize;
+    // 2. Pick the first address in it congruent to offset mod align.
+    let want = (offset as usize) & (align - 1);
+    let start = base + ((want + align - (base & (align - 1))) & (align - 1));
+    // 3. Map the file there (MAP_FIXED replaces part of our own reservation).
+    let mapped = mmap_at(
+        Some(start),
+        fd,
+        len,
+        offset,
+        libc::PROT_READ,
+        libc::MAP_SHARED | libc::MAP_FIXED,
+    );
+    // 4. Give back the unused head and tail of the reservation.
+    let end = start + len;
+    // SAFETY: [base, start) and [end, base+reserve_len) are parts of the
+    // reservation made above that nothing else uses.
+    unsafe {
+        if start > base {
+            libc::munmap(base as *mut libc::c_void, start - base);
+        }
+        if base + reserve_len > end {
+            libc::munmap(end as *mut libc::c_void, base + reserve_len - end);
+        }
+    }
+    if mapped.is_err() {
+        // SAFETY: the middle of our reservation, still ours when MAP_FIXED failed.
+        unsafe { libc::munmap(start as *mut libc::c_void, len) };
+    }
+    mapped
+}
+
+fn mmap_at(
+    at: Option<usize>,
+    fd: &OwnedFd,
+    len: usize,
+    offset: u64,
+    prot: libc::c_int,
+    flags: libc::c_int,
+) -> io::Result<MappedRegion> {
+    let offset =
+        libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let hint = at.map_or(std::ptr::null_mut(), |a| a as *mut libc::c_void);
+    // SAFETY: maps a file; with MAP_FIXED the caller guarantees `at` lies in a
+    // reservation it owns (see mmap_shared_ro_aligned), otherwise the kernel
+    // picks an unused range.
+    let ptr = unsafe { libc::mmap(hint, len, prot, flags, fd.as_raw_fd(), offset) };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    Ok(MappedRegion { ptr, len })
+}
+
+/// `madvise(MADV_DONTFORK)`: a child of `fork` does not inherit the range.
+pub fn madvise_dontfork(region: &MappedRegion) -> io::Result<()> {
+    // SAFETY: advises on a range this process mapped and owns; DONTFORK
+    // changes no content.
+    let rc = unsafe { libc::madvise(region.as_ptr().cast(), region.len(), libc::MADV_DONTFORK) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Measurement helpers for the benchmarks' kernel baselines.
+// ---------------------------------------------------------------------------
+
+/// Minor and major faults of this process so far (`getrusage(RUSAGE_SELF)`).
+pub fn rusage_faults() -> io::Result<(u64, u64)> {
+    // SAFETY: an all-zero rusage is a valid value to be overwritten.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one struct rusage to a valid pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((ru.ru_minflt as u64, ru.ru_majflt as u64))
+}
+
+/// How many pages of `[addr, addr+len)` are resident in the page cache
+/// (`mincore`). `addr` must be page-aligned and the range mapped.
+pub fn mincore_resident(addr: *const u8, len: usize) -> io::Result<usize> {
+    let pages = len.div_ceil(PAGE_SIZE);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: mincore only reads the page tables of the range and writes one
+    // byte per page into `vec`, which has exactly `pages` bytes.
+    let rc = unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr()) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(vec.iter().filter(|&&b| b & 1 != 0).count())
+}
