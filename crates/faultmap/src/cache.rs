@@ -28,7 +28,11 @@ use crate::sync::{AtomicPtr, Ordering};
 use crate::sys::{self, MappedRegion, PAGE_SIZE};
 
 /// Pages per chunk of the page-state array: one PTE table's worth.
+#[cfg(not(loom))]
 const CHUNK_PAGES: usize = 512;
+/// Under loom, chunks shrink so that the models stay small.
+#[cfg(loom)]
+const CHUNK_PAGES: usize = 2;
 
 struct Chunk([PageState; CHUNK_PAGES]);
 
@@ -198,18 +202,18 @@ impl Cache {
         &self.memfd
     }
 
-    /// The object's length in pages.
-    pub(crate) fn pages(&self) -> u64 {
-        self.pages
-    }
-
     /// Reads pages `[first, first + count)` from `store` into the memfd.
     /// Returns the bytes read from the store.
     ///
     /// The caller must own the read of every page in the range (it won
     /// `begin_read` on each, so they are READING): no mapping maps them and no
     /// other thread writes them (page_state invariant 1).
-    pub(crate) fn fill(&self, store: &dyn Store, first: u64, count: u64) -> Result<usize, StoreError> {
+    pub(crate) fn fill(
+        &self,
+        store: &dyn Store,
+        first: u64,
+        count: u64,
+    ) -> Result<usize, StoreError> {
         let Some(alias) = &self.alias else {
             return Ok(0);
         };
@@ -226,9 +230,8 @@ impl Cache {
         // owns the read of these pages, so no other reference to these bytes
         // exists for the life of this slice, and no registered mapping maps
         // them yet (page_state invariant 1).
-        let buf = unsafe {
-            std::slice::from_raw_parts_mut(alias.as_ptr().add(start), end_pages - start)
-        };
+        let buf =
+            unsafe { std::slice::from_raw_parts_mut(alias.as_ptr().add(start), end_pages - start) };
         let (data, tail) = buf.split_at_mut(end_data - start);
         store.read_at(start as u64, data)?;
         // The last page of the object: bytes past the end read as zero. The
@@ -236,5 +239,47 @@ impl Cache {
         // a failed read.
         tail.fill(0);
         Ok(data.len())
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use crate::page_state::State;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Two threads race to allocate the same chunk while a third reads it:
+    /// both writers end up with the same word (one chunk is published, the
+    /// loser's is freed), and the reader sees either no chunk (ABSENT) or the
+    /// published, initialised one.
+    #[test]
+    fn chunk_publication() {
+        loom::model(|| {
+            let states = Arc::new(PageStates::new(4));
+            let a = states.clone();
+            let t1 = thread::spawn(move || {
+                let s = a.get_or_alloc(3).unwrap();
+                assert!(s.begin_read());
+                s.finish_read(false);
+            });
+            let b = states.clone();
+            let t2 = thread::spawn(move || {
+                let w = b.load(3);
+                assert!(matches!(
+                    w.state(),
+                    State::Absent | State::Reading | State::UpToDate
+                ));
+            });
+            let s = states.get_or_alloc(2).unwrap();
+            assert_eq!(s.load().state(), State::Absent);
+            t1.join().unwrap();
+            t2.join().unwrap();
+            assert_eq!(states.load(3).state(), State::UpToDate);
+            assert!(std::ptr::eq(
+                states.get(2).unwrap(),
+                states.get_or_alloc(2).unwrap()
+            ));
+        });
     }
 }

@@ -134,12 +134,15 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
     };
 
     // 1. Find the region.
+    env.counters.begin();
     let Some(region) = env.regions.lookup(page_addr) else {
         let _ = sys::uffd_wake(env.uffd, page_addr, PAGE_SIZE);
-        env.counters.add_all(&tally);
+        env.counters.end(&tally);
         return;
     };
     let object = &*region.object;
+    region.counters.begin();
+    object.counters.begin();
 
     // 2. The fault-around window, in region pages.
     let page = ((page_addr - region.start()) / PAGE_SIZE) as u64;
@@ -192,9 +195,9 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
     if !woken {
         let _ = sys::uffd_wake(env.uffd, page_addr, PAGE_SIZE);
     }
-    region.counters.add_all(&tally);
-    object.counters.add_all(&tally);
-    env.counters.add_all(&tally);
+    region.counters.end(&tally);
+    object.counters.end(&tally);
+    env.counters.end(&tally);
 }
 
 enum ReadOutcome {
@@ -221,7 +224,10 @@ fn read_window(region: &Region, window: &Range<u64>, page: u64, tally: &mut Stat
     let n = (window.end - window.start) as usize;
     let mut claimed = PageSet::new();
     for (i, p) in window.clone().enumerate() {
-        let won = p == page || states.get_or_alloc(opage(p)).is_some_and(|s| s.begin_read());
+        let won = p == page
+            || states
+                .get_or_alloc(opage(p))
+                .is_some_and(|s| s.begin_read());
         if won {
             claimed.insert(i);
         }
@@ -316,9 +322,9 @@ fn wake_waiters(env: &FaultEnv<'_>, object: &ObjectCore) {
     }
     let woken: Vec<Waiter> = {
         let mut list = object.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        let (done, still): (Vec<Waiter>, Vec<Waiter>) = list.drain(..).partition(|w| {
-            object.cache.states.load(w.page).state() != State::Reading
-        });
+        let (done, still): (Vec<Waiter>, Vec<Waiter>) = list
+            .drain(..)
+            .partition(|w| object.cache.states.load(w.page).state() != State::Reading);
         *list = still;
         done
     };
@@ -388,9 +394,18 @@ fn map_window(
         .find(|r| r.contains(&fault_i))
         .unwrap_or(fault_i..fault_i + 1);
     let mut outcome = MapOutcome::NotWoken;
-    let mut mapped = continue_run(env, region, window.start, fault_run.clone(), Some(fault_i), tally);
+    let mut mapped = continue_run(
+        env,
+        region,
+        window.start,
+        fault_run.clone(),
+        Some(fault_i),
+        tally,
+    );
     match mapped {
-        RunResult::Mapped { woke_fault: true, .. } => outcome = MapOutcome::Woken,
+        RunResult::Mapped {
+            woke_fault: true, ..
+        } => outcome = MapOutcome::Woken,
         RunResult::RegionGone => {
             unpin_all(region, window, &pinned);
             return MapOutcome::RegionGone;
@@ -417,7 +432,12 @@ fn unpin_all(region: &Region, window: &Range<u64>, pinned: &PageSet) {
     let n = (window.end - window.start) as usize;
     for run in pinned.runs(n) {
         for i in run {
-            if let Some(state) = region.object.cache.states.get(region.first_page + window.start + i as u64) {
+            if let Some(state) = region
+                .object
+                .cache
+                .states
+                .get(region.first_page + window.start + i as u64)
+            {
                 state.unpin();
             }
         }

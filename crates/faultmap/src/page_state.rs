@@ -248,7 +248,8 @@ impl PageState {
         if cur.state() != State::UpToDate || cur.pins() != 0 {
             return false;
         }
-        self.cas(cur, Word(cur.with_state(EVICTING).0 & !MARKER)).is_ok()
+        self.cas(cur, Word(cur.with_state(EVICTING).0 & !MARKER))
+            .is_ok()
     }
 
     /// EVICTING → ABSENT, by the evictor, after the page left the memfd.
@@ -271,7 +272,10 @@ mod tests {
         assert_eq!(p.load().state(), State::Absent);
         assert!(p.begin_read());
         assert!(!p.begin_read(), "a second reader must not win");
-        assert!(p.try_pin(p.load()).is_err(), "a READING page cannot be pinned");
+        assert!(
+            p.try_pin(p.load()).is_err(),
+            "a READING page cannot be pinned"
+        );
         let old = p.finish_read(false);
         assert!(!old.has_waiters());
         let w = p.load();

@@ -4,8 +4,9 @@
 //! [`Pager::new`] opens the userfaultfd and checks, before anything is
 //! mapped, every kernel feature the fault path needs; a missing one is an
 //! error that names it, never a hang at the first fault. Handler threads
-//! `poll` the userfaultfd and a stop eventfd, read fault messages in batches,
-//! and run [`crate::fault::handle`] on each.
+//! read fault messages in batches and run [`crate::fault::handle`] on each;
+//! between bursts they busy-poll briefly, then sleep in `poll` on the
+//! userfaultfd and a stop eventfd.
 //!
 //! # Lifetimes
 //!
@@ -29,6 +30,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::cache::{Cache, CacheError};
 use crate::config::{Config, ConfigError, MapOptions};
@@ -41,8 +43,14 @@ use crate::sys::{self, feature, mode, range_ioctl, UffdMsg, UffdSource, PAGE_SIZ
 
 /// The kernel features faultmap cannot work without, and why.
 const REQUIRED_FEATURES: [(u64, &str); 3] = [
-    (feature::MISSING_SHMEM, "to see the first touch of a page not in the cache"),
-    (feature::MINOR_SHMEM, "to map cached pages with UFFDIO_CONTINUE"),
+    (
+        feature::MISSING_SHMEM,
+        "to see the first touch of a page not in the cache",
+    ),
+    (
+        feature::MINOR_SHMEM,
+        "to map cached pages with UFFDIO_CONTINUE",
+    ),
     (feature::POISON, "to turn a failed store read into SIGBUS"),
 ];
 
@@ -159,7 +167,9 @@ pub struct Pager {
 
 impl std::fmt::Debug for Pager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pager").field("config", &self.config).finish()
+        f.debug_struct("Pager")
+            .field("config", &self.config)
+            .finish()
     }
 }
 
@@ -208,6 +218,7 @@ impl Pager {
             stop,
             threads: Mutex::new(Vec::new()),
         });
+        let spin_us = config.handler_spin_us;
         for i in 0..config.handler_threads {
             let core = core.clone();
             let stop = workers
@@ -216,7 +227,7 @@ impl Pager {
                 .map_err(|source| PagerError::Sys { op: "dup", source })?;
             let handle = std::thread::Builder::new()
                 .name(format!("faultmap-{i}"))
-                .spawn(move || handler_loop(&core, &stop))
+                .spawn(move || handler_loop(&core, &stop, spin_us))
                 .map_err(|source| PagerError::Sys {
                     op: "spawning a handler thread",
                     source,
@@ -291,8 +302,13 @@ impl Pager {
         // 2. A forked child must not fault on it: nobody would serve it.
         sys::madvise_dontfork(&map).map_err(|e| map_err("madvise(MADV_DONTFORK)", e))?;
         // 3. Register MISSING|MINOR; CONTINUE, WAKE and POISON must be allowed.
-        let ioctls = sys::uffd_register(&self.core.uffd, map.addr(), map.len(), mode::MISSING | mode::MINOR)
-            .map_err(|e| map_err("UFFDIO_REGISTER", e))?;
+        let ioctls = sys::uffd_register(
+            &self.core.uffd,
+            map.addr(),
+            map.len(),
+            mode::MISSING | mode::MINOR,
+        )
+        .map_err(|e| map_err("UFFDIO_REGISTER", e))?;
         for (bit, ioctl) in [
             (range_ioctl::CONTINUE, "UFFDIO_CONTINUE"),
             (range_ioctl::WAKE, "UFFDIO_WAKE"),
@@ -345,30 +361,42 @@ fn open_uffd() -> Result<(OwnedFd, UffdSource), PagerError> {
     })
 }
 
-fn handler_loop(core: &Core, stop: &OwnedFd) {
+/// A handler thread: read fault messages in batches and handle them; when
+/// none is pending, keep polling for `spin_us` (see
+/// [`Config::handler_spin_us`]), then sleep in `poll` on the userfaultfd and
+/// the stop eventfd.
+fn handler_loop(core: &Core, stop: &OwnedFd, spin_us: u32) {
     let env = core.env();
     let mut msgs = [UffdMsg::default(); MSG_BATCH];
+    let spin = Duration::from_micros(spin_us.into());
+    let mut idle_since = Instant::now();
     loop {
+        let n = sys::uffd_read(&core.uffd, &mut msgs).unwrap_or(0);
+        if n > 0 {
+            for msg in &msgs[..n] {
+                if msg.event == sys::UFFD_EVENT_PAGEFAULT {
+                    fault::handle(&env, msg.address as usize);
+                }
+            }
+            idle_since = Instant::now();
+            continue;
+        }
+        if idle_since.elapsed() < spin {
+            std::hint::spin_loop();
+            continue;
+        }
         let ready = match sys::poll_readable(&[&core.uffd, stop], -1) {
             Ok(ready) => ready,
             // poll has no other failure we could cause; back off and go on.
             Err(_) => {
-                std::thread::sleep(std::time::Duration::from_millis(1));
+                std::thread::sleep(Duration::from_millis(1));
                 continue;
             }
         };
         if ready & 0b10 != 0 {
             return;
         }
-        if ready & 0b01 == 0 {
-            continue;
-        }
-        let n = sys::uffd_read(&core.uffd, &mut msgs).unwrap_or(0);
-        for msg in &msgs[..n] {
-            if msg.event == sys::UFFD_EVENT_PAGEFAULT {
-                fault::handle(&env, msg.address as usize);
-            }
-        }
+        idle_since = Instant::now();
     }
 }
 

@@ -18,9 +18,14 @@
 //! | `map_eexist`     | (none)             | pages found already mapped by another fault |
 //! | `lookup_retry`   | `xas_retry`        | page-state words that moved under a pin     |
 
+use std::time::{Duration, Instant};
+
 use serde::Serialize;
 
 use crate::sync::{AtomicU64, Ordering};
+
+/// The longest a snapshot waits for faults in flight to add their counts.
+const SETTLE_LIMIT: Duration = Duration::from_millis(20);
 
 macro_rules! counters {
     ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
@@ -28,6 +33,8 @@ macro_rules! counters {
         #[derive(Debug, Default)]
         pub(crate) struct Counters {
             $(pub(crate) $name: AtomicU64,)*
+            /// Faults being handled that will add to these counters.
+            in_flight: AtomicU64,
         }
 
         /// A snapshot of a set of counters.
@@ -37,15 +44,31 @@ macro_rules! counters {
         }
 
         impl Counters {
+            /// The counters, once the faults being handled have added to
+            /// them (waiting at most [`SETTLE_LIMIT`]): a thread whose access
+            /// faulted and returned sees its fault counted.
             pub(crate) fn snapshot(&self) -> Stats {
+                let deadline = Instant::now() + SETTLE_LIMIT;
+                while self.in_flight.load(Ordering::Acquire) != 0 && Instant::now() < deadline {
+                    std::thread::yield_now();
+                }
                 Stats { $($name: self.$name.load(Ordering::Relaxed),)* }
             }
 
-            /// Adds every non-zero counter of a tally (one fault's counts).
-            pub(crate) fn add_all(&self, tally: &Stats) {
+            /// A fault that will add to these counters has begun. Called
+            /// before the fault wakes its thread.
+            pub(crate) fn begin(&self) {
+                self.in_flight.fetch_add(1, Ordering::AcqRel);
+            }
+
+            /// Adds every non-zero counter of a fault's tally and ends the
+            /// fault begun with [`Counters::begin`].
+            pub(crate) fn end(&self, tally: &Stats) {
                 $(if tally.$name != 0 {
                     self.$name.fetch_add(tally.$name, Ordering::Relaxed);
                 })*
+                // Release: a snapshot that sees the fault ended sees its tally.
+                self.in_flight.fetch_sub(1, Ordering::Release);
             }
         }
 

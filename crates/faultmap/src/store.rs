@@ -46,7 +46,9 @@ pub enum StoreError {
         source: io::Error,
     },
     /// A read asked for bytes outside the object.
-    #[error("{name}: read of {len} bytes at offset {offset} is outside the object ({object_len} bytes)")]
+    #[error(
+        "{name}: read of {len} bytes at offset {offset} is outside the object ({object_len} bytes)"
+    )]
     OutOfRange {
         /// The store's name.
         name: String,
@@ -273,7 +275,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(matches!(
             FileStore::open(dir.path()),
-            Err(StoreError::NotAFile { kind: "directory", .. })
+            Err(StoreError::NotAFile {
+                kind: "directory",
+                ..
+            })
         ));
         assert!(matches!(
             FileStore::open(dir.path().join("missing")),

@@ -185,7 +185,10 @@ pub fn open_userfaultfd() -> io::Result<(OwnedFd, UffdSource)> {
     let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY) };
     if fd >= 0 {
         // SAFETY: the kernel just returned this fd to us and nobody else owns it.
-        return Ok((unsafe { OwnedFd::from_raw_fd(fd as RawFd) }, UffdSource::Syscall));
+        return Ok((
+            unsafe { OwnedFd::from_raw_fd(fd as RawFd) },
+            UffdSource::Syscall,
+        ));
     }
     let syscall_err = io::Error::last_os_error();
     let dev = match std::fs::OpenOptions::new()
@@ -283,7 +286,9 @@ pub fn uffd_continue(uffd: &OwnedFd, start: usize, len: usize, wake: bool) -> Co
         };
     }
     ContinueResult::Failed {
-        errno: io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO),
+        errno: io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO),
     }
 }
 
@@ -562,7 +567,8 @@ fn mmap_at(
     if ptr == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
-    let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let ptr =
+        NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
     Ok(MappedRegion { ptr, len })
 }
 
