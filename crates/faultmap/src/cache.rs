@@ -21,6 +21,7 @@
 
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
+use std::panic::{self, AssertUnwindSafe};
 
 use crate::page_state::{PageState, Word};
 use crate::store::{Store, StoreError};
@@ -129,7 +130,7 @@ impl Drop for PageStates {
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
     /// memfd_create or ftruncate failed.
-    #[error("cannot create the memfd for {name} ({len} bytes): {source}")]
+    #[error("cannot create the memfd for {name} ({len} bytes)")]
     Memfd {
         /// The object's name.
         name: String,
@@ -139,7 +140,7 @@ pub enum CacheError {
         source: std::io::Error,
     },
     /// The alias mapping could not be created.
-    #[error("cannot map the cache of {name} ({len} bytes): {source}")]
+    #[error("cannot map the cache of {name} ({len} bytes)")]
     Alias {
         /// The object's name.
         name: String,
@@ -233,13 +234,38 @@ impl Cache {
         let buf =
             unsafe { std::slice::from_raw_parts_mut(alias.as_ptr().add(start), end_pages - start) };
         let (data, tail) = buf.split_at_mut(end_data - start);
-        store.read_at(start as u64, data)?;
+        // A store that panics must not take the handler thread down with it
+        // (its faults, and every fault on pages it was reading, would hang):
+        // the panic is a failed read. AssertUnwindSafe: after a panic the
+        // store is only ever asked to read again, and `data` is overwritten
+        // by the next read before any page of it is marked up to date.
+        let read = panic::catch_unwind(AssertUnwindSafe(|| store.read_at(start as u64, data)));
+        read.unwrap_or_else(|payload| {
+            Err(StoreError::Read {
+                name: store.name().to_string(),
+                offset: start as u64,
+                len: data.len(),
+                source: std::io::Error::other(format!(
+                    "the store panicked: {}",
+                    panic_message(payload.as_ref())
+                )),
+            })
+        })?;
         // The last page of the object: bytes past the end read as zero. The
         // page is normally fresh (zeroed by shmem), but may have been left by
         // a failed read.
         tail.fill(0);
         Ok(data.len())
     }
+}
+
+/// The text of a panic's payload, when it has one.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 #[cfg(all(test, loom))]

@@ -27,7 +27,8 @@ pub enum ConfigError {
     /// The fault-around order is above 9 (a window larger than a PTE table).
     #[error("fault-around order must be 0..={MAX_ORDER}, got {0}")]
     FaultAroundOrder(u8),
-    /// The mapping starts past the object's end.
+    /// The mapping starts past the object's end (at the end is an empty
+    /// mapping).
     #[error("offset {offset} is past the end of the object ({object_len} bytes)")]
     OffsetPastEnd {
         /// The offset asked for.
@@ -164,13 +165,20 @@ impl MapOptions {
         self.order
     }
 
-    /// Checks the options against an object of `object_len` bytes.
-    pub(crate) fn resolve(&self, object_len: u64) -> Result<Extent, ConfigError> {
+    /// Checks the bounds that do not depend on the object (the order);
+    /// [`crate::Pager::map`] checks the rest against the object's length.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.order > MAX_ORDER {
             return Err(ConfigError::FaultAroundOrder(self.order));
         }
+        Ok(())
+    }
+
+    /// Checks the options against an object of `object_len` bytes.
+    pub(crate) fn resolve(&self, object_len: u64) -> Result<Extent, ConfigError> {
+        self.validate()?;
         let page = PAGE_SIZE as u64;
-        if self.offset > object_len || (self.offset == object_len && object_len > 0) {
+        if self.offset > object_len {
             return Err(ConfigError::OffsetPastEnd {
                 offset: self.offset,
                 object_len,
@@ -218,8 +226,9 @@ mod tests {
         let e = o.clone().offset(4096).len(0).resolve(10_000).unwrap();
         assert_eq!((e.pages, e.len), (0, 0));
         assert_eq!(o.resolve(0).unwrap().pages, 0);
+        assert_eq!(o.clone().offset(10_000).resolve(10_000).unwrap().pages, 0);
         assert!(matches!(
-            o.clone().offset(10_000).resolve(10_000),
+            o.clone().offset(10_001).resolve(10_000),
             Err(ConfigError::OffsetPastEnd { .. })
         ));
         assert!(matches!(

@@ -61,7 +61,7 @@ const MSG_BATCH: usize = 64;
 #[derive(Debug, thiserror::Error)]
 pub enum PagerError {
     /// No userfaultfd could be opened.
-    #[error("cannot open a userfaultfd: {source}; {hint}")]
+    #[error("cannot open a userfaultfd ({hint})")]
     Unavailable {
         /// The system call's error.
         source: io::Error,
@@ -83,7 +83,7 @@ pub enum PagerError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// A system call failed.
-    #[error("{op}: {source}")]
+    #[error("{op} failed")]
     Sys {
         /// What was being done.
         op: &'static str,
@@ -105,7 +105,7 @@ pub enum MapError {
     #[error(transparent)]
     Cache(#[from] CacheError),
     /// The mapping could not be created or registered.
-    #[error("cannot map {name}: {op}: {source}")]
+    #[error("cannot map {name}: {op} failed")]
     Map {
         /// The object's name.
         name: String,
@@ -163,6 +163,7 @@ pub struct Pager {
     core: Arc<Core>,
     workers: Arc<Workers>,
     config: Config,
+    source: UffdSource,
 }
 
 impl std::fmt::Debug for Pager {
@@ -198,7 +199,7 @@ impl Pager {
             }
         }
         // 2. The real userfaultfd, with exactly those features.
-        let (uffd, _) = open_uffd()?;
+        let (uffd, source) = open_uffd()?;
         let wanted = REQUIRED_FEATURES.iter().fold(0, |acc, (bit, _)| acc | bit);
         sys::uffd_api(&uffd, wanted).map_err(|source| PagerError::Sys {
             op: "UFFDIO_API",
@@ -242,12 +243,25 @@ impl Pager {
             core,
             workers,
             config,
+            source,
         })
     }
 
     /// The pager's configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Whether faults that the kernel takes on the application's behalf are
+    /// served: a system call that reads from a mapping (`write(fd, &map[..],
+    /// ..)`, `send`, an O_DIRECT write) waits for the pages like a plain
+    /// load. True for root, for users with read-write access to
+    /// `/dev/userfaultfd`, or with `vm.unprivileged_userfaultfd=1`. Otherwise
+    /// the pager falls back to a user-mode-only userfaultfd, and such a
+    /// system call fails with `EFAULT` on a page not yet mapped: touch the
+    /// range first, or copy it out in user space.
+    pub fn serves_kernel_faults(&self) -> bool {
+        self.source.serves_kernel_faults()
     }
 
     /// Opens `store` as an object with a cache of its own, to map once or
@@ -341,7 +355,8 @@ impl Pager {
         self.core.counters.snapshot()
     }
 
-    /// How many mappings are live.
+    /// How many non-empty mappings are live (an empty mapping registers
+    /// nothing and is not counted).
     pub fn mappings(&self) -> usize {
         self.core.regions.len()
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The file could not be opened.
-    #[error("cannot open {path}: {source}")]
+    #[error("cannot open {path}")]
     Open {
         /// The path as given.
         path: PathBuf,
@@ -34,7 +34,7 @@ pub enum StoreError {
         kind: &'static str,
     },
     /// A read failed.
-    #[error("reading {len} bytes at offset {offset} of {name}: {source}")]
+    #[error("reading {len} bytes at offset {offset} of {name}")]
     Read {
         /// The store's name.
         name: String,

@@ -166,47 +166,68 @@ const _: () = assert!(UFFDIO_REGISTER == 0xC020_AA00);
 const _: () = assert!(UFFDIO_WAKE == 0x8010_AA02);
 const _: () = assert!(UFFDIO_CONTINUE == 0xC020_AA07);
 
-/// How a userfaultfd was obtained, for error messages.
+/// How a userfaultfd was obtained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UffdSource {
-    /// The `userfaultfd(2)` system call (with `UFFD_USER_MODE_ONLY`).
+    /// The `userfaultfd(2)` system call: needs `CAP_SYS_PTRACE` or
+    /// `vm.unprivileged_userfaultfd=1`. Serves faults the kernel takes on the
+    /// application's behalf (`write(2)` from a mapping, O_DIRECT) too.
     Syscall,
-    /// `/dev/userfaultfd`, for callers without `CAP_SYS_PTRACE` when
-    /// `vm.unprivileged_userfaultfd` is 0.
+    /// `/dev/userfaultfd`: needs read-write access to the device. Serves
+    /// kernel-mode faults too.
     Device,
+    /// The system call with `UFFD_USER_MODE_ONLY`, which any user may make:
+    /// only faults taken in user mode reach the handler, so a system call
+    /// that reads a page not yet mapped (`write(fd, mapping, ..)`) fails with
+    /// `EFAULT` instead of waiting for it.
+    UserModeOnly,
 }
 
-/// Opens a userfaultfd (non-blocking, close-on-exec): the system call first,
-/// then `/dev/userfaultfd`. Returns the first error if both fail.
+impl UffdSource {
+    /// Whether faults that the kernel takes on the application's behalf
+    /// (inside `write(2)`, `send(2)`, O_DIRECT reads) are served.
+    pub fn serves_kernel_faults(self) -> bool {
+        self != UffdSource::UserModeOnly
+    }
+}
+
+/// Opens a userfaultfd (non-blocking, close-on-exec), preferring one that
+/// also serves kernel-mode faults: the system call, then `/dev/userfaultfd`,
+/// then the system call with `UFFD_USER_MODE_ONLY`. Returns the first error
+/// if all fail.
 pub fn open_userfaultfd() -> io::Result<(OwnedFd, UffdSource)> {
     let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
-    // SAFETY: userfaultfd takes one int argument and returns a new fd or -1;
-    // no memory is passed.
-    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY) };
-    if fd >= 0 {
-        // SAFETY: the kernel just returned this fd to us and nobody else owns it.
-        return Ok((
-            unsafe { OwnedFd::from_raw_fd(fd as RawFd) },
-            UffdSource::Syscall,
-        ));
-    }
-    let syscall_err = io::Error::last_os_error();
-    let dev = match std::fs::OpenOptions::new()
+    let first_err = match userfaultfd_syscall(flags) {
+        Ok(fd) => return Ok((fd, UffdSource::Syscall)),
+        Err(e) => e,
+    };
+    if let Ok(dev) = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open("/dev/userfaultfd")
     {
-        Ok(dev) => dev,
-        Err(_) => return Err(syscall_err),
-    };
-    // SAFETY: USERFAULTFD_IOC_NEW takes the open flags as its integer argument
-    // and returns a new fd or -1; `dev` is a valid open fd.
-    let fd = unsafe { libc::ioctl(dev.as_raw_fd(), USERFAULTFD_IOC_NEW as _, flags) };
+        // SAFETY: USERFAULTFD_IOC_NEW takes the open flags as its integer
+        // argument and returns a new fd or -1; `dev` is a valid open fd.
+        let fd = unsafe { libc::ioctl(dev.as_raw_fd(), USERFAULTFD_IOC_NEW as _, flags) };
+        if fd >= 0 {
+            // SAFETY: the kernel just returned this fd to us; nobody else owns it.
+            return Ok((unsafe { OwnedFd::from_raw_fd(fd) }, UffdSource::Device));
+        }
+    }
+    userfaultfd_syscall(flags | UFFD_USER_MODE_ONLY)
+        .map(|fd| (fd, UffdSource::UserModeOnly))
+        .map_err(|_| first_err)
+}
+
+fn userfaultfd_syscall(flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: userfaultfd takes one int argument and returns a new fd or -1;
+    // no memory is passed.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
     if fd < 0 {
-        return Err(syscall_err);
+        return Err(io::Error::last_os_error());
     }
     // SAFETY: the kernel just returned this fd to us and nobody else owns it.
-    Ok((unsafe { OwnedFd::from_raw_fd(fd) }, UffdSource::Device))
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// `UFFDIO_API` handshake requesting `features`. Returns the features the

@@ -1,0 +1,320 @@
+//! The engines that serve the benchmark's data, and one measurement of one.
+//!
+//! | engine         | what a thread's view is                     | faults counted by            |
+//! |----------------|---------------------------------------------|------------------------------|
+//! | `kernel-file`  | kernel `mmap` of the data file              | `getrusage` minor faults      |
+//! | `kernel-memfd` | kernel `mmap` of a memfd copy (4 KiB shmem) | `getrusage` minor faults      |
+//! | `faultmap`     | a faultmap mapping at fault-around order N  | the mappings' `pgfault`       |
+//!
+//! All measure *warm* minor faults: the data is in memory and only the page
+//! tables are empty.
+//!
+//! - `kernel-file`'s page cache is re-read right before every measurement,
+//!   because this machine's DAMON evicts page-cache pages idle for about a
+//!   minute; residency is then checked with `mincore`, and the folios of a
+//!   few pages are sampled (large or 4 KiB: see [`super::probe`]).
+//! - `kernel-memfd`'s pages are shmem, never reclaimed here (no swap).
+//! - faultmap's data is opened as one [`Object`] whose cache (a memfd) is
+//!   filled once, before any measurement, through an order-9 mapping.
+//!
+//! # One measurement ([`Engines::measure`])
+//!
+//! 1. Map one fresh view per thread (so each faults again), and for
+//!    `kernel-file` re-warm the page cache. Untimed.
+//! 2. Run the workload on the views ([`run_timed`]). Timed.
+//! 3. Read the fault counts, then drop the views. Untimed.
+
+use std::fs::File;
+use std::hint::black_box;
+use std::ops::Deref;
+use std::os::unix::fs::FileExt;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use faultmap::fault_around::MAX_ORDER;
+use faultmap::{FileStore, MapOptions, Mapping, Object, Pager, Stats, PAGE_SIZE};
+use memmap2::Mmap;
+
+use super::data::Data;
+use super::probe::{self, FolioSample};
+use super::workload::{run_timed, Plan};
+
+/// Bytes read per `pread` when re-warming the file's page cache.
+const REWARM_CHUNK: usize = 8 << 20;
+
+/// One way of serving the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// The kernel's mmap of the data file.
+    KernelFile,
+    /// The kernel's mmap of a memfd holding the same data.
+    KernelMemfd,
+    /// faultmap at a fault-around order.
+    Faultmap {
+        /// The fault-around order (windows of `2^order` pages).
+        order: u8,
+    },
+}
+
+impl Engine {
+    /// The engines of a run: the two kernel baselines, then faultmap at each
+    /// order.
+    pub fn all(orders: &[u8]) -> Vec<Engine> {
+        let mut engines = vec![Engine::KernelFile, Engine::KernelMemfd];
+        engines.extend(orders.iter().map(|&order| Engine::Faultmap { order }));
+        engines
+    }
+
+    /// The `engine` field of a JSON row.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::KernelFile => "kernel-file",
+            Engine::KernelMemfd => "kernel-memfd",
+            Engine::Faultmap { .. } => "faultmap",
+        }
+    }
+
+    /// The `variant` field of a JSON row.
+    pub fn variant(self) -> String {
+        match self {
+            Engine::KernelFile | Engine::KernelMemfd => "default".into(),
+            Engine::Faultmap { order } => format!("order={order}"),
+        }
+    }
+
+    /// The column heading in the table.
+    pub fn column(self) -> String {
+        match self {
+            Engine::KernelFile | Engine::KernelMemfd => self.name().into(),
+            Engine::Faultmap { .. } => self.variant(),
+        }
+    }
+
+    /// The fault-around order, for faultmap.
+    pub fn order(self) -> Option<u8> {
+        match self {
+            Engine::Faultmap { order } => Some(order),
+            Engine::KernelFile | Engine::KernelMemfd => None,
+        }
+    }
+}
+
+/// What one measurement found.
+#[derive(Clone, Copy, Debug)]
+pub struct Sample {
+    /// Wall time of the walk.
+    pub seconds: f64,
+    /// Minor (kernel) or handled (faultmap) faults, all threads together.
+    pub faults: u64,
+    /// Major faults (kernel) or faults that needed store I/O (faultmap).
+    pub major_faults: u64,
+    /// faultmap: store reads during the walk.
+    pub io_count: Option<u64>,
+    /// faultmap: bytes read from the store during the walk.
+    pub io_bytes: Option<u64>,
+    /// faultmap: neighbour pages mapped by fault-around.
+    pub fault_around_pages: Option<u64>,
+    /// kernel-file: percent of the file's pages resident before the walk.
+    pub resident_pct: Option<f64>,
+    /// kernel engines: the folios of sampled pages.
+    pub folios: Option<FolioSample>,
+    /// The sum of the words thread 0 read, to check all engines read the
+    /// same bytes.
+    pub checksum: u64,
+}
+
+/// How faultmap's cache was filled before the measurements.
+#[derive(Clone, Copy, Debug)]
+pub struct WarmUp {
+    /// Wall time of the fill.
+    pub seconds: f64,
+    /// The object's counters after the fill (its store reads).
+    pub stats: Stats,
+    /// Percent of the object's pages cached after it.
+    pub cached_pct: f64,
+}
+
+/// A thread's view of the data: a kernel mapping or a faultmap mapping.
+enum View {
+    Kernel(Mmap),
+    Faultmap(Mapping),
+}
+
+impl Deref for View {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            View::Kernel(m) => m,
+            View::Faultmap(m) => m,
+        }
+    }
+}
+
+/// Every engine's state, kept for the whole benchmark.
+pub struct Engines {
+    len: usize,
+    file: File,
+    memfd: File,
+    pager: Pager,
+    object: Object,
+    warm_up: WarmUp,
+    rewarm_buf: Vec<u8>,
+}
+
+impl Engines {
+    /// Sets up every engine over `data`: opens the file, copies it into a
+    /// memfd, opens it as a faultmap object and fills that object's cache.
+    pub fn new(data: &Data, pager: Pager) -> Result<Engines> {
+        let len = usize::try_from(data.len()).context("the file does not fit the address space")?;
+        let file = data.open()?;
+        let memfd = data.memfd_copy()?;
+        let object = pager.open(FileStore::open(data.path())?)?;
+        let warm_up = warm_object(&pager, &object)?;
+        Ok(Engines {
+            len,
+            file,
+            memfd,
+            pager,
+            object,
+            warm_up,
+            rewarm_buf: vec![0; REWARM_CHUNK],
+        })
+    }
+
+    /// How faultmap's cache was filled.
+    pub fn warm_up(&self) -> WarmUp {
+        self.warm_up
+    }
+
+    /// Measures `engine` running `plan` with `threads` threads (see the
+    /// module documentation for the steps).
+    pub fn measure(&mut self, engine: Engine, plan: &Plan, threads: usize) -> Result<Sample> {
+        // 1. Fresh views; re-warm kernel-file's page cache.
+        let views = self.views(engine, threads)?;
+        let cache = match engine {
+            Engine::KernelFile => Some(self.rewarm_file()?),
+            Engine::KernelMemfd | Engine::Faultmap { .. } => None,
+        };
+        // 2. The timed walk.
+        let slices: Vec<&[u8]> = views.iter().map(|v| &**v).collect();
+        let timed = run_timed(plan, &slices)?;
+        // 3. Fault counts.
+        let mut sample = Sample {
+            seconds: timed.seconds,
+            faults: timed.minor_faults,
+            major_faults: timed.major_faults,
+            io_count: None,
+            io_bytes: None,
+            fault_around_pages: None,
+            resident_pct: cache.map(|c| c.0),
+            folios: cache.map(|c| c.1),
+            checksum: timed.checksum,
+        };
+        if let Engine::KernelMemfd = engine {
+            sample.folios = Some(probe::sample_folios(&views[0]));
+        }
+        if let Engine::Faultmap { .. } = engine {
+            add_faultmap_counts(&mut sample, &views);
+        }
+        Ok(sample)
+    }
+
+    /// One fresh view of the data per thread.
+    fn views(&self, engine: Engine, threads: usize) -> Result<Vec<View>> {
+        (0..threads)
+            .map(|_| match engine {
+                Engine::KernelFile => kernel_map(&self.file).map(View::Kernel),
+                Engine::KernelMemfd => kernel_map(&self.memfd).map(View::Kernel),
+                Engine::Faultmap { order } => self
+                    .pager
+                    .map(&self.object, MapOptions::new().fault_around_order(order))
+                    .map(View::Faultmap)
+                    .context("mapping the data through faultmap"),
+            })
+            .collect()
+    }
+
+    /// Reads the whole file so its page cache is warm, then returns the
+    /// percentage of its pages resident and a sample of their folios.
+    fn rewarm_file(&mut self) -> Result<(f64, FolioSample)> {
+        read_all(&self.file, &mut self.rewarm_buf).context("re-reading the data file")?;
+        let probe_map = kernel_map(&self.file)?;
+        let resident = faultmap::sys::mincore_resident(probe_map.as_ptr(), probe_map.len())
+            .context("mincore")?;
+        let pages = self.len.div_ceil(PAGE_SIZE);
+        touch_samples(&probe_map);
+        let folios = probe::sample_folios(&probe_map);
+        Ok((100.0 * resident as f64 / pages as f64, folios))
+    }
+}
+
+/// Maps `file` read-only and shared with the kernel's mmap.
+fn kernel_map(file: &File) -> Result<Mmap> {
+    // SAFETY: memmap2 requires that the file is not truncated or modified
+    // while mapped. The benchmark's files are a generated file in its own
+    // temporary directory, its own memfd, or a file the user named and was
+    // told (`--file`'s help) must not change during the run; nothing in this
+    // process writes to any of them once the engines are set up.
+    unsafe { Mmap::map(file) }.context("mmap")
+}
+
+/// Touches the pages [`probe::sample_folios`] will look at, so they are
+/// present in this process's page tables.
+fn touch_samples(view: &[u8]) {
+    for page in probe::sample_pages(view.len()) {
+        black_box(view[page * PAGE_SIZE]);
+    }
+}
+
+/// Reads all of `file` into `buf`-sized chunks, discarding the bytes.
+fn read_all(file: &File, buf: &mut [u8]) -> std::io::Result<()> {
+    let mut offset = 0u64;
+    loop {
+        match file.read_at(buf, offset)? {
+            0 => return Ok(()),
+            n => offset += n as u64,
+        }
+    }
+}
+
+/// Fills `object`'s cache through one order-9 mapping, touching one byte
+/// per page.
+fn warm_object(pager: &Pager, object: &Object) -> Result<WarmUp> {
+    let start = Instant::now();
+    let map = pager
+        .map(object, MapOptions::new().fault_around_order(MAX_ORDER))
+        .context("mapping the data through faultmap")?;
+    let mut x = 0u8;
+    for i in (0..map.len()).step_by(PAGE_SIZE) {
+        x ^= map[i];
+    }
+    black_box(x);
+    drop(map);
+    let pages = object.len().div_ceil(PAGE_SIZE as u64).max(1);
+    Ok(WarmUp {
+        seconds: start.elapsed().as_secs_f64(),
+        stats: object.stats(),
+        cached_pct: 100.0 * object.cached_bytes() as f64 / (pages * PAGE_SIZE as u64) as f64,
+    })
+}
+
+/// Sets a faultmap sample's counts from its mappings' counters.
+fn add_faultmap_counts(sample: &mut Sample, views: &[View]) {
+    let mut total = Stats::default();
+    for view in views {
+        if let View::Faultmap(m) = view {
+            let s = m.stats();
+            total.pgfault += s.pgfault;
+            total.pgmajfault += s.pgmajfault;
+            total.pgfault_around += s.pgfault_around;
+            total.io_count += s.io_count;
+            total.io_bytes += s.io_bytes;
+        }
+    }
+    sample.faults = total.pgfault;
+    sample.major_faults = total.pgmajfault;
+    sample.io_count = Some(total.io_count);
+    sample.io_bytes = Some(total.io_bytes);
+    sample.fault_around_pages = Some(total.pgfault_around);
+}

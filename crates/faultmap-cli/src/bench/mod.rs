@@ -1,0 +1,255 @@
+//! `faultmap bench`: the seeds' benchmarks, faultmap against kernel `mmap`
+//! of the same data, in one process, one run.
+//!
+//! Seed 000 (the kernel's fault-around series) measured minor faults and time
+//! per `FAULT_AROUND_ORDER` for three synthetic workloads and several thread
+//! counts. This module reproduces that table with faultmap's fault-around
+//! order as the variable and two kernel baselines as fixed columns:
+//!
+//! ```text
+//!   seq          kernel-file  kernel-memfd  order=0  order=1  ...  order=9
+//!   1 thread  minor-faults        ...
+//!             time, seconds       ...
+//!             vs kernel-file      ...   (kernel-file time / this column's)
+//! ```
+//!
+//! The orchestrator, [`run`], reads top to bottom:
+//!
+//! 1. check the arguments (orders against the library's bound) before
+//!    anything costly;
+//! 2. start the pager: without userfaultfd nothing else is worth doing, and
+//!    its error says what is missing;
+//! 3. the data ([`data`]) and every engine over it ([`engine`]): the file,
+//!    its memfd copy, faultmap's object with its cache filled;
+//! 4. the workloads' inputs ([`workload::Plan`]), made once, untimed;
+//! 5. the measurements: repetitions outermost ([`reps`] decides how many),
+//!    then workload, threads and engine, so the engines of one row are
+//!    measured seconds apart and machine noise hits them alike. Every
+//!    walk's checksum must equal the first one of its workload: an engine
+//!    that served wrong bytes fails the benchmark;
+//! 6. the report: a table in the seed's shape ([`report`]) or one JSON
+//!    document ([`json`]).
+//!
+//! Progress goes to stderr (an indicatif bar, hidden when stderr is not a
+//! terminal); the report alone goes to stdout.
+
+mod data;
+mod engine;
+mod json;
+mod probe;
+mod report;
+mod reps;
+mod results;
+pub mod workload;
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use faultmap::{Config, MapOptions, Pager, PAGE_SIZE};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use self::data::Data;
+use self::engine::{Engine, Engines};
+use self::reps::Repetitions;
+use self::results::{Cell, DataInfo, Run};
+use self::workload::{Plan, Workload};
+use crate::units;
+use crate::BenchArgs;
+
+/// The arguments, checked and de-duplicated.
+#[derive(Debug)]
+struct Settings {
+    workloads: Vec<Workload>,
+    threads: Vec<u16>,
+    engines: Vec<Engine>,
+    reps: Repetitions,
+}
+
+impl Settings {
+    fn from_args(args: &BenchArgs) -> Result<Settings> {
+        let orders = dedup(&args.orders);
+        for &order in &orders {
+            MapOptions::new().fault_around_order(order).validate()?;
+        }
+        Ok(Settings {
+            workloads: dedup(&args.workload),
+            threads: dedup(&args.threads),
+            engines: Engine::all(&orders),
+            reps: Repetitions::from_arg(args.repetitions),
+        })
+    }
+
+    /// Every cell, in measurement order.
+    fn cells(&self) -> Vec<Cell> {
+        let mut cells = Vec::new();
+        for &w in &self.workloads {
+            for &t in &self.threads {
+                for &e in &self.engines {
+                    cells.push(Cell::new(w, t, e));
+                }
+            }
+        }
+        cells
+    }
+}
+
+/// The items of `list` in order, without repeats.
+fn dedup<T: PartialEq + Copy>(list: &[T]) -> Vec<T> {
+    let mut out = Vec::with_capacity(list.len());
+    for &x in list {
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
+}
+
+/// Runs `faultmap bench`.
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let started = Instant::now();
+    // 1. The arguments.
+    let settings = Settings::from_args(args)?;
+    // 2. The pager.
+    let pager = Pager::new(Config::default().handler_threads(usize::from(args.handler_threads)))
+        .context("cannot start the pager")?;
+    // 3. The data and the engines.
+    let data = match &args.file {
+        Some(path) => Data::existing(path)?,
+        None => {
+            note(&format!("writing a {} data file", units::bytes(args.size)));
+            Data::generate(args.size)?
+        }
+    };
+    note("copying it into a memfd and filling faultmap's cache");
+    let mut engines = Engines::new(&data, pager)?;
+    // 4. The workloads' inputs.
+    let len = usize::try_from(data.len()).context("the file does not fit the address space")?;
+    let max_threads = settings
+        .threads
+        .iter()
+        .copied()
+        .max()
+        .map_or(1, usize::from);
+    let plans = settings
+        .workloads
+        .iter()
+        .map(|&w| Plan::new(w, len, max_threads))
+        .collect::<Result<Vec<_>>>()?;
+    // 5. The measurements.
+    let mut cells = settings.cells();
+    let repetitions = measure_all(&mut engines, &plans, settings.reps, &mut cells)?;
+    // 6. The report.
+    let run = Run {
+        machine: probe::Machine::read(),
+        data: DataInfo {
+            path: data.path().display().to_string(),
+            generated: data.generated(),
+            bytes: data.len(),
+            pages: data.len().div_ceil(PAGE_SIZE as u64),
+        },
+        workloads: settings.workloads,
+        threads: settings.threads,
+        engines: settings.engines,
+        repetitions,
+        repetitions_from: settings.reps.from(),
+        handler_threads: args.handler_threads,
+        warm_up: engines.warm_up(),
+        cells,
+        wall_seconds: started.elapsed().as_secs_f64(),
+    };
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        json::write(&run, &mut out)?;
+    } else {
+        out.write_all(report::render(&run).as_bytes())?;
+    }
+    out.flush().context("writing the report")
+}
+
+/// Runs every cell once per repetition; returns how many repetitions ran.
+fn measure_all(
+    engines: &mut Engines,
+    plans: &[Plan],
+    reps: Repetitions,
+    cells: &mut [Cell],
+) -> Result<u32> {
+    let started = Instant::now();
+    let bar = progress_bar();
+    let mut checksums: Vec<Option<u64>> = vec![None; plans.len()];
+    let mut planned = reps.initial();
+    let mut done = 0;
+    bar.set_length(u64::from(planned) * cells.len() as u64);
+    while done < planned {
+        for cell in cells.iter_mut() {
+            bar.set_message(format!(
+                "repetition {}/{planned}: {} × {} on {}",
+                done + 1,
+                cell.workload.name(),
+                cell.threads,
+                cell.engine.column()
+            ));
+            let i = plans
+                .iter()
+                .position(|p| p.workload() == cell.workload)
+                .context("a workload without a plan")?;
+            let sample = engines.measure(cell.engine, &plans[i], usize::from(cell.threads))?;
+            check_checksum(&mut checksums[i], sample.checksum, cell)?;
+            cell.samples.push(sample);
+            bar.inc(1);
+        }
+        done += 1;
+        if done == planned {
+            planned += reps.more(done, started.elapsed());
+            bar.set_length(u64::from(planned) * cells.len() as u64);
+        }
+    }
+    bar.finish_and_clear();
+    Ok(done)
+}
+
+/// Fails if a walk read other bytes than the first walk of its workload.
+fn check_checksum(expected: &mut Option<u64>, got: u64, cell: &Cell) -> Result<()> {
+    match *expected {
+        None => *expected = Some(got),
+        Some(want) if want != got => bail!(
+            "{} read different data than the first engine on {} (word sum {got:#x}, expected {want:#x})",
+            cell.engine.column(),
+            cell.workload.name()
+        ),
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+/// The progress bar on stderr (indicatif hides it when stderr is not a
+/// terminal).
+fn progress_bar() -> ProgressBar {
+    let style = ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    ProgressBar::new(0).with_style(style)
+}
+
+/// A line of information on stderr (never on stdout, which holds the report).
+fn note(text: &str) {
+    let _ = writeln!(std::io::stderr(), "faultmap bench: {text}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dedups_in_order() {
+        assert_eq!(dedup(&[4, 1, 4, 9, 1]), [4, 1, 9]);
+    }
+
+    #[test]
+    fn a_different_checksum_fails() {
+        let cell = Cell::new(Workload::Seq, 1, Engine::Faultmap { order: 4 });
+        let mut expected = None;
+        check_checksum(&mut expected, 7, &cell).unwrap();
+        check_checksum(&mut expected, 7, &cell).unwrap();
+        assert!(check_checksum(&mut expected, 8, &cell).is_err());
+    }
+}

@@ -1,0 +1,307 @@
+//! The seed's workloads, and the threaded, timed run of one of them.
+//!
+//! Seed 000 measured fault-around with three synthetic tests, reproduced
+//! here over any byte slice (a kernel mapping or a faultmap mapping alike):
+//!
+//! ```text
+//!   seq     |0123456789...........................................| every word, in order
+//!   rand    |  [p7]  [p2]      [p9] [p0] ...                      | every word; pages in a
+//!           |                                                     | random permutation,
+//!           |                                                     | words of a page in order
+//!   sparse  |w               |w               |w               |  | one word per 2 MiB
+//!            <---- 2 MiB ---> (one page per page table)
+//! ```
+//!
+//! `rand` differs from the seed's fully random word order on purpose: what
+//! fault-around sees is the order of *first touches of pages*, which a random
+//! page permutation reproduces exactly, while a word-random walk of 1 GiB
+//! would spend minutes in cache and TLB misses that say nothing about faults.
+//!
+//! Every word read is summed (wrapping) and the sum goes through
+//! [`std::hint::black_box`], so the compiler cannot drop the reads.
+//!
+//! # The timed run
+//!
+//! [`run_timed`] gives each thread its own view (its own mapping, so faults
+//! scale with threads as in the seed) and starts them together:
+//!
+//! ```text
+//!   main:    spawn ─ ready ─ rusage₀, t₀ ─ go ──────────── done ─ t₁, rusage₁ ─ join
+//!   worker:  spawn ─ ready ───────────────  go ─ walk ──── done ─ exit
+//! ```
+//!
+//! Thread creation and exit are outside `[t₀, t₁]` and outside the fault
+//! counts; the walks are all that is inside.
+
+use std::hint::black_box;
+use std::sync::Barrier;
+use std::time::Instant;
+
+use anyhow::{anyhow, Context, Result};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::Serialize;
+
+use faultmap::PAGE_SIZE;
+
+/// Bytes per word: the unit the workloads touch.
+const WORD: usize = 8;
+
+/// `sparse` touches one word per this many bytes: one page per PTE table.
+pub const SPARSE_STRIDE: usize = 2 << 20;
+
+/// The seed of the `rand` permutations (thread `i` uses `RAND_SEED + i`), so
+/// every run and every engine walks the same pages in the same order.
+pub const RAND_SEED: u64 = 0x000f_a017_a40d;
+
+/// A workload of seed 000.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// Every 8-byte word of the file, in order.
+    Seq,
+    /// Every word; pages in a random permutation, the words of a page in
+    /// order.
+    Rand,
+    /// One word per 2 MiB: only one page per page table.
+    Sparse,
+}
+
+impl Workload {
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Seq => "seq",
+            Workload::Rand => "rand",
+            Workload::Sparse => "sparse",
+        }
+    }
+
+    /// A one-line description for the report.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Workload::Seq => "sequential access: every 8-byte word in order",
+            Workload::Rand => {
+                "random access: every word, pages in a random permutation, \
+                 words of a page in order"
+            }
+            Workload::Sparse => "touch only one page per page table (one word per 2 MiB)",
+        }
+    }
+}
+
+/// A workload bound to its inputs: the random permutations are made here,
+/// once, outside every timed region.
+#[derive(Debug)]
+pub struct Plan {
+    workload: Workload,
+    /// For `rand`: one page permutation per thread.
+    perms: Vec<Vec<u32>>,
+}
+
+impl Plan {
+    /// A plan for up to `threads` threads over `len` bytes.
+    pub fn new(workload: Workload, len: usize, threads: usize) -> Result<Plan> {
+        let perms = match workload {
+            Workload::Rand => (0..threads)
+                .map(|t| permutation(len.div_ceil(PAGE_SIZE), RAND_SEED + t as u64))
+                .collect::<Result<_>>()?,
+            Workload::Seq | Workload::Sparse => Vec::new(),
+        };
+        Ok(Plan { workload, perms })
+    }
+
+    /// The workload.
+    pub fn workload(&self) -> Workload {
+        self.workload
+    }
+
+    /// How many threads this plan has inputs for.
+    pub fn max_threads(&self) -> usize {
+        match self.workload {
+            Workload::Rand => self.perms.len(),
+            Workload::Seq | Workload::Sparse => usize::MAX,
+        }
+    }
+
+    /// What thread `thread` does over `data`; returns the sum of what it read.
+    pub fn walk(&self, thread: usize, data: &[u8]) -> u64 {
+        match self.workload {
+            Workload::Seq => sum_words(data),
+            Workload::Rand => walk_pages(data, &self.perms[thread]),
+            Workload::Sparse => walk_sparse(data),
+        }
+    }
+}
+
+/// A permutation of `0..pages`, from `seed`.
+fn permutation(pages: usize, seed: u64) -> Result<Vec<u32>> {
+    let pages = u32::try_from(pages)
+        .map_err(|_| anyhow!("the rand workload supports files of up to 2^32 pages (16 TiB)"))?;
+    let mut perm: Vec<u32> = (0..pages).collect();
+    perm.shuffle(&mut StdRng::seed_from_u64(seed));
+    Ok(perm)
+}
+
+/// The wrapping sum of the native-endian words of `bytes` (and of the bytes
+/// of a last partial word).
+fn sum_words(bytes: &[u8]) -> u64 {
+    let mut words = bytes.chunks_exact(WORD);
+    let mut sum = 0u64;
+    for w in &mut words {
+        sum = sum.wrapping_add(u64::from_ne_bytes(word(w)));
+    }
+    for &b in words.remainder() {
+        sum = sum.wrapping_add(u64::from(b));
+    }
+    sum
+}
+
+/// A word-sized chunk as an array (`chunks_exact` guarantees the length).
+fn word(chunk: &[u8]) -> [u8; WORD] {
+    let mut w = [0u8; WORD];
+    w.copy_from_slice(chunk);
+    w
+}
+
+/// Every word of every page, pages in `perm`'s order.
+fn walk_pages(data: &[u8], perm: &[u32]) -> u64 {
+    let mut sum = 0u64;
+    for &page in perm {
+        let start = page as usize * PAGE_SIZE;
+        let end = (start + PAGE_SIZE).min(data.len());
+        if let Some(bytes) = data.get(start..end) {
+            sum = sum.wrapping_add(sum_words(bytes));
+        }
+    }
+    sum
+}
+
+/// One word per [`SPARSE_STRIDE`] bytes.
+fn walk_sparse(data: &[u8]) -> u64 {
+    let mut sum = 0u64;
+    for start in (0..data.len()).step_by(SPARSE_STRIDE) {
+        let end = (start + WORD).min(data.len());
+        sum = sum.wrapping_add(sum_words(&data[start..end]));
+    }
+    sum
+}
+
+/// What a timed run measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Timed {
+    /// Wall time from the threads' common start to the last one's end.
+    pub seconds: f64,
+    /// Minor faults of the whole process over that time (`getrusage`).
+    pub minor_faults: u64,
+    /// Major faults of the whole process over that time.
+    pub major_faults: u64,
+    /// The wrapping sum of the words a thread read (all threads read the
+    /// same words, so they agree).
+    pub checksum: u64,
+}
+
+/// Runs `plan` with one thread per view (thread `i` walks `views[i]`), all
+/// started together; see the module documentation for what is timed.
+pub fn run_timed(plan: &Plan, views: &[&[u8]]) -> Result<Timed> {
+    let n = views.len();
+    if n > plan.max_threads() {
+        return Err(anyhow!(
+            "plan made for {} threads, run with {n}",
+            plan.max_threads()
+        ));
+    }
+    let ready = Barrier::new(n + 1);
+    let go = Barrier::new(n + 1);
+    let done = Barrier::new(n + 1);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = views
+            .iter()
+            .enumerate()
+            .map(|(i, view)| {
+                let (ready, go, done) = (&ready, &go, &done);
+                s.spawn(move || {
+                    ready.wait();
+                    go.wait();
+                    let sum = black_box(plan.walk(i, black_box(view)));
+                    done.wait();
+                    sum
+                })
+            })
+            .collect();
+        ready.wait();
+        let before = faultmap::sys::rusage_faults();
+        let t0 = Instant::now();
+        go.wait();
+        done.wait();
+        let seconds = t0.elapsed().as_secs_f64();
+        let after = faultmap::sys::rusage_faults();
+        let sums = workers
+            .into_iter()
+            .map(|w| w.join().map_err(|_| anyhow!("a benchmark thread died")))
+            .collect::<Result<Vec<u64>>>()?;
+        let checksum = sums.first().copied().unwrap_or(0);
+        if sums.iter().any(|&s| s != checksum) {
+            return Err(anyhow!("the threads read different bytes (sums {sums:x?})"));
+        }
+        let (before, after) = (before.context("getrusage")?, after.context("getrusage")?);
+        Ok(Timed {
+            seconds,
+            minor_faults: after.0.saturating_sub(before.0),
+            major_faults: after.1.saturating_sub(before.1),
+            checksum,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8 + 1).collect()
+    }
+
+    #[test]
+    fn seq_and_rand_read_every_byte_once() {
+        for len in [0, 1, 7, 8, 4095, 4096, 3 * 4096 + 13] {
+            let d = data(len);
+            let seq = Plan::new(Workload::Seq, len, 1).unwrap();
+            let rand = Plan::new(Workload::Rand, len, 2).unwrap();
+            assert_eq!(seq.walk(0, &d), rand.walk(0, &d), "len {len}");
+            assert_eq!(seq.walk(0, &d), rand.walk(1, &d), "len {len}");
+        }
+    }
+
+    #[test]
+    fn rand_visits_every_page_once() {
+        let perm = permutation(1000, 7).unwrap();
+        let mut sorted = perm.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..1000).collect::<Vec<_>>());
+        assert_ne!(perm, sorted);
+    }
+
+    #[test]
+    fn sparse_reads_one_word_per_stride() {
+        let mut d = vec![0u8; 3 * SPARSE_STRIDE + 4];
+        d[0] = 1;
+        d[SPARSE_STRIDE] = 2;
+        d[2 * SPARSE_STRIDE] = 3;
+        d[3 * SPARSE_STRIDE] = 4;
+        d[1] = 0;
+        d[SPARSE_STRIDE + 4096] = 100;
+        let plan = Plan::new(Workload::Sparse, d.len(), 1).unwrap();
+        assert_eq!(plan.walk(0, &d), 10);
+    }
+
+    #[test]
+    fn timed_run_walks_every_view() {
+        let d = data(1 << 16);
+        let plan = Plan::new(Workload::Rand, d.len(), 2).unwrap();
+        let timed = run_timed(&plan, &[&d, &d]).unwrap();
+        assert!(timed.seconds >= 0.0);
+        assert!(run_timed(&plan, &[&d, &d, &d]).is_err());
+    }
+}

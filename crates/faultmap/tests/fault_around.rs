@@ -1,0 +1,249 @@
+//! Fault-around maps only pages that are ready: cached and up to date. A
+//! fault that hits the cache does no I/O and maps the window's ready pages,
+//! skipping absent pages, pages whose read is in flight, and pages whose read
+//! failed. What is mapped is checked in the page tables themselves, through
+//! `/proc/self/pagemap`.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use faultmap::{Config, MapOptions, Pager};
+
+fn pager(handler_threads: usize) -> Pager {
+    Pager::new(Config::default().handler_threads(handler_threads)).expect("Pager::new")
+}
+
+fn set(pages: &[usize]) -> BTreeSet<usize> {
+    pages.iter().copied().collect()
+}
+
+#[test]
+fn a_hit_maps_only_the_ready_pages_of_its_window() {
+    watchdog(WATCHDOG, || {
+        let data = pattern(40 * PAGE, 700);
+        let store = Instrumented::mem(&data, Faults::default());
+        let pager = pager(1);
+        let object = pager.open(store.clone()).unwrap();
+        let warmed = [0usize, 2, 5, 9];
+        // Warm some pages through mapping A at order 0: one page per fault.
+        let a = pager
+            .map(&object, MapOptions::new().fault_around_order(0))
+            .unwrap();
+        for &p in &warmed {
+            assert_eq!(touch(&a, p), data[p * PAGE]);
+        }
+        assert_eq!(
+            present_set(&a, 40),
+            set(&warmed),
+            "order 0 mapped more than the faulting pages"
+        );
+        assert_eq!(
+            object.cached_bytes(),
+            (warmed.len() * PAGE) as u64,
+            "order 0 read more than the faulting pages"
+        );
+        // Mapping B at order 4 touches a warmed page: a hit.
+        let b = pager
+            .map(&object, MapOptions::new().fault_around_order(4))
+            .unwrap();
+        assert!(
+            present_set(&b, 40).is_empty(),
+            "a new mapping has nothing mapped"
+        );
+        assert_eq!(touch(&b, 2), data[2 * PAGE]);
+        let s = settle(&b, 1);
+        assert_eq!(
+            present_set(&b, 40),
+            set(&warmed),
+            "the hit did not map exactly the window's ready pages"
+        );
+        assert_eq!((s.pgfault, s.pgmajfault, s.io_count), (1, 0, 0), "{s:?}");
+        assert_eq!(s.pgfault_around, 3, "{s:?}");
+        for &p in &warmed {
+            let r = page_range(&b, p);
+            assert_bytes(&b[r.clone()], &data[r], &format!("warmed page {p}"));
+        }
+        assert_eq!(b.stats().pgfault, 1, "reading the mapped pages faulted");
+        // A miss in the same window reads the absent pages (one request per
+        // run of them) and then maps the whole window.
+        assert_eq!(touch(&b, 1), data[PAGE]);
+        let s = settle(&b, 2);
+        assert_eq!(
+            present_set(&b, 40),
+            (0..16).collect(),
+            "the miss did not map its whole window"
+        );
+        assert_eq!((s.pgfault, s.pgmajfault), (2, 1), "{s:?}");
+        assert_eq!(
+            s.io_bytes,
+            12 * PAGE as u64,
+            "the miss read exactly the 12 absent pages: {s:?}"
+        );
+        assert_eq!(s.io_count, 4, "runs 1, 3-4, 6-8, 10-15: {s:?}");
+        assert_bytes(&b[..16 * PAGE], &data[..16 * PAGE], "window 0..16");
+        assert_eq!(
+            present_set(&a, 40),
+            set(&warmed),
+            "B's faults mapped pages in A"
+        );
+        store.assert_contract_kept();
+    });
+}
+
+#[test]
+fn a_page_being_read_is_not_mapped_around() {
+    watchdog(WATCHDOG, || {
+        let data = pattern(32 * PAGE, 701);
+        let store = Instrumented::mem(
+            &data,
+            Faults {
+                gated: [5].into(),
+                ..Faults::default()
+            },
+        );
+        let pager = pager(2);
+        let object = pager.open(store.clone()).unwrap();
+        let a = Arc::new(
+            pager
+                .map(&object, MapOptions::new().fault_around_order(0))
+                .unwrap(),
+        );
+        for p in [0, 2, 9] {
+            touch(&a, p);
+        }
+        // Page 5's read is held in the store: it is READING.
+        let reader = {
+            let a = a.clone();
+            std::thread::spawn(move || touch(&a, 5))
+        };
+        assert!(
+            store.gate.wait_entered(1, Duration::from_secs(20)),
+            "page 5's read never started"
+        );
+        let b = pager
+            .map(&object, MapOptions::new().fault_around_order(4))
+            .unwrap();
+        assert_eq!(touch(&b, 2), data[2 * PAGE]);
+        let s = settle(&b, 1);
+        let mapped = present_set(&b, 32);
+        store.gate.open();
+        assert_eq!(reader.join().unwrap(), data[5 * PAGE]);
+        assert_eq!(
+            mapped,
+            set(&[0, 2, 9]),
+            "the hit did not map exactly the ready pages (page 5 was being read)"
+        );
+        assert_eq!((s.pgfault, s.io_count), (1, 0), "{s:?}");
+        // Once read, the page is mapped by B's next fault on it, correctly.
+        let r = page_range(&b, 5);
+        assert_bytes(&b[r.clone()], &data[r], "page 5 after its read");
+        assert_eq!(store.page_reads()[5], 1);
+    });
+}
+
+#[test]
+fn pages_that_fail_to_read_are_never_mapped() {
+    watchdog(WATCHDOG, || {
+        let pages = 48;
+        let bad = [3usize, 10, 17, 31, 32];
+        let data = pattern(pages * PAGE, 702);
+        for order in [0u8, 2, 4, 9] {
+            let store = Instrumented::mem(
+                &data,
+                Faults {
+                    bad: bad.iter().map(|&p| p as u64).collect(),
+                    ..Faults::default()
+                },
+            );
+            let pager = pager(1);
+            let map = pager
+                .map(store.clone(), MapOptions::new().fault_around_order(order))
+                .unwrap();
+            let good: Vec<usize> = (0..pages).filter(|p| !bad.contains(p)).collect();
+            for &p in &good {
+                let r = page_range(&map, p);
+                assert_bytes(
+                    &map[r.clone()],
+                    &data[r],
+                    &format!("order {order}, good page {p}"),
+                );
+            }
+            // How many faults the reads took is not known here: wait for
+            // the page tables to show every good page, then check them.
+            let good_set: BTreeSet<usize> = good.iter().copied().collect();
+            let present = present_eventually(&map, pages, &good_set);
+            let s = map.stats();
+            let what = format!("order {order}: {s:?}");
+            assert_eq!(
+                present, good_set,
+                "{what}: bad pages mapped, or good ones not"
+            );
+            if order > 0 {
+                assert!(
+                    s.io_errors > 0,
+                    "{what}: windows over bad pages must have failed"
+                );
+                assert!(s.io_retry_single > 0, "{what}");
+            } else {
+                assert_eq!(
+                    s.io_errors, 0,
+                    "{what}: order 0 never reads a bad page for a good one"
+                );
+            }
+            assert_eq!(
+                map.object().cached_bytes(),
+                (good.len() * PAGE) as u64,
+                "{what}: exactly the good pages are cached"
+            );
+            // A second mapping of the object maps the good pages around, never the bad.
+            let again = pager
+                .map(map.object(), MapOptions::new().fault_around_order(9))
+                .unwrap();
+            touch(&again, 0);
+            let s = settle(&again, 1);
+            assert_eq!(
+                present_set(&again, pages),
+                good_set,
+                "{what}: second mapping"
+            );
+            assert_eq!((s.pgfault, s.io_count), (1, 0), "{s:?}");
+            store.assert_contract_kept();
+        }
+    });
+}
+
+#[test]
+fn a_failed_window_read_is_retried_for_the_faulting_page() {
+    watchdog(WATCHDOG, || {
+        let data = pattern(32 * PAGE, 703);
+        // Reads of more than one page that include page 6 fail.
+        let store = Instrumented::mem(
+            &data,
+            Faults {
+                flaky: [6].into(),
+                ..Faults::default()
+            },
+        );
+        let pager = pager(1);
+        let map = pager
+            .map(store.clone(), MapOptions::new().fault_around_order(4))
+            .unwrap();
+        let r = page_range(&map, 6);
+        assert_bytes(&map[r.clone()], &data[r], "page 6 after the retry");
+        let s = settle(&map, 1);
+        assert_eq!((s.pgfault, s.pgmajfault), (1, 1), "{s:?}");
+        assert_eq!((s.io_errors, s.io_retry_single), (1, 1), "{s:?}");
+        assert_eq!(s.io_count, 2, "the window, then the page alone: {s:?}");
+        assert_eq!(
+            present_set(&map, 32),
+            set(&[6]),
+            "only the retried page is ready"
+        );
+        assert_bytes(&map, &data, "everything");
+        store.assert_contract_kept();
+    });
+}
