@@ -32,8 +32,9 @@ use crate::bench::workload::Workload;
 /// algorithms.
 ///
 /// faultmap maps an object (a file, a buffer) and serves its page faults in
-/// user space with the kernel's fault-around algorithm. It needs root, or
-/// read-write access to /dev/userfaultfd.
+/// user space with the kernel's fault-around algorithm. Linux 6.6 or later.
+/// As root (or with read-write access to /dev/userfaultfd) it also serves
+/// the faults the kernel takes on the program's behalf; see the README.
 #[derive(Debug, Parser)]
 #[command(name = "faultmap", version, propagate_version = true)]
 struct Cli {

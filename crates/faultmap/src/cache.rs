@@ -20,9 +20,11 @@
 //! a lock-free reader never touches freed memory.
 
 use std::ffi::CString;
+use std::ops::Range;
 use std::os::fd::OwnedFd;
 use std::panic::{self, AssertUnwindSafe};
 
+use crate::object::ObjectPage;
 use crate::page_state::{PageState, Word};
 use crate::store::{Store, StoreError};
 use crate::sync::{AtomicPtr, Ordering};
@@ -52,7 +54,8 @@ impl PageStates {
         Self { dir, pages }
     }
 
-    fn chunk_of(&self, page: u64) -> Option<(&AtomicPtr<Chunk>, usize)> {
+    fn chunk_of(&self, page: ObjectPage) -> Option<(&AtomicPtr<Chunk>, usize)> {
+        let page = page.0;
         if page >= self.pages {
             return None;
         }
@@ -62,7 +65,7 @@ impl PageStates {
 
     /// The word of `page`, if its chunk exists. `None` means ABSENT (or out
     /// of range).
-    pub(crate) fn get(&self, page: u64) -> Option<&PageState> {
+    pub(crate) fn get(&self, page: ObjectPage) -> Option<&PageState> {
         let (slot, i) = self.chunk_of(page)?;
         // Acquire: pairs with the Release of the CAS that published the chunk,
         // so its initialised words are visible.
@@ -74,13 +77,13 @@ impl PageStates {
     }
 
     /// The loaded word of `page`: ABSENT if its chunk does not exist.
-    pub(crate) fn load(&self, page: u64) -> Word {
+    pub(crate) fn load(&self, page: ObjectPage) -> Word {
         self.get(page).map_or(Word::ABSENT, PageState::load)
     }
 
     /// The word of `page`, allocating its chunk on first use. `None` only if
     /// `page` is out of range.
-    pub(crate) fn get_or_alloc(&self, page: u64) -> Option<&PageState> {
+    pub(crate) fn get_or_alloc(&self, page: ObjectPage) -> Option<&PageState> {
         if let Some(state) = self.get(page) {
             return Some(state);
         }
@@ -108,7 +111,7 @@ impl PageStates {
     /// How many pages are UPTODATE. O(pages); for statistics and tests.
     pub(crate) fn count_uptodate(&self) -> u64 {
         (0..self.pages)
-            .filter(|&p| self.load(p).state() == crate::page_state::State::UpToDate)
+            .filter(|&p| self.load(ObjectPage(p)).state() == crate::page_state::State::UpToDate)
             .count() as u64
     }
 }
@@ -126,9 +129,38 @@ impl Drop for PageStates {
     }
 }
 
+/// The largest object faultmap caches: shmem's own limit (`MAX_LFS_FILESIZE`
+/// on 64-bit, 2^63 - 1 rounded down to a page).
+const MAX_OBJECT_BYTES: u64 = (i64::MAX as u64) & !(PAGE_SIZE as u64 - 1);
+
+/// The kernel's limit on a memfd name (`MFD_NAME_MAX_LEN`, 249 bytes), less
+/// the "faultmap:" prefix.
+const MEMFD_NAME_MAX: usize = 249 - "faultmap:".len();
+
+/// The memfd's name, shown in `/proc/PID/maps`: "faultmap:" and the end of
+/// the store's name (the most telling part of a long path), cut at a
+/// character boundary to the kernel's limit; NUL bytes become '?'.
+fn memfd_name(name: &str) -> CString {
+    let name = name.replace('\0', "?");
+    let mut start = name.len().saturating_sub(MEMFD_NAME_MAX);
+    while !name.is_char_boundary(start) {
+        start += 1;
+    }
+    CString::new(format!("faultmap:{}", &name[start..]))
+        .unwrap_or_else(|_| CString::from(c"faultmap"))
+}
+
 /// Why a cache could not be created.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
+    /// The store's length is more than a memfd can hold.
+    #[error("{name} is {len} bytes, more than a cache can hold")]
+    TooLarge {
+        /// The object's name.
+        name: String,
+        /// The store's length.
+        len: u64,
+    },
     /// memfd_create or ftruncate failed.
     #[error("cannot create the memfd for {name} ({len} bytes)")]
     Memfd {
@@ -165,14 +197,19 @@ impl Cache {
     /// A cache for an object of `len` bytes named `name`.
     pub(crate) fn new(name: &str, len: u64) -> Result<Self, CacheError> {
         let pages = len.div_ceil(PAGE_SIZE as u64);
-        let bytes = pages * PAGE_SIZE as u64;
-        let memfd_name = CString::new(format!("faultmap:{}", name.replace('\0', "?")))
-            .unwrap_or_else(|_| CString::from(c"faultmap"));
-        let memfd = sys::memfd_create(&memfd_name, bytes).map_err(|source| CacheError::Memfd {
-            name: name.to_string(),
-            len,
-            source,
-        })?;
+        let bytes = pages
+            .checked_mul(PAGE_SIZE as u64)
+            .filter(|&b| b <= MAX_OBJECT_BYTES)
+            .ok_or_else(|| CacheError::TooLarge {
+                name: name.to_string(),
+                len,
+            })?;
+        let memfd =
+            sys::memfd_create(&memfd_name(name), bytes).map_err(|source| CacheError::Memfd {
+                name: name.to_string(),
+                len,
+                source,
+            })?;
         let alias = if bytes == 0 {
             None
         } else {
@@ -203,8 +240,8 @@ impl Cache {
         &self.memfd
     }
 
-    /// Reads pages `[first, first + count)` from `store` into the memfd.
-    /// Returns the bytes read from the store.
+    /// Reads object pages `pages` from `store` into the memfd. Returns the
+    /// bytes read from the store.
     ///
     /// The caller must own the read of every page in the range (it won
     /// `begin_read` on each, so they are READING): no mapping maps them and no
@@ -212,14 +249,13 @@ impl Cache {
     pub(crate) fn fill(
         &self,
         store: &dyn Store,
-        first: u64,
-        count: u64,
+        pages: Range<ObjectPage>,
     ) -> Result<usize, StoreError> {
         let Some(alias) = &self.alias else {
             return Ok(0);
         };
-        let start = first * PAGE_SIZE as u64;
-        let end_pages = (first + count).min(self.pages) * PAGE_SIZE as u64;
+        let start = pages.start.offset();
+        let end_pages = ObjectPage(pages.end.0.min(self.pages)).offset();
         let end_data = end_pages.min(self.len);
         if start >= end_data {
             return Ok(0);
@@ -268,6 +304,32 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("(no message)")
 }
 
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memfd_names_fit_the_kernel_limit() {
+        let long = format!("/{}/data.bin", "é".repeat(300));
+        let name = memfd_name(&long);
+        assert!(name.as_bytes().len() <= 249);
+        assert!(name.to_str().unwrap().ends_with("/data.bin"));
+        assert_eq!(memfd_name("a\0b").to_str().unwrap(), "faultmap:a?b");
+        // The kernel accepts it.
+        assert!(Cache::new(&long, 4096).is_ok());
+    }
+
+    #[test]
+    fn absurd_lengths_are_refused() {
+        for len in [u64::MAX, u64::MAX - 4095, 1 << 63] {
+            assert!(
+                matches!(Cache::new("x", len), Err(CacheError::TooLarge { .. })),
+                "{len}"
+            );
+        }
+    }
+}
+
 #[cfg(all(test, loom))]
 mod loom_models {
     use super::*;
@@ -285,26 +347,26 @@ mod loom_models {
             let states = Arc::new(PageStates::new(4));
             let a = states.clone();
             let t1 = thread::spawn(move || {
-                let s = a.get_or_alloc(3).unwrap();
+                let s = a.get_or_alloc(ObjectPage(3)).unwrap();
                 assert!(s.begin_read());
                 s.finish_read(false);
             });
             let b = states.clone();
             let t2 = thread::spawn(move || {
-                let w = b.load(3);
+                let w = b.load(ObjectPage(3));
                 assert!(matches!(
                     w.state(),
                     State::Absent | State::Reading | State::UpToDate
                 ));
             });
-            let s = states.get_or_alloc(2).unwrap();
+            let s = states.get_or_alloc(ObjectPage(2)).unwrap();
             assert_eq!(s.load().state(), State::Absent);
             t1.join().unwrap();
             t2.join().unwrap();
-            assert_eq!(states.load(3).state(), State::UpToDate);
+            assert_eq!(states.load(ObjectPage(3)).state(), State::UpToDate);
             assert!(std::ptr::eq(
-                states.get(2).unwrap(),
-                states.get_or_alloc(2).unwrap()
+                states.get(ObjectPage(2)).unwrap(),
+                states.get_or_alloc(ObjectPage(2)).unwrap()
             ));
         });
     }

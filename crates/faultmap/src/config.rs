@@ -202,7 +202,10 @@ impl MapOptions {
         };
         let too_large = || ConfigError::TooLarge(len);
         let len = usize::try_from(len).map_err(|_| too_large())?;
-        usize::try_from(pages * page).map_err(|_| too_large())?;
+        pages
+            .checked_mul(page)
+            .and_then(|bytes| usize::try_from(bytes).ok())
+            .ok_or_else(too_large)?;
         Ok(Extent {
             first_page,
             pages,

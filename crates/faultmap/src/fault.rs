@@ -10,8 +10,8 @@
 //! 2. **Compute the fault-around window** ([`crate::fault_around::window`]).
 //! 3. **Look up the faulting page** in the page-state array, lock-free:
 //!    - UPTODATE: a hit (`pgfault` only);
-//!    - READING: another fault is reading it; register as a waiter and
-//!      return: that reader wakes us (`fault_wait`);
+//!    - READING: another fault is reading it; park on the object's wait
+//!      list and return: that reader wakes us (`fault_wait`, [`crate::wait`]);
 //!    - ABSENT: a miss; go to 4.
 //! 4. **Miss: read the window.** Claim every ABSENT page of the window
 //!    (ABSENT → READING), the faulting page first, and read each contiguous
@@ -20,17 +20,17 @@
 //!    its pages go back to ABSENT and the faulting page alone is retried once
 //!    (the kernel likewise ignores readahead errors and reads the faulting
 //!    folio synchronously); if that fails too, the faulting page is poisoned
-//!    so the access gets SIGBUS, never zeros (`io_errors`). Faults that waited
-//!    for the pages are woken. The real readahead (seed 001) replaces this
-//!    step in the next issue; it is the only place that decides what to read.
+//!    so the access gets SIGBUS, never zeros (`io_errors`). If any page read
+//!    had waiters, the object's parked faults are woken. The real readahead
+//!    (seed 001) replaces this step in the next issue; it is the only place
+//!    that decides what to read.
 //! 5. **Map the window.** Pin every UPTODATE page of the window (lock-free:
 //!    load, then CAS from the loaded value, see [`crate::page_state`]), and
 //!    map the pinned pages as maximal runs with `UFFDIO_CONTINUE`: the run
 //!    that contains the faulting page first, waking the thread, the others
-//!    with `DONTWAKE`. Unpin. `EEXIST` (another fault mapped it), `EAGAIN`
-//!    (the address space is changing) and `ENOENT` (the mapping is gone) are
-//!    outcomes, not errors; if the faulting page was not woken by a
-//!    successful call, it is woken explicitly.
+//!    with `DONTWAKE`. Unpin. If the faulting page was not woken by a
+//!    successful call, it is woken explicitly: a fault never ends with its
+//!    thread asleep unless a reader is known to wake it.
 //!
 //! ```text
 //!     window (order 4)   [ 16 pages, VA-aligned                ]
@@ -39,6 +39,21 @@
 //!     pinned runs         [---]     [-] [-----------------]      R reading
 //!     CONTINUE order          2      1          3  (1 wakes the faulting thread)
 //! ```
+//!
+//! # What `UFFDIO_CONTINUE` can say
+//!
+//! - `EEXIST`: the page is already mapped (another fault's window, or a
+//!   duplicate message). On the faulting page it means the fault is already
+//!   resolved: wake it and stop; on a neighbour, skip that page.
+//! - `ENOENT`: the range is not inside one registered VMA. Either the mapping
+//!   is gone, or the application split it (`madvise`, `mprotect`, `mlock` on
+//!   part of it): the run is retried one page at a time.
+//! - `EAGAIN`: the address space is changing (fork, mremap events). faultmap
+//!   requests no event features yet, so the kernel never says it; it is
+//!   retried a few times, then the page is left to a later fault.
+//! - `EFAULT`: the page is not in the memfd. Only the cache punches holes,
+//!   and only in pages it moved out of UPTODATE first, so a pinned page
+//!   never says it; it is skipped.
 //!
 //! # Deviation from the reference
 //!
@@ -50,20 +65,20 @@
 //! woken after its single page races the handler's mapping of its neighbours
 //! and faults again on a page about to be mapped, which costs a second round
 //! trip and inflates the fault count. Latency to the first byte grows by the
-//! run's CONTINUE (0.07 µs per page, 36 µs at order 9).
+//! run's CONTINUE (0.2 µs per page on this machine, ~100 µs at order 9).
 //!
 //! # Context
 //!
 //! Runs on a handler thread. Takes no lock on a hit; on a miss, only the
-//! object's waiter list (taken only when a fault must wait for another's
-//! read). Never panics on anything a store, the application or the kernel
-//! can do.
+//! object's wait list, and only when a page had waiters. Never panics on
+//! anything a store, the application or the kernel can do.
 
 use std::ops::Range;
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use crate::fault_around;
-use crate::object::ObjectCore;
+use crate::object::{ObjectCore, ObjectPage};
 use crate::page_state::State;
 use crate::space::Region;
 use crate::stats::{Counters, Stats};
@@ -71,18 +86,19 @@ use crate::sys::{self, ContinueResult, PAGE_SIZE, PTRS_PER_PTE};
 
 /// What the fault path needs from its pager.
 pub(crate) struct FaultEnv<'a> {
-    pub(crate) uffd: &'a OwnedFd,
+    pub(crate) uffd: &'a Arc<OwnedFd>,
     pub(crate) regions: &'a crate::space::RegionTable,
     pub(crate) counters: &'a Counters,
 }
 
-/// A fault waiting for a read in flight: woken by the reader.
-#[derive(Clone, Copy, Debug)]
+/// A fault parked until a read in flight ends (see [`crate::wait`]).
+#[derive(Debug)]
 pub(crate) struct Waiter {
-    /// The object page it waits for.
-    pub(crate) page: u64,
     /// The faulting address, page-aligned.
-    pub(crate) addr: usize,
+    addr: usize,
+    /// The userfaultfd the fault came from: an object may be mapped by
+    /// several pagers.
+    uffd: Arc<OwnedFd>,
 }
 
 /// Pages of a window: at most one PTE table.
@@ -152,25 +168,37 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
     let mut woken = false;
     for _ in 0..MAX_LOOKUPS {
         // 3. Look up the faulting page.
-        let opage = region.first_page + page;
+        let opage = region.object_page(page);
         match object.cache.states.load(opage).state() {
             State::UpToDate => {}
             State::Absent => {
                 // 4. A miss: read the window's absent pages.
-                let outcome = read_window(&region, &window, page, &mut tally);
-                wake_waiters(env, object);
+                let (outcome, had_waiters) = read_window(&region, &window, page, &mut tally);
+                if had_waiters {
+                    wake_parked(object);
+                }
                 match outcome {
                     ReadOutcome::Read => {}
                     ReadOutcome::Lost => continue,
                     ReadOutcome::Failed => {
-                        let _ = sys::uffd_poison(env.uffd, page_addr, PAGE_SIZE);
-                        woken = true;
+                        // SIGBUS for the access. If another fault mapped the
+                        // page meanwhile (EEXIST), the thread needs a wake.
+                        woken = sys::uffd_poison(env.uffd, page_addr, PAGE_SIZE).is_ok();
                         break;
                     }
                 }
             }
             State::Reading => {
-                if wait_for_read(object, opage, page_addr) {
+                let waiter = Waiter {
+                    addr: page_addr,
+                    uffd: env.uffd.clone(),
+                };
+                let parked = object
+                    .cache
+                    .states
+                    .get(opage)
+                    .is_some_and(|state| object.waiters.park(state, waiter));
+                if parked {
                     tally.fault_wait += 1;
                     woken = true;
                     break;
@@ -188,7 +216,6 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
             MapOutcome::Woken => woken = true,
             MapOutcome::NotWoken => {}
             MapOutcome::PageGone => continue,
-            MapOutcome::RegionGone => woken = true,
         }
         break;
     }
@@ -209,24 +236,29 @@ enum ReadOutcome {
     Failed,
 }
 
-/// Step 4: claims and reads the absent pages of `window`.
-fn read_window(region: &Region, window: &Range<u64>, page: u64, tally: &mut Stats) -> ReadOutcome {
+/// Step 4: claims and reads the absent pages of `window`. Also returns
+/// whether any page it read or failed had parked waiters.
+fn read_window(
+    region: &Region,
+    window: &Range<u64>,
+    page: u64,
+    tally: &mut Stats,
+) -> (ReadOutcome, bool) {
     let object = &*region.object;
     let states = &object.cache.states;
-    let opage = |p: u64| region.first_page + p;
     // The faulting page first: if another thread won it, it is theirs to read.
-    let Some(fault_state) = states.get_or_alloc(opage(page)) else {
-        return ReadOutcome::Failed;
+    let Some(fault_state) = states.get_or_alloc(region.object_page(page)) else {
+        return (ReadOutcome::Failed, false);
     };
     if !fault_state.begin_read() {
-        return ReadOutcome::Lost;
+        return (ReadOutcome::Lost, false);
     }
     let n = (window.end - window.start) as usize;
     let mut claimed = PageSet::new();
     for (i, p) in window.clone().enumerate() {
         let won = p == page
             || states
-                .get_or_alloc(opage(p))
+                .get_or_alloc(region.object_page(p))
                 .is_some_and(|s| s.begin_read());
         if won {
             claimed.insert(i);
@@ -234,51 +266,56 @@ fn read_window(region: &Region, window: &Range<u64>, page: u64, tally: &mut Stat
     }
     tally.pgmajfault += 1;
     let mut fault_read = false;
+    let mut waiters = false;
     for run in claimed.runs(n) {
-        let first = opage(window.start + run.start as u64);
-        let count = run.len() as u64;
-        let has_fault = (first..first + count).contains(&opage(page));
-        tally.io_count += 1;
-        match object.cache.fill(&*object.store, first, count) {
-            Ok(bytes) => {
-                tally.io_bytes += bytes as u64;
-                end_reads(object, first..first + count, true);
-                fault_read |= has_fault;
-            }
-            Err(_) => {
-                tally.io_errors += 1;
-                end_reads(object, first..first + count, false);
-            }
-        }
+        let first = region.object_page(window.start + run.start as u64);
+        let pages = first..first.add(run.len() as u64);
+        let has_fault =
+            (window.start + run.start as u64..window.start + run.end as u64).contains(&page);
+        let ok = read_run(object, pages.clone(), tally);
+        waiters |= end_reads(object, pages, ok);
+        fault_read |= ok && has_fault;
     }
     if fault_read {
-        return ReadOutcome::Read;
+        return (ReadOutcome::Read, waiters);
     }
     // The window's read failed: retry the faulting page alone, once.
     tally.io_retry_single += 1;
     if !fault_state.begin_read() {
-        return ReadOutcome::Lost;
+        return (ReadOutcome::Lost, waiters);
     }
+    let opage = region.object_page(page);
+    let ok = read_run(object, opage..opage.add(1), tally);
+    waiters |= end_reads(object, opage..opage.add(1), ok);
+    let outcome = if ok {
+        ReadOutcome::Read
+    } else {
+        ReadOutcome::Failed
+    };
+    (outcome, waiters)
+}
+
+/// One store request for object pages `pages`, which this thread claimed.
+fn read_run(object: &ObjectCore, pages: Range<ObjectPage>, tally: &mut Stats) -> bool {
     tally.io_count += 1;
-    match object.cache.fill(&*object.store, opage(page), 1) {
+    match object.cache.fill(&*object.store, pages) {
         Ok(bytes) => {
             tally.io_bytes += bytes as u64;
-            end_reads(object, opage(page)..opage(page) + 1, true);
-            ReadOutcome::Read
+            true
         }
         Err(_) => {
             tally.io_errors += 1;
-            end_reads(object, opage(page)..opage(page) + 1, false);
-            ReadOutcome::Failed
+            false
         }
     }
 }
 
-/// Ends the reads of `pages` (object pages this thread claimed).
-fn end_reads(object: &ObjectCore, pages: Range<u64>, ok: bool) {
+/// Ends the reads of `pages` (object pages this thread claimed). Returns
+/// whether any of them had parked waiters.
+fn end_reads(object: &ObjectCore, pages: Range<ObjectPage>, ok: bool) -> bool {
     let mut waiters = false;
-    for p in pages {
-        if let Some(state) = object.cache.states.get(p) {
+    for p in pages.start.0..pages.end.0 {
+        if let Some(state) = object.cache.states.get(ObjectPage(p)) {
             let old = if ok {
                 state.finish_read(false)
             } else {
@@ -287,51 +324,14 @@ fn end_reads(object: &ObjectCore, pages: Range<u64>, ok: bool) {
             waiters |= old.has_waiters();
         }
     }
-    if waiters {
-        object
-            .waiters_pending
-            .store(true, std::sync::atomic::Ordering::Release);
-    }
+    waiters
 }
 
-/// Registers the fault at `addr` as waiting for the read of object page
-/// `opage`. Returns false if the read ended meanwhile (look again).
-fn wait_for_read(object: &ObjectCore, opage: u64, addr: usize) -> bool {
-    let Some(state) = object.cache.states.get(opage) else {
-        return false;
-    };
-    // Listed before flagged: a reader that sees the flag finds the entry.
-    let mut list = object.waiters.lock().unwrap_or_else(|e| e.into_inner());
-    list.push(Waiter { page: opage, addr });
-    match state.add_waiter() {
-        Ok(()) => true,
-        Err(_) => {
-            list.pop();
-            false
-        }
-    }
-}
-
-/// Wakes the faults that waited for pages this fault just read.
-fn wake_waiters(env: &FaultEnv<'_>, object: &ObjectCore) {
-    if !object
-        .waiters_pending
-        .swap(false, std::sync::atomic::Ordering::AcqRel)
-    {
-        return;
-    }
-    let woken: Vec<Waiter> = {
-        let mut list = object.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        let (done, still): (Vec<Waiter>, Vec<Waiter>) = list
-            .drain(..)
-            .partition(|w| object.cache.states.load(w.page).state() != State::Reading);
-        *list = still;
-        done
-    };
-    for w in woken {
-        // The woken thread faults again and finds the page cached (or absent
-        // after a failed read, and reads it itself).
-        let _ = sys::uffd_wake(env.uffd, w.addr, PAGE_SIZE);
+/// Wakes every fault parked on the object: each faults again and finds its
+/// page cached, absent (and reads it), or still being read (and parks again).
+fn wake_parked(object: &ObjectCore) {
+    for w in object.waiters.take_all() {
+        let _ = sys::uffd_wake(&w.uffd, w.addr, PAGE_SIZE);
     }
 }
 
@@ -342,8 +342,6 @@ enum MapOutcome {
     NotWoken,
     /// The faulting page left UPTODATE before it could be pinned.
     PageGone,
-    /// The mapping is gone (`ENOENT`): nothing left to wake.
-    RegionGone,
 }
 
 /// Step 5: pins the window's ready pages and maps them as runs.
@@ -354,14 +352,49 @@ fn map_window(
     page: u64,
     tally: &mut Stats,
 ) -> MapOutcome {
-    let states = &region.object.cache.states;
     let n = (window.end - window.start) as usize;
     let fault_i = (page - window.start) as usize;
+    let pinned = pin_ready(region, window, fault_i, tally);
+    if !pinned.contains(fault_i) {
+        unpin_all(region, window, &pinned);
+        return MapOutcome::PageGone;
+    }
 
-    // Pin: the lock-free lookup. A pinned page stays UPTODATE until unpinned.
+    // The faulting page's run first, waking its thread; then the rest.
+    let fault_run = pinned
+        .runs(n)
+        .find(|r| r.contains(&fault_i))
+        .unwrap_or(fault_i..fault_i + 1);
+    let first = continue_run(
+        env,
+        region,
+        window.start,
+        fault_run.clone(),
+        Some(fault_i),
+        tally,
+    );
+    let mut around = first.pages - u64::from(first.fault == FaultPage::Woken);
+    if first.fault != FaultPage::AlreadyMapped {
+        for run in pinned.runs(n).filter(|r| *r != fault_run) {
+            around += continue_run(env, region, window.start, run, None, tally).pages;
+        }
+    }
+    tally.pgfault_around += around;
+    unpin_all(region, window, &pinned);
+    if first.fault == FaultPage::Woken {
+        MapOutcome::Woken
+    } else {
+        MapOutcome::NotWoken
+    }
+}
+
+/// Pins the UPTODATE pages of `window` (window-relative index `fault_i` is
+/// the faulting page). A pinned page stays UPTODATE until unpinned.
+fn pin_ready(region: &Region, window: &Range<u64>, fault_i: usize, tally: &mut Stats) -> PageSet {
+    let states = &region.object.cache.states;
     let mut pinned = PageSet::new();
     for (i, p) in window.clone().enumerate() {
-        let Some(state) = states.get(region.first_page + p) else {
+        let Some(state) = states.get(region.object_page(p)) else {
             continue;
         };
         let mut seen = state.load();
@@ -383,77 +416,41 @@ fn map_window(
             }
         }
     }
-    if !pinned.contains(fault_i) {
-        unpin_all(region, window, &pinned);
-        return MapOutcome::PageGone;
-    }
-
-    // Map: the faulting page's run first, waking its thread; then the rest.
-    let fault_run = pinned
-        .runs(n)
-        .find(|r| r.contains(&fault_i))
-        .unwrap_or(fault_i..fault_i + 1);
-    let mut outcome = MapOutcome::NotWoken;
-    let mut mapped = continue_run(
-        env,
-        region,
-        window.start,
-        fault_run.clone(),
-        Some(fault_i),
-        tally,
-    );
-    match mapped {
-        RunResult::Mapped {
-            woke_fault: true, ..
-        } => outcome = MapOutcome::Woken,
-        RunResult::RegionGone => {
-            unpin_all(region, window, &pinned);
-            return MapOutcome::RegionGone;
-        }
-        RunResult::Mapped { .. } => {}
-    }
-    let mut around = match mapped {
-        RunResult::Mapped { pages, woke_fault } => pages - u64::from(woke_fault),
-        RunResult::RegionGone => 0,
-    };
-    for run in pinned.runs(n).filter(|r| *r != fault_run) {
-        mapped = continue_run(env, region, window.start, run, None, tally);
-        match mapped {
-            RunResult::Mapped { pages, .. } => around += pages,
-            RunResult::RegionGone => break,
-        }
-    }
-    tally.pgfault_around += around;
-    unpin_all(region, window, &pinned);
-    outcome
+    pinned
 }
 
 fn unpin_all(region: &Region, window: &Range<u64>, pinned: &PageSet) {
     let n = (window.end - window.start) as usize;
     for run in pinned.runs(n) {
         for i in run {
-            if let Some(state) = region
-                .object
-                .cache
-                .states
-                .get(region.first_page + window.start + i as u64)
-            {
+            let opage = region.object_page(window.start + i as u64);
+            if let Some(state) = region.object.cache.states.get(opage) {
                 state.unpin();
             }
         }
     }
 }
 
-enum RunResult {
-    /// `pages` pages were mapped; `woke_fault` if the faulting page was among
-    /// them in a call that woke it.
-    Mapped { pages: u64, woke_fault: bool },
-    /// `ENOENT`: the mapping is gone.
-    RegionGone,
+/// What became of the faulting page in a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FaultPage {
+    /// Not in this run, or not mapped by it.
+    NotMapped,
+    /// Mapped by a call that woke its thread.
+    Woken,
+    /// Already mapped by someone else (`EEXIST`): the fault is resolved.
+    AlreadyMapped,
+}
+
+struct RunResult {
+    /// Pages this run mapped.
+    pages: u64,
+    fault: FaultPage,
 }
 
 /// `UFFDIO_CONTINUE` over one run of window-relative pages. With `fault`
-/// (the faulting page's index), the calls wake; otherwise they are DONTWAKE.
+/// (the faulting page's index, inside the run), the calls wake; otherwise
+/// they are DONTWAKE.
 fn continue_run(
     env: &FaultEnv<'_>,
     region: &Region,
@@ -463,27 +460,45 @@ fn continue_run(
     tally: &mut Stats,
 ) -> RunResult {
     let wake = fault.is_some();
+    let mut out = RunResult {
+        pages: 0,
+        fault: FaultPage::NotMapped,
+    };
     let mut cur = run.start;
-    let mut pages = 0u64;
-    let mut woke_fault = false;
+    // After an ENOENT the run crosses a VMA boundary: go page by page.
+    let mut one_by_one = false;
     let mut eagain = 0;
     while cur < run.end {
-        let addr = region.page_addr(base + cur as u64);
-        let len = (run.end - cur) * PAGE_SIZE;
+        let len = if one_by_one { 1 } else { run.end - cur };
         tally.map_calls += 1;
-        let done = match sys::uffd_continue(env.uffd, addr, len, wake) {
-            ContinueResult::Done => run.end - cur,
+        let result = sys::uffd_continue(
+            env.uffd,
+            region.page_addr(base + cur as u64),
+            len * PAGE_SIZE,
+            wake,
+        );
+        let done = match result {
+            ContinueResult::Done => len,
             ContinueResult::Partial { bytes } => bytes / PAGE_SIZE,
             ContinueResult::Failed { errno } => {
                 match errno {
-                    libc::ENOENT => return RunResult::RegionGone,
                     libc::EAGAIN if eagain < MAX_EAGAIN => {
                         eagain += 1;
                         continue;
                     }
-                    libc::EEXIST => tally.map_eexist += 1,
-                    // EFAULT (not in the memfd), EAGAIN again, others: leave
-                    // this page to a later fault.
+                    libc::ENOENT if len > 1 => {
+                        one_by_one = true;
+                        continue;
+                    }
+                    libc::EEXIST => {
+                        tally.map_eexist += 1;
+                        if fault == Some(cur) {
+                            out.fault = FaultPage::AlreadyMapped;
+                            return out;
+                        }
+                    }
+                    // ENOENT on one page (its VMA is gone), EFAULT, EAGAIN
+                    // again: leave this page to a later fault.
                     _ => {}
                 }
                 cur += 1;
@@ -491,10 +506,10 @@ fn continue_run(
             }
         };
         if fault.is_some_and(|f| (cur..cur + done).contains(&f)) {
-            woke_fault = true;
+            out.fault = FaultPage::Woken;
         }
-        pages += done as u64;
+        out.pages += done as u64;
         cur += done;
     }
-    RunResult::Mapped { pages, woke_fault }
+    out
 }

@@ -28,8 +28,12 @@
 //! # }
 //! ```
 //!
-//! Requirements: Linux 6.6 or later, and either root or read-write access to
-//! `/dev/userfaultfd`. [`Pager::new`] checks both and says what is missing.
+//! Requirements: Linux 6.6 or later; [`Pager::new`] checks the kernel's
+//! userfaultfd features and names any that is missing. Any user can create a
+//! pager. Root, read-write access to `/dev/userfaultfd`, or
+//! `vm.unprivileged_userfaultfd=1` also lets it serve the faults that the
+//! kernel takes on the application's behalf (`write(2)` from a mapping):
+//! see [`Pager::serves_kernel_faults`].
 
 pub(crate) mod cache;
 mod config;
@@ -42,7 +46,21 @@ pub(crate) mod space;
 mod stats;
 mod store;
 mod sync;
-pub mod sys;
+pub(crate) mod sys;
+mod wait;
+
+/// Helpers for benchmarks that compare faultmap with the kernel's own
+/// mappings of the same data (their system calls live in the `sys` module
+/// with all the others).
+pub mod measure {
+    pub use crate::sys::{mincore_resident, rusage_faults};
+
+    /// A close-on-exec memfd of `len` bytes named `name`, as a file: the
+    /// like-for-like kernel baseline (shmem pages, as faultmap's cache).
+    pub fn memfd(name: &std::ffi::CStr, len: u64) -> std::io::Result<std::fs::File> {
+        crate::sys::memfd_create(name, len).map(std::fs::File::from)
+    }
+}
 
 pub use cache::CacheError;
 pub use config::{Config, ConfigError, MapOptions};

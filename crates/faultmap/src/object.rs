@@ -5,14 +5,14 @@
 //! store; the others' faults are MINOR and map the cached page.
 
 use std::fmt;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::cache::Cache;
 use crate::fault::Waiter;
 use crate::stats::{Counters, Stats};
 use crate::store::Store;
 use crate::sys::PAGE_SIZE;
+use crate::wait::WaitList;
 
 pub(crate) struct ObjectCore {
     pub(crate) store: Box<dyn Store>,
@@ -21,10 +21,26 @@ pub(crate) struct ObjectCore {
     pub(crate) len: u64,
     /// Counters of all mappings of this object.
     pub(crate) counters: Counters,
-    /// Faults waiting for a read in flight (see `fault::wait_for_read`).
-    pub(crate) waiters: Mutex<Vec<Waiter>>,
-    /// Set by a reader that ended a read with waiters.
-    pub(crate) waiters_pending: AtomicBool,
+    /// Faults parked until a read in flight ends.
+    pub(crate) waiters: WaitList<Waiter>,
+}
+
+/// A page index in an object, and so in its memfd: page `i` covers bytes
+/// `[i * PAGE_SIZE, (i + 1) * PAGE_SIZE)`. Kept apart from region-relative
+/// page indices (plain `u64`s in the fault path) and from addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct ObjectPage(pub(crate) u64);
+
+impl ObjectPage {
+    /// The page `n` pages after this one.
+    pub(crate) fn add(self, n: u64) -> ObjectPage {
+        ObjectPage(self.0 + n)
+    }
+
+    /// The object offset of the page's first byte.
+    pub(crate) fn offset(self) -> u64 {
+        self.0 * PAGE_SIZE as u64
+    }
 }
 
 /// A store and its page cache. Cheap to clone: clones share the cache.

@@ -55,8 +55,8 @@
 //!    can only be taken on an UPTODATE word, so while a pin is held the page
 //!    is in the memfd and its bytes are final.
 //! 3. WAITERS is set only on a READING page, and the reader that ends the
-//!    read (either way) sees it in the value its CAS replaced, so it wakes
-//!    every waiter it has.
+//!    read (either way) sees it in the value its CAS replaced, so it knows
+//!    that faults are parked and wakes them ([`crate::wait`]).
 
 use crate::sync::{AtomicU64, Ordering};
 

@@ -27,7 +27,6 @@ use std::io;
 use std::ops::Deref;
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -35,11 +34,12 @@ use std::time::{Duration, Instant};
 use crate::cache::{Cache, CacheError};
 use crate::config::{Config, ConfigError, MapOptions};
 use crate::fault::{self, FaultEnv};
-use crate::object::{IntoObject, Object, ObjectCore};
+use crate::object::{IntoObject, Object, ObjectCore, ObjectPage};
 use crate::space::{Region, RegionTable};
 use crate::stats::{Counters, Stats};
 use crate::store::{Store, StoreError};
 use crate::sys::{self, feature, mode, range_ioctl, UffdMsg, UffdSource, PAGE_SIZE, PTRS_PER_PTE};
+use crate::wait::WaitList;
 
 /// The kernel features faultmap cannot work without, and why.
 const REQUIRED_FEATURES: [(u64, &str); 3] = [
@@ -126,7 +126,7 @@ pub enum MapError {
 
 /// What the handler threads share with the pager and its mappings.
 pub(crate) struct Core {
-    uffd: OwnedFd,
+    uffd: Arc<OwnedFd>,
     regions: RegionTable,
     counters: Counters,
 }
@@ -206,7 +206,7 @@ impl Pager {
             source,
         })?;
         let core = Arc::new(Core {
-            uffd,
+            uffd: Arc::new(uffd),
             regions: RegionTable::new(),
             counters: Counters::default(),
         });
@@ -274,8 +274,7 @@ impl Pager {
             cache,
             len,
             counters: Counters::default(),
-            waiters: Mutex::new(Vec::new()),
-            waiters_pending: AtomicBool::new(false),
+            waiters: WaitList::default(),
         })))
     }
 
@@ -336,7 +335,7 @@ impl Pager {
         let region = Arc::new(Region {
             map,
             object: object.0.clone(),
-            first_page: extent.first_page,
+            first_page: ObjectPage(extent.first_page),
             pages: extent.pages,
             order: opts.order(),
             counters: Counters::default(),

@@ -4,14 +4,16 @@
 //! published. A fault handler loads the current snapshot (`ArcSwap`: no lock,
 //! no reference count on the table itself), binary-searches it, and clones the
 //! region's `Arc`. Mapping and unmapping, which are rare next to faults,
-//! copy the vector under a mutex and publish the copy.
+//! copy the vector under a mutex and publish the copy (O(regions) per
+//! change: fine for thousands of mappings; the speculative table of the
+//! seed 004 issue is the place to make it cheaper).
 //!
 //! A region owns its registered mapping: the address range is unmapped when
 //! the last `Arc<Region>` goes, so a handler that is still resolving a fault
 //! on a region that the application just dropped keeps the range mapped (its
-//! `UFFDIO_CONTINUE` then lands in the old mapping or fails with `ENOENT`),
-//! and the address can never be reused by a new mapping while a handler holds
-//! the old one.
+//! `UFFDIO_CONTINUE` lands in the old mapping, whose pages are the same
+//! object's), and the address can never be reused by a new mapping while a
+//! handler holds the old one.
 //!
 //! The speculative variant with per-region sequence counts (seed 004) is a
 //! later issue; its seam is `RegionTable::lookup`.
@@ -20,7 +22,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
-use crate::object::ObjectCore;
+use crate::object::{ObjectCore, ObjectPage};
 use crate::stats::Counters;
 use crate::sys::{MappedRegion, PAGE_SIZE};
 
@@ -31,7 +33,7 @@ pub(crate) struct Region {
     /// The object it maps.
     pub(crate) object: Arc<ObjectCore>,
     /// The object page that the region's first page maps.
-    pub(crate) first_page: u64,
+    pub(crate) first_page: ObjectPage,
     /// The region's length in pages.
     pub(crate) pages: u64,
     /// Fault-around order.
@@ -52,6 +54,11 @@ impl Region {
     /// The address of page `page` of the region.
     pub(crate) fn page_addr(&self, page: u64) -> usize {
         self.start() + page as usize * PAGE_SIZE
+    }
+
+    /// The object page that page `page` of the region maps.
+    pub(crate) fn object_page(&self, page: u64) -> ObjectPage {
+        self.first_page.add(page)
     }
 }
 

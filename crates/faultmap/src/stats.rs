@@ -45,8 +45,10 @@ macro_rules! counters {
 
         impl Counters {
             /// The counters, once the faults being handled have added to
-            /// them (waiting at most [`SETTLE_LIMIT`]): a thread whose access
-            /// faulted and returned sees its fault counted.
+            /// them, waiting at most [`SETTLE_LIMIT`]. Best effort: a thread
+            /// whose access faulted and returned normally sees its fault
+            /// counted, but a thread woken by another fault's mapping of
+            /// its page may return before its own message is read.
             pub(crate) fn snapshot(&self) -> Stats {
                 let deadline = Instant::now() + SETTLE_LIMIT;
                 while self.in_flight.load(Ordering::Acquire) != 0 && Instant::now() < deadline {

@@ -84,10 +84,6 @@ pub mod range_ioctl {
 
 /// `uffd_msg.event` of a page fault.
 pub const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
-/// `uffd_msg.arg.pagefault.flags`: the access was a write.
-pub const UFFD_PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
-/// `uffd_msg.arg.pagefault.flags`: a MINOR fault (the page is in the cache).
-pub const UFFD_PAGEFAULT_FLAG_MINOR: u64 = 1 << 2;
 
 const CONTINUE_MODE_DONTWAKE: u64 = 1 << 0;
 
@@ -474,11 +470,6 @@ impl MappedRegion {
     /// The mapping's length in bytes.
     pub fn len(&self) -> usize {
         self.len
-    }
-
-    /// Whether the mapping has no bytes (never: mmap refuses length 0).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// The first byte, as a raw pointer.

@@ -93,9 +93,8 @@ impl Data {
 
     /// A memfd holding a copy of the file.
     pub fn memfd_copy(&self) -> Result<File> {
-        let fd = faultmap::sys::memfd_create(c"faultmap-bench", self.len)
+        let mut memfd = faultmap::measure::memfd(c"faultmap-bench", self.len)
             .context("creating the memfd for kernel-memfd")?;
-        let mut memfd = File::from(fd);
         let copied =
             io::copy(&mut self.open()?, &mut memfd).context("copying the data into the memfd")?;
         if copied != self.len {

@@ -240,7 +240,7 @@ impl Engines {
     fn rewarm_file(&mut self) -> Result<(f64, FolioSample)> {
         read_all(&self.file, &mut self.rewarm_buf).context("re-reading the data file")?;
         let probe_map = kernel_map(&self.file)?;
-        let resident = faultmap::sys::mincore_resident(probe_map.as_ptr(), probe_map.len())
+        let resident = faultmap::measure::mincore_resident(probe_map.as_ptr(), probe_map.len())
             .context("mincore")?;
         let pages = self.len.div_ceil(PAGE_SIZE);
         touch_samples(&probe_map);

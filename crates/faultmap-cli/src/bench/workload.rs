@@ -231,12 +231,12 @@ pub fn run_timed(plan: &Plan, views: &[&[u8]]) -> Result<Timed> {
             })
             .collect();
         ready.wait();
-        let before = faultmap::sys::rusage_faults();
+        let before = faultmap::measure::rusage_faults();
         let t0 = Instant::now();
         go.wait();
         done.wait();
         let seconds = t0.elapsed().as_secs_f64();
-        let after = faultmap::sys::rusage_faults();
+        let after = faultmap::measure::rusage_faults();
         let sums = workers
             .into_iter()
             .map(|w| w.join().map_err(|_| anyhow!("a benchmark thread died")))
