@@ -141,9 +141,10 @@ struct BenchArgs {
     /// change during the run).
     #[arg(long, short, value_name = "PATH")]
     file: Option<PathBuf>,
-    /// Repetitions of every measurement; the report gives the median (and
-    /// the min in JSON). Default: as many as fit a 200-second budget, at
-    /// least 3 and at most 11; the report says how many ran.
+    /// Samples of every cell; the report gives the median (and the min in
+    /// JSON). Default: 3 per cell, and up to 11 for the cells that are cheap
+    /// enough (2 s per cell in all, within a 150 s run); each JSON row says
+    /// how many it has.
     #[arg(long, short, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     repetitions: Option<u32>,

@@ -43,7 +43,7 @@ mod results;
 pub mod workload;
 
 use std::io::Write;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use faultmap::{Config, MapOptions, Pager, PAGE_SIZE};
@@ -167,7 +167,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     out.flush().context("writing the report")
 }
 
-/// Runs every cell once per repetition; returns how many repetitions ran.
+/// Measures the cells in passes, each cell as often as `reps` wants (see
+/// [`reps`]); returns the number of passes.
 fn measure_all(
     engines: &mut Engines,
     plans: &[Plan],
@@ -177,14 +178,26 @@ fn measure_all(
     let started = Instant::now();
     let bar = progress_bar();
     let mut checksums: Vec<Option<u64>> = vec![None; plans.len()];
-    let mut planned = reps.initial();
-    let mut done = 0;
-    bar.set_length(u64::from(planned) * cells.len() as u64);
-    while done < planned {
-        for cell in cells.iter_mut() {
+    let mut passes = 0;
+    for pass in 0..reps.max_passes() {
+        let wanted: Vec<usize> = (0..cells.len())
+            .filter(|&c| {
+                let cell = &cells[c];
+                let spent: f64 = cell.samples.iter().map(|s| s.seconds).sum();
+                let samples = u32::try_from(cell.samples.len()).unwrap_or(u32::MAX);
+                reps.wants(samples, Duration::from_secs_f64(spent), started.elapsed())
+            })
+            .collect();
+        if wanted.is_empty() {
+            break;
+        }
+        passes += 1;
+        bar.inc_length(wanted.len() as u64);
+        for c in wanted {
+            let cell = &mut cells[c];
             bar.set_message(format!(
-                "repetition {}/{planned}: {} × {} on {}",
-                done + 1,
+                "pass {}: {} × {} on {}",
+                pass + 1,
                 cell.workload.name(),
                 cell.threads,
                 cell.engine.column()
@@ -198,14 +211,9 @@ fn measure_all(
             cell.samples.push(sample);
             bar.inc(1);
         }
-        done += 1;
-        if done == planned {
-            planned += reps.more(done, started.elapsed());
-            bar.set_length(u64::from(planned) * cells.len() as u64);
-        }
     }
     bar.finish_and_clear();
-    Ok(done)
+    Ok(passes)
 }
 
 /// Fails if a walk read other bytes than the first walk of its workload.

@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 
 use super::engine::Engine;
 use super::probe::FolioSample;
-use super::reps::BUDGET;
+use super::reps::{CELL_BUDGET, MIN_REPS};
 use super::results::{RepsFrom, Run};
 use super::workload::Workload;
 use crate::table::Table;
@@ -81,12 +81,16 @@ fn data_line(run: &Run) -> String {
 
 fn reps_line(run: &Run) -> String {
     let how = match run.repetitions_from {
-        RepsFrom::Argument => "as asked".to_string(),
-        RepsFrom::Budget => format!("as many as fit a {} s budget", BUDGET.as_secs()),
+        RepsFrom::Argument => format!("{} per cell, as asked", run.repetitions),
+        RepsFrom::Budget => format!(
+            "{MIN_REPS} per cell, up to {} for cells that fit {} s in all",
+            run.repetitions,
+            CELL_BUDGET.as_secs()
+        ),
     };
     format!(
-        "{} ({how}); each cell is the median; total wall time {:.1} s",
-        run.repetitions, run.wall_seconds
+        "{how}; each cell is the median of its samples; total wall time {:.1} s",
+        run.wall_seconds
     )
 }
 

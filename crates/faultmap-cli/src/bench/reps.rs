@@ -1,40 +1,44 @@
-//! How many repetitions to run.
+//! How many repetitions each cell gets.
 //!
-//! A repetition is one pass over every cell (workload × threads × engine).
-//! With `--repetitions N` exactly N run. Otherwise the benchmark runs
-//! [`MIN_REPS`], then adds two at a time (so the median is one of the
-//! samples) while the average repetition so far says two more still end
-//! within [`BUDGET`], up to [`MAX_REPS`]:
+//! A *pass* measures every cell that still wants a sample, in the same
+//! order each time, so the engines of one row are measured seconds apart
+//! and the machine's noise hits them alike. With `--repetitions N`, every
+//! cell gets exactly N samples. Otherwise every cell gets [`MIN_REPS`], and
+//! then a cell gets another pass while both of these hold:
 //!
 //! ```text
-//!   elapsed after k reps: E        average: E / k
-//!   add 2 more  if  k + 2 <= MAX_REPS  and  E + 2 E / k <= BUDGET
+//!   its samples so far + one more average  <=  CELL_BUDGET   (cheap cells repeat)
+//!   the measuring time so far              <   BUDGET        (the run ends in time)
 //! ```
 //!
-//! With the default 1 GiB file a repetition takes about 37 s here (most of
-//! it faultmap at orders 0 and 1), so the default runs 5 repetitions and
-//! the whole benchmark, setup included, takes about 3.5 minutes. A much
-//! larger `--file` or `--size` can make even the first three exceed it.
+//! up to [`MAX_REPS`]. The ratios that matter most (faultmap at the large
+//! orders against the kernel) come from cells of 0.05 to 0.5 s, which so
+//! get 5 to 11 samples; the slow cells (orders 0 and 1, seconds each) keep
+//! 3. The default 1 GiB run measures for about 3 minutes here.
 
 use std::time::Duration;
 
 use super::results::RepsFrom;
 
-/// Repetitions always run without `--repetitions`: enough for a median.
+/// Samples every cell gets without `--repetitions`: enough for a median.
 pub const MIN_REPS: u32 = 3;
 
-/// The most repetitions the budget may choose.
+/// The most samples a cell gets from the budget.
 pub const MAX_REPS: u32 = 11;
 
-/// The measuring time the budget aims to stay within.
-pub const BUDGET: Duration = Duration::from_secs(200);
+/// The most measuring time one cell may take, over all its samples, to be
+/// given more than [`MIN_REPS`].
+pub const CELL_BUDGET: Duration = Duration::from_secs(2);
+
+/// The measuring time after which no pass beyond [`MIN_REPS`] starts.
+pub const BUDGET: Duration = Duration::from_secs(150);
 
 /// The repetition policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Repetitions {
-    /// Exactly this many.
+    /// Exactly this many samples per cell.
     Fixed(u32),
-    /// As many as fit [`BUDGET`], between [`MIN_REPS`] and [`MAX_REPS`].
+    /// Per cell, as the budgets allow (see the module documentation).
     Budget,
 }
 
@@ -44,26 +48,23 @@ impl Repetitions {
         arg.map_or(Repetitions::Budget, Repetitions::Fixed)
     }
 
-    /// How many repetitions to plan before any has run.
-    pub fn initial(self) -> u32 {
+    /// The most passes there can be.
+    pub fn max_passes(self) -> u32 {
         match self {
             Repetitions::Fixed(n) => n,
-            Repetitions::Budget => MIN_REPS,
+            Repetitions::Budget => MAX_REPS,
         }
     }
 
-    /// How many to add after `done` repetitions took `elapsed` (0: stop).
-    pub fn more(self, done: u32, elapsed: Duration) -> u32 {
+    /// Whether a cell that has `samples` samples, which took `spent` in
+    /// all, gets one more, `elapsed` into the measurements.
+    pub fn wants(self, samples: u32, spent: Duration, elapsed: Duration) -> bool {
         match self {
-            Repetitions::Fixed(_) => 0,
+            Repetitions::Fixed(n) => samples < n,
+            Repetitions::Budget if samples < MIN_REPS => true,
             Repetitions::Budget => {
-                let per_rep = elapsed / done.max(1);
-                let fits = elapsed + 2 * per_rep <= BUDGET;
-                if done + 2 <= MAX_REPS && fits {
-                    2
-                } else {
-                    0
-                }
+                let next = spent / samples.max(1);
+                samples < MAX_REPS && spent + next <= CELL_BUDGET && elapsed < BUDGET
             }
         }
     }
@@ -81,21 +82,30 @@ impl Repetitions {
 mod tests {
     use super::*;
 
+    const S: fn(f64) -> Duration = Duration::from_secs_f64;
+
     #[test]
-    fn fixed_runs_exactly_n() {
-        let r = Repetitions::from_arg(Some(1));
-        assert_eq!(r.initial(), 1);
-        assert_eq!(r.more(1, Duration::ZERO), 0);
+    fn fixed_gives_exactly_n() {
+        let r = Repetitions::from_arg(Some(2));
+        assert!(r.wants(1, S(100.0), S(1000.0)));
+        assert!(!r.wants(2, S(0.0), S(0.0)));
+        assert_eq!(r.max_passes(), 2);
     }
 
     #[test]
-    fn budget_adds_pairs_while_they_fit() {
+    fn budget_repeats_cheap_cells_within_both_budgets() {
         let r = Repetitions::from_arg(None);
-        assert_eq!(r.initial(), MIN_REPS);
-        assert_eq!(r.more(3, Duration::from_secs(90)), 2); // 90 + 60 <= 200
-        assert_eq!(r.more(5, Duration::from_secs(125)), 2); // 125 + 50 <= 200
-        assert_eq!(r.more(7, Duration::from_secs(175)), 0); // 175 + 50 > 200
-        assert_eq!(r.more(MAX_REPS, Duration::from_secs(1)), 0);
-        assert_eq!(r.more(3, Duration::from_secs(130)), 0); // 130 + 87 > 200
+        // Everyone gets the minimum, however slow.
+        assert!(r.wants(2, S(20.0), S(1000.0)));
+        // A 0.1 s cell repeats up to the maximum...
+        assert!(r.wants(3, S(0.3), S(10.0)));
+        assert!(r.wants(10, S(1.0), S(10.0)));
+        assert!(!r.wants(MAX_REPS, S(1.1), S(10.0)));
+        // ... a 0.5 s cell until its 2 s are spent...
+        assert!(r.wants(3, S(1.5), S(10.0)));
+        assert!(!r.wants(4, S(2.0), S(10.0)));
+        // ... a 1 s cell never, and no one once the run is over budget.
+        assert!(!r.wants(3, S(3.0), S(10.0)));
+        assert!(!r.wants(3, S(0.3), BUDGET));
     }
 }
