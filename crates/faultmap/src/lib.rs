@@ -50,18 +50,7 @@ mod sync;
 pub(crate) mod sys;
 mod wait;
 
-/// Helpers for benchmarks that compare faultmap with the kernel's own
-/// mappings of the same data (their system calls live in the `sys` module
-/// with all the others).
-pub mod measure {
-    pub use crate::sys::{mincore_resident, rusage_faults};
-
-    /// A close-on-exec memfd of `len` bytes named `name`, as a file: the
-    /// like-for-like kernel baseline (shmem pages, as faultmap's cache).
-    pub fn memfd(name: &std::ffi::CStr, len: u64) -> std::io::Result<std::fs::File> {
-        crate::sys::memfd_create(name, len).map(std::fs::File::from)
-    }
-}
+pub mod measure;
 
 pub use cache::CacheError;
 pub use config::{Config, ConfigError, MapOptions};
