@@ -108,11 +108,27 @@ impl PageStates {
         Some(unsafe { &(*chunk).0[i] })
     }
 
+    /// The object's length in pages.
+    pub(crate) fn pages(&self) -> u64 {
+        self.pages
+    }
+
     /// How many pages are UPTODATE. O(pages); for statistics and tests.
     pub(crate) fn count_uptodate(&self) -> u64 {
         (0..self.pages)
             .filter(|&p| self.load(ObjectPage(p)).state() == crate::page_state::State::UpToDate)
             .count() as u64
+    }
+}
+
+/// The readahead policy's view of the cache: a page is cached while it is
+/// up to date or being read.
+impl crate::readahead::CacheView for PageStates {
+    fn is_cached(&self, index: u64) -> bool {
+        matches!(
+            self.load(ObjectPage(index)).state(),
+            crate::page_state::State::UpToDate | crate::page_state::State::Reading
+        )
     }
 }
 
@@ -349,7 +365,7 @@ mod loom_models {
             let t1 = thread::spawn(move || {
                 let s = a.get_or_alloc(ObjectPage(3)).unwrap();
                 assert!(s.begin_read());
-                s.finish_read(false);
+                s.finish_read(false, false);
             });
             let b = states.clone();
             let t2 = thread::spawn(move || {

@@ -9,35 +9,41 @@
 //!    and let the kernel sort it out.
 //! 2. **Compute the fault-around window** ([`crate::fault_around::window`]).
 //! 3. **Look up the faulting page** in the page-state array, lock-free:
-//!    - UPTODATE: a hit (`pgfault` only);
-//!    - READING: another fault is reading it; park on the object's wait
-//!      list and return: that reader wakes us (`fault_wait`, [`crate::wait`]);
-//!    - ABSENT: a miss; go to 4.
-//! 4. **Miss: read the window.** Claim every ABSENT page of the window
-//!    (ABSENT → READING), the faulting page first, and read each contiguous
-//!    run of claimed pages from the store in one request straight into the
-//!    memfd's alias (`pgmajfault`, `io_count`, `io_bytes`). If a run fails,
-//!    its pages go back to ABSENT and the faulting page alone is retried once
-//!    (the kernel likewise ignores readahead errors and reads the faulting
-//!    folio synchronously); if that fails too, the faulting page is poisoned
-//!    so the access gets SIGBUS, never zeros (`io_errors`). If any page read
-//!    had waiters, the object's parked faults are woken. The real readahead
-//!    (seed 001) replaces this step in the next issue; it is the only place
-//!    that decides what to read.
-//! 5. **Map the window.** Pin every UPTODATE page of the window (lock-free:
+//!    - UPTODATE: a hit. The readahead bookkeeping of a hit
+//!      (`do_async_mmap_readahead`): `mmap_miss` is paid down, and if the
+//!      page carries the readahead marker and this fault clears it, the
+//!      next window is submitted to the I/O threads (async readahead).
+//!    - ABSENT: a miss (`pgmajfault`). The readahead policy
+//!      ([`crate::readahead::on_miss`]) picks the window; its absent pages
+//!      are claimed (ABSENT → READING) and split into store requests of at
+//!      most the store's `io_pages`; the request holding the faulting page
+//!      goes to the I/O threads' sync queue, the rest to the async queue
+//!      ([`crate::io`]). The fault then parks like any other.
+//!    - READING: park on the object's wait list ([`crate::wait`]) and
+//!      return; the I/O thread that ends the read wakes the thread, which
+//!      faults again and finds the page cached (`fault_wait` when the read
+//!      was someone else's). A handler thread never blocks on a store.
+//!    - ABSENT after a failed read (FAILED): the kernel ignores readahead
+//!      errors and reads the faulting page alone; so does this path
+//!      (`io_retry_single`), and if that read fails too, the I/O thread
+//!      poisons the waiting faults (SIGBUS, never zeros).
+//! 4. **Map the window.** Pin every UPTODATE page of the window (lock-free:
 //!    load, then CAS from the loaded value, see [`crate::page_state`]), and
 //!    map the pinned pages as maximal runs with `UFFDIO_CONTINUE`: the run
 //!    that contains the faulting page first, waking the thread, the others
-//!    with `DONTWAKE`. Unpin. If the faulting page was not woken by a
-//!    successful call, it is woken explicitly: a fault never ends with its
-//!    thread asleep unless a reader is known to wake it.
+//!    with `DONTWAKE`. A page carrying the readahead marker is skipped
+//!    unless it is the faulting page, so that touching it faults. Unpin.
+//!    If the faulting page was not woken by a successful call, it is woken
+//!    explicitly: a fault never ends with its thread asleep unless it is
+//!    parked.
 //!
 //! ```text
 //!     window (order 4)   [ 16 pages, VA-aligned                ]
-//!     page states         U U U . . U U R U U U U U U U U        U uptodate
+//!     page states         U U U . . U U R U M U U U U U U        U uptodate
 //!                                   ^ fault                      . absent
-//!     pinned runs         [---]     [-] [-----------------]      R reading
-//!     CONTINUE order          2      1          3  (1 wakes the faulting thread)
+//!     pinned runs         [---]     [-] [-]   [-----------]      R reading
+//!     CONTINUE order          2      1   3          4            M marker
+//!                                    (1 wakes the faulting thread)
 //! ```
 //!
 //! # What `UFFDIO_CONTINUE` can say
@@ -55,33 +61,42 @@
 //!   and only in pages it moved out of UPTODATE first, so a pinned page
 //!   never says it; it is skipped.
 //!
-//! # Deviation from the reference
+//! # Deviations from the reference
 //!
-//! kernel-mechanisms.md §1(d) maps the faulting *page* first and every
-//! neighbour with DONTWAKE. faultmap maps the faulting page's whole *run*
-//! first, waking the thread when the call returns. On a fully cached window
-//! that is one ioctl instead of three, and the kernel also returns from a
-//! fault only after `filemap_map_pages` mapped the whole window: a thread
-//! woken after its single page races the handler's mapping of its neighbours
-//! and faults again on a page about to be mapped, which costs a second round
-//! trip and inflates the fault count. Latency to the first byte grows by the
-//! run's CONTINUE (0.2 µs per page on this machine, ~100 µs at order 9).
+//! - kernel-mechanisms.md §1(d) maps the faulting *page* first and every
+//!   neighbour with DONTWAKE. faultmap maps the faulting page's whole *run*
+//!   first, waking the thread when the call returns. On a fully cached
+//!   window that is one ioctl instead of three, and the kernel also returns
+//!   from a fault only after `filemap_map_pages` mapped the whole window: a
+//!   thread woken after its single page races the handler's mapping of its
+//!   neighbours and faults again on a page about to be mapped, which costs a
+//!   second round trip and inflates the fault count. Latency to the first
+//!   byte grows by the run's CONTINUE (0.2 µs per page on this machine).
+//! - A major fault costs two events: the miss, which submits the read and
+//!   parks, and the fault of the woken thread, which maps the window. The
+//!   second is recognised by the page's DEMAND flag (the kernel's
+//!   FAULT_FLAG_TRIED): it is not counted again in `pgfault` and does no
+//!   readahead bookkeeping, so a major fault leaves `mmap_miss` raised.
 //!
 //! # Context
 //!
-//! Runs on a handler thread. Takes no lock on a hit; on a miss, only the
-//! object's wait list, and only when a page had waiters. Never panics on
-//! anything a store, the application or the kernel can do.
+//! Runs on a handler thread. Takes no lock on a hit without a marker; a
+//! miss or a marker hit takes the object's readahead-state mutex for the
+//! policy decision; parking takes the object's wait list. Never blocks on a
+//! store and never panics on anything a store, the application or the
+//! kernel can do.
 
 use std::ops::Range;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use crate::fault_around;
+use crate::io::{IoQueue, ReadJob, Urgency};
 use crate::object::{ObjectCore, ObjectPage};
-use crate::page_state::State;
+use crate::page_state::{State, Word};
+use crate::readahead::{self, Window};
 use crate::space::Region;
-use crate::stats::{Counters, Stats};
+use crate::stats::{Counters, RaCounters, RaTally, Stats};
 use crate::sys::{self, ContinueResult, PAGE_SIZE, PTRS_PER_PTE};
 
 /// What the fault path needs from its pager.
@@ -89,11 +104,15 @@ pub(crate) struct FaultEnv<'a> {
     pub(crate) uffd: &'a Arc<OwnedFd>,
     pub(crate) regions: &'a crate::space::RegionTable,
     pub(crate) counters: &'a Counters,
+    pub(crate) ra: &'a RaCounters,
+    pub(crate) io: &'a IoQueue,
 }
 
 /// A fault parked until a read in flight ends (see [`crate::wait`]).
 #[derive(Debug)]
 pub(crate) struct Waiter {
+    /// The page it waits for.
+    page: ObjectPage,
     /// The faulting address, page-aligned.
     addr: usize,
     /// The userfaultfd the fault came from: an object may be mapped by
@@ -148,6 +167,7 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
         pgfault: 1,
         ..Stats::default()
     };
+    let mut ra = RaTally::default();
 
     // 1. Find the region.
     env.counters.begin();
@@ -166,40 +186,48 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
     let window = fault_around::window(slot, page, region.pages, region.order);
 
     let mut woken = false;
+    let mut own_read = false;
+    let mut last_chance = false;
     for _ in 0..MAX_LOOKUPS {
         // 3. Look up the faulting page.
         let opage = region.object_page(page);
-        match object.cache.states.load(opage).state() {
-            State::UpToDate => {}
-            State::Absent => {
-                // 4. A miss: read the window's absent pages.
-                let (outcome, had_waiters) = read_window(&region, &window, page, &mut tally);
-                if had_waiters {
-                    wake_parked(object);
-                }
-                match outcome {
-                    ReadOutcome::Read => {}
-                    ReadOutcome::Lost => continue,
-                    ReadOutcome::Failed => {
-                        // SIGBUS for the access. If another fault mapped the
-                        // page meanwhile (EEXIST), the thread needs a wake.
-                        woken = sys::uffd_poison(env.uffd, page_addr, PAGE_SIZE).is_ok();
-                        break;
-                    }
+        let word = object.cache.states.load(opage);
+        match word.state() {
+            // A fault whose page it read itself, retried: the kernel's
+            // FAULT_FLAG_TRIED. Counted once (the miss), and no readahead
+            // bookkeeping, so that a major fault leaves mmap_miss raised.
+            // (A different fault that finds the page before its first
+            // mapping is taken for the retry too: a rare undercount.)
+            State::UpToDate if word.is_demand() => {
+                if !own_read {
+                    tally.pgfault = 0;
                 }
             }
+            State::UpToDate => hit(env, &region, page, word, &mut ra),
+            State::Absent if last_chance && word.has_failed() => {
+                // Our own last-chance read failed before we parked: SIGBUS.
+                woken = sys::uffd_poison(env.uffd, page_addr, PAGE_SIZE).is_ok();
+                break;
+            }
+            State::Absent => {
+                let failed = word.has_failed();
+                last_chance = failed;
+                if miss(env, &region, page, word, &mut tally, &mut ra) {
+                    if !failed {
+                        // A miss: one major fault, however many reads.
+                        tally.pgmajfault = 1;
+                    } else if !own_read {
+                        // The woken retry of a fault whose read failed:
+                        // counted with that fault (FAULT_FLAG_TRIED).
+                        tally.pgfault = 0;
+                    }
+                    own_read = true;
+                }
+                continue;
+            }
             State::Reading => {
-                let waiter = Waiter {
-                    addr: page_addr,
-                    uffd: env.uffd.clone(),
-                };
-                let parked = object
-                    .cache
-                    .states
-                    .get(opage)
-                    .is_some_and(|state| object.waiters.park(state, waiter));
-                if parked {
-                    tally.fault_wait += 1;
+                if park(env, object, opage, page_addr) {
+                    tally.fault_wait += u64::from(!own_read);
                     woken = true;
                     break;
                 }
@@ -211,8 +239,8 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
                 continue;
             }
         }
-        // 5. Map the window's ready pages.
-        match map_window(env, &region, &window, page, &mut tally) {
+        // 4. Map the window's ready pages.
+        match map_window(env, &region, &window, page, &mut tally, &mut ra) {
             MapOutcome::Woken => woken = true,
             MapOutcome::NotWoken => {}
             MapOutcome::PageGone => continue,
@@ -222,102 +250,218 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
     if !woken {
         let _ = sys::uffd_wake(env.uffd, page_addr, PAGE_SIZE);
     }
+    // The readahead counts first: a snapshot that sees this fault ended
+    // (its in-flight count) sees them too.
+    region.ra.add(&ra);
+    object.ra.add(&ra);
+    env.ra.add(&ra);
     region.counters.end(&tally);
     object.counters.end(&tally);
     env.counters.end(&tally);
 }
 
-enum ReadOutcome {
-    /// The faulting page is UPTODATE now.
-    Read,
-    /// Another thread claimed the faulting page first: look again.
-    Lost,
-    /// The store failed for the faulting page.
-    Failed,
-}
-
-/// Step 4: claims and reads the absent pages of `window`. Also returns
-/// whether any page it read or failed had parked waiters.
-fn read_window(
-    region: &Region,
-    window: &Range<u64>,
-    page: u64,
-    tally: &mut Stats,
-) -> (ReadOutcome, bool) {
+/// Step 3, a hit on region page `page` (word `word`): the readahead
+/// bookkeeping of `do_async_mmap_readahead`.
+fn hit(env: &FaultEnv<'_>, region: &Arc<Region>, page: u64, word: Word, ra: &mut RaTally) {
     let object = &*region.object;
-    let states = &object.cache.states;
-    // The faulting page first: if another thread won it, it is theirs to read.
-    let Some(fault_state) = states.get_or_alloc(region.object_page(page)) else {
-        return (ReadOutcome::Failed, false);
-    };
-    if !fault_state.begin_read() {
-        return (ReadOutcome::Lost, false);
-    }
-    let n = (window.end - window.start) as usize;
-    let mut claimed = PageSet::new();
-    for (i, p) in window.clone().enumerate() {
-        let won = p == page
-            || states
-                .get_or_alloc(region.object_page(p))
-                .is_some_and(|s| s.begin_read());
-        if won {
-            claimed.insert(i);
-        }
-    }
-    tally.pgmajfault += 1;
-    let mut fault_read = false;
-    let mut waiters = false;
-    for run in claimed.runs(n) {
-        let first = region.object_page(window.start + run.start as u64);
-        let pages = first..first.add(run.len() as u64);
-        let has_fault =
-            (window.start + run.start as u64..window.start + run.end as u64).contains(&page);
-        let ok = read_run(object, pages.clone(), tally);
-        waiters |= end_reads(object, pages, ok);
-        fault_read |= ok && has_fault;
-    }
-    if fault_read {
-        return (ReadOutcome::Read, waiters);
-    }
-    // The window's read failed: retry the faulting page alone, once.
-    tally.io_retry_single += 1;
-    if !fault_state.begin_read() {
-        return (ReadOutcome::Lost, waiters);
-    }
     let opage = region.object_page(page);
-    let ok = read_run(object, opage..opage.add(1), tally);
-    waiters |= end_reads(object, opage..opage.add(1), ok);
-    let outcome = if ok {
-        ReadOutcome::Read
-    } else {
-        ReadOutcome::Failed
-    };
-    (outcome, waiters)
-}
-
-/// One store request for object pages `pages`, which this thread claimed.
-fn read_run(object: &ObjectCore, pages: Range<ObjectPage>, tally: &mut Stats) -> bool {
-    tally.io_count += 1;
-    match object.cache.fill(&*object.store, pages) {
-        Ok(bytes) => {
-            tally.io_bytes += bytes as u64;
-            true
-        }
-        Err(_) => {
-            tally.io_errors += 1;
-            false
-        }
+    let params = region.ra_params(page);
+    let marker = word.is_marker()
+        && object
+            .cache
+            .states
+            .get(opage)
+            .is_some_and(|s| s.clear_marker());
+    if !marker {
+        // Lock-free: only mmap_miss changes.
+        object.with_ra_counts(|st| {
+            readahead::on_hit(st, &params, opage.0, false, &object.cache.states);
+        });
+        return;
+    }
+    let next = object
+        .with_ra_state(|st| readahead::on_hit(st, &params, opage.0, true, &object.cache.states));
+    if let Some(w) = next {
+        submit_window(env, region, &w, None, false, ra);
     }
 }
 
-/// Ends the reads of `pages` (object pages this thread claimed). Returns
+/// Step 3, a miss on region page `page`: submits the readahead window (or,
+/// after a failed read, the page alone). Returns whether this fault now
+/// owns a read of the page (it then parks on it).
+fn miss(
+    env: &FaultEnv<'_>,
+    region: &Arc<Region>,
+    page: u64,
+    word: Word,
+    tally: &mut Stats,
+    ra: &mut RaTally,
+) -> bool {
+    let object = &*region.object;
+    let opage = region.object_page(page);
+    let window = if word.has_failed() {
+        // The last read of this page failed: read it alone, once more.
+        tally.io_retry_single += 1;
+        Window {
+            start: opage.0,
+            size: 1,
+            async_size: 0,
+            pattern: readahead::Pattern::Random,
+            sync: true,
+            eof: false,
+        }
+    } else {
+        let params = region.ra_params(page);
+        object.with_ra_state(|st| readahead::on_miss(st, &params, opage.0, &object.cache.states))
+    };
+    let submitted = submit_window(env, region, &window, Some(opage), word.has_failed(), ra);
+    if submitted.demand {
+        tally.io_count += submitted.requests;
+    }
+    submitted.demand
+}
+
+/// What [`submit_window`] did.
+struct Submitted {
+    /// Whether the demand page was claimed (and its read submitted).
+    demand: bool,
+    /// Store requests submitted.
+    requests: u64,
+}
+
+/// Claims the absent pages of `w` and submits them to the I/O threads in
+/// requests of at most the store's `io_pages`. With `demand`, that page must
+/// be claimed first (else nothing is read: another fault reads it), and its
+/// request goes to the sync queue, ahead of the rest; `last_chance`: the
+/// demand page's previous read failed (see [`ReadJob::last_chance`]).
+fn submit_window(
+    env: &FaultEnv<'_>,
+    region: &Arc<Region>,
+    w: &Window,
+    demand: Option<ObjectPage>,
+    last_chance: bool,
+    ra: &mut RaTally,
+) -> Submitted {
+    let object = &region.object;
+    let states = &object.cache.states;
+    if let Some(d) = demand {
+        if !states.get_or_alloc(d).is_some_and(|s| s.begin_read()) {
+            return Submitted {
+                demand: false,
+                requests: 0,
+            };
+        }
+    }
+    // 1. Claim the window's absent pages, as runs.
+    let mut runs: Vec<Range<ObjectPage>> = Vec::new();
+    for p in w.pages().map(ObjectPage) {
+        let won = Some(p) == demand || states.get_or_alloc(p).is_some_and(|s| s.begin_read());
+        if !won {
+            continue;
+        }
+        match runs.last_mut() {
+            Some(run) if run.end == p => run.end = p.add(1),
+            _ => runs.push(p..p.add(1)),
+        }
+    }
+    // 2. Cut them into requests; the demand page's first.
+    let io_pages = object.store.io_pages().max(1);
+    let mut requests: Vec<Range<ObjectPage>> = Vec::new();
+    for run in runs {
+        let mut start = run.start;
+        while start < run.end {
+            let end = ObjectPage((start.0 + io_pages).min(run.end.0));
+            requests.push(start..end);
+            start = end;
+        }
+    }
+    let first = demand
+        .and_then(|d| requests.iter().position(|r| r.contains(&d)))
+        .unwrap_or(0);
+    requests.rotate_left(first);
+    // 3. Submit.
+    let claimed: u64 = requests.iter().map(|r| r.end.0 - r.start.0).sum();
+    let marker = w.marker().map(ObjectPage);
+    for (i, pages) in requests.iter().enumerate() {
+        let urgency = if i == 0 && demand.is_some() {
+            Urgency::Sync
+        } else {
+            Urgency::Async
+        };
+        let job = ReadJob {
+            object: object.clone(),
+            pages: pages.clone(),
+            marker: marker.filter(|m| pages.contains(m)),
+            demand: demand.filter(|d| pages.contains(d)),
+            region: Some(region.clone()),
+            last_chance,
+        };
+        env.io.submit(job, urgency, env.counters);
+    }
+    ra.window(w, requests.len() as u64, claimed);
+    ra.read_ahead(claimed - u64::from(demand.is_some()));
+    Submitted {
+        demand: demand.is_some(),
+        requests: requests.len() as u64,
+    }
+}
+
+/// `WillNeed` on region pages `pages`: reads their absent pages in the
+/// background, in store-sized requests, and returns at once. No marker: the
+/// application said what it needs.
+pub(crate) fn read_ahead(
+    env: &FaultEnv<'_>,
+    region: &Arc<Region>,
+    pages: Range<u64>,
+    ra: &mut RaTally,
+) {
+    let end = pages.end.min(region.pages);
+    if pages.start >= end {
+        return;
+    }
+    let first = region.object_page(pages.start);
+    let w = Window {
+        start: first.0,
+        size: end - pages.start,
+        async_size: 0,
+        pattern: readahead::Pattern::Random,
+        sync: false,
+        eof: false,
+    };
+    submit_window(env, region, &w, None, false, ra);
+}
+
+/// Parks the fault at `addr` on object page `opage`, which is READING.
+/// Returns false if the read ended meanwhile (look again).
+fn park(env: &FaultEnv<'_>, object: &ObjectCore, opage: ObjectPage, addr: usize) -> bool {
+    let Some(state) = object.cache.states.get(opage) else {
+        return false;
+    };
+    let waiter = Waiter {
+        page: opage,
+        addr,
+        uffd: env.uffd.clone(),
+    };
+    object.waiters.park(state, waiter)
+}
+
+/// Ends the reads of `pages` (object pages the caller owns the reads of):
+/// UPTODATE if `ok` (with the readahead marker on `marker`, and every page
+/// but `demand` marked as read ahead), else ABSENT and FAILED. Returns
 /// whether any of them had parked waiters.
-fn end_reads(object: &ObjectCore, pages: Range<ObjectPage>, ok: bool) -> bool {
+pub(crate) fn end_reads(
+    object: &ObjectCore,
+    pages: Range<ObjectPage>,
+    ok: bool,
+    marker: Option<ObjectPage>,
+    demand: Option<ObjectPage>,
+) -> bool {
     let mut waiters = false;
     for p in pages.start.0..pages.end.0 {
-        if let Some(state) = object.cache.states.get(ObjectPage(p)) {
+        let p = ObjectPage(p);
+        if let Some(state) = object.cache.states.get(p) {
             let old = if ok {
-                state.finish_read(false)
+                state.finish_read(Some(p) == marker, Some(p) != demand)
             } else {
                 state.fail_read()
             };
@@ -327,11 +471,17 @@ fn end_reads(object: &ObjectCore, pages: Range<ObjectPage>, ok: bool) -> bool {
     waiters
 }
 
-/// Wakes every fault parked on the object: each faults again and finds its
-/// page cached, absent (and reads it), or still being read (and parks again).
-fn wake_parked(object: &ObjectCore) {
+/// Settles every fault parked on the object after a read ended: each is
+/// woken, faults again, and finds its page cached, absent (and reads it),
+/// or still being read (and parks again). With `poison`, the faults parked
+/// on that page get SIGBUS instead: its last-chance read failed.
+pub(crate) fn settle_parked(object: &ObjectCore, poison: Option<ObjectPage>) {
     for w in object.waiters.take_all() {
-        let _ = sys::uffd_wake(&w.uffd, w.addr, PAGE_SIZE);
+        let poisoned =
+            Some(w.page) == poison && sys::uffd_poison(&w.uffd, w.addr, PAGE_SIZE).is_ok();
+        if !poisoned {
+            let _ = sys::uffd_wake(&w.uffd, w.addr, PAGE_SIZE);
+        }
     }
 }
 
@@ -351,10 +501,11 @@ fn map_window(
     window: &Range<u64>,
     page: u64,
     tally: &mut Stats,
+    ra: &mut RaTally,
 ) -> MapOutcome {
     let n = (window.end - window.start) as usize;
     let fault_i = (page - window.start) as usize;
-    let pinned = pin_ready(region, window, fault_i, tally);
+    let pinned = pin_ready(region, window, fault_i, tally, ra);
     if !pinned.contains(fault_i) {
         unpin_all(region, window, &pinned);
         return MapOutcome::PageGone;
@@ -381,6 +532,14 @@ fn map_window(
     }
     tally.pgfault_around += around;
     unpin_all(region, window, &pinned);
+    // Fault-around hits pay mmap_miss down; the window's end is where a
+    // sequential reader's next miss will be.
+    let object = &region.object;
+    let last = region.object_page(window.start + fault_run.end as u64 - 1);
+    object.with_ra_counts(|st| {
+        readahead::on_fault_around(st, around);
+        readahead::on_mapped(st, last.0);
+    });
     if first.fault == FaultPage::Woken {
         MapOutcome::Woken
     } else {
@@ -390,13 +549,24 @@ fn map_window(
 
 /// Pins the UPTODATE pages of `window` (window-relative index `fault_i` is
 /// the faulting page). A pinned page stays UPTODATE until unpinned.
-fn pin_ready(region: &Region, window: &Range<u64>, fault_i: usize, tally: &mut Stats) -> PageSet {
+fn pin_ready(
+    region: &Region,
+    window: &Range<u64>,
+    fault_i: usize,
+    tally: &mut Stats,
+    ra: &mut RaTally,
+) -> PageSet {
     let states = &region.object.cache.states;
     let mut pinned = PageSet::new();
     for (i, p) in window.clone().enumerate() {
         let Some(state) = states.get(region.object_page(p)) else {
             continue;
         };
+        // Fault-around skips pages this region already mapped (the kernel
+        // skips present PTEs); the faulting page is mapped whatever the bit.
+        if i != fault_i && region.mapped.contains(p) {
+            continue;
+        }
         let mut seen = state.load();
         for _ in 0..2 {
             // Fault-around skips the readahead marker; the faulting page is
@@ -405,8 +575,11 @@ fn pin_ready(region: &Region, window: &Range<u64>, fault_i: usize, tally: &mut S
                 break;
             }
             match state.try_pin(seen) {
-                Ok(()) => {
+                Ok(first_use) => {
                     pinned.insert(i);
+                    if first_use {
+                        ra.used(1);
+                    }
                     break;
                 }
                 Err(now) => {
@@ -492,6 +665,8 @@ fn continue_run(
                     }
                     libc::EEXIST => {
                         tally.map_eexist += 1;
+                        let p = base + cur as u64;
+                        region.mapped.mark(p..p + 1, true);
                         if fault == Some(cur) {
                             out.fault = FaultPage::AlreadyMapped;
                             return out;
@@ -508,6 +683,9 @@ fn continue_run(
         if fault.is_some_and(|f| (cur..cur + done).contains(&f)) {
             out.fault = FaultPage::Woken;
         }
+        region
+            .mapped
+            .mark(base + cur as u64..base + (cur + done) as u64, true);
         out.pages += done as u64;
         cur += done;
     }

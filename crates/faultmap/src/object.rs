@@ -5,10 +5,12 @@
 //! store; the others' faults are MINOR and map the cached page.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::cache::Cache;
 use crate::fault::Waiter;
+use crate::readahead::RaState;
 use crate::stats::{Counters, RaCounters, RaStats, Stats};
 use crate::store::Store;
 use crate::sys::PAGE_SIZE;
@@ -25,6 +27,67 @@ pub(crate) struct ObjectCore {
     pub(crate) ra: RaCounters,
     /// Faults parked until a read in flight ends.
     pub(crate) waiters: WaitList<Waiter>,
+    /// The readahead window (`file_ra_state`'s start, size, async_size),
+    /// taken only on misses and marker hits.
+    pub(crate) ra_window: Mutex<(u64, u64, u64)>,
+    /// `file_ra_state.mmap_miss`: updated without the lock on every hit,
+    /// racily, as the kernel does.
+    pub(crate) mmap_miss: AtomicU32,
+    /// The last page the previous fault mapped, `u64::MAX` before any.
+    pub(crate) prev: AtomicU64,
+}
+
+impl ObjectCore {
+    /// A new object over `store` with its cache.
+    pub(crate) fn new(store: Box<dyn Store>, cache: Cache, len: u64) -> Self {
+        Self {
+            store,
+            cache,
+            len,
+            counters: Counters::default(),
+            ra: RaCounters::default(),
+            waiters: WaitList::default(),
+            ra_window: Mutex::new((0, 0, 0)),
+            mmap_miss: AtomicU32::new(0),
+            prev: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// Runs a readahead decision on the object's whole readahead state,
+    /// under its lock (misses and marker hits).
+    pub(crate) fn with_ra_state<T>(&self, f: impl FnOnce(&mut RaState) -> T) -> T {
+        let mut window = self.ra_window.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.ra_counts();
+        (st.start, st.size, st.async_size) = *window;
+        let out = f(&mut st);
+        *window = (st.start, st.size, st.async_size);
+        self.store_ra_counts(&st);
+        out
+    }
+
+    /// Runs a readahead update that touches only `mmap_miss` and `prev`,
+    /// without a lock (hits, fault-around).
+    pub(crate) fn with_ra_counts<T>(&self, f: impl FnOnce(&mut RaState) -> T) -> T {
+        let mut st = self.ra_counts();
+        let out = f(&mut st);
+        self.store_ra_counts(&st);
+        out
+    }
+
+    fn ra_counts(&self) -> RaState {
+        let prev = self.prev.load(Ordering::Relaxed);
+        RaState {
+            mmap_miss: self.mmap_miss.load(Ordering::Relaxed),
+            prev: (prev != u64::MAX).then_some(prev),
+            ..RaState::default()
+        }
+    }
+
+    fn store_ra_counts(&self, st: &RaState) {
+        self.mmap_miss.store(st.mmap_miss, Ordering::Relaxed);
+        self.prev
+            .store(st.prev.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
 }
 
 /// A page index in an object, and so in its memfd: page `i` covers bytes
@@ -80,13 +143,26 @@ impl Object {
         self.0.cache.states.count_uptodate() * PAGE_SIZE as u64
     }
 
+    /// Whether page `page` (`page * PAGE_SIZE` bytes into the object) is in
+    /// the cache and up to date. Lock-free; for tests, tools and policies.
+    pub fn is_cached(&self, page: u64) -> bool {
+        self.0.cache.states.load(ObjectPage(page)).state() == crate::page_state::State::UpToDate
+    }
+
     /// Counters summed over every mapping of this object.
     pub fn stats(&self) -> Stats {
         self.0.counters.snapshot()
     }
 
+    /// The object's readahead state (`file_ra_state`): the last window and
+    /// `mmap_miss`.
+    pub fn ra_state(&self) -> RaState {
+        self.0.with_ra_state(|st| *st)
+    }
+
     /// The readahead table (seed 001) of every mapping of this object.
     pub fn ra_stats(&self) -> RaStats {
+        self.0.counters.settle();
         self.0.ra.snapshot()
     }
 }

@@ -16,8 +16,17 @@
 //!  +-------------------------------------+---------------+-------+-----+
 //!  |              version                |     pins      | flags |state|
 //!  +-------------------------------------+---------------+-------+-----+
-//!   flags: bit 2 WAITERS (a fault waits for the read in flight)
-//!          bit 3 MARKER  (readahead marker: fault-around skips it)
+//!   flags: bit 2 WAITERS   (a fault waits for the read in flight)
+//!          bit 3 MARKER    (readahead marker: fault-around skips it)
+//!          bit 4 READAHEAD (read ahead, not mapped by anyone yet: the
+//!                           first pin clears it, which is how the
+//!                           readahead miss ratio is counted)
+//!          bit 5 FAILED    (ABSENT because the last read failed: the next
+//!                           fault reads this page alone, and SIGBUS if
+//!                           that fails too)
+//!          bit 6 DEMAND    (read because a fault asked for it, not mapped
+//!                           yet: the next fault on it is that fault's
+//!                           retry, the kernel's FAULT_FLAG_TRIED)
 //! ```
 //!
 //! # States and transitions
@@ -68,6 +77,11 @@ const EVICTING: u64 = 3;
 
 const WAITERS: u64 = 1 << 2;
 const MARKER: u64 = 1 << 3;
+const READAHEAD: u64 = 1 << 4;
+const FAILED: u64 = 1 << 5;
+const DEMAND: u64 = 1 << 6;
+/// Flags that live from the end of a read to the first pin.
+const UNMAPPED_FLAGS: u64 = READAHEAD | DEMAND;
 
 const PIN_SHIFT: u32 = 8;
 const PIN_ONE: u64 = 1 << PIN_SHIFT;
@@ -116,6 +130,21 @@ impl Word {
         self.0 & MARKER != 0
     }
 
+    /// Whether the page was read ahead and has not been mapped since.
+    pub fn is_read_ahead(self) -> bool {
+        self.0 & READAHEAD != 0
+    }
+
+    /// Whether a fault asked for this page and it has not been mapped since.
+    pub fn is_demand(self) -> bool {
+        self.0 & DEMAND != 0
+    }
+
+    /// Whether the page is ABSENT because its last read failed.
+    pub fn has_failed(self) -> bool {
+        self.0 & FAILED != 0
+    }
+
     /// How many pins are held.
     pub fn pins(self) -> u64 {
         (self.0 & PIN_MASK) >> PIN_SHIFT
@@ -158,7 +187,7 @@ impl PageState {
     pub fn begin_read(&self) -> bool {
         let mut cur = self.load();
         while cur.state() == State::Absent {
-            match self.cas(cur, cur.with_state(READING)) {
+            match self.cas(cur, Word(cur.with_state(READING).0 & !FAILED)) {
                 Ok(_) => return true,
                 Err(now) => cur = now,
             }
@@ -167,23 +196,28 @@ impl PageState {
     }
 
     /// READING → UPTODATE, by the reader that owns the read, after the bytes
-    /// are in the memfd. `marker` sets the readahead marker. Returns the
-    /// replaced word, so the reader sees whether faults wait for it.
-    pub fn finish_read(&self, marker: bool) -> Word {
-        self.end_read(UPTODATE | if marker { MARKER } else { 0 })
+    /// are in the memfd. `marker` sets the readahead marker; `read_ahead`
+    /// marks a page that no fault asked for (READAHEAD), otherwise it is a
+    /// fault's page (DEMAND). Returns the replaced word, so the reader sees
+    /// whether faults wait for it.
+    pub fn finish_read(&self, marker: bool, read_ahead: bool) -> Word {
+        let flags = if marker { MARKER } else { 0 } | if read_ahead { READAHEAD } else { DEMAND };
+        self.end_read(UPTODATE | flags)
     }
 
-    /// READING → ABSENT, by the reader that owns the read, when the store
-    /// failed. Returns the replaced word (see [`PageState::finish_read`]).
+    /// READING → ABSENT with FAILED set, by the reader that owns the read,
+    /// when the store failed. Returns the replaced word (see
+    /// [`PageState::finish_read`]).
     pub fn fail_read(&self) -> Word {
-        self.end_read(ABSENT)
+        self.end_read(ABSENT | FAILED)
     }
 
     fn end_read(&self, to: u64) -> Word {
         let mut cur = self.load();
         loop {
             debug_assert_eq!(cur.state(), State::Reading);
-            let new = Word((cur.with_state(to).0 & !MARKER) | (to & MARKER));
+            let flags = MARKER | UNMAPPED_FLAGS | FAILED;
+            let new = Word((cur.with_state(to).0 & !flags) | (to & flags));
             match self.cas(cur, new) {
                 Ok(old) => return old,
                 Err(now) => cur = now,
@@ -210,14 +244,19 @@ impl PageState {
         }
     }
 
-    /// Pins an UPTODATE page, starting from a word the caller loaded. Fails,
+    /// Pins an UPTODATE page, starting from a word the caller loaded, and
+    /// clears READAHEAD and DEMAND in the same CAS (the caller pins to map).
+    /// Fails,
     /// returning the current word, if the page is not UPTODATE or the word
     /// moved since `seen` (the caller reloads and retries, or skips it).
-    pub fn try_pin(&self, seen: Word) -> Result<(), Word> {
+    /// On success, returns whether this pin cleared READAHEAD: the first
+    /// use of a page read ahead.
+    pub fn try_pin(&self, seen: Word) -> Result<bool, Word> {
         if seen.state() != State::UpToDate || seen.0 & PIN_MASK == PIN_MASK {
             return Err(seen);
         }
-        self.cas(seen, Word(seen.0 + PIN_ONE)).map(|_| ())
+        let new = Word((seen.0 + PIN_ONE) & !UNMAPPED_FLAGS);
+        self.cas(seen, new).map(|_| seen.is_read_ahead())
     }
 
     /// Drops a pin taken with [`PageState::try_pin`].
@@ -248,8 +287,8 @@ impl PageState {
         if cur.state() != State::UpToDate || cur.pins() != 0 {
             return false;
         }
-        self.cas(cur, Word(cur.with_state(EVICTING).0 & !MARKER))
-            .is_ok()
+        let new = Word(cur.with_state(EVICTING).0 & !(MARKER | UNMAPPED_FLAGS));
+        self.cas(cur, new).is_ok()
     }
 
     /// EVICTING → ABSENT, by the evictor, after the page left the memfd.
@@ -276,13 +315,13 @@ mod tests {
             p.try_pin(p.load()).is_err(),
             "a READING page cannot be pinned"
         );
-        let old = p.finish_read(false);
+        let old = p.finish_read(false, false);
         assert!(!old.has_waiters());
         let w = p.load();
         assert_eq!(w.state(), State::UpToDate);
-        assert!(p.try_pin(w).is_ok());
+        assert_eq!(p.try_pin(w), Ok(false));
         assert!(p.try_pin(w).is_err(), "the word moved: the stale pin fails");
-        assert!(p.try_pin(p.load()).is_ok());
+        assert_eq!(p.try_pin(p.load()), Ok(false));
         assert_eq!(p.load().pins(), 2);
         assert!(!p.begin_evict(), "pinned pages are not evicted");
         p.unpin();
@@ -301,14 +340,29 @@ mod tests {
         assert_eq!(p.add_waiter(), Ok(()));
         assert!(p.fail_read().has_waiters());
         assert_eq!(p.load().state(), State::Absent);
+        assert!(p.load().has_failed());
+        assert!(p.begin_read());
+        assert!(!p.load().has_failed(), "a new read clears FAILED");
         assert!(!p.load().has_waiters(), "the flag goes with the read");
+    }
+
+    #[test]
+    fn the_first_pin_of_a_page_read_ahead_reports_it() {
+        let p = PageState::new();
+        assert!(p.begin_read());
+        p.finish_read(false, true);
+        assert!(p.load().is_read_ahead());
+        assert_eq!(p.try_pin(p.load()), Ok(true));
+        p.unpin();
+        assert_eq!(p.try_pin(p.load()), Ok(false), "only the first use counts");
+        p.unpin();
     }
 
     #[test]
     fn marker_is_set_by_the_read_and_cleared_once() {
         let p = PageState::new();
         assert!(p.begin_read());
-        p.finish_read(true);
+        p.finish_read(true, false);
         assert!(p.load().is_marker());
         assert!(p.clear_marker());
         assert!(!p.clear_marker());
@@ -330,7 +384,7 @@ mod loom_models {
             let q = p.clone();
             let other = thread::spawn(move || {
                 if q.begin_read() {
-                    q.finish_read(false);
+                    q.finish_read(false, false);
                     return (true, false);
                 }
                 match q.add_waiter() {
@@ -342,7 +396,7 @@ mod loom_models {
                 }
             });
             let mine = if p.begin_read() {
-                let old = p.finish_read(false);
+                let old = p.finish_read(false, false);
                 Some(old.has_waiters())
             } else {
                 None
@@ -363,7 +417,7 @@ mod loom_models {
         loom::model(|| {
             let p = Arc::new(PageState::new());
             assert!(p.begin_read());
-            p.finish_read(false);
+            p.finish_read(false, false);
             let q = p.clone();
             let evictor = thread::spawn(move || {
                 if q.begin_evict() {

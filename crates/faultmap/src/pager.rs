@@ -28,18 +28,22 @@ use std::ops::Deref;
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::cache::{Cache, CacheError};
+use crate::config::MAX_RA_PAGES;
 use crate::config::{Config, ConfigError, MapOptions};
 use crate::fault::{self, FaultEnv};
+use crate::io::{IoQueue, IoThreads};
 use crate::object::{IntoObject, Object, ObjectCore, ObjectPage};
-use crate::space::{Region, RegionTable};
-use crate::stats::{Counters, RaCounters, RaStats, Stats};
+use crate::readahead::Hint;
+use crate::space::{MappedPages, Region, RegionTable};
+use crate::stats::{Counters, RaCounters, RaStats, RaTally, Stats};
 use crate::store::{Store, StoreError};
 use crate::sys::{self, feature, mode, range_ioctl, UffdMsg, UffdSource, PAGE_SIZE, PTRS_PER_PTE};
-use crate::wait::WaitList;
 
 /// The kernel features faultmap cannot work without, and why.
 const REQUIRED_FEATURES: [(u64, &str); 3] = [
@@ -128,8 +132,9 @@ pub enum MapError {
 pub(crate) struct Core {
     uffd: Arc<OwnedFd>,
     regions: RegionTable,
-    counters: Counters,
+    counters: Arc<Counters>,
     ra: RaCounters,
+    io: IoQueue,
 }
 
 impl Core {
@@ -138,6 +143,8 @@ impl Core {
             uffd: &self.uffd,
             regions: &self.regions,
             counters: &self.counters,
+            ra: &self.ra,
+            io: &self.io,
         }
     }
 }
@@ -146,6 +153,9 @@ impl Core {
 struct Workers {
     stop: OwnedFd,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The I/O threads: stopped after the handler threads, which submit to
+    /// them (dropping them runs every job still queued).
+    io: Mutex<Option<IoThreads>>,
 }
 
 impl Drop for Workers {
@@ -156,6 +166,7 @@ impl Drop for Workers {
         for t in threads {
             let _ = t.join();
         }
+        drop(self.io.lock().unwrap_or_else(|e| e.into_inner()).take());
     }
 }
 
@@ -206,13 +217,22 @@ impl Pager {
             op: "UFFDIO_API",
             source,
         })?;
+        // 3. The I/O threads, then the handler threads.
+        let counters = Arc::new(Counters::default());
+        let (io_threads, io) =
+            IoThreads::start(config.io_threads, counters.clone()).map_err(|source| {
+                PagerError::Sys {
+                    op: "spawning an I/O thread",
+                    source,
+                }
+            })?;
         let core = Arc::new(Core {
             uffd: Arc::new(uffd),
             regions: RegionTable::new(),
-            counters: Counters::default(),
+            counters,
             ra: RaCounters::default(),
+            io,
         });
-        // 3. The handler threads.
         let stop = sys::eventfd().map_err(|source| PagerError::Sys {
             op: "eventfd",
             source,
@@ -220,6 +240,7 @@ impl Pager {
         let workers = Arc::new(Workers {
             stop,
             threads: Mutex::new(Vec::new()),
+            io: Mutex::new(Some(io_threads)),
         });
         let spin_us = config.handler_spin_us;
         for i in 0..config.handler_threads {
@@ -271,14 +292,11 @@ impl Pager {
     pub fn open(&self, store: impl Store) -> Result<Object, MapError> {
         let len = store.len();
         let cache = Cache::new(store.name(), len)?;
-        Ok(Object(Arc::new(ObjectCore {
-            store: Box::new(store),
+        Ok(Object(Arc::new(ObjectCore::new(
+            Box::new(store),
             cache,
             len,
-            counters: Counters::default(),
-            ra: RaCounters::default(),
-            waiters: WaitList::default(),
-        })))
+        ))))
     }
 
     /// Maps `source` (an [`Object`], whose cache the mapping shares, or a
@@ -343,6 +361,12 @@ impl Pager {
             order: opts.order(),
             counters: Counters::default(),
             ra: RaCounters::default(),
+            ra_pages: opts
+                .ra_pages_override()
+                .unwrap_or_else(|| object.0.store.ra_pages().min(MAX_RA_PAGES)),
+            ra_mode: opts.readahead_mode(),
+            hints: ArcSwap::from_pointee(Vec::new()),
+            mapped: MappedPages::new(extent.pages),
         });
         self.core.regions.insert(region.clone());
         // SAFETY: lead < PAGE_SIZE <= the mapping's length, so the pointer is
@@ -360,6 +384,7 @@ impl Pager {
 
     /// The readahead table (seed 001) of every mapping this pager served.
     pub fn ra_stats(&self) -> RaStats {
+        self.core.counters.settle();
         self.core.ra.snapshot()
     }
 
@@ -506,9 +531,10 @@ impl Mapping {
 
     /// This mapping's readahead table (seed 001).
     pub fn ra_stats(&self) -> RaStats {
-        self.region
-            .as_ref()
-            .map_or_else(RaStats::default, |r| r.ra.snapshot())
+        self.region.as_ref().map_or_else(RaStats::default, |r| {
+            r.counters.settle();
+            r.ra.snapshot()
+        })
     }
 
     /// Tells faultmap how the application will use the bytes `range` of the
@@ -529,8 +555,47 @@ impl Mapping {
                 len: self.len,
             }));
         }
-        let _ = advice;
+        let Some(region) = &self.region else {
+            return Ok(());
+        };
+        if range.is_empty() {
+            return Ok(());
+        }
+        // Region pages touched by the range (the slice starts `lead` bytes
+        // into the region's first page).
+        let lead = self.ptr.as_ptr() as usize - region.start();
+        let first = ((lead + range.start) / PAGE_SIZE) as u64;
+        let end = (lead + range.end).div_ceil(PAGE_SIZE) as u64;
+        match advice {
+            Advice::Normal => region.set_hint(first..end, Hint::Normal),
+            Advice::Sequential => region.set_hint(first..end, Hint::Sequential),
+            Advice::Random => region.set_hint(first..end, Hint::Random),
+            Advice::WillNeed => self.will_need(region, first..end),
+            Advice::DontNeed => {
+                let addr = region.page_addr(first);
+                let len = (end - first) as usize * PAGE_SIZE;
+                // Cleared first: a bit set for an unmapped page would keep
+                // fault-around from mapping it.
+                region.mapped.mark(first..end, false);
+                sys::madvise_dontneed(addr, len).map_err(|source| MapError::Map {
+                    name: self.object.name().to_string(),
+                    op: "madvise(MADV_DONTNEED)",
+                    source,
+                })?;
+            }
+        }
         Ok(())
+    }
+
+    /// `WillNeed`: submits the absent pages of region pages `pages` to the
+    /// I/O threads and returns.
+    fn will_need(&self, region: &Arc<Region>, pages: std::ops::Range<u64>) {
+        let env = self.core.env();
+        let mut ra = RaTally::default();
+        fault::read_ahead(&env, region, pages, &mut ra);
+        region.ra.add(&ra);
+        region.object.ra.add(&ra);
+        self.core.ra.add(&ra);
     }
 }
 

@@ -51,11 +51,18 @@ macro_rules! counters {
             /// counted, but a thread woken by another fault's mapping of
             /// its page may return before its own message is read.
             pub(crate) fn snapshot(&self) -> Stats {
+                self.settle();
+                Stats { $($name: self.$name.load(Ordering::Relaxed),)* }
+            }
+
+            /// Waits (at most [`SETTLE_LIMIT`]) until no fault that adds to
+            /// these counters, or to the readahead counters beside them, is
+            /// being handled.
+            pub(crate) fn settle(&self) {
                 let deadline = Instant::now() + SETTLE_LIMIT;
                 while self.in_flight.load(Ordering::Acquire) != 0 && Instant::now() < deadline {
                     std::thread::yield_now();
                 }
-                Stats { $($name: self.$name.load(Ordering::Relaxed),)* }
             }
 
             /// A fault that will add to these counters has begun. Called
@@ -64,12 +71,17 @@ macro_rules! counters {
                 self.in_flight.fetch_add(1, Ordering::AcqRel);
             }
 
-            /// Adds every non-zero counter of a fault's tally and ends the
-            /// fault begun with [`Counters::begin`].
-            pub(crate) fn end(&self, tally: &Stats) {
+            /// Adds every non-zero counter of a tally.
+            pub(crate) fn add(&self, tally: &Stats) {
                 $(if tally.$name != 0 {
                     self.$name.fetch_add(tally.$name, Ordering::Relaxed);
                 })*
+            }
+
+            /// Adds a fault's tally and ends the fault begun with
+            /// [`Counters::begin`].
+            pub(crate) fn end(&self, tally: &Stats) {
+                self.add(tally);
                 // Release: a snapshot that sees the fault ended sees its tally.
                 self.in_flight.fetch_sub(1, Ordering::Release);
             }
@@ -112,7 +124,6 @@ counters! {
 // ---------------------------------------------------------------------------
 // Readahead statistics: seed 001's table.
 // ---------------------------------------------------------------------------
-
 
 fn row_of(p: Pattern) -> usize {
     match p {

@@ -107,7 +107,7 @@ mod loom_models {
             let old = if read_fails {
                 page.fail_read()
             } else {
-                page.finish_read(false)
+                page.finish_read(false, false)
             };
             let woken = if old.has_waiters() {
                 waits.take_all()

@@ -3,6 +3,10 @@
 //! skipping absent pages, pages whose read is in flight, and pages whose read
 //! failed. What is mapped is checked in the page tables themselves, through
 //! `/proc/self/pagemap`.
+//!
+//! The set-up steps that read chosen pages run with readahead off
+//! (`ra_pages(0)`), so that each fault reads its page alone: the pages
+//! ready when the fault-around under test runs are exactly those chosen.
 
 mod common;
 
@@ -31,7 +35,7 @@ fn a_hit_maps_only_the_ready_pages_of_its_window() {
         let warmed = [0usize, 2, 5, 9];
         // Warm some pages through mapping A at order 0: one page per fault.
         let a = pager
-            .map(&object, MapOptions::new().fault_around_order(0))
+            .map(&object, MapOptions::new().fault_around_order(0).ra_pages(0))
             .unwrap();
         for &p in &warmed {
             assert_eq!(touch(&a, p), data[p * PAGE]);
@@ -68,22 +72,44 @@ fn a_hit_maps_only_the_ready_pages_of_its_window() {
             assert_bytes(&b[r.clone()], &data[r], &format!("warmed page {p}"));
         }
         assert_eq!(b.stats().pgfault, 1, "reading the mapped pages faulted");
-        // A miss in the same window reads the absent pages (one request per
-        // run of them) and then maps the whole window.
+        // A miss in the same window (page 1, not sequential) reads around:
+        // the readahead window [0..32) less the 4 cached pages, one request
+        // per run of absent pages. The request holding page 1 is the one
+        // its fault waits for; the others are read in the background, so
+        // what the fault maps is page 1, the warmed pages, and whatever
+        // else of the window was ready by then: never a page not read yet.
         assert_eq!(touch(&b, 1), data[PAGE]);
         let s = settle(&b, 2);
-        assert_eq!(
-            present_set(&b, 40),
-            (0..16).collect(),
-            "the miss did not map its whole window"
+        let mapped = present_set(&b, 40);
+        assert!(mapped.is_superset(&set(&[0, 1, 2, 5, 9])), "{mapped:?}");
+        assert!(mapped.iter().all(|&p| p < 16), "{mapped:?}");
+        assert_eq!(s.pgmajfault, 1, "{s:?}");
+        let object = b.object();
+        assert!(
+            wait_until(Duration::from_secs(20), || (0..32)
+                .all(|p| object.is_cached(p))),
+            "the readahead window never landed"
         );
-        assert_eq!((s.pgfault, s.pgmajfault), (2, 1), "{s:?}");
+        let s = stats_when(|| b.stats(), |s| s.io_bytes >= 28 * PAGE as u64);
         assert_eq!(
             s.io_bytes,
-            12 * PAGE as u64,
-            "the miss read exactly the 12 absent pages: {s:?}"
+            28 * PAGE as u64,
+            "the miss read exactly the 28 absent pages of [0..32): {s:?}"
         );
-        assert_eq!(s.io_count, 4, "runs 1, 3-4, 6-8, 10-15: {s:?}");
+        assert_eq!(s.io_count, 4, "runs 1, 3-4, 6-8, 10-31: {s:?}");
+        // Now a hit anywhere in the window maps all of it (in a fresh
+        // mapping, where nothing is mapped yet).
+        let c = pager
+            .map(object, MapOptions::new().fault_around_order(4))
+            .unwrap();
+        assert_eq!(touch(&c, 3), data[3 * PAGE]);
+        let s = settle(&c, 1);
+        assert_eq!(
+            present_set(&c, 40),
+            (0..16).collect(),
+            "the hit did not map its whole window"
+        );
+        assert_eq!((s.pgfault, s.io_count), (1, 0), "{s:?}");
         assert_bytes(&b[..16 * PAGE], &data[..16 * PAGE], "window 0..16");
         assert_eq!(
             present_set(&a, 40),
@@ -109,7 +135,7 @@ fn a_page_being_read_is_not_mapped_around() {
         let object = pager.open(store.clone()).unwrap();
         let a = Arc::new(
             pager
-                .map(&object, MapOptions::new().fault_around_order(0))
+                .map(&object, MapOptions::new().fault_around_order(0).ra_pages(0))
                 .unwrap(),
         );
         for p in [0, 2, 9] {
@@ -151,7 +177,10 @@ fn pages_that_fail_to_read_are_never_mapped() {
         let pages = 48;
         let bad = [3usize, 10, 17, 31, 32];
         let data = pattern(pages * PAGE, 702);
-        for order in [0u8, 2, 4, 9] {
+        for (order, ra_pages) in [0u8, 2, 4, 9]
+            .into_iter()
+            .flat_map(|o| [(o, 0u64), (o, 32)])
+        {
             let store = Instrumented::mem(
                 &data,
                 Faults {
@@ -161,7 +190,12 @@ fn pages_that_fail_to_read_are_never_mapped() {
             );
             let pager = pager(1);
             let map = pager
-                .map(store.clone(), MapOptions::new().fault_around_order(order))
+                .map(
+                    store.clone(),
+                    MapOptions::new()
+                        .fault_around_order(order)
+                        .ra_pages(ra_pages),
+                )
                 .unwrap();
             let good: Vec<usize> = (0..pages).filter(|p| !bad.contains(p)).collect();
             for &p in &good {
@@ -169,7 +203,7 @@ fn pages_that_fail_to_read_are_never_mapped() {
                 assert_bytes(
                     &map[r.clone()],
                     &data[r],
-                    &format!("order {order}, good page {p}"),
+                    &format!("order {order}, ra_pages {ra_pages}, good page {p}"),
                 );
             }
             // How many faults the reads took is not known here: wait for
@@ -177,21 +211,21 @@ fn pages_that_fail_to_read_are_never_mapped() {
             let good_set: BTreeSet<usize> = good.iter().copied().collect();
             let present = present_eventually(&map, pages, &good_set);
             let s = map.stats();
-            let what = format!("order {order}: {s:?}");
+            let what = format!("order {order}, ra_pages {ra_pages}: {s:?}");
             assert_eq!(
                 present, good_set,
                 "{what}: bad pages mapped, or good ones not"
             );
-            if order > 0 {
+            if ra_pages > 0 {
                 assert!(
                     s.io_errors > 0,
-                    "{what}: windows over bad pages must have failed"
+                    "{what}: readahead windows over bad pages must have failed"
                 );
                 assert!(s.io_retry_single > 0, "{what}");
             } else {
                 assert_eq!(
                     s.io_errors, 0,
-                    "{what}: order 0 never reads a bad page for a good one"
+                    "{what}: without readahead a bad page is never read for a good one"
                 );
             }
             assert_eq!(

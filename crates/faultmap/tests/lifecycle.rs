@@ -240,14 +240,19 @@ fn dropped_mappings_are_unmapped() {
     });
 }
 
-/// Threads of this process whose name starts with `faultmap-` (the handler
-/// threads).
-fn handler_threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
+/// Threads of this process named `faultmap-N` (handler threads) and
+/// `faultmap-io-N` (I/O threads).
+fn pager_threads() -> (usize, usize) {
+    let names: Vec<String> = std::fs::read_dir("/proc/self/task")
         .expect("read /proc/self/task")
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|comm| comm.starts_with("faultmap-"))
-        .count()
+        .collect();
+    let io = names
+        .iter()
+        .filter(|n| n.starts_with("faultmap-io-"))
+        .count();
+    let all = names.iter().filter(|n| n.starts_with("faultmap-")).count();
+    (all - io, io)
 }
 
 #[test]
@@ -255,12 +260,13 @@ fn handler_threads_stop_with_the_last_mapping() {
     // Counting threads needs a process with no other test's pager in it.
     const NAME: &str = "handler_threads_stop_with_the_last_mapping";
     if is_child(NAME) {
-        assert_eq!(handler_threads(), 0);
+        assert_eq!(pager_threads(), (0, 0));
         let data = pattern(8 * PAGE, 907);
-        let pager = pager(3);
+        let pager = Pager::new(Config::default().handler_threads(3).io_threads(2)).unwrap();
+        let running = (3, 2);
         // A new thread names itself once it runs: wait for that.
-        wait_until(Duration::from_secs(10), || handler_threads() == 3);
-        assert_eq!(handler_threads(), 3);
+        wait_until(Duration::from_secs(10), || pager_threads() == running);
+        assert_eq!(pager_threads(), running);
         let a = pager
             .map(MemStore::new("a", data.clone()), MapOptions::new())
             .unwrap();
@@ -269,22 +275,22 @@ fn handler_threads_stop_with_the_last_mapping() {
             .unwrap();
         drop(pager);
         assert_eq!(
-            handler_threads(),
-            3,
+            pager_threads(),
+            running,
             "the pager's drop stopped threads mappings need"
         );
         assert_bytes(&a, &data, "a");
         drop(a);
         assert_eq!(
-            handler_threads(),
-            3,
+            pager_threads(),
+            running,
             "threads stopped while a mapping is left"
         );
         assert_bytes(&b, &data, "b");
         drop(b);
         // Joined, so exited; /proc may list an exiting thread a moment longer.
-        wait_until(Duration::from_secs(10), || handler_threads() == 0);
-        assert_eq!(handler_threads(), 0, "threads outlived the last mapping");
+        wait_until(Duration::from_secs(10), || pager_threads() == (0, 0));
+        assert_eq!(pager_threads(), (0, 0), "threads outlived the last mapping");
         println!("CHILD: done");
         return;
     }

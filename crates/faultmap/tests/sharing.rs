@@ -72,16 +72,18 @@ fn concurrently_held_mappings_share_the_cache() {
         let file = TestFile::new(SIZE, 601);
         let pager = pager(2);
         let object = pager.open(file.store()).unwrap();
-        let a = pager.map(&object, MapOptions::new()).unwrap();
+        // Readahead off: what each mapping reads is what it touches.
+        let a = pager.map(&object, MapOptions::new().ra_pages(0)).unwrap();
         let b = pager
-            .map(&object, MapOptions::new().fault_around_order(9))
+            .map(&object, MapOptions::new().fault_around_order(9).ra_pages(0))
             .unwrap();
         let c = pager
             .map(
                 &object,
                 MapOptions::new()
                     .offset(TABLE as u64 + 3)
-                    .fault_around_order(0),
+                    .fault_around_order(0)
+                    .ra_pages(0),
             )
             .unwrap();
         assert_eq!(pager.mappings(), 3);
@@ -195,12 +197,12 @@ fn a_page_in_flight_is_waited_for_not_reread() {
         let object = pager.open(store.clone()).unwrap();
         let a = Arc::new(
             pager
-                .map(&object, MapOptions::new().fault_around_order(0))
+                .map(&object, MapOptions::new().fault_around_order(0).ra_pages(0))
                 .unwrap(),
         );
         let b = Arc::new(
             pager
-                .map(&object, MapOptions::new().fault_around_order(0))
+                .map(&object, MapOptions::new().fault_around_order(0).ra_pages(0))
                 .unwrap(),
         );
         let reader = {

@@ -15,8 +15,10 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
+
+pub(crate) mod uring;
 
 /// The base page size this crate works in. Checked against `sysconf` when a
 /// pager is created ([`page_size_matches`]).
@@ -622,4 +624,51 @@ pub fn mincore_resident(addr: *const u8, len: usize) -> io::Result<usize> {
         return Err(io::Error::last_os_error());
     }
     Ok(vec.iter().filter(|&&b| b & 1 != 0).count())
+}
+
+// ---------------------------------------------------------------------------
+// O_DIRECT.
+// ---------------------------------------------------------------------------
+
+/// The alignment O_DIRECT needs on `fd`, as `(memory, file offset and
+/// length)` in bytes, from `statx(STATX_DIOALIGN)` (Linux 6.1). `Ok(None)`
+/// when the filesystem does not say; `Some((0, 0))` when it says that it
+/// does not support direct I/O on this file.
+pub fn dio_alignment(fd: BorrowedFd<'_>) -> io::Result<Option<(u32, u32)>> {
+    // SAFETY: an all-zero statx is a valid value to be overwritten.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: with AT_EMPTY_PATH and an empty path, statx describes `fd`,
+    // which the borrow keeps open for the call; it writes one struct statx
+    // to a valid, exclusively borrowed pointer.
+    let rc = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut stx,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if stx.stx_mask & libc::STATX_DIOALIGN == 0 {
+        return Ok(None);
+    }
+    Ok(Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align)))
+}
+
+/// `madvise(MADV_DONTNEED)` on `[addr, addr+len)` of a faultmap mapping:
+/// drops its PTEs; the memfd keeps the pages, so the next touch is a MINOR
+/// fault that maps them again without I/O.
+pub fn madvise_dontneed(addr: usize, len: usize) -> io::Result<()> {
+    // SAFETY: advises on a page-aligned range inside a shared memfd mapping
+    // this process owns (the caller computed it from a live region). For a
+    // shared mapping DONTNEED only drops PTEs; no memory the program holds a
+    // reference into changes content.
+    let rc = unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
