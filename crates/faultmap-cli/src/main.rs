@@ -5,9 +5,14 @@
 //! the work:
 //!
 //! - [`scan`]: map a file through faultmap, read every byte, print its CRC-32;
+//! - [`stats`]: run an access pattern over a file, print seed 001's
+//!   readahead table and the counters;
 //! - [`bench`](mod@bench): the seed benchmarks, faultmap against kernel `mmap` in one
-//!   run (seed 000's fault-around table);
-//! - [`units`] and [`table`]: parsing and printing helpers shared by both.
+//!   run (seed 000's fault-around table; with `--cold`, seed 001's readahead
+//!   comparison against kernel `mmap` and the device);
+//! - [`access`] (the access patterns), [`timed`] (threads started together,
+//!   timed), [`kernel`] (drop_caches, block-device counters), [`ra_table`],
+//!   [`units`] and [`table`]: helpers shared by the commands.
 //!
 //! Errors are `anyhow` chains printed as one line on stderr, with exit code
 //! 1; clap's own usage errors exit with 2. Nothing on a bad input panics:
@@ -15,9 +20,14 @@
 //! panic, because every command writes through a `Write` whose errors it
 //! returns.
 
+mod access;
 mod bench;
+mod kernel;
+mod ra_table;
 mod scan;
+mod stats;
 mod table;
+mod timed;
 mod units;
 
 use std::io::Write;
@@ -25,14 +35,17 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
 
+use crate::access::Access;
 use crate::bench::workload::Workload;
 
 /// A user-space pager on userfaultfd with the Linux kernel's fault-path
 /// algorithms.
 ///
 /// faultmap maps an object (a file, a buffer) and serves its page faults in
-/// user space with the kernel's fault-around algorithm. Linux 6.6 or later.
+/// user space with the kernel's fault-around and readahead algorithms.
+/// Linux 6.6 or later.
 /// As root (or with read-write access to /dev/userfaultfd) it also serves
 /// the faults the kernel takes on the program's behalf; see the README.
 #[derive(Debug, Parser)]
@@ -52,8 +65,30 @@ enum Command {
     /// the mapping is cut into contiguous parts, each thread checksums its
     /// part, and the parts' CRCs are combined in order.
     Scan(ScanArgs),
-    /// Run the seed benchmarks: faultmap at each fault-around order against
-    /// the kernel's mmap of the same data, in one process, one after another.
+    /// Run an access pattern over a file through faultmap and print what the
+    /// fault path did: seed 001's readahead table and the counters.
+    ///
+    /// The table has one row per readahead pattern (initial: the sync window
+    /// that starts a sequential stream; subsequent: async windows at the
+    /// marker of the previous one; marker: async windows at a marker found
+    /// out of step; around: mmap read-around windows; random: only the
+    /// pages asked for; all) and the columns ra_count (windows), io_count
+    /// (store reads), sync_count (windows a fault waited for), eof_count
+    /// (windows cut at the end of the file), and the means ra_size,
+    /// async_size and io_size, in pages. Then pgmajfault, fault_wait,
+    /// io_count, io_bytes, the readahead miss ratio (pages read ahead and
+    /// never mapped, over pages read ahead) and the other counters.
+    ///
+    /// The file is a new faultmap object, so faultmap's cache is always
+    /// empty at the start; --cold also drops the kernel's page cache, so
+    /// that the store's reads come from the disk.
+    Stats(StatsArgs),
+    /// Run the seed benchmarks: faultmap against the kernel's mmap of the
+    /// same data, in one process: seed 000's fault-around table, or with
+    /// --cold seed 001's readahead comparison on cold caches.
+    ///
+    /// Warm (default): faultmap at each fault-around order against the
+    /// kernel's mmap of the same data, one after another.
     ///
     /// Reproduces seed 000's fault-around table: for each workload, the
     /// faults and the time (median of the repetitions) per thread count and
@@ -71,6 +106,28 @@ enum Command {
     /// Each thread has its own mapping of the same data and walks the whole
     /// of it (so faults scale with threads, as in the seed); the threads start
     /// together, and the time is from their start to the last one's end.
+    ///
+    /// With --cold: seed 001's readahead comparison (its cases A and C) on
+    /// cold caches. Columns: `device` (the file read with O_DIRECT in 1 MiB
+    /// requests, many in flight, measured in the same run: the disk's
+    /// limit), `kernel`
+    /// (kernel mmap of the file), `around` (faultmap with read-around only,
+    /// readahead disabled) and `readahead` (faultmap's full readahead).
+    /// Every kernel and faultmap run starts from cold caches: the kernel's
+    /// page cache is dropped right before it (echo 3 >
+    /// /proc/sys/vm/drop_caches, as root; without that permission the
+    /// kernel column is skipped, with a message) and each faultmap run has
+    /// a new pager and object, whose cache is empty. Workloads: seq (T
+    /// threads each read every word of their own contiguous 1/T of the file
+    /// through one shared mapping, so the file is read once), rand (the
+    /// first word of each page of a fixed-seed random sample of pages: 1/16
+    /// of the file's pages, at most 16,384, in a random order) and clustered (random
+    /// 64 KiB clusters of 16 pages, each read page by page in order, from a
+    /// fixed-seed sample of the same number of pages: seed 001's clustered
+    /// random reads). Rows: seconds, MB/s, major faults, I/O count, mean
+    /// I/O size and the readahead miss ratio (medians of 3 repetitions by
+    /// default), with the ratios of the goals; then seed 001's readahead
+    /// table of the readahead runs.
     Bench(BenchArgs),
 }
 
@@ -83,6 +140,14 @@ struct ScanArgs {
     /// Fault-around order: each fault maps a window of 2^N pages (0..=9).
     #[arg(long, short, default_value_t = 4, value_name = "N")]
     order: u8,
+    /// The largest readahead window, in pages (0 disables readahead; at
+    /// most 16384). Default: the store's, for a file the device's
+    /// read_ahead_kb.
+    #[arg(long, value_name = "N")]
+    ra_pages: Option<u64>,
+    /// Which readahead faultmap runs (see `faultmap stats --help`).
+    #[arg(long, value_enum, default_value = "full", value_name = "MODE")]
+    readahead: Readahead,
     /// Threads reading the mapping, each a contiguous part of it.
     #[arg(long, short, default_value_t = 1, value_name = "T",
           value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -96,12 +161,136 @@ struct ScanArgs {
     json: bool,
 }
 
+/// Which readahead faultmap runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Readahead {
+    /// The kernel's: read-around on a random miss, sequential detection and
+    /// ramp-up, async readahead at the marker, the mmap_miss throttle.
+    Full,
+    /// Read-around only (seed 001's case A): every miss reads a window of
+    /// ra_pages around the faulting page; no sequential detection, no
+    /// async readahead.
+    Around,
+    /// None: a miss reads only the faulting page.
+    Off,
+}
+
+impl Readahead {
+    /// The library's mode.
+    pub fn mode(self) -> faultmap::ReadaheadMode {
+        match self {
+            Readahead::Full => faultmap::ReadaheadMode::Full,
+            Readahead::Around => faultmap::ReadaheadMode::AroundOnly,
+            Readahead::Off => faultmap::ReadaheadMode::Off,
+        }
+    }
+
+    /// The name on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Readahead::Full => "full",
+            Readahead::Around => "around",
+            Readahead::Off => "off",
+        }
+    }
+}
+
+/// How faultmap's file store reads the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FileIoArg {
+    /// pread through the kernel's page cache (large requests thanks to the
+    /// kernel's own readahead; the pages are cached twice).
+    Buffered,
+    /// pread with O_DIRECT, one request per read.
+    Direct,
+    /// O_DIRECT through io_uring, each read cut into pieces all in flight.
+    Uring,
+}
+
+impl FileIoArg {
+    /// The library's mode.
+    pub fn mode(self) -> faultmap::FileIo {
+        match self {
+            FileIoArg::Buffered => faultmap::FileIo::Buffered,
+            FileIoArg::Direct => faultmap::FileIo::Direct,
+            FileIoArg::Uring => faultmap::FileIo::Uring,
+        }
+    }
+}
+
+/// The library's file I/O mode for an optional `--file-io`.
+pub fn file_io(arg: Option<FileIoArg>) -> faultmap::FileIo {
+    arg.map_or_else(faultmap::FileIo::default, FileIoArg::mode)
+}
+
+/// Options of `faultmap stats`.
+#[derive(Debug, Args)]
+struct StatsArgs {
+    /// The file to read (a regular file; directories, FIFOs and devices are
+    /// refused).
+    file: PathBuf,
+    /// The access pattern. The file's pages are cut into T contiguous
+    /// parts (on 64 KiB boundaries), one per thread, and each thread runs
+    /// the pattern over its part. seq: every 8-byte word in order. rand:
+    /// the first word of every page, the pages in a random order (a
+    /// fixed-seed permutation). clustered: the part cut into 64 KiB
+    /// clusters (16 pages, aligned), the clusters in a random order (a
+    /// fixed-seed permutation), the first word of each page of a cluster,
+    /// in order.
+    #[arg(long, short, value_enum, default_value = "seq", value_name = "PATTERN")]
+    access: Access,
+    /// Fault-around order: each fault maps a window of 2^N pages (0..=9).
+    #[arg(long, short, default_value_t = 4, value_name = "N")]
+    order: u8,
+    /// The largest readahead window, in pages (0 disables readahead; at
+    /// most 16384, 64 MiB). Default: the store's, for a file the device's
+    /// read_ahead_kb, as in the kernel.
+    #[arg(long, value_name = "N")]
+    ra_pages: Option<u64>,
+    /// Which readahead faultmap runs.
+    #[arg(long, value_enum, default_value = "full", value_name = "MODE")]
+    readahead: Readahead,
+    /// How faultmap's file store reads (default: the library's, buffered;
+    /// a filesystem without O_DIRECT falls back to buffered, and the report
+    /// says which mode was in force).
+    #[arg(long, value_enum, value_name = "MODE")]
+    file_io: Option<FileIoArg>,
+    /// Drop the kernel's page cache first (echo 1 >
+    /// /proc/sys/vm/drop_caches; needs root; if not permitted, a message
+    /// and the run goes on), so faultmap's store reads come from the disk.
+    /// faultmap's own cache is always empty at the start.
+    #[arg(long)]
+    cold: bool,
+    /// Threads running the pattern, each over its own contiguous part of
+    /// the one mapping.
+    #[arg(long, short, default_value_t = 1, value_name = "T",
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: u16,
+    /// faultmap handler threads serving the faults.
+    #[arg(long, default_value_t = 1, value_name = "H",
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    handler_threads: u16,
+    /// faultmap I/O threads reading from the store (default: the library's,
+    /// 4).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    io_threads: Option<u16>,
+    /// Print one JSON object, {file, access, order, ra_pages, readahead,
+    /// seconds, stats: {...}, readahead_stats: {...}, ...}, instead of the
+    /// tables.
+    #[arg(long)]
+    json: bool,
+}
+
 /// Options of `faultmap bench`.
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// Workloads, comma-separated (seed 000's three synthetic tests).
+    /// Workloads, comma-separated. Default: seq,rand,sparse (seed 000's
+    /// three synthetic tests); with --cold: seq,rand,clustered (sparse is
+    /// warm only, clustered cold only).
     ///
-    /// Each thread walks the whole file, in its own mapping.
+    /// Warm: each thread walks the whole file, in its own mapping.
     ///
     /// rand differs from the seed's fully random word order on purpose: the
     /// pages are visited in a random permutation (fixed seed, one per
@@ -109,26 +298,17 @@ struct BenchArgs {
     /// the order of the pages' first touches, which is fully random either
     /// way, so the faults are those of a random word order, while a run
     /// takes seconds instead of minutes of cache and TLB misses.
-    #[arg(
-        long,
-        short,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "seq,rand,sparse",
-        value_name = "LIST"
-    )]
+    #[arg(long, short, value_enum, value_delimiter = ',', value_name = "LIST")]
     workload: Vec<Workload>,
     /// faultmap fault-around orders to measure (windows of 2^N pages, 0..=9),
-    /// comma-separated.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "0,1,3,4,5,7,9",
-        value_name = "LIST"
-    )]
+    /// comma-separated. Default: 0,1,3,4,5,7,9; with --cold one order,
+    /// default 4.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
     orders: Vec<u8>,
-    /// Thread counts, comma-separated; each thread maps and walks the whole
-    /// file.
+    /// Thread counts, comma-separated. Warm: each thread maps and walks the
+    /// whole file. With --cold: they apply to seq, whose threads share one
+    /// mapping and each read a contiguous 1/T of it (rand and clustered
+    /// run on one thread, as in the seed).
     #[arg(long, short, value_delimiter = ',', default_value = "1,2", value_name = "LIST",
           value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: Vec<u16>,
@@ -144,7 +324,7 @@ struct BenchArgs {
     /// Samples of every cell; the report gives the median (and the min in
     /// JSON). Default: 3 per cell, and up to 11 for the cells that are cheap
     /// enough (2 s per cell in all, within a 150 s run); each JSON row says
-    /// how many it has.
+    /// how many it has. With --cold: 3 per cell.
     #[arg(long, short, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     repetitions: Option<u32>,
@@ -152,6 +332,24 @@ struct BenchArgs {
     #[arg(long, default_value_t = 1, value_name = "H",
           value_parser = clap::value_parser!(u16).range(1..=64))]
     handler_threads: u16,
+    /// Cold I/O: seed 001's readahead comparison (see above) instead of
+    /// seed 000's warm fault-around table.
+    #[arg(long)]
+    cold: bool,
+    /// With --cold: faultmap's largest readahead window, in pages (0..=16384).
+    /// Default: the store's, from the device's read_ahead_kb, like the
+    /// kernel's, which this does not change.
+    #[arg(long, value_name = "N", requires = "cold")]
+    ra_pages: Option<u64>,
+    /// With --cold: how faultmap's file store reads (buffered, direct or
+    /// uring; default the library's, buffered).
+    #[arg(long, value_enum, value_name = "MODE", requires = "cold")]
+    file_io: Option<FileIoArg>,
+    /// faultmap I/O threads reading from the store (default: the library's,
+    /// 4).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    io_threads: Option<u16>,
     /// Print only one JSON document, {"machine": {...}, "results": [...]},
     /// on stdout (progress and notes still go to stderr).
     #[arg(long)]
@@ -162,6 +360,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Scan(args) => scan::run(&args),
+        Command::Stats(args) => stats::run(&args),
         Command::Bench(args) => bench::run(&args),
     };
     match result {

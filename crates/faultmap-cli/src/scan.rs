@@ -2,14 +2,19 @@
 //!
 //! 1. Open the file as a [`FileStore`] (which refuses directories, FIFOs,
 //!    sockets and devices with a typed error) and map it at the asked
-//!    fault-around order. An empty file is an empty mapping: CRC 0.
+//!    fault-around order and readahead. An empty file is an empty mapping:
+//!    CRC 0.
 //! 2. Cut the mapping into `T` contiguous parts on page boundaries; thread
 //!    `i` computes the CRC-32 of part `i`. Every byte is read through the
-//!    mapping, so every page faults through faultmap.
+//!    mapping, so every page comes in through faultmap's fault path.
 //! 3. Combine the parts' CRCs in order (`crc32fast::Hasher::combine`): the
 //!    result is the CRC-32 of the whole file, equal to zlib's.
-//! 4. Print the CRC (decimal and hex), size, time, throughput and the
-//!    mapping's counters, or one JSON object.
+//! 4. Drop the mapping and the pager: its I/O threads finish the reads
+//!    still queued (readahead past the end of what was read) before they
+//!    stop, so the object's counters, read then, are the scan's whole
+//!    story.
+//! 5. Print the CRC (decimal and hex), size, time, throughput and the
+//!    object's counters, or one JSON object.
 //!
 //! The time covers step 2 only: the reading, not opening or mapping.
 
@@ -19,12 +24,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use faultmap::{Config, FileStore, MapOptions, Pager, Stats, PAGE_SIZE};
+use faultmap::{Config, FileStore, Pager, Stats, PAGE_SIZE};
 use serde::Serialize;
 
 use crate::table::Table;
 use crate::units;
-use crate::ScanArgs;
+use crate::{Readahead, ScanArgs};
 
 /// What a scan found.
 #[derive(Debug, Serialize)]
@@ -37,6 +42,7 @@ struct ScanReport<'a> {
     seconds: f64,
     bytes_per_second: Option<f64>,
     order: u8,
+    readahead: Readahead,
     threads: u16,
     handler_threads: u16,
     stats: Stats,
@@ -44,16 +50,22 @@ struct ScanReport<'a> {
 
 /// Runs `faultmap scan`.
 pub fn run(args: &ScanArgs) -> Result<()> {
+    let opts = crate::stats::map_options(args.order, args.ra_pages, args.readahead);
+    opts.validate()?;
     let pager = Pager::new(Config::default().handler_threads(usize::from(args.handler_threads)))
         .context("cannot start the pager")?;
-    let store = FileStore::open(&args.file)?;
+    let object = pager.open(FileStore::open(&args.file)?)?;
     let map = pager
-        .map(store, MapOptions::new().fault_around_order(args.order))
+        .map(&object, opts)
         .with_context(|| format!("cannot map {}", args.file.display()))?;
     let start = Instant::now();
     let crc = parallel_crc(&map, usize::from(args.threads))?;
     let elapsed = start.elapsed();
     let bytes = map.len() as u64;
+    // Settle: the pager's I/O threads finish their queued reads as it goes,
+    // so the object's counters then hold every read of the scan.
+    drop(map);
+    drop(pager);
     let report = ScanReport {
         file: &args.file,
         crc32: crc,
@@ -63,9 +75,10 @@ pub fn run(args: &ScanArgs) -> Result<()> {
         seconds: elapsed.as_secs_f64(),
         bytes_per_second: rate(bytes, elapsed),
         order: args.order,
+        readahead: args.readahead,
         threads: args.threads,
         handler_threads: args.handler_threads,
-        stats: map.stats(),
+        stats: object.stats(),
     };
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -150,8 +163,11 @@ fn human(r: &ScanReport<'_>) -> String {
     head.row([
         "settings".to_string(),
         format!(
-            "fault-around order {}, {} reading thread(s), {} handler thread(s)",
-            r.order, r.threads, r.handler_threads
+            "fault-around order {}, readahead {}, {} reading thread(s), {} handler thread(s)",
+            r.order,
+            r.readahead.name(),
+            r.threads,
+            r.handler_threads
         ),
     ]);
     let mut stats = Table::new(1);

@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 pub struct Table {
     /// How many leading columns are labels (left-aligned).
     labels: usize,
+    /// A later column that is left-aligned too (free text after numbers).
+    note: Option<usize>,
     rows: Vec<Vec<String>>,
 }
 
@@ -17,8 +19,15 @@ impl Table {
     pub fn new(labels: usize) -> Self {
         Self {
             labels,
+            note: None,
             rows: Vec::new(),
         }
+    }
+
+    /// Makes column `column` left-aligned: a note after the numbers.
+    pub fn note_column(mut self, column: usize) -> Self {
+        self.note = Some(column);
+        self
     }
 
     /// Adds a row; rows may have different lengths (missing cells are blank).
@@ -37,7 +46,7 @@ impl Table {
                 if i > 0 {
                     line.push_str("  ");
                 }
-                if i < self.labels {
+                if i < self.labels || self.note == Some(i) {
                     let _ = write!(line, "{cell:<width$}");
                 } else {
                     let _ = write!(line, "{cell:>width$}");
@@ -78,5 +87,9 @@ mod tests {
             t.render(),
             "name     value\npgfault     16\nx        1,024  extra\n"
         );
+        let mut t = Table::new(1).note_column(2);
+        t.row(["a", "1", "long note"]);
+        t.row(["b", "22", "x"]);
+        assert_eq!(t.render(), "a   1  long note\nb  22  x\n");
     }
 }

@@ -53,7 +53,7 @@ fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
     data
 }
 
-fn scan_json(path: &Path, order: u8, threads: u16) -> Value {
+fn scan_json(path: &Path, order: u8, threads: u16, readahead: &str) -> Value {
     let (order, threads) = (order.to_string(), threads.to_string());
     let path = path.to_str().unwrap();
     stdout_json(&faultmap(&[
@@ -63,6 +63,8 @@ fn scan_json(path: &Path, order: u8, threads: u16) -> Value {
         &order,
         "--threads",
         &threads,
+        "--readahead",
+        readahead,
         "--json",
     ]))
 }
@@ -75,9 +77,9 @@ fn scan_crc_equals_crc32_of_the_file() {
         let data = random_bytes(len, i as u64);
         let path = write(dir.path(), &format!("f{len}"), &data);
         let want = crc32fast::hash(&data);
-        for order in [0u8, 4, 9] {
+        for (order, readahead) in [(0u8, "full"), (4, "around"), (4, "off"), (9, "full")] {
             for threads in [1u16, 2, 3] {
-                let v = scan_json(&path, order, threads);
+                let v = scan_json(&path, order, threads, readahead);
                 assert_eq!(
                     v["crc32"], want,
                     "len {len} order {order} threads {threads}"
@@ -95,18 +97,37 @@ fn scan_json_has_the_fields_and_counts_faults() {
     let dir = tempfile::tempdir().unwrap();
     let data = random_bytes(64 * 4096, 99);
     let path = write(dir.path(), "f", &data);
-    let v = scan_json(&path, 4, 1);
-    for field in ["crc32", "bytes", "seconds", "order", "threads", "stats"] {
+    let v = scan_json(&path, 4, 1, "off");
+    for field in [
+        "crc32",
+        "bytes",
+        "seconds",
+        "order",
+        "readahead",
+        "threads",
+        "stats",
+    ] {
         assert!(!v[field].is_null(), "missing {field}: {v}");
     }
     assert!(v["seconds"].is_f64());
+    assert_eq!(v["readahead"], "off");
     let stats = &v["stats"];
-    // One thread reading 64 pages in order, 16-page windows: 4 faults, each
-    // reading its window from the store.
-    assert_eq!(stats["pgfault"], 4);
-    assert_eq!(stats["pgmajfault"], 4);
+    // One thread reading 64 pages in order, readahead off: every page is a
+    // miss that reads that page alone, and fault-around has no cached
+    // neighbour to map.
+    assert_eq!(stats["pgfault"], 64);
+    assert_eq!(stats["pgmajfault"], 64);
+    assert_eq!(stats["io_count"], 64);
     assert_eq!(stats["io_bytes"], 64 * 4096);
     assert_eq!(stats["io_errors"], 0);
+    // With readahead, whatever the windows: at most one fault per page, at
+    // least one per 16-page fault-around window, every page read once.
+    let v = scan_json(&path, 4, 1, "full");
+    let stats = &v["stats"];
+    let faults = stats["pgfault"].as_u64().unwrap();
+    assert!((4..=64).contains(&faults), "{stats}");
+    assert!(stats["pgmajfault"].as_u64().unwrap() >= 1, "{stats}");
+    assert_eq!(stats["io_bytes"], 64 * 4096, "{stats}");
 }
 
 #[test]
@@ -166,7 +187,12 @@ fn bench_refuses_bad_arguments() {
 
 #[test]
 fn every_command_has_help() {
-    for args in [&["--help"][..], &["scan", "--help"], &["bench", "--help"]] {
+    for args in [
+        &["--help"][..],
+        &["scan", "--help"],
+        &["stats", "--help"],
+        &["bench", "--help"],
+    ] {
         let out = faultmap(args);
         assert!(out.status.success());
         let text = String::from_utf8(out.stdout).unwrap();
@@ -185,6 +211,31 @@ fn every_command_has_help() {
         assert!(bench.contains(option), "bench --help lacks {option}");
     }
     assert!(bench.contains("random permutation"));
+    for needle in [
+        "--cold",
+        "--ra-pages",
+        "--file-io",
+        "--io-threads",
+        "clustered",
+        "O_DIRECT",
+    ] {
+        assert!(bench.contains(needle), "bench --help lacks {needle}");
+    }
+    let stats = String::from_utf8(faultmap(&["stats", "--help"]).stdout).unwrap();
+    for needle in [
+        "--access",
+        "--order",
+        "--ra-pages",
+        "--readahead",
+        "--file-io",
+        "--cold",
+        "--threads",
+        "--json",
+        "clusters",
+        "Read-around only",
+    ] {
+        assert!(stats.contains(needle), "stats --help lacks {needle}");
+    }
 }
 
 /// The rows of one engine/variant, keyed by (workload, threads).
@@ -311,4 +362,366 @@ fn bench_prints_the_table_on_an_existing_file() {
         assert!(text.contains(needle), "table lacks {needle:?}:\n{text}");
     }
     assert!(path.exists(), "a --file must not be removed");
+}
+
+// ---------------------------------------------------------------------------
+// faultmap stats
+// ---------------------------------------------------------------------------
+
+/// The six rows of seed 001's table, in order.
+const RA_ROWS: [&str; 6] = ["initial", "subsequent", "marker", "around", "random", "all"];
+
+/// The columns of each row.
+const RA_COLUMNS: [&str; 7] = [
+    "ra_count",
+    "io_count",
+    "sync_count",
+    "eof_count",
+    "ra_size",
+    "async_size",
+    "io_size",
+];
+
+/// Checks a `readahead_stats` object: six rows with every column, `all`
+/// the sum of the others' counts, a miss ratio that is null or a ratio.
+fn check_ra_stats(ra: &Value) {
+    for row in RA_ROWS {
+        for column in RA_COLUMNS {
+            assert!(ra[row][column].is_number(), "{row}.{column}: {ra}");
+        }
+    }
+    for column in ["ra_count", "io_count", "sync_count", "eof_count"] {
+        let parts: u64 = RA_ROWS[..5]
+            .iter()
+            .map(|r| ra[*r][column].as_u64().unwrap())
+            .sum();
+        assert_eq!(ra["all"][column], parts, "all.{column}: {ra}");
+    }
+    let miss = &ra["miss_ratio"];
+    assert!(
+        miss.is_null() || (0.0..=1.0).contains(&miss.as_f64().unwrap()),
+        "{ra}"
+    );
+    assert!(ra["read_ahead_used"].as_u64() <= ra["read_ahead_pages"].as_u64());
+}
+
+#[test]
+fn stats_prints_the_seed_table_and_the_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "f", &random_bytes(256 * 4096, 11));
+    for access in ["seq", "rand", "clustered"] {
+        let out = faultmap(&["stats", path.to_str().unwrap(), "--access", access]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let header = text
+            .lines()
+            .find(|l| l.starts_with("pattern"))
+            .unwrap_or_else(|| panic!("no table header:\n{text}"));
+        for column in RA_COLUMNS {
+            assert!(header.contains(column), "{header}");
+        }
+        for row in RA_ROWS {
+            assert!(
+                text.lines().any(|l| l.starts_with(row)),
+                "no {row} row:\n{text}"
+            );
+        }
+        for counter in [
+            "pgmajfault",
+            "fault_wait",
+            "io_count",
+            "io_bytes",
+            "readahead miss ratio",
+            "pgfault",
+        ] {
+            assert!(text.contains(counter), "no {counter}:\n{text}");
+        }
+    }
+}
+
+#[test]
+fn stats_json_has_the_fields_and_reads_every_page_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let pages = 300u64;
+    let path = write(dir.path(), "f", &random_bytes(pages as usize * 4096, 12));
+    let path = path.to_str().unwrap();
+    for (access, readahead, threads, file_io) in [
+        ("seq", "full", "1", "buffered"),
+        ("seq", "around", "2", "direct"),
+        ("rand", "full", "1", "uring"),
+        ("rand", "off", "1", "buffered"),
+        ("clustered", "full", "2", "direct"),
+    ] {
+        let v = stdout_json(&faultmap(&[
+            "stats",
+            path,
+            "--access",
+            access,
+            "--readahead",
+            readahead,
+            "--threads",
+            threads,
+            "--order",
+            "3",
+            "--ra-pages",
+            "64",
+            "--file-io",
+            file_io,
+            "--cold",
+            "--json",
+        ]));
+        let what = format!("{access} {readahead} x{threads} {file_io}: {v}");
+        for field in [
+            "file",
+            "access",
+            "order",
+            "ra_pages",
+            "readahead",
+            "seconds",
+            "stats",
+            "readahead_stats",
+        ] {
+            assert!(!v[field].is_null(), "missing {field}: {what}");
+        }
+        assert_eq!(v["access"], access, "{what}");
+        assert_eq!(v["readahead"], readahead, "{what}");
+        assert_eq!(v["order"], 3, "{what}");
+        assert_eq!(v["ra_pages"], 64, "{what}");
+        assert_eq!(v["pages"], pages, "{what}");
+        assert_eq!(v["pages_touched"], pages, "{what}");
+        // The mode asked for, or buffered where O_DIRECT cannot be had.
+        assert!(
+            v["file_io"] == file_io || v["file_io"] == "buffered",
+            "{what}"
+        );
+        assert!(v["seconds"].as_f64().unwrap() >= 0.0);
+        // A new object: every page touched was read, and none twice.
+        let stats = &v["stats"];
+        assert_eq!(stats["io_bytes"], pages * 4096, "{what}");
+        assert_eq!(stats["io_errors"], 0, "{what}");
+        assert!(stats["pgmajfault"].as_u64().unwrap() >= 1, "{what}");
+        check_ra_stats(&v["readahead_stats"]);
+    }
+}
+
+#[test]
+fn stats_refuses_bad_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(dir.path(), "f", b"data");
+    let file = file.to_str().unwrap();
+    assert_fails_cleanly(
+        &faultmap(&["stats", file, "--readahead", "bogus"]),
+        "possible values: full, around, off",
+    );
+    assert_fails_cleanly(
+        &faultmap(&["stats", file, "--ra-pages", "100000"]),
+        "ra_pages",
+    );
+    assert_fails_cleanly(
+        &faultmap(&["stats", file, "--ra-pages", "99999999999999999999999"]),
+        "--ra-pages",
+    );
+    assert_fails_cleanly(&faultmap(&["stats", file, "--access", "zigzag"]), "access");
+    assert_fails_cleanly(&faultmap(&["stats", file, "--file-io", "mmap"]), "file-io");
+    assert_fails_cleanly(&faultmap(&["stats", file, "--order", "10"]), "order");
+    assert_fails_cleanly(&faultmap(&["stats", file, "--threads", "0"]), "threads");
+    assert_fails_cleanly(
+        &faultmap(&["stats", file, "--io-threads", "0"]),
+        "io-threads",
+    );
+    assert_fails_cleanly(
+        &faultmap(&["stats", dir.path().to_str().unwrap()]),
+        "directory",
+    );
+    assert_fails_cleanly(&faultmap(&["stats"]), "FILE");
+}
+
+// ---------------------------------------------------------------------------
+// faultmap bench --cold
+// ---------------------------------------------------------------------------
+
+#[test]
+fn bench_cold_refuses_bad_arguments() {
+    assert_fails_cleanly(&faultmap(&["bench", "--ra-pages", "8"]), "--cold");
+    assert_fails_cleanly(&faultmap(&["bench", "--file-io", "direct"]), "--cold");
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--cold", "--ra-pages", "100000"]),
+        "ra_pages",
+    );
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--cold", "--orders", "3,4"]),
+        "one fault-around order",
+    );
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--cold", "--workload", "sparse"]),
+        "not a cold workload",
+    );
+    assert_fails_cleanly(&faultmap(&["bench", "--workload", "clustered"]), "--cold");
+}
+
+#[test]
+fn bench_cold_json_has_a_row_per_engine_and_workload() {
+    let out = faultmap(&[
+        "bench",
+        "--cold",
+        "--size",
+        "16M",
+        "--repetitions",
+        "1",
+        "--json",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let doc = stdout_json(&out);
+    let pages = 4096u64;
+    let machine = &doc["machine"];
+    assert_eq!(machine["cold"], true);
+    assert_eq!(machine["pages"], pages);
+    assert_eq!(machine["repetitions"], 1);
+    assert_eq!(machine["sample_pages"], 256);
+    assert!(machine["goals"].is_array());
+
+    let results = doc["results"].as_array().unwrap();
+    let find = |w: &str, t: u64, engine: &str, variant: &str| -> Vec<&Value> {
+        results
+            .iter()
+            .filter(|r| {
+                r["workload"] == w
+                    && r["threads"] == t
+                    && r["engine"] == engine
+                    && r["variant"] == variant
+            })
+            .collect()
+    };
+    // Without the permission to drop the page cache, no kernel rows (and
+    // a note says so); likewise the device rows need O_DIRECT.
+    let kernel = machine["caches_dropped"].is_string();
+    assert_eq!(
+        kernel,
+        !stderr.contains("skipping the kernel column"),
+        "{stderr}"
+    );
+    let device = !stderr.contains("no device column");
+    for row in results {
+        for field in [
+            "workload",
+            "threads",
+            "engine",
+            "variant",
+            "order",
+            "pages",
+            "pages_touched",
+            "faults",
+            "major_faults",
+            "io_count",
+            "io_bytes",
+            "io_size_kib",
+            "miss_ratio",
+            "seconds",
+            "repetitions",
+        ] {
+            assert!(row.get(field).is_some(), "row lacks {field}: {row}");
+        }
+        assert_eq!(row["pages"], pages);
+        assert_eq!(row["repetitions"], 1);
+        assert!(row["seconds"].as_f64().unwrap() >= 0.0, "{row}");
+    }
+    for (w, threads, touched) in [
+        ("seq", 1, pages),
+        ("seq", 2, pages),
+        ("rand", 1, 256),
+        ("clustered", 1, 256),
+    ] {
+        if threads == 1 {
+            let rows = find(w, 1, "device", "cold");
+            assert_eq!(rows.len(), usize::from(device), "device {w}");
+            for row in rows {
+                assert_eq!(row["io_bytes"], pages * 4096, "{row}");
+                assert_eq!(row["io_count"], 16, "{row}");
+                assert!(row["major_faults"].is_null() && row["miss_ratio"].is_null());
+            }
+        }
+        let rows = find(w, threads, "kernel-file", "cold");
+        assert_eq!(rows.len(), usize::from(kernel), "kernel {w} x{threads}");
+        for row in rows {
+            assert!(row["faults"].as_u64().unwrap() > 0, "{row}");
+            assert!(
+                row["order"].is_null() && row["miss_ratio"].is_null(),
+                "{row}"
+            );
+            assert_eq!(row["pages_touched"], touched, "{row}");
+        }
+        for variant in ["readahead=around", "readahead=full"] {
+            let rows = find(w, threads, "faultmap", variant);
+            assert_eq!(rows.len(), 1, "{variant} {w} x{threads}");
+            let row = rows[0];
+            assert_eq!(row["order"], 4, "{row}");
+            assert_eq!(row["pages_touched"], touched, "{row}");
+            // A new object per run: every page touched is read, none twice.
+            let io_bytes = row["io_bytes"].as_u64().unwrap();
+            assert!(
+                io_bytes >= touched * 4096 && io_bytes <= pages * 4096,
+                "{row}"
+            );
+            if w == "seq" {
+                assert_eq!(io_bytes, pages * 4096, "{row}");
+            }
+            assert!(row["io_count"].as_u64().unwrap() > 0, "{row}");
+            assert!(row["io_size_kib"].as_f64().unwrap() >= 4.0, "{row}");
+            let major = row["major_faults"].as_u64().unwrap();
+            assert!(
+                major > 0 && major <= row["faults"].as_u64().unwrap(),
+                "{row}"
+            );
+            check_ra_stats(&row["readahead_stats"]);
+            assert_eq!(row["stats"]["io_errors"], 0, "{row}");
+        }
+    }
+}
+
+#[test]
+fn bench_cold_prints_the_table_and_the_readahead_tables() {
+    let out = faultmap(&[
+        "bench",
+        "--cold",
+        "--size",
+        "4M",
+        "--repetitions",
+        "1",
+        "--workload",
+        "seq,clustered",
+        "--threads",
+        "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "seq:",
+        "clustered:",
+        "device",
+        "around",
+        "readahead",
+        "seconds",
+        "MB/s",
+        "major faults",
+        "I/O count",
+        "I/O size, KiB",
+        "miss ratio",
+        "vs device, time",
+        "major faults / around",
+        "goals",
+        "seq, 1 thread, readahead=full:",
+        "clustered, 1 thread, readahead=around:",
+        "readahead miss ratio",
+    ] {
+        assert!(text.contains(needle), "report lacks {needle:?}:\n{text}");
+    }
+    assert!(!text.contains("rand:"), "{text}");
 }

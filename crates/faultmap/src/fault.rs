@@ -74,7 +74,8 @@
 //!   byte grows by the run's CONTINUE (0.2 µs per page on this machine).
 //! - A major fault costs two events: the miss, which submits the read and
 //!   parks, and the fault of the woken thread, which maps the window. The
-//!   second is recognised by the page's DEMAND flag (the kernel's
+//!   waker records the addresses it woke ([`crate::wait::Uffd`]), so the
+//!   second event is known as the first's retry (the kernel's
 //!   FAULT_FLAG_TRIED): it is not counted again in `pgfault` and does no
 //!   readahead bookkeeping, so a major fault leaves `mmap_miss` raised.
 //!
@@ -87,7 +88,6 @@
 //! kernel can do.
 
 use std::ops::Range;
-use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use crate::fault_around;
@@ -98,10 +98,11 @@ use crate::readahead::{self, Window};
 use crate::space::Region;
 use crate::stats::{Counters, RaCounters, RaTally, Stats};
 use crate::sys::{self, ContinueResult, PAGE_SIZE, PTRS_PER_PTE};
+use crate::wait::{Retry, Uffd};
 
 /// What the fault path needs from its pager.
 pub(crate) struct FaultEnv<'a> {
-    pub(crate) uffd: &'a Arc<OwnedFd>,
+    pub(crate) uffd: &'a Arc<Uffd>,
     pub(crate) regions: &'a crate::space::RegionTable,
     pub(crate) counters: &'a Counters,
     pub(crate) ra: &'a RaCounters,
@@ -117,7 +118,9 @@ pub(crate) struct Waiter {
     addr: usize,
     /// The userfaultfd the fault came from: an object may be mapped by
     /// several pagers.
-    uffd: Arc<OwnedFd>,
+    uffd: Arc<Uffd>,
+    /// Whether the read it waits for is its own (a miss).
+    own: bool,
 }
 
 /// Pages of a window: at most one PTE table.
@@ -179,6 +182,12 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
     let object = &*region.object;
     region.counters.begin();
     object.counters.begin();
+    // The retry of a fault that was parked and woken: counted with it, and
+    // no readahead bookkeeping (FAULT_FLAG_TRIED).
+    let retry = env.uffd.take_retry(page_addr);
+    if retry.is_some() {
+        tally.pgfault = 0;
+    }
 
     // 2. The fault-around window, in region pages.
     let page = ((page_addr - region.start()) / PAGE_SIZE) as u64;
@@ -193,17 +202,11 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
         let opage = region.object_page(page);
         let word = object.cache.states.load(opage);
         match word.state() {
-            // A fault whose page it read itself, retried: the kernel's
-            // FAULT_FLAG_TRIED. Counted once (the miss), and no readahead
-            // bookkeeping, so that a major fault leaves mmap_miss raised.
-            // (A different fault that finds the page before its first
-            // mapping is taken for the retry too: a rare undercount.)
-            State::UpToDate if word.is_demand() => {
-                if !own_read {
-                    tally.pgfault = 0;
-                }
-            }
-            State::UpToDate => hit(env, &region, page, word, &mut ra),
+            // A fault that read its page in this very event, or the retry of
+            // one that did, does no hit bookkeeping: a major fault must leave
+            // mmap_miss raised.
+            State::UpToDate if own_read || retry == Some(Retry::OwnRead) => {}
+            State::UpToDate => hit(env, &region, page, word, &mut tally, &mut ra),
             State::Absent if last_chance && word.has_failed() => {
                 // Our own last-chance read failed before we parked: SIGBUS.
                 woken = sys::uffd_poison(env.uffd, page_addr, PAGE_SIZE).is_ok();
@@ -213,20 +216,17 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
                 let failed = word.has_failed();
                 last_chance = failed;
                 if miss(env, &region, page, word, &mut tally, &mut ra) {
-                    if !failed {
-                        // A miss: one major fault, however many reads.
+                    // One major fault, however many reads: a retry's read
+                    // (after a failure) is its first attempt's.
+                    if retry.is_none() {
                         tally.pgmajfault = 1;
-                    } else if !own_read {
-                        // The woken retry of a fault whose read failed:
-                        // counted with that fault (FAULT_FLAG_TRIED).
-                        tally.pgfault = 0;
                     }
                     own_read = true;
                 }
                 continue;
             }
             State::Reading => {
-                if park(env, object, opage, page_addr) {
+                if park(env, object, opage, page_addr, own_read) {
                     tally.fault_wait += u64::from(!own_read);
                     woken = true;
                     break;
@@ -262,7 +262,14 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
 
 /// Step 3, a hit on region page `page` (word `word`): the readahead
 /// bookkeeping of `do_async_mmap_readahead`.
-fn hit(env: &FaultEnv<'_>, region: &Arc<Region>, page: u64, word: Word, ra: &mut RaTally) {
+fn hit(
+    env: &FaultEnv<'_>,
+    region: &Arc<Region>,
+    page: u64,
+    word: Word,
+    tally: &mut Stats,
+    ra: &mut RaTally,
+) {
     let object = &*region.object;
     let opage = region.object_page(page);
     let params = region.ra_params(page);
@@ -282,7 +289,7 @@ fn hit(env: &FaultEnv<'_>, region: &Arc<Region>, page: u64, word: Word, ra: &mut
     let next = object
         .with_ra_state(|st| readahead::on_hit(st, &params, opage.0, true, &object.cache.states));
     if let Some(w) = next {
-        submit_window(env, region, &w, None, false, ra);
+        tally.io_count += submit_window(env, region, &w, None, false, ra).requests;
     }
 }
 
@@ -315,9 +322,7 @@ fn miss(
         object.with_ra_state(|st| readahead::on_miss(st, &params, opage.0, &object.cache.states))
     };
     let submitted = submit_window(env, region, &window, Some(opage), word.has_failed(), ra);
-    if submitted.demand {
-        tally.io_count += submitted.requests;
-    }
+    tally.io_count += submitted.requests;
     submitted.demand
 }
 
@@ -408,16 +413,16 @@ fn submit_window(
 
 /// `WillNeed` on region pages `pages`: reads their absent pages in the
 /// background, in store-sized requests, and returns at once. No marker: the
-/// application said what it needs.
+/// application said what it needs. Returns the store requests submitted.
 pub(crate) fn read_ahead(
     env: &FaultEnv<'_>,
     region: &Arc<Region>,
     pages: Range<u64>,
     ra: &mut RaTally,
-) {
+) -> u64 {
     let end = pages.end.min(region.pages);
     if pages.start >= end {
-        return;
+        return 0;
     }
     let first = region.object_page(pages.start);
     let w = Window {
@@ -428,12 +433,18 @@ pub(crate) fn read_ahead(
         sync: false,
         eof: false,
     };
-    submit_window(env, region, &w, None, false, ra);
+    submit_window(env, region, &w, None, false, ra).requests
 }
 
 /// Parks the fault at `addr` on object page `opage`, which is READING.
 /// Returns false if the read ended meanwhile (look again).
-fn park(env: &FaultEnv<'_>, object: &ObjectCore, opage: ObjectPage, addr: usize) -> bool {
+fn park(
+    env: &FaultEnv<'_>,
+    object: &ObjectCore,
+    opage: ObjectPage,
+    addr: usize,
+    own: bool,
+) -> bool {
     let Some(state) = object.cache.states.get(opage) else {
         return false;
     };
@@ -441,6 +452,7 @@ fn park(env: &FaultEnv<'_>, object: &ObjectCore, opage: ObjectPage, addr: usize)
         page: opage,
         addr,
         uffd: env.uffd.clone(),
+        own,
     };
     object.waiters.park(state, waiter)
 }
@@ -480,6 +492,9 @@ pub(crate) fn settle_parked(object: &ObjectCore, poison: Option<ObjectPage>) {
         let poisoned =
             Some(w.page) == poison && sys::uffd_poison(&w.uffd, w.addr, PAGE_SIZE).is_ok();
         if !poisoned {
+            // Recorded before the wake: the retry may arrive at once.
+            let why = if w.own { Retry::OwnRead } else { Retry::Waited };
+            w.uffd.expect_retry(w.addr, why);
             let _ = sys::uffd_wake(&w.uffd, w.addr, PAGE_SIZE);
         }
     }

@@ -180,14 +180,16 @@ fn run(job: ReadJob, pager: &Counters) {
             false
         }
     };
-    let waiters = fault::end_reads(object, job.pages.clone(), ok, job.marker, job.demand);
-    if waiters {
-        let poison = job.demand.filter(|_| !ok && job.last_chance);
-        fault::settle_parked(object, poison);
-    }
+    // Counted before the reads end: a thread woken by them that reads the
+    // counters sees this read.
     object.counters.add(&tally);
     pager.add(&tally);
     if let Some(region) = &job.region {
         region.counters.add(&tally);
+    }
+    let waiters = fault::end_reads(object, job.pages.clone(), ok, job.marker, job.demand);
+    if waiters {
+        let poison = job.demand.filter(|_| !ok && job.last_chance);
+        fault::settle_parked(object, poison);
     }
 }

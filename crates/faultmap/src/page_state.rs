@@ -24,9 +24,6 @@
 //!          bit 5 FAILED    (ABSENT because the last read failed: the next
 //!                           fault reads this page alone, and SIGBUS if
 //!                           that fails too)
-//!          bit 6 DEMAND    (read because a fault asked for it, not mapped
-//!                           yet: the next fault on it is that fault's
-//!                           retry, the kernel's FAULT_FLAG_TRIED)
 //! ```
 //!
 //! # States and transitions
@@ -79,9 +76,8 @@ const WAITERS: u64 = 1 << 2;
 const MARKER: u64 = 1 << 3;
 const READAHEAD: u64 = 1 << 4;
 const FAILED: u64 = 1 << 5;
-const DEMAND: u64 = 1 << 6;
 /// Flags that live from the end of a read to the first pin.
-const UNMAPPED_FLAGS: u64 = READAHEAD | DEMAND;
+const UNMAPPED_FLAGS: u64 = READAHEAD;
 
 const PIN_SHIFT: u32 = 8;
 const PIN_ONE: u64 = 1 << PIN_SHIFT;
@@ -133,11 +129,6 @@ impl Word {
     /// Whether the page was read ahead and has not been mapped since.
     pub fn is_read_ahead(self) -> bool {
         self.0 & READAHEAD != 0
-    }
-
-    /// Whether a fault asked for this page and it has not been mapped since.
-    pub fn is_demand(self) -> bool {
-        self.0 & DEMAND != 0
     }
 
     /// Whether the page is ABSENT because its last read failed.
@@ -197,11 +188,10 @@ impl PageState {
 
     /// READING → UPTODATE, by the reader that owns the read, after the bytes
     /// are in the memfd. `marker` sets the readahead marker; `read_ahead`
-    /// marks a page that no fault asked for (READAHEAD), otherwise it is a
-    /// fault's page (DEMAND). Returns the replaced word, so the reader sees
-    /// whether faults wait for it.
+    /// marks a page that no fault asked for (READAHEAD). Returns the
+    /// replaced word, so the reader sees whether faults wait for it.
     pub fn finish_read(&self, marker: bool, read_ahead: bool) -> Word {
-        let flags = if marker { MARKER } else { 0 } | if read_ahead { READAHEAD } else { DEMAND };
+        let flags = if marker { MARKER } else { 0 } | if read_ahead { READAHEAD } else { 0 };
         self.end_read(UPTODATE | flags)
     }
 
@@ -245,8 +235,7 @@ impl PageState {
     }
 
     /// Pins an UPTODATE page, starting from a word the caller loaded, and
-    /// clears READAHEAD and DEMAND in the same CAS (the caller pins to map).
-    /// Fails,
+    /// clears READAHEAD in the same CAS (the caller pins to map). Fails,
     /// returning the current word, if the page is not UPTODATE or the word
     /// moved since `seen` (the caller reloads and retries, or skips it).
     /// On success, returns whether this pin cleared READAHEAD: the first

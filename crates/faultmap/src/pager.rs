@@ -44,6 +44,7 @@ use crate::space::{MappedPages, Region, RegionTable};
 use crate::stats::{Counters, RaCounters, RaStats, RaTally, Stats};
 use crate::store::{Store, StoreError};
 use crate::sys::{self, feature, mode, range_ioctl, UffdMsg, UffdSource, PAGE_SIZE, PTRS_PER_PTE};
+use crate::wait::Uffd;
 
 /// The kernel features faultmap cannot work without, and why.
 const REQUIRED_FEATURES: [(u64, &str); 3] = [
@@ -130,7 +131,7 @@ pub enum MapError {
 
 /// What the handler threads share with the pager and its mappings.
 pub(crate) struct Core {
-    uffd: Arc<OwnedFd>,
+    uffd: Arc<Uffd>,
     regions: RegionTable,
     counters: Arc<Counters>,
     ra: RaCounters,
@@ -227,7 +228,7 @@ impl Pager {
                 }
             })?;
         let core = Arc::new(Core {
-            uffd: Arc::new(uffd),
+            uffd: Arc::new(Uffd::new(uffd)),
             regions: RegionTable::new(),
             counters,
             ra: RaCounters::default(),
@@ -592,10 +593,16 @@ impl Mapping {
     fn will_need(&self, region: &Arc<Region>, pages: std::ops::Range<u64>) {
         let env = self.core.env();
         let mut ra = RaTally::default();
-        fault::read_ahead(&env, region, pages, &mut ra);
+        let tally = Stats {
+            io_count: fault::read_ahead(&env, region, pages, &mut ra),
+            ..Stats::default()
+        };
         region.ra.add(&ra);
         region.object.ra.add(&ra);
         self.core.ra.add(&ra);
+        region.counters.add(&tally);
+        region.object.counters.add(&tally);
+        self.core.counters.add(&tally);
     }
 }
 

@@ -167,3 +167,83 @@ mod loom_models {
         });
     }
 }
+
+/// A pager's userfaultfd, and the faults it woke that will fault again.
+///
+/// A parked fault is woken by the reader of its page; its thread then
+/// faults again, as a new message at the same address. That second message
+/// is the *retry* of the first fault (the kernel's `FAULT_FLAG_TRIED`): it is
+/// not counted as a new fault and does no readahead bookkeeping (a major
+/// fault must leave `mmap_miss` raised). The waker records the address
+/// here; the fault path takes it back out. Only the waker knows which
+/// address it woke: the page itself may be touched by other mappings first.
+///
+/// A woken thread whose page was mapped meanwhile by someone else's
+/// fault-around never faults again, so its entry stays; the set is cleared
+/// when it reaches [`MAX_RETRIES`] entries. A stale entry only makes one
+/// later fault at that address uncounted.
+#[derive(Debug)]
+pub(crate) struct Uffd {
+    fd: std::os::fd::OwnedFd,
+    /// How many addresses are in `retries`: the fault path's fast check.
+    pending: std::sync::atomic::AtomicUsize,
+    retries: std::sync::Mutex<std::collections::HashMap<usize, Retry>>,
+}
+
+/// Why a woken fault will fault again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// It missed and read its page itself: its retry does no readahead
+    /// bookkeeping (the kernel's `FAULT_FLAG_TRIED` after a major fault).
+    OwnRead,
+    /// It waited for someone else's read of its page. The kernel's first
+    /// attempt found that page in the cache, under I/O, and did the hit
+    /// bookkeeping (the readahead marker included) before waiting; here the
+    /// page's state was not final until the read ended, so the retry does it.
+    Waited,
+}
+
+/// The most woken-fault addresses a pager remembers.
+const MAX_RETRIES: usize = 4096;
+
+impl Uffd {
+    pub(crate) fn new(fd: std::os::fd::OwnedFd) -> Self {
+        Self {
+            fd,
+            pending: std::sync::atomic::AtomicUsize::new(0),
+            retries: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// The fault at `addr` was woken and will fault again.
+    pub(crate) fn expect_retry(&self, addr: usize, why: Retry) {
+        let mut set = self.retries.lock().unwrap_or_else(|e| e.into_inner());
+        if set.len() >= MAX_RETRIES {
+            set.clear();
+        }
+        set.insert(addr, why);
+        self.pending
+            .store(set.len(), std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether (and why) the fault at `addr` is the retry of a woken fault;
+    /// forgets it. Lock-free when no retry is pending.
+    pub(crate) fn take_retry(&self, addr: usize) -> Option<Retry> {
+        if self.pending.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut set = self.retries.lock().unwrap_or_else(|e| e.into_inner());
+        let found = set.remove(&addr);
+        self.pending
+            .store(set.len(), std::sync::atomic::Ordering::Release);
+        found
+    }
+}
+
+impl std::ops::Deref for Uffd {
+    type Target = std::os::fd::OwnedFd;
+
+    fn deref(&self) -> &std::os::fd::OwnedFd {
+        &self.fd
+    }
+}

@@ -250,7 +250,7 @@ impl Engines {
 }
 
 /// Maps `file` read-only and shared with the kernel's mmap.
-fn kernel_map(file: &File) -> Result<Mmap> {
+pub(super) fn kernel_map(file: &File) -> Result<Mmap> {
     // SAFETY: memmap2 requires that the file is not truncated or modified
     // while mapped. The benchmark's files are a generated file in its own
     // temporary directory, its own memfd, or a file the user named and was

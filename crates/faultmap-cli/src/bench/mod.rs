@@ -32,7 +32,11 @@
 //!
 //! Progress goes to stderr (an indicatif bar, hidden when stderr is not a
 //! terminal); the report alone goes to stdout.
+//!
+//! `--cold` runs another benchmark, seed 001's readahead comparison on cold
+//! caches, with its own orchestrator: see [`cold`].
 
+mod cold;
 mod data;
 mod engine;
 mod json;
@@ -46,7 +50,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use faultmap::{Config, MapOptions, Pager, PAGE_SIZE};
+use faultmap::{MapOptions, Pager, PAGE_SIZE};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use self::data::Data;
@@ -66,14 +70,27 @@ struct Settings {
     reps: Repetitions,
 }
 
+/// The warm benchmark's workloads without `--workload`.
+const WARM_WORKLOADS: [Workload; 3] = [Workload::Seq, Workload::Rand, Workload::Sparse];
+
+/// The warm benchmark's orders without `--orders`.
+const WARM_ORDERS: [u8; 7] = [0, 1, 3, 4, 5, 7, 9];
+
 impl Settings {
     fn from_args(args: &BenchArgs) -> Result<Settings> {
-        let orders = dedup(&args.orders);
+        let orders = dedup(or_default(&args.orders, &WARM_ORDERS));
         for &order in &orders {
             MapOptions::new().fault_around_order(order).validate()?;
         }
+        let workloads = dedup(or_default(&args.workload, &WARM_WORKLOADS));
+        if let Some(w) = workloads.iter().find(|w| !w.is_warm()) {
+            bail!(
+                "workload {} is a workload of the cold benchmark: add --cold",
+                w.name()
+            );
+        }
         Ok(Settings {
-            workloads: dedup(&args.workload),
+            workloads,
             threads: dedup(&args.threads),
             engines: Engine::all(&orders),
             reps: Repetitions::from_arg(args.repetitions),
@@ -94,6 +111,15 @@ impl Settings {
     }
 }
 
+/// `list`, or `default` if it is empty (the option was not given).
+fn or_default<'a, T>(list: &'a [T], default: &'a [T]) -> &'a [T] {
+    if list.is_empty() {
+        default
+    } else {
+        list
+    }
+}
+
 /// The items of `list` in order, without repeats.
 fn dedup<T: PartialEq + Copy>(list: &[T]) -> Vec<T> {
     let mut out = Vec::with_capacity(list.len());
@@ -105,22 +131,20 @@ fn dedup<T: PartialEq + Copy>(list: &[T]) -> Vec<T> {
     out
 }
 
-/// Runs `faultmap bench`.
+/// Runs `faultmap bench` (or, with `--cold`, [`cold::run`]).
 pub fn run(args: &BenchArgs) -> Result<()> {
+    if args.cold {
+        return cold::run(args);
+    }
     let started = Instant::now();
     // 1. The arguments.
     let settings = Settings::from_args(args)?;
+    let config = crate::stats::pager_config(args.handler_threads, args.io_threads);
+    config.validate()?;
     // 2. The pager.
-    let pager = Pager::new(Config::default().handler_threads(usize::from(args.handler_threads)))
-        .context("cannot start the pager")?;
+    let pager = Pager::new(config).context("cannot start the pager")?;
     // 3. The data and the engines.
-    let data = match &args.file {
-        Some(path) => Data::existing(path)?,
-        None => {
-            note(&format!("writing a {} data file", units::bytes(args.size)));
-            Data::generate(args.size)?
-        }
-    };
+    let data = open_data(args)?;
     note("copying it into a memfd and filling faultmap's cache");
     let mut engines = Engines::new(&data, pager)?;
     // 4. The workloads' inputs.
@@ -142,12 +166,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     // 6. The report.
     let run = Run {
         machine: probe::Machine::read(),
-        data: DataInfo {
-            path: data.path().display().to_string(),
-            generated: data.generated(),
-            bytes: data.len(),
-            pages: data.len().div_ceil(PAGE_SIZE as u64),
-        },
+        data: data_info(&data),
         workloads: settings.workloads,
         threads: settings.threads,
         engines: settings.engines,
@@ -165,6 +184,27 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         out.write_all(report::render(&run).as_bytes())?;
     }
     out.flush().context("writing the report")
+}
+
+/// The `--file`, or a generated file of `--size` bytes.
+fn open_data(args: &BenchArgs) -> Result<Data> {
+    match &args.file {
+        Some(path) => Data::existing(path),
+        None => {
+            note(&format!("writing a {} data file", units::bytes(args.size)));
+            Data::generate(args.size)
+        }
+    }
+}
+
+/// What the report says about the data.
+fn data_info(data: &Data) -> DataInfo {
+    DataInfo {
+        path: data.path().display().to_string(),
+        generated: data.generated(),
+        bytes: data.len(),
+        pages: data.len().div_ceil(PAGE_SIZE as u64),
+    }
 }
 
 /// Measures the cells in passes, each cell as often as `reps` wants (see
@@ -250,6 +290,8 @@ mod tests {
     #[test]
     fn dedups_in_order() {
         assert_eq!(dedup(&[4, 1, 4, 9, 1]), [4, 1, 9]);
+        assert_eq!(or_default(&[], &[1, 2]), [1, 2]);
+        assert_eq!(or_default(&[3], &[1, 2]), [3]);
     }
 
     #[test]

@@ -23,21 +23,13 @@
 //! # The timed run
 //!
 //! [`run_timed`] gives each thread its own view (its own mapping, so faults
-//! scale with threads as in the seed) and starts them together:
+//! scale with threads as in the seed) and starts them together
+//! ([`crate::timed`]); the walks are all that is timed.
 //!
-//! ```text
-//!   main:    spawn ─ ready ─ rusage₀, t₀ ─ go ──────────── done ─ t₁, rusage₁ ─ join
-//!   worker:  spawn ─ ready ───────────────  go ─ walk ──── done ─ exit
-//! ```
-//!
-//! Thread creation and exit are outside `[t₀, t₁]` and outside the fault
-//! counts; the walks are all that is inside.
+//! `clustered` is a workload of the cold benchmark only (`--cold`, see
+//! [`crate::access`]); a warm plan refuses it.
 
-use std::hint::black_box;
-use std::sync::Barrier;
-use std::time::Instant;
-
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -45,8 +37,7 @@ use serde::Serialize;
 
 use faultmap::PAGE_SIZE;
 
-/// Bytes per word: the unit the workloads touch.
-const WORD: usize = 8;
+use crate::access::{sum_words, WORD};
 
 /// `sparse` touches one word per this many bytes: one page per PTE table.
 pub const SPARSE_STRIDE: usize = 2 << 20;
@@ -66,6 +57,8 @@ pub enum Workload {
     Rand,
     /// One word per 2 MiB: only one page per page table.
     Sparse,
+    /// Cold only: random 64 KiB clusters, the pages of a cluster in order.
+    Clustered,
 }
 
 impl Workload {
@@ -75,6 +68,7 @@ impl Workload {
             Workload::Seq => "seq",
             Workload::Rand => "rand",
             Workload::Sparse => "sparse",
+            Workload::Clustered => "clustered",
         }
     }
 
@@ -87,7 +81,16 @@ impl Workload {
                  words of a page in order"
             }
             Workload::Sparse => "touch only one page per page table (one word per 2 MiB)",
+            Workload::Clustered => {
+                "clustered random access: random 64 KiB clusters, \
+                 the pages of a cluster in order"
+            }
         }
+    }
+
+    /// Whether the warm benchmark runs it (all but `clustered`).
+    pub fn is_warm(self) -> bool {
+        self != Workload::Clustered
     }
 }
 
@@ -108,6 +111,7 @@ impl Plan {
                 .map(|t| permutation(len.div_ceil(PAGE_SIZE), RAND_SEED + t as u64))
                 .collect::<Result<_>>()?,
             Workload::Seq | Workload::Sparse => Vec::new(),
+            Workload::Clustered => bail!("clustered is a workload of the cold benchmark (--cold)"),
         };
         Ok(Plan { workload, perms })
     }
@@ -122,6 +126,7 @@ impl Plan {
         match self.workload {
             Workload::Rand => self.perms.len(),
             Workload::Seq | Workload::Sparse => usize::MAX,
+            Workload::Clustered => 0,
         }
     }
 
@@ -131,6 +136,7 @@ impl Plan {
             Workload::Seq => sum_words(data),
             Workload::Rand => walk_pages(data, &self.perms[thread]),
             Workload::Sparse => walk_sparse(data),
+            Workload::Clustered => 0,
         }
     }
 }
@@ -142,27 +148,6 @@ fn permutation(pages: usize, seed: u64) -> Result<Vec<u32>> {
     let mut perm: Vec<u32> = (0..pages).collect();
     perm.shuffle(&mut StdRng::seed_from_u64(seed));
     Ok(perm)
-}
-
-/// The wrapping sum of the native-endian words of `bytes` (and of the bytes
-/// of a last partial word).
-fn sum_words(bytes: &[u8]) -> u64 {
-    let mut words = bytes.chunks_exact(WORD);
-    let mut sum = 0u64;
-    for w in &mut words {
-        sum = sum.wrapping_add(u64::from_ne_bytes(word(w)));
-    }
-    for &b in words.remainder() {
-        sum = sum.wrapping_add(u64::from(b));
-    }
-    sum
-}
-
-/// A word-sized chunk as an array (`chunks_exact` guarantees the length).
-fn word(chunk: &[u8]) -> [u8; WORD] {
-    let mut w = [0u8; WORD];
-    w.copy_from_slice(chunk);
-    w
 }
 
 /// Every word of every page, pages in `perm`'s order.
@@ -212,46 +197,19 @@ pub fn run_timed(plan: &Plan, views: &[&[u8]]) -> Result<Timed> {
             plan.max_threads()
         ));
     }
-    let ready = Barrier::new(n + 1);
-    let go = Barrier::new(n + 1);
-    let done = Barrier::new(n + 1);
-    std::thread::scope(|s| {
-        let workers: Vec<_> = views
-            .iter()
-            .enumerate()
-            .map(|(i, view)| {
-                let (ready, go, done) = (&ready, &go, &done);
-                s.spawn(move || {
-                    ready.wait();
-                    go.wait();
-                    let sum = black_box(plan.walk(i, black_box(view)));
-                    done.wait();
-                    sum
-                })
-            })
-            .collect();
-        ready.wait();
-        let before = faultmap::measure::rusage_faults();
-        let t0 = Instant::now();
-        go.wait();
-        done.wait();
-        let seconds = t0.elapsed().as_secs_f64();
-        let after = faultmap::measure::rusage_faults();
-        let sums = workers
-            .into_iter()
-            .map(|w| w.join().map_err(|_| anyhow!("a benchmark thread died")))
-            .collect::<Result<Vec<u64>>>()?;
-        let checksum = sums.first().copied().unwrap_or(0);
-        if sums.iter().any(|&s| s != checksum) {
-            return Err(anyhow!("the threads read different bytes (sums {sums:x?})"));
-        }
-        let (before, after) = (before.context("getrusage")?, after.context("getrusage")?);
-        Ok(Timed {
-            seconds,
-            minor_faults: after.0.saturating_sub(before.0),
-            major_faults: after.1.saturating_sub(before.1),
-            checksum,
-        })
+    let timed = crate::timed::run(n, |i| plan.walk(i, views[i]))?;
+    let checksum = timed.sums.first().copied().unwrap_or(0);
+    if timed.sums.iter().any(|&s| s != checksum) {
+        return Err(anyhow!(
+            "the threads read different bytes (sums {:x?})",
+            timed.sums
+        ));
+    }
+    Ok(Timed {
+        seconds: timed.seconds,
+        minor_faults: timed.minor_faults,
+        major_faults: timed.major_faults,
+        checksum,
     })
 }
 
@@ -303,5 +261,11 @@ mod tests {
         let timed = run_timed(&plan, &[&d, &d]).unwrap();
         assert!(timed.seconds >= 0.0);
         assert!(run_timed(&plan, &[&d, &d, &d]).is_err());
+    }
+
+    #[test]
+    fn warm_plans_refuse_clustered() {
+        assert!(Plan::new(Workload::Clustered, 4096, 1).is_err());
+        assert!(!Workload::Clustered.is_warm() && Workload::Sparse.is_warm());
     }
 }

@@ -1,0 +1,302 @@
+//! The cold benchmark's engines, and one cold measurement of one.
+//!
+//! | column      | engine (JSON)  | variant            | what a run is                                      |
+//! |-------------|----------------|--------------------|----------------------------------------------------|
+//! | `device`    | `device`       | `cold`             | the whole file, O_DIRECT 1 MiB reads, many in flight |
+//! | `kernel`    | `kernel-file`  | `cold`             | kernel `mmap` of the file, page cache dropped first |
+//! | `around`    | `faultmap`     | `readahead=around` | a new object, read-around only (seed 001's case A)  |
+//! | `readahead` | `faultmap`     | `readahead=full`   | a new object, the kernel's full readahead (case C)  |
+//!
+//! # One measurement ([`Bench::measure`])
+//!
+//! 1. Set up, untimed: open the file and map it (`kernel`: a new `File`, so
+//!    a new `file_ra_state`; faultmap: a new [`Pager`] and in it a new
+//!    [`Object`](faultmap::Object) over a new [`FileStore`], whose cache is
+//!    empty).
+//! 2. Drop the kernel's page cache (`echo 3`), for faultmap too: its store
+//!    reads the file with `pread`, through the kernel's page cache, which
+//!    must not hold the file either.
+//! 3. Read the block device's counters, run the plan's threads over the one
+//!    mapping (timed), read the counters again.
+//! 4. faultmap: drop the mapping and the pager, untimed. The pager's I/O
+//!    threads finish the reads still queued (async readahead past the last
+//!    page touched) before they stop, so the object's counters, read then,
+//!    hold every read the run caused, and no read of one run lands in the
+//!    next.
+//! 5. Counts: `kernel`: `getrusage` faults, the block device's reads;
+//!    faultmap: the object's counters and readahead table.
+//!
+//! `device` is [`faultmap::measure::direct_read_rate`]: the file read with
+//! O_DIRECT in 1 MiB requests, about 32 MiB of them in flight through
+//! io_uring (one at a time without io_uring). It needs no dropping:
+//! O_DIRECT bypasses the page cache. Its request count is the number of
+//! 1 MiB reads issued.
+
+use std::fs::File;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use faultmap::{Config, FileIo, FileStore, Pager, RaStats, Stats};
+
+use super::super::engine::kernel_map;
+use crate::access::AccessPlan;
+use crate::kernel::{BlockDevice, BlockReads, CacheDropper};
+use crate::timed::Timed;
+use crate::Readahead;
+
+/// The device column's request size: 1 MiB.
+pub const DEVICE_CHUNK: usize = 1 << 20;
+
+/// One column of the cold table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColdEngine {
+    /// O_DIRECT sequential reads of the whole file: the disk's limit.
+    Device,
+    /// Kernel `mmap` of the file.
+    Kernel,
+    /// faultmap, read-around only.
+    Around,
+    /// faultmap, full readahead.
+    Readahead,
+}
+
+impl ColdEngine {
+    /// The columns, in order; `kernel` only if the page cache can be
+    /// dropped.
+    pub fn columns(kernel: bool) -> Vec<ColdEngine> {
+        let mut v = vec![ColdEngine::Device];
+        if kernel {
+            v.push(ColdEngine::Kernel);
+        }
+        v.extend([ColdEngine::Around, ColdEngine::Readahead]);
+        v
+    }
+
+    /// The `engine` field of a JSON row.
+    pub fn name(self) -> &'static str {
+        match self {
+            ColdEngine::Device => "device",
+            ColdEngine::Kernel => "kernel-file",
+            ColdEngine::Around | ColdEngine::Readahead => "faultmap",
+        }
+    }
+
+    /// The `variant` field of a JSON row.
+    pub fn variant(self) -> &'static str {
+        match self {
+            ColdEngine::Device | ColdEngine::Kernel => "cold",
+            ColdEngine::Around => "readahead=around",
+            ColdEngine::Readahead => "readahead=full",
+        }
+    }
+
+    /// The column heading.
+    pub fn column(self) -> &'static str {
+        match self {
+            ColdEngine::Device => "device",
+            ColdEngine::Kernel => "kernel",
+            ColdEngine::Around => "around",
+            ColdEngine::Readahead => "readahead",
+        }
+    }
+
+    /// faultmap's readahead, for the faultmap columns.
+    pub fn readahead(self) -> Option<Readahead> {
+        match self {
+            ColdEngine::Around => Some(Readahead::Around),
+            ColdEngine::Readahead => Some(Readahead::Full),
+            ColdEngine::Device | ColdEngine::Kernel => None,
+        }
+    }
+}
+
+/// What one cold measurement found. Counts that do not apply are `None`.
+#[derive(Clone, Debug, Default)]
+pub struct ColdSample {
+    /// Wall time of the run.
+    pub seconds: f64,
+    /// Faults: kernel minor + major (`getrusage`), faultmap `pgfault`.
+    pub faults: Option<u64>,
+    /// Kernel `getrusage` major faults, faultmap `pgmajfault`.
+    pub major_faults: Option<u64>,
+    /// Read requests: device 1 MiB reads issued, kernel the block device's
+    /// completed reads, faultmap the store reads of every readahead window
+    /// (see [`faultmap_io_count`]).
+    pub io_count: Option<u64>,
+    /// Bytes read by those requests.
+    pub io_bytes: Option<u64>,
+    /// The block device's reads during the run (every process's), if its
+    /// counters are readable.
+    pub block: Option<BlockReads>,
+    /// faultmap: the mapping's counters.
+    pub stats: Option<Stats>,
+    /// faultmap: the mapping's readahead table.
+    pub ra: Option<RaStats>,
+    /// The wrapping sum of the words read (not for `device`).
+    pub checksum: Option<u64>,
+}
+
+/// What every measurement needs.
+#[derive(Debug)]
+pub struct Bench<'a> {
+    /// The data file.
+    pub path: &'a Path,
+    /// The configuration of the pager each faultmap run starts.
+    pub config: &'a Config,
+    /// Drops the kernel's page cache (`None`: not permitted; no kernel
+    /// column, and faultmap's store may read from the page cache).
+    pub dropper: Option<&'a CacheDropper>,
+    /// The file's block device, if its counters are readable.
+    pub device: Option<&'a BlockDevice>,
+    /// faultmap's fault-around order.
+    pub order: u8,
+    /// faultmap's readahead window, if not the store's.
+    pub ra_pages: Option<u64>,
+    /// How faultmap's file store reads.
+    pub file_io: FileIo,
+}
+
+impl Bench<'_> {
+    /// One cold run of `engine` (`plan` is ignored by `device`).
+    pub fn measure(&self, engine: ColdEngine, plan: &AccessPlan) -> Result<ColdSample> {
+        match engine {
+            ColdEngine::Device => self.device(),
+            ColdEngine::Kernel => self.kernel(plan),
+            ColdEngine::Around => self.faultmap(Readahead::Around, plan),
+            ColdEngine::Readahead => self.faultmap(Readahead::Full, plan),
+        }
+    }
+
+    /// The whole file with O_DIRECT.
+    fn device(&self) -> Result<ColdSample> {
+        let before = self.block_reads();
+        let (bytes, seconds) = faultmap::measure::direct_read_rate(self.path, DEVICE_CHUNK)
+            .with_context(|| format!("O_DIRECT reads of {}", self.path.display()))?;
+        Ok(ColdSample {
+            seconds,
+            io_count: Some(bytes.div_ceil(DEVICE_CHUNK as u64)),
+            io_bytes: Some(bytes),
+            block: since(self.block_reads(), before),
+            ..ColdSample::default()
+        })
+    }
+
+    /// Kernel `mmap` of the file, its page cache dropped.
+    fn kernel(&self, plan: &AccessPlan) -> Result<ColdSample> {
+        let file =
+            File::open(self.path).with_context(|| format!("opening {}", self.path.display()))?;
+        let view = kernel_map(&file)?;
+        let (timed, block) = self.timed_walk(plan, &view)?;
+        Ok(ColdSample {
+            seconds: timed.seconds,
+            faults: Some(timed.minor_faults + timed.major_faults),
+            major_faults: Some(timed.major_faults),
+            io_count: block.map(|b| b.reads),
+            io_bytes: block.map(|b| b.bytes),
+            block,
+            checksum: Some(checksum(&timed)),
+            ..ColdSample::default()
+        })
+    }
+
+    /// faultmap with `readahead`, on a new pager and object.
+    fn faultmap(&self, readahead: Readahead, plan: &AccessPlan) -> Result<ColdSample> {
+        let opts = crate::stats::map_options(self.order, self.ra_pages, readahead);
+        let pager = Pager::new(self.config.clone()).context("cannot start the pager")?;
+        let object = pager.open(FileStore::open_with(self.path, self.file_io)?)?;
+        let map = pager
+            .map(&object, opts)
+            .context("mapping the data through faultmap")?;
+        let (timed, block) = self.timed_walk(plan, &map)?;
+        // Step 4.
+        drop(map);
+        drop(pager);
+        let stats = object.stats();
+        let ra = object.ra_stats();
+        Ok(ColdSample {
+            seconds: timed.seconds,
+            faults: Some(stats.pgfault),
+            major_faults: Some(stats.pgmajfault),
+            io_count: Some(faultmap_io_count(&stats, &ra)),
+            io_bytes: Some(stats.io_bytes),
+            block,
+            stats: Some(stats),
+            ra: Some(ra),
+            checksum: Some(checksum(&timed)),
+        })
+    }
+
+    /// Steps 2 and 3: drop the page cache, run the plan over `view`, and
+    /// count the block device's reads meanwhile.
+    fn timed_walk(&self, plan: &AccessPlan, view: &[u8]) -> Result<(Timed, Option<BlockReads>)> {
+        if let Some(dropper) = self.dropper {
+            dropper
+                .drop_caches()
+                .context("dropping the kernel's page cache")?;
+        }
+        let before = self.block_reads();
+        let timed = crate::timed::run(plan.threads(), |i| plan.walk(i, view))?;
+        Ok((timed, since(self.block_reads(), before)))
+    }
+
+    fn block_reads(&self) -> Option<BlockReads> {
+        self.device.and_then(BlockDevice::reads)
+    }
+}
+
+/// faultmap's store reads. `Stats::io_count` counts only the requests of
+/// windows that a miss submitted (the library at fd211b0), not those of the
+/// async windows a marker starts, while the readahead table's `all` row
+/// counts every window's requests; a request outside any window would be in
+/// `Stats::io_count` only. The larger of the two is the complete count
+/// under either accounting.
+pub fn faultmap_io_count(stats: &Stats, ra: &RaStats) -> u64 {
+    stats.io_count.max(ra.all.io_count)
+}
+
+/// The change of the block counters, if both readings exist.
+fn since(after: Option<BlockReads>, before: Option<BlockReads>) -> Option<BlockReads> {
+    Some(after?.since(before?))
+}
+
+/// The threads' sums together: the same for every engine and thread count.
+fn checksum(timed: &Timed) -> u64 {
+    timed.sums.iter().fold(0u64, |a, &s| a.wrapping_add(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_and_names() {
+        let all = ColdEngine::columns(true);
+        let names: Vec<_> = all.iter().map(|e| e.column()).collect();
+        assert_eq!(names, ["device", "kernel", "around", "readahead"]);
+        assert_eq!(ColdEngine::columns(false).len(), 3);
+        assert_eq!(ColdEngine::Kernel.name(), "kernel-file");
+        assert_eq!(ColdEngine::Around.variant(), "readahead=around");
+        assert_eq!(ColdEngine::Readahead.readahead(), Some(Readahead::Full));
+        assert_eq!(ColdEngine::Device.readahead(), None);
+    }
+
+    #[test]
+    fn faultmap_io_count_includes_async_windows() {
+        let stats = Stats {
+            io_count: 1,
+            ..Stats::default()
+        };
+        let mut ra = RaStats::default();
+        ra.all.io_count = 1027;
+        assert_eq!(faultmap_io_count(&stats, &ra), 1027);
+        ra.all.io_count = 0;
+        assert_eq!(faultmap_io_count(&stats, &ra), 1);
+    }
+
+    #[test]
+    fn block_deltas_need_both_readings() {
+        let r = |reads| Some(BlockReads { reads, bytes: 0 });
+        assert_eq!(since(r(5), r(2)).map(|b| b.reads), Some(3));
+        assert_eq!(since(None, r(2)), None);
+    }
+}

@@ -1,0 +1,229 @@
+//! `faultmap stats`: run one access pattern over a file through faultmap and
+//! print what the fault path did: seed 001's readahead table and the
+//! counters.
+//!
+//! 1. Check the options (fault-around order, `ra_pages`, thread counts)
+//!    against the library's bounds, before anything costly.
+//! 2. Start the pager, open the file as a [`FileStore`] and map it. The
+//!    object is new, so faultmap's cache is empty: every run of this
+//!    command is cold for faultmap.
+//! 3. Draw the access plan ([`AccessPlan`], every page of the file).
+//! 4. With `--cold`, drop the kernel's page cache too (`echo 1 >
+//!    /proc/sys/vm/drop_caches`), so that the store's reads come from the
+//!    disk; if that is not permitted, say so on stderr and go on.
+//! 5. Run the pattern on `T` threads over the one mapping, timed
+//!    ([`crate::timed`]).
+//! 6. Settle: drop the mapping and the pager. The pager's I/O threads
+//!    finish the reads still queued (async readahead past the last page
+//!    touched) before they stop, so the object's counters, read then, hold
+//!    every read the run caused.
+//! 7. Print the object's readahead table and counters, or one JSON object.
+//!
+//! The time covers step 5 only.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use faultmap::{Config, FileStore, MapOptions, Pager, RaStats, Stats, Store, PAGE_SIZE};
+use serde::Serialize;
+
+use crate::access::{Access, AccessPlan, Coverage};
+use crate::kernel::{CacheDropper, Caches, DROP_CACHES};
+use crate::ra_table;
+use crate::table::Table;
+use crate::units;
+use crate::{Readahead, StatsArgs};
+
+/// What a run found.
+#[derive(Debug, Serialize)]
+struct StatsReport<'a> {
+    file: &'a Path,
+    access: Access,
+    order: u8,
+    ra_pages: u64,
+    ra_pages_from: &'static str,
+    readahead: Readahead,
+    file_io: &'static str,
+    seconds: f64,
+    threads: u16,
+    handler_threads: u16,
+    io_threads: usize,
+    bytes: u64,
+    pages: u64,
+    pages_touched: u64,
+    cold: bool,
+    kernel_cache_dropped: bool,
+    stats: Stats,
+    readahead_stats: RaStats,
+}
+
+/// Runs `faultmap stats`.
+pub fn run(args: &StatsArgs) -> Result<()> {
+    // 1. The options.
+    let opts = map_options(args.order, args.ra_pages, args.readahead);
+    opts.validate()?;
+    let config = pager_config(args.handler_threads, args.io_threads);
+    config.validate()?;
+    // 2. The pager, the file, the mapping.
+    let io_threads = config.io_threads;
+    let pager = Pager::new(config).context("cannot start the pager")?;
+    let store = FileStore::open_with(&args.file, crate::file_io(args.file_io))?;
+    let ra_pages = args.ra_pages.unwrap_or_else(|| store.ra_pages());
+    let file_io = store.io().as_str();
+    let object = pager.open(store)?;
+    let map = pager
+        .map(&object, opts)
+        .with_context(|| format!("cannot map {}", args.file.display()))?;
+    // 3. The plan.
+    let threads = usize::from(args.threads);
+    let plan = AccessPlan::new(args.access, map.len(), threads, Coverage::All)?;
+    // 4. The kernel's page cache.
+    let kernel_cache_dropped = args.cold && drop_kernel_cache();
+    // 5. The walk.
+    let timed = crate::timed::run(threads, |i| plan.walk(i, &map))?;
+    // 6. Settle.
+    let bytes = map.len() as u64;
+    drop(map);
+    drop(pager);
+    // 7. The report.
+    let report = StatsReport {
+        file: &args.file,
+        access: args.access,
+        order: args.order,
+        ra_pages,
+        ra_pages_from: if args.ra_pages.is_some() {
+            "argument"
+        } else {
+            "store"
+        },
+        readahead: args.readahead,
+        file_io,
+        seconds: timed.seconds,
+        threads: args.threads,
+        handler_threads: args.handler_threads,
+        io_threads,
+        bytes,
+        pages: bytes.div_ceil(PAGE_SIZE as u64),
+        pages_touched: plan.pages_touched(),
+        cold: args.cold,
+        kernel_cache_dropped,
+        stats: object.stats(),
+        readahead_stats: object.ra_stats(),
+    };
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(human(&report).as_bytes())?;
+    }
+    out.flush().context("writing the report")
+}
+
+/// The mapping options of the command line (validated by the caller).
+pub fn map_options(order: u8, ra_pages: Option<u64>, readahead: Readahead) -> MapOptions {
+    let opts = MapOptions::new()
+        .fault_around_order(order)
+        .readahead(readahead.mode());
+    match ra_pages {
+        Some(pages) => opts.ra_pages(pages),
+        None => opts,
+    }
+}
+
+/// The pager configuration of the command line (validated by the caller).
+pub fn pager_config(handler_threads: u16, io_threads: Option<u16>) -> Config {
+    let config = Config::default().handler_threads(usize::from(handler_threads));
+    match io_threads {
+        Some(n) => config.io_threads(usize::from(n)),
+        None => config,
+    }
+}
+
+/// Drops the kernel's page cache; on failure says so on stderr and returns
+/// false.
+fn drop_kernel_cache() -> bool {
+    match CacheDropper::probe(DROP_CACHES, Caches::PageCache) {
+        Ok(_) => true,
+        Err(err) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "faultmap stats: cannot drop the kernel's page cache ({err}); going on: \
+                 faultmap's cache is cold, but its store may read from the kernel's"
+            );
+            false
+        }
+    }
+}
+
+fn human(r: &StatsReport<'_>) -> String {
+    let mut head = Table::new(2);
+    head.row(["file".to_string(), r.file.display().to_string()]);
+    head.row(["access".to_string(), access_line(r)]);
+    head.row(["settings".to_string(), settings_line(r)]);
+    head.row(["caches".to_string(), cache_line(r)]);
+    head.row(["time".to_string(), time_line(r)]);
+    format!(
+        "{}\nreadahead, per pattern (seed 001's table; sizes are mean pages)\n{}\n{}",
+        head.render(),
+        ra_table::ra_table(&r.readahead_stats),
+        ra_table::counters(&r.stats, &r.readahead_stats)
+    )
+}
+
+fn access_line(r: &StatsReport<'_>) -> String {
+    let what = match r.access {
+        Access::Seq => "every 8-byte word in order",
+        Access::Rand => "the first word of every page, pages in a random order",
+        Access::Clustered => {
+            "64 KiB clusters in a random order, the first word of each page of a cluster in order"
+        }
+    };
+    format!(
+        "{}: {what}; {} thread(s), each a contiguous part; {} of {} pages ({})",
+        r.access.name(),
+        r.threads,
+        units::count(r.pages_touched),
+        units::count(r.pages),
+        units::bytes(r.bytes)
+    )
+}
+
+fn settings_line(r: &StatsReport<'_>) -> String {
+    let from = if r.ra_pages_from == "store" {
+        "the store's default"
+    } else {
+        "--ra-pages"
+    };
+    format!(
+        "fault-around order {}, readahead {}, ra_pages {} ({from}, {}), \
+         file reads {}, {} handler thread(s), {} I/O thread(s)",
+        r.order,
+        r.readahead.name(),
+        units::count(r.ra_pages),
+        units::bytes(r.ra_pages * PAGE_SIZE as u64),
+        r.file_io,
+        r.handler_threads,
+        r.io_threads
+    )
+}
+
+fn cache_line(r: &StatsReport<'_>) -> String {
+    let kernel = match (r.cold, r.kernel_cache_dropped) {
+        (true, true) => format!("dropped first ({})", Caches::PageCache.command()),
+        (true, false) => "could not be dropped".into(),
+        (false, _) => "as found (--cold drops it)".into(),
+    };
+    format!("faultmap's: empty at the start (a new object); the kernel's: {kernel}")
+}
+
+fn time_line(r: &StatsReport<'_>) -> String {
+    let elapsed = Duration::from_secs_f64(r.seconds);
+    let mut line = format!("{:.6} s", r.seconds);
+    if r.access == Access::Seq {
+        line.push_str(&format!(", {}", units::throughput(r.bytes, elapsed)));
+    }
+    line
+}
