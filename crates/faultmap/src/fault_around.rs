@@ -50,7 +50,7 @@
 //! Only pages that are up to date in the cache; a page being read, absent, or
 //! (from the readahead issue on) carrying the readahead marker is skipped and
 //! faults for real when touched. This module only computes the window; the
-//! fault path ([`crate::fault`]) walks it.
+//! fault path (`crate::fault`) walks it.
 //!
 //! # Known inaccuracies
 //!

@@ -6,13 +6,16 @@
 //! faultmap's own fault path, built on `userfaultfd`:
 //!
 //! - each object's page cache is a memfd, filled through a private alias
-//!   mapping straight from the store ([`cache`]);
+//!   mapping straight from the store (`cache`);
 //! - each mapping maps that memfd `MAP_SHARED` and is registered with
 //!   userfaultfd in MISSING and MINOR modes, so every first touch of a page
-//!   reaches faultmap ([`pager`]);
+//!   reaches faultmap (`pager`);
 //! - a fault maps the faulting page and its cached neighbours with
 //!   `UFFDIO_CONTINUE`, in the kernel's VA-aligned fault-around window
-//!   ([`fault_around`], [`fault`]);
+//!   ([`fault_around`], `fault`);
+//! - a miss reads what the kernel's on-demand readahead and read-around
+//!   would ([`readahead`]), on I/O threads, with an unmapped marker page
+//!   that starts the next window asynchronously;
 //! - page lookups take no lock: one atomic state word per page
 //!   ([`page_state`]).
 //!

@@ -62,7 +62,7 @@
 //!    is in the memfd and its bytes are final.
 //! 3. WAITERS is set only on a READING page, and the reader that ends the
 //!    read (either way) sees it in the value its CAS replaced, so it knows
-//!    that faults are parked and wakes them ([`crate::wait`]).
+//!    that faults are parked and wakes them (`crate::wait`).
 
 use crate::sync::{AtomicU64, Ordering};
 

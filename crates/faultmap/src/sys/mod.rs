@@ -21,7 +21,7 @@ use std::ptr::NonNull;
 pub(crate) mod uring;
 
 /// The base page size this crate works in. Checked against `sysconf` when a
-/// pager is created ([`page_size_matches`]).
+/// pager is created (`page_size_matches`).
 pub const PAGE_SIZE: usize = 4096;
 
 /// One PTE table maps this many pages (2 MiB on x86-64 with 4 KiB pages).
