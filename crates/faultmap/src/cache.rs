@@ -365,7 +365,7 @@ mod loom_models {
             let t1 = thread::spawn(move || {
                 let s = a.get_or_alloc(ObjectPage(3)).unwrap();
                 assert!(s.begin_read());
-                s.finish_read(false, false);
+                s.finish_read(false);
             });
             let b = states.clone();
             let t2 = thread::spawn(move || {

@@ -90,6 +90,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::config::MAX_RA_PAGES;
 use crate::fault_around;
 use crate::io::{IoQueue, ReadJob, Urgency};
 use crate::object::{ObjectCore, ObjectPage};
@@ -98,7 +99,7 @@ use crate::readahead::{self, Window};
 use crate::space::Region;
 use crate::stats::{Counters, RaCounters, RaTally, Stats};
 use crate::sys::{self, ContinueResult, PAGE_SIZE, PTRS_PER_PTE};
-use crate::wait::{Retry, Uffd};
+use crate::wait::Uffd;
 
 /// What the fault path needs from its pager.
 pub(crate) struct FaultEnv<'a> {
@@ -119,8 +120,6 @@ pub(crate) struct Waiter {
     /// The userfaultfd the fault came from: an object may be mapped by
     /// several pagers.
     uffd: Arc<Uffd>,
-    /// Whether the read it waits for is its own (a miss).
-    own: bool,
 }
 
 /// Pages of a window: at most one PTE table.
@@ -185,7 +184,7 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
     // The retry of a fault that was parked and woken: counted with it, and
     // no readahead bookkeeping (FAULT_FLAG_TRIED).
     let retry = env.uffd.take_retry(page_addr);
-    if retry.is_some() {
+    if retry {
         tally.pgfault = 0;
     }
 
@@ -195,17 +194,21 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
     let window = fault_around::window(slot, page, region.pages, region.order);
 
     let mut woken = false;
+    // This event read the page itself, or did the hit bookkeeping already:
+    // either way, no (more) hit bookkeeping. A retry did it (or its miss)
+    // in its first attempt.
     let mut own_read = false;
+    let mut bookkept = retry;
     let mut last_chance = false;
     for _ in 0..MAX_LOOKUPS {
         // 3. Look up the faulting page.
         let opage = region.object_page(page);
         let word = object.cache.states.load(opage);
         match word.state() {
-            // A fault that read its page in this very event, or the retry of
-            // one that did, does no hit bookkeeping: a major fault must leave
-            // mmap_miss raised.
-            State::UpToDate if own_read || retry == Some(Retry::OwnRead) => {}
+            // A fault that read its page (in this event, or in the first
+            // attempt of this retry) does no hit bookkeeping: a major fault
+            // must leave mmap_miss raised.
+            State::UpToDate if own_read || bookkept => {}
             State::UpToDate => hit(env, &region, page, word, &mut tally, &mut ra),
             State::Absent if last_chance && word.has_failed() => {
                 // Our own last-chance read failed before we parked: SIGBUS.
@@ -218,7 +221,7 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
                 if miss(env, &region, page, word, &mut tally, &mut ra) {
                     // One major fault, however many reads: a retry's read
                     // (after a failure) is its first attempt's.
-                    if retry.is_none() {
+                    if !retry {
                         tally.pgmajfault = 1;
                     }
                     own_read = true;
@@ -226,8 +229,15 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
                 continue;
             }
             State::Reading => {
-                if park(env, object, opage, page_addr, own_read) {
-                    tally.fault_wait += u64::from(!own_read);
+                // Someone else's read: the kernel's first attempt finds the
+                // folio in the cache, locked, and does the hit bookkeeping
+                // (the marker, set at claim time, included) before it waits.
+                if !own_read && !bookkept {
+                    hit(env, &region, page, word, &mut tally, &mut ra);
+                    bookkept = true;
+                }
+                if park(env, object, opage, page_addr) {
+                    tally.fault_wait += u64::from(!own_read && !retry);
                     woken = true;
                     break;
                 }
@@ -273,7 +283,10 @@ fn hit(
     let object = &*region.object;
     let opage = region.object_page(page);
     let params = region.ra_params(page);
+    // Only a mapping that runs async readahead takes the marker; another
+    // leaves it for the mappings that do.
     let marker = word.is_marker()
+        && readahead::consumes_marker(&params)
         && object
             .cache
             .states
@@ -289,7 +302,9 @@ fn hit(
     let next = object
         .with_ra_state(|st| readahead::on_hit(st, &params, opage.0, true, &object.cache.states));
     if let Some(w) = next {
-        tally.io_count += submit_window(env, region, &w, None, false, ra).requests;
+        let submitted = submit_window(env, region, &w, None, false, ra);
+        ra.window(&w, submitted.requests, submitted.pages);
+        tally.io_count += submitted.requests;
     }
 }
 
@@ -308,7 +323,6 @@ fn miss(
     let opage = region.object_page(page);
     let window = if word.has_failed() {
         // The last read of this page failed: read it alone, once more.
-        tally.io_retry_single += 1;
         Window {
             start: opage.0,
             size: 1,
@@ -322,6 +336,10 @@ fn miss(
         object.with_ra_state(|st| readahead::on_miss(st, &params, opage.0, &object.cache.states))
     };
     let submitted = submit_window(env, region, &window, Some(opage), word.has_failed(), ra);
+    if submitted.demand {
+        ra.window(&window, submitted.requests, submitted.pages);
+        tally.io_retry_single += u64::from(word.has_failed());
+    }
     tally.io_count += submitted.requests;
     submitted.demand
 }
@@ -332,6 +350,8 @@ struct Submitted {
     demand: bool,
     /// Store requests submitted.
     requests: u64,
+    /// Pages claimed and submitted.
+    pages: u64,
 }
 
 /// Claims the absent pages of `w` and submits them to the I/O threads in
@@ -354,6 +374,7 @@ fn submit_window(
             return Submitted {
                 demand: false,
                 requests: 0,
+                pages: 0,
             };
         }
     }
@@ -370,12 +391,13 @@ fn submit_window(
         }
     }
     // 2. Cut them into requests; the demand page's first.
-    let io_pages = object.store.io_pages().max(1);
+    // Whatever the store says, a request is 1..=MAX_RA_PAGES pages.
+    let io_pages = object.store.io_pages().clamp(1, MAX_RA_PAGES);
     let mut requests: Vec<Range<ObjectPage>> = Vec::new();
     for run in runs {
         let mut start = run.start;
         while start < run.end {
-            let end = ObjectPage((start.0 + io_pages).min(run.end.0));
+            let end = ObjectPage(start.0.saturating_add(io_pages).min(run.end.0));
             requests.push(start..end);
             start = end;
         }
@@ -384,9 +406,17 @@ fn submit_window(
         .and_then(|d| requests.iter().position(|r| r.contains(&d)))
         .unwrap_or(0);
     requests.rotate_left(first);
-    // 3. Submit.
+    // 3. The marker, on a page this window newly reads, set now (the
+    //    kernel marks the folio when it allocates it, before the I/O).
     let claimed: u64 = requests.iter().map(|r| r.end.0 - r.start.0).sum();
-    let marker = w.marker().map(ObjectPage);
+    if let Some(m) = w.marker().map(ObjectPage) {
+        if requests.iter().any(|r| r.contains(&m)) {
+            if let Some(state) = states.get(m) {
+                state.mark();
+            }
+        }
+    }
+    // 4. Submit.
     for (i, pages) in requests.iter().enumerate() {
         let urgency = if i == 0 && demand.is_some() {
             Urgency::Sync
@@ -396,31 +426,37 @@ fn submit_window(
         let job = ReadJob {
             object: object.clone(),
             pages: pages.clone(),
-            marker: marker.filter(|m| pages.contains(m)),
             demand: demand.filter(|d| pages.contains(d)),
             region: Some(region.clone()),
             last_chance,
         };
         env.io.submit(job, urgency, env.counters);
     }
-    ra.window(w, requests.len() as u64, claimed);
     ra.read_ahead(claimed - u64::from(demand.is_some()));
     Submitted {
         demand: demand.is_some(),
         requests: requests.len() as u64,
+        pages: claimed,
     }
 }
 
 /// `WillNeed` on region pages `pages`: reads their absent pages in the
 /// background, in store-sized requests, and returns at once. No marker: the
-/// application said what it needs. Returns the store requests submitted.
+/// application said what it needs. Like the kernel's `force_page_cache_ra`,
+/// it reads at most `max(io_pages, ra_pages)` pages from the range's start.
+/// It is not a readahead window of the policy's: it is left out of the
+/// pattern rows. Returns the store requests submitted.
 pub(crate) fn read_ahead(
     env: &FaultEnv<'_>,
     region: &Arc<Region>,
     pages: Range<u64>,
     ra: &mut RaTally,
 ) -> u64 {
-    let end = pages.end.min(region.pages);
+    let most = region.object.store.io_pages().max(region.ra_pages).max(1);
+    let end = pages
+        .end
+        .min(region.pages)
+        .min(pages.start.saturating_add(most));
     if pages.start >= end {
         return 0;
     }
@@ -438,13 +474,7 @@ pub(crate) fn read_ahead(
 
 /// Parks the fault at `addr` on object page `opage`, which is READING.
 /// Returns false if the read ended meanwhile (look again).
-fn park(
-    env: &FaultEnv<'_>,
-    object: &ObjectCore,
-    opage: ObjectPage,
-    addr: usize,
-    own: bool,
-) -> bool {
+fn park(env: &FaultEnv<'_>, object: &ObjectCore, opage: ObjectPage, addr: usize) -> bool {
     let Some(state) = object.cache.states.get(opage) else {
         return false;
     };
@@ -452,20 +482,18 @@ fn park(
         page: opage,
         addr,
         uffd: env.uffd.clone(),
-        own,
     };
     object.waiters.park(state, waiter)
 }
 
 /// Ends the reads of `pages` (object pages the caller owns the reads of):
-/// UPTODATE if `ok` (with the readahead marker on `marker`, and every page
-/// but `demand` marked as read ahead), else ABSENT and FAILED. Returns
-/// whether any of them had parked waiters.
+/// UPTODATE if `ok` (every page but `demand` marked as read ahead; a
+/// readahead marker set at claim time stays), else ABSENT and FAILED.
+/// Returns whether any of them had parked waiters.
 pub(crate) fn end_reads(
     object: &ObjectCore,
     pages: Range<ObjectPage>,
     ok: bool,
-    marker: Option<ObjectPage>,
     demand: Option<ObjectPage>,
 ) -> bool {
     let mut waiters = false;
@@ -473,7 +501,7 @@ pub(crate) fn end_reads(
         let p = ObjectPage(p);
         if let Some(state) = object.cache.states.get(p) {
             let old = if ok {
-                state.finish_read(Some(p) == marker, Some(p) != demand)
+                state.finish_read(Some(p) != demand)
             } else {
                 state.fail_read()
             };
@@ -493,8 +521,7 @@ pub(crate) fn settle_parked(object: &ObjectCore, poison: Option<ObjectPage>) {
             Some(w.page) == poison && sys::uffd_poison(&w.uffd, w.addr, PAGE_SIZE).is_ok();
         if !poisoned {
             // Recorded before the wake: the retry may arrive at once.
-            let why = if w.own { Retry::OwnRead } else { Retry::Waited };
-            w.uffd.expect_retry(w.addr, why);
+            w.uffd.expect_retry(w.addr);
             let _ = sys::uffd_wake(&w.uffd, w.addr, PAGE_SIZE);
         }
     }

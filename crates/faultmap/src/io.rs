@@ -44,8 +44,6 @@ pub(crate) struct ReadJob {
     pub(crate) object: Arc<ObjectCore>,
     /// The pages, claimed by the submitter; the job now owns their reads.
     pub(crate) pages: Range<ObjectPage>,
-    /// The page that gets the readahead marker, if it is in `pages`.
-    pub(crate) marker: Option<ObjectPage>,
     /// The page a fault asked for, if it is in `pages` (every other page is
     /// read ahead, for the miss ratio).
     pub(crate) demand: Option<ObjectPage>,
@@ -187,7 +185,7 @@ fn run(job: ReadJob, pager: &Counters) {
     if let Some(region) = &job.region {
         region.counters.add(&tally);
     }
-    let waiters = fault::end_reads(object, job.pages.clone(), ok, job.marker, job.demand);
+    let waiters = fault::end_reads(object, job.pages.clone(), ok, job.demand);
     if waiters {
         let poison = job.demand.filter(|_| !ok && job.last_chance);
         fault::settle_parked(object, poison);

@@ -74,6 +74,14 @@ impl ObjectCore {
         out
     }
 
+    /// The whole readahead state, read only.
+    pub(crate) fn ra_snapshot(&self) -> RaState {
+        let window = *self.ra_window.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.ra_counts();
+        (st.start, st.size, st.async_size) = window;
+        st
+    }
+
     fn ra_counts(&self) -> RaState {
         let prev = self.prev.load(Ordering::Relaxed);
         RaState {
@@ -157,7 +165,7 @@ impl Object {
     /// The object's readahead state (`file_ra_state`): the last window and
     /// `mmap_miss`.
     pub fn ra_state(&self) -> RaState {
-        self.0.with_ra_state(|st| *st)
+        self.0.ra_snapshot()
     }
 
     /// The readahead table (seed 001) of every mapping of this object.

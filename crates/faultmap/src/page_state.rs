@@ -44,6 +44,8 @@
 //! | `finish_read`  | READING   | UPTODATE | that reader, data in the memfd   |
 //! | `fail_read`    | READING   | ABSENT   | that reader, the store failed    |
 //! | `add_waiter`   | READING   | READING+W| a fault that must wait for it    |
+//! | `mark`         | READING   | +MARKER  | the claimer of a readahead window|
+//! | `clear_marker` | any       | -MARKER  | the fault that consumes it       |
 //! | `try_pin`      | UPTODATE  | pins+1   | any reader, lock-free            |
 //! | `unpin`        | pins      | pins-1   | the pin's holder                 |
 //! | `begin_evict`  | UPTODATE, 0 pins | EVICTING | the evictor (later issue) |
@@ -187,12 +189,25 @@ impl PageState {
     }
 
     /// READING → UPTODATE, by the reader that owns the read, after the bytes
-    /// are in the memfd. `marker` sets the readahead marker; `read_ahead`
-    /// marks a page that no fault asked for (READAHEAD). Returns the
+    /// are in the memfd. `read_ahead` marks a page that no fault asked for
+    /// (READAHEAD); a readahead marker set at claim time stays. Returns the
     /// replaced word, so the reader sees whether faults wait for it.
-    pub fn finish_read(&self, marker: bool, read_ahead: bool) -> Word {
-        let flags = if marker { MARKER } else { 0 } | if read_ahead { READAHEAD } else { 0 };
-        self.end_read(UPTODATE | flags)
+    pub fn finish_read(&self, read_ahead: bool) -> Word {
+        self.end_read(UPTODATE | if read_ahead { READAHEAD } else { 0 })
+    }
+
+    /// Sets the readahead marker on a page this caller just claimed
+    /// (READING), as the kernel sets PG_readahead when it allocates the
+    /// folio, before the I/O: a fault that finds the page still being read
+    /// can already start the next window.
+    pub fn mark(&self) {
+        let mut cur = self.load();
+        while cur.state() == State::Reading && !cur.is_marker() {
+            match self.cas(cur, Word(cur.0 | MARKER)) {
+                Ok(_) => return,
+                Err(now) => cur = now,
+            }
+        }
     }
 
     /// READING → ABSENT with FAILED set, by the reader that owns the read,
@@ -206,8 +221,15 @@ impl PageState {
         let mut cur = self.load();
         loop {
             debug_assert_eq!(cur.state(), State::Reading);
+            // A successful read keeps the marker (if no fault consumed it
+            // meanwhile); a failed one drops it with the page.
+            let kept = if to & STATE_MASK == UPTODATE {
+                cur.0 & MARKER
+            } else {
+                0
+            };
             let flags = MARKER | UNMAPPED_FLAGS | FAILED;
-            let new = Word((cur.with_state(to).0 & !flags) | (to & flags));
+            let new = Word((cur.with_state(to).0 & !flags) | (to & flags) | kept);
             match self.cas(cur, new) {
                 Ok(old) => return old,
                 Err(now) => cur = now,
@@ -256,8 +278,9 @@ impl PageState {
         debug_assert!(old & PIN_MASK != 0, "unpin without a pin");
     }
 
-    /// Clears the readahead marker of an UPTODATE page. Returns true if this
-    /// caller cleared it (and so owns triggering the next window).
+    /// Clears the readahead marker of a page (UPTODATE, or READING: the
+    /// marker is set at claim time). Returns true if this caller cleared it
+    /// (and so owns triggering the next window).
     pub fn clear_marker(&self) -> bool {
         let mut cur = self.load();
         while cur.is_marker() {
@@ -304,7 +327,7 @@ mod tests {
             p.try_pin(p.load()).is_err(),
             "a READING page cannot be pinned"
         );
-        let old = p.finish_read(false, false);
+        let old = p.finish_read(false);
         assert!(!old.has_waiters());
         let w = p.load();
         assert_eq!(w.state(), State::UpToDate);
@@ -339,7 +362,7 @@ mod tests {
     fn the_first_pin_of_a_page_read_ahead_reports_it() {
         let p = PageState::new();
         assert!(p.begin_read());
-        p.finish_read(false, true);
+        p.finish_read(true);
         assert!(p.load().is_read_ahead());
         assert_eq!(p.try_pin(p.load()), Ok(true));
         p.unpin();
@@ -351,8 +374,10 @@ mod tests {
     fn marker_is_set_by_the_read_and_cleared_once() {
         let p = PageState::new();
         assert!(p.begin_read());
-        p.finish_read(true, false);
-        assert!(p.load().is_marker());
+        p.mark();
+        assert!(p.load().is_marker(), "marked while READING");
+        p.finish_read(false);
+        assert!(p.load().is_marker(), "the read keeps it");
         assert!(p.clear_marker());
         assert!(!p.clear_marker());
     }
@@ -373,7 +398,7 @@ mod loom_models {
             let q = p.clone();
             let other = thread::spawn(move || {
                 if q.begin_read() {
-                    q.finish_read(false, false);
+                    q.finish_read(false);
                     return (true, false);
                 }
                 match q.add_waiter() {
@@ -385,7 +410,7 @@ mod loom_models {
                 }
             });
             let mine = if p.begin_read() {
-                let old = p.finish_read(false, false);
+                let old = p.finish_read(false);
                 Some(old.has_waiters())
             } else {
                 None
@@ -406,7 +431,7 @@ mod loom_models {
         loom::model(|| {
             let p = Arc::new(PageState::new());
             assert!(p.begin_read());
-            p.finish_read(false, false);
+            p.finish_read(false);
             let q = p.clone();
             let evictor = thread::spawn(move || {
                 if q.begin_evict() {

@@ -468,6 +468,14 @@ pub fn on_hit(
     async_ra(state, p, index, cache)
 }
 
+/// Whether a fault under `p` consumes a readahead marker it finds: only
+/// where async readahead runs. Elsewhere (`MADV_RANDOM`, readahead off or
+/// read-around only) the marker is left for another mapping of the object,
+/// as the kernel returns before testing PG_readahead.
+pub fn consumes_marker(p: &Params) -> bool {
+    p.mode == Mode::Full && p.hint != Hint::Random && p.ra_pages > 0
+}
+
 /// Fault-around mapped `pages` neighbour pages: they pay `mmap_miss` down.
 pub fn on_fault_around(state: &mut RaState, pages: u64) {
     let pages = u32::try_from(pages).unwrap_or(u32::MAX);

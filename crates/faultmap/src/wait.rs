@@ -107,7 +107,7 @@ mod loom_models {
             let old = if read_fails {
                 page.fail_read()
             } else {
-                page.finish_read(false, false)
+                page.finish_read(false)
             };
             let woken = if old.has_waiters() {
                 waits.take_all()
@@ -173,34 +173,27 @@ mod loom_models {
 /// A parked fault is woken by the reader of its page; its thread then
 /// faults again, as a new message at the same address. That second message
 /// is the *retry* of the first fault (the kernel's `FAULT_FLAG_TRIED`): it is
-/// not counted as a new fault and does no readahead bookkeeping (a major
-/// fault must leave `mmap_miss` raised). The waker records the address
-/// here; the fault path takes it back out. Only the waker knows which
-/// address it woke: the page itself may be touched by other mappings first.
+/// not counted as a new fault and does no readahead bookkeeping, which its
+/// first attempt already did (a fault that missed raised `mmap_miss`; a
+/// fault that found its page being read did the hit bookkeeping and took
+/// the readahead marker, set at claim time, before it parked, as the
+/// kernel's first attempt does on a locked folio). The waker records the
+/// address here; the fault path takes it back out. Only the waker knows
+/// which address it woke: the page itself may be touched by other mappings
+/// first.
 ///
-/// A woken thread whose page was mapped meanwhile by someone else's
-/// fault-around never faults again, so its entry stays; the set is cleared
-/// when it reaches [`MAX_RETRIES`] entries. A stale entry only makes one
-/// later fault at that address uncounted.
+/// Known inaccuracy: entries are keyed by address alone. A woken thread
+/// whose page was mapped meanwhile by another fault's fault-around never
+/// faults again, so its entry stays until a later fault at that address
+/// (uncounted, and without readahead bookkeeping) takes it; the set is
+/// cleared when it reaches [`MAX_RETRIES`] entries. Keying on the thread
+/// (`UFFD_FEATURE_THREAD_ID`) would make this exact.
 #[derive(Debug)]
 pub(crate) struct Uffd {
     fd: std::os::fd::OwnedFd,
     /// How many addresses are in `retries`: the fault path's fast check.
     pending: std::sync::atomic::AtomicUsize,
-    retries: std::sync::Mutex<std::collections::HashMap<usize, Retry>>,
-}
-
-/// Why a woken fault will fault again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Retry {
-    /// It missed and read its page itself: its retry does no readahead
-    /// bookkeeping (the kernel's `FAULT_FLAG_TRIED` after a major fault).
-    OwnRead,
-    /// It waited for someone else's read of its page. The kernel's first
-    /// attempt found that page in the cache, under I/O, and did the hit
-    /// bookkeeping (the readahead marker included) before waiting; here the
-    /// page's state was not final until the read ended, so the retry does it.
-    Waited,
+    retries: std::sync::Mutex<std::collections::HashSet<usize>>,
 }
 
 /// The most woken-fault addresses a pager remembers.
@@ -211,26 +204,26 @@ impl Uffd {
         Self {
             fd,
             pending: std::sync::atomic::AtomicUsize::new(0),
-            retries: std::sync::Mutex::new(std::collections::HashMap::new()),
+            retries: std::sync::Mutex::new(std::collections::HashSet::new()),
         }
     }
 
     /// The fault at `addr` was woken and will fault again.
-    pub(crate) fn expect_retry(&self, addr: usize, why: Retry) {
+    pub(crate) fn expect_retry(&self, addr: usize) {
         let mut set = self.retries.lock().unwrap_or_else(|e| e.into_inner());
         if set.len() >= MAX_RETRIES {
             set.clear();
         }
-        set.insert(addr, why);
+        set.insert(addr);
         self.pending
             .store(set.len(), std::sync::atomic::Ordering::Release);
     }
 
-    /// Whether (and why) the fault at `addr` is the retry of a woken fault;
-    /// forgets it. Lock-free when no retry is pending.
-    pub(crate) fn take_retry(&self, addr: usize) -> Option<Retry> {
+    /// Whether the fault at `addr` is the retry of a woken fault (and
+    /// forgets it). Lock-free when no retry is pending.
+    pub(crate) fn take_retry(&self, addr: usize) -> bool {
         if self.pending.load(std::sync::atomic::Ordering::Acquire) == 0 {
-            return None;
+            return false;
         }
         let mut set = self.retries.lock().unwrap_or_else(|e| e.into_inner());
         let found = set.remove(&addr);

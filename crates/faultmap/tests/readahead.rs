@@ -336,3 +336,114 @@ fn advice_outside_the_mapping_is_refused() {
     assert!(map.advise(Advice::Random, backwards).is_err());
     assert!(map.advise(Advice::WillNeed, 0..0).is_ok());
 }
+
+// ---------------------------------------------------------------------------
+// Regressions found in review.
+// ---------------------------------------------------------------------------
+
+/// A store that says "no limit" for its request size (`u64::MAX`) must not
+/// make the request split overflow (a panicking handler, or an endless loop).
+#[test]
+fn a_store_with_no_request_limit_is_served() {
+    struct Unlimited(faultmap::MemStore);
+    impl Store for Unlimited {
+        fn name(&self) -> &str {
+            "unlimited"
+        }
+        fn len(&self) -> u64 {
+            self.0.len()
+        }
+        fn io_pages(&self) -> u64 {
+            u64::MAX
+        }
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+            self.0.read_at(offset, buf)
+        }
+    }
+    watchdog(WATCHDOG, || {
+        let data = pattern(1024 * PAGE, 41);
+        let pager = Pager::new(Config::default()).unwrap();
+        let store = Unlimited(faultmap::MemStore::new("m", data.clone()));
+        let map = pager.map(store, opts(4)).unwrap();
+        assert_eq!(touch(&map, 300), data[300 * PAGE]);
+        common::assert_bytes(&map[..], &data, "everything");
+    });
+}
+
+/// A mapping that does not run async readahead (here `MADV_RANDOM`) must
+/// leave the readahead marker it touches to the mappings that do.
+#[test]
+fn a_random_mapping_leaves_the_marker_to_the_stream() {
+    watchdog(WATCHDOG, || {
+        let data = pattern(1024 * PAGE, 42);
+        let pager = Pager::new(Config::default()).unwrap();
+        let object = pager
+            .open(faultmap::MemStore::new("m", data.clone()))
+            .unwrap();
+        let a = pager.map(&object, opts(0)).unwrap();
+        let b = pager.map(&object, opts(0)).unwrap();
+        b.advise(Advice::Random, 0..b.len()).unwrap();
+        touch(&a, 300);
+        expect_cached(&object, 200..400, &span(284..316));
+        touch(&b, 308); // the marker, through the random mapping: left alone
+        touch(&a, 308); // the stream reaches its marker: the next window
+        expect_cached(&object, 200..400, &span(284..348));
+        assert_eq!(object.ra_stats().subsequent.ra_count, 1);
+    });
+}
+
+/// A store whose every request takes time, counting how many are in
+/// flight at once.
+struct Gauge {
+    inner: faultmap::MemStore,
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl Store for Gauge {
+    fn name(&self) -> &str {
+        "gauge"
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn io_pages(&self) -> u64 {
+        32
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.now.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        std::thread::sleep(Duration::from_millis(5));
+        let r = self.inner.read_at(offset, buf);
+        self.now.fetch_sub(1, SeqCst);
+        r
+    }
+}
+
+/// A sequential reader that catches up with its readahead parks on the
+/// next window's marker while that page is still being read; as in the
+/// kernel (PG_readahead is set when the folio is allocated, before the
+/// I/O), that fault must already start the window after, so that two
+/// windows are in flight and the store's latency overlaps.
+#[test]
+fn a_reader_waiting_on_the_marker_starts_the_next_window() {
+    watchdog(WATCHDOG, || {
+        let data = pattern(1024 * PAGE, 43);
+        let store = Arc::new(Gauge {
+            inner: faultmap::MemStore::new("m", data.clone()),
+            now: 0.into(),
+            most: 0.into(),
+        });
+        let pager = Pager::new(Config::default()).unwrap();
+        let map = pager.map(store.clone(), opts(4)).unwrap();
+        for p in 0..1024 {
+            assert_eq!(touch(&map, p), data[p * PAGE]);
+        }
+        let most = store.most.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            most >= 2,
+            "at most {most} store request(s) in flight: windows were serialised"
+        );
+    });
+}
