@@ -536,7 +536,7 @@ enum MapOutcome {
     PageGone,
 }
 
-/// Step 5: pins the window's ready pages and maps them as runs.
+/// Step 4: pins the window's ready pages and maps them as runs.
 fn map_window(
     env: &FaultEnv<'_>,
     region: &Region,

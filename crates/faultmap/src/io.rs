@@ -22,10 +22,13 @@
 //!                async queue ┘
 //! ```
 //!
-//! Shutdown: when the pager and its last mapping are gone, each thread gets
-//! a stop message and runs every job still queued before it exits. A queued
-//! job's pages are READING; an object can outlive its pager, and a page left
-//! READING would make a later fault on it park forever.
+//! Shutdown: when the pager and its last mapping are gone, the handler
+//! threads are joined first (nothing submits any more), then every I/O
+//! thread is sent a stop message. A thread that gets one runs every job
+//! still queued before it exits (a queued job's pages are READING; an
+//! object can outlive its pager, and a page left READING would make a
+//! later fault on it park forever), and puts back the other threads' stop
+//! messages it met, so that each thread gets its own.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -106,9 +109,10 @@ impl IoThreads {
         for i in 0..n {
             let (sync_rx, async_rx, counters) =
                 (sync_rx.clone(), async_rx.clone(), counters.clone());
+            let stops = sync_tx.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("faultmap-io-{i}"))
-                .spawn(move || io_loop(&sync_rx, &async_rx, &counters))?;
+                .spawn(move || io_loop(&sync_rx, &async_rx, &stops, &counters))?;
             threads.push(handle);
         }
         let queue = IoQueue {
@@ -136,7 +140,7 @@ impl Drop for IoThreads {
     }
 }
 
-fn io_loop(sync: &Receiver<Msg>, async_: &Receiver<Msg>, counters: &Counters) {
+fn io_loop(sync: &Receiver<Msg>, async_: &Receiver<Msg>, stops: &Sender<Msg>, counters: &Counters) {
     loop {
         // Sync first: a try on the sync queue, then whichever is ready with
         // the sync queue preferred.
@@ -151,11 +155,18 @@ fn io_loop(sync: &Receiver<Msg>, async_: &Receiver<Msg>, counters: &Counters) {
         match msg {
             Msg::Read(job) => run(job, counters),
             Msg::Stop => {
-                // Every queued job holds claimed pages: run them all.
+                // Every queued job holds claimed pages: run them all. The
+                // other threads' stop messages met on the way go back, so
+                // that each thread gets its own.
+                let mut others = 0;
                 for msg in sync.try_iter().chain(async_.try_iter()) {
-                    if let Msg::Read(job) = msg {
-                        run(job, counters);
+                    match msg {
+                        Msg::Read(job) => run(job, counters),
+                        Msg::Stop => others += 1,
                     }
+                }
+                for _ in 0..others {
+                    let _ = stops.send(Msg::Stop);
                 }
                 return;
             }

@@ -190,8 +190,9 @@
 //!
 //! # Known inaccuracies and deviations
 //!
-//! - **`prev`** is the mapped window's end, not the faulting page, and is
-//!   set by every fault (6.12 no longer updates `prev_pos` from faults at
+//! - **`prev`** is the last page of the run of pages the previous fault
+//!   mapped around the faulting page (its fault-around run's end), not the
+//!   faulting page itself, and is set by every fault (6.12 no longer updates `prev_pos` from faults at
 //!   all, so its sequential test is inert for mmap; faultmap keeps seed
 //!   001's).
 //! - **EOF.** Windows are clipped to the object (`eof` set when the clip
@@ -300,8 +301,8 @@ pub struct RaState {
     pub async_size: u64,
     /// Misses minus hits, clamped to `0..=MMAP_MISS_MAX`.
     pub mmap_miss: u32,
-    /// The last page the previous fault mapped (its fault-around window's
-    /// end), for sequential detection; `None` before the first fault.
+    /// The last page of the run the previous fault mapped around its page,
+    /// for sequential detection; `None` before the first fault.
     pub prev: Option<u64>,
 }
 
