@@ -12,7 +12,7 @@
 //!   comparison against kernel `mmap` and the device);
 //! - [`access`] (the access patterns), [`timed`] (threads started together,
 //!   timed), [`kernel`] (drop_caches, block-device counters), [`ra_table`],
-//!   [`units`] and [`table`]: helpers shared by the commands.
+//!   [`output`], [`units`] and [`table`]: helpers shared by the commands.
 //!
 //! Errors are `anyhow` chains printed as one line on stderr, with exit code
 //! 1; clap's own usage errors exit with 2. Nothing on a bad input panics:
@@ -23,6 +23,7 @@
 mod access;
 mod bench;
 mod kernel;
+mod output;
 mod ra_table;
 mod scan;
 mod stats;

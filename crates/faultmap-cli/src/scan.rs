@@ -18,7 +18,6 @@
 //!
 //! The time covers step 2 only: the reading, not opening or mapping.
 
-use std::io::Write;
 use std::ops::Range;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -80,14 +79,11 @@ pub fn run(args: &ScanArgs) -> Result<()> {
         handler_threads: args.handler_threads,
         stats: object.stats(),
     };
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer(&mut out, &report)?;
-        writeln!(out)?;
-    } else {
-        out.write_all(human(&report).as_bytes())?;
-    }
-    out.flush().context("writing the report")
+    crate::output::print(
+        args.json,
+        |out| crate::output::json_line(out, &report),
+        || human(&report),
+    )
 }
 
 /// The CRC-32 of `data`, computed by `threads` threads over contiguous parts.

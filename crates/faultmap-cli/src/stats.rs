@@ -112,14 +112,11 @@ pub fn run(args: &StatsArgs) -> Result<()> {
         stats: object.stats(),
         readahead_stats: object.ra_stats(),
     };
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer(&mut out, &report)?;
-        writeln!(out)?;
-    } else {
-        out.write_all(human(&report).as_bytes())?;
-    }
-    out.flush().context("writing the report")
+    crate::output::print(
+        args.json,
+        |out| crate::output::json_line(out, &report),
+        || human(&report),
+    )
 }
 
 /// The mapping options of the command line (validated by the caller).

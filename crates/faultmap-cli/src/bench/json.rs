@@ -26,7 +26,7 @@ use serde::Serialize;
 use super::engine::Engine;
 use super::probe::{FolioSample, Machine};
 use super::reps::BUDGET;
-use super::results::{Cell, RepsFrom, Run};
+use super::results::{Cell, DataInfo, RepsFrom, Run};
 
 /// The whole document.
 #[derive(Serialize)]
@@ -35,15 +35,35 @@ struct Document<'a> {
     results: Vec<Row>,
 }
 
-/// The machine, the data and the run's settings.
+/// The machine and the data: the first fields of the machine object, also
+/// of the cold benchmark's.
 #[derive(Serialize)]
-struct MachineJson<'a> {
+pub(super) struct MachineData<'a> {
     #[serde(flatten)]
     machine: &'a Machine,
     data: &'a str,
     data_generated: bool,
     file_bytes: u64,
     pages: u64,
+}
+
+impl<'a> MachineData<'a> {
+    pub(super) fn new(machine: &'a Machine, data: &'a DataInfo) -> MachineData<'a> {
+        MachineData {
+            machine,
+            data: &data.path,
+            data_generated: data.generated,
+            file_bytes: data.bytes,
+            pages: data.pages,
+        }
+    }
+}
+
+/// The machine, the data and the run's settings.
+#[derive(Serialize)]
+struct MachineJson<'a> {
+    #[serde(flatten)]
+    head: MachineData<'a>,
     repetitions: u32,
     repetitions_from: &'static str,
     repetitions_budget_seconds: Option<u64>,
@@ -96,11 +116,7 @@ pub fn write(run: &Run, out: &mut impl Write) -> Result<()> {
 fn machine(run: &Run) -> MachineJson<'_> {
     let kind = |e| run.folios(e).unwrap_or_default().kind().name();
     MachineJson {
-        machine: &run.machine,
-        data: &run.data.path,
-        data_generated: run.data.generated,
-        file_bytes: run.data.bytes,
-        pages: run.data.pages,
+        head: MachineData::new(&run.machine, &run.data),
         repetitions: run.repetitions,
         repetitions_from: match run.repetitions_from {
             RepsFrom::Argument => "argument",

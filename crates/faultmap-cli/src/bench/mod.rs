@@ -177,13 +177,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         cells,
         wall_seconds: started.elapsed().as_secs_f64(),
     };
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        json::write(&run, &mut out)?;
-    } else {
-        out.write_all(report::render(&run).as_bytes())?;
-    }
-    out.flush().context("writing the report")
+    crate::output::print(
+        args.json,
+        |out| json::write(&run, out),
+        || report::render(&run),
+    )
 }
 
 /// The `--file`, or a generated file of `--size` bytes.

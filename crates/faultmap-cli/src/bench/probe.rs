@@ -21,12 +21,15 @@
 //! Pages not present in the page table are skipped. When nothing could be
 //! read (no privilege, no `/proc`) the answer is [`FolioKind::Unknown`].
 
+use std::fmt::Write as _;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use serde::Serialize;
 
 use faultmap::PAGE_SIZE;
+
+use crate::units;
 
 /// How many pages [`sample_folios`] looks at.
 pub const FOLIO_SAMPLES: usize = 64;
@@ -67,6 +70,18 @@ impl Machine {
                 .map(|kib| kib * 1024),
             page_size: PAGE_SIZE,
         }
+    }
+
+    /// The reports' `machine` line: `Linux 6.8.0, 8 CPUs (model), 16 GiB memory`.
+    pub fn line(&self) -> String {
+        let mut line = format!("Linux {}, {} CPUs", self.kernel, self.cpus);
+        if let Some(model) = &self.cpu_model {
+            let _ = write!(line, " ({model})");
+        }
+        if let Some(mem) = self.memory_bytes {
+            let _ = write!(line, ", {} memory", units::bytes(mem));
+        }
+        line
     }
 }
 

@@ -13,8 +13,6 @@
 //! Every number is the median over the repetitions. A `vs X` line divides
 //! X's time by each column's: above 1, that column was faster than X.
 
-use std::fmt::Write as _;
-
 use super::engine::Engine;
 use super::probe::FolioSample;
 use super::reps::{CELL_BUDGET, MIN_REPS};
@@ -35,16 +33,8 @@ pub fn render(run: &Run) -> String {
 }
 
 fn header(run: &Run) -> String {
-    let m = &run.machine;
     let mut t = Table::new(2);
-    let mut machine = format!("Linux {}, {} CPUs", m.kernel, m.cpus);
-    if let Some(model) = &m.cpu_model {
-        let _ = write!(machine, " ({model})");
-    }
-    if let Some(mem) = m.memory_bytes {
-        let _ = write!(machine, ", {} memory", units::bytes(mem));
-    }
-    t.row(["machine".to_string(), machine]);
+    t.row(["machine".to_string(), run.machine.line()]);
     t.row(["data".to_string(), data_line(run)]);
     t.row(["repetitions".to_string(), reps_line(run)]);
     t.row(["kernel-file".to_string(), kernel_file_line(run)]);

@@ -72,10 +72,11 @@ impl Cell {
             let v: Option<Vec<u64>> = s.iter().map(f).collect();
             v.filter(|v| !v.is_empty()).map(|v| median_u64(&v))
         };
+        let (seconds, seconds_min, seconds_max) = time_spread(&seconds_all);
         Summary {
-            seconds: median_f64(&seconds_all),
-            seconds_min: seconds_all.iter().copied().reduce(f64::min).unwrap_or(0.0),
-            seconds_max: seconds_all.iter().copied().reduce(f64::max).unwrap_or(0.0),
+            seconds,
+            seconds_min,
+            seconds_max,
             faults: median_u64(&s.iter().map(|x| x.faults).collect::<Vec<_>>()),
             major_faults: median_u64(&s.iter().map(|x| x.major_faults).collect::<Vec<_>>()),
             io_count: opt(|x| x.io_count),
@@ -86,6 +87,16 @@ impl Cell {
             seconds_all,
         }
     }
+}
+
+/// The median, the fastest and the slowest of the repetitions' seconds (all
+/// 0 for none).
+pub fn time_spread(seconds: &[f64]) -> (f64, f64, f64) {
+    (
+        median_f64(seconds),
+        seconds.iter().copied().reduce(f64::min).unwrap_or(0.0),
+        seconds.iter().copied().reduce(f64::max).unwrap_or(0.0),
+    )
 }
 
 /// The median; the mean of the two middle values for an even count; 0 for

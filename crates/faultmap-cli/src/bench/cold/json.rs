@@ -33,7 +33,7 @@ use serde::Serialize;
 use super::engine::ColdEngine;
 use super::results::{ColdCell, ColdRun, Goal};
 use crate::access::Access;
-use crate::bench::probe::Machine;
+use crate::bench::json::MachineData;
 
 /// The whole document.
 #[derive(Serialize)]
@@ -46,11 +46,7 @@ struct Document<'a> {
 #[derive(Serialize)]
 struct MachineJson<'a> {
     #[serde(flatten)]
-    machine: &'a Machine,
-    data: &'a str,
-    data_generated: bool,
-    file_bytes: u64,
-    pages: u64,
+    head: MachineData<'a>,
     cold: bool,
     repetitions: u32,
     caches_dropped: Option<String>,
@@ -122,11 +118,7 @@ pub fn write(run: &ColdRun, out: &mut impl Write) -> Result<()> {
 
 fn machine(run: &ColdRun) -> MachineJson<'_> {
     MachineJson {
-        machine: &run.machine,
-        data: &run.data.path,
-        data_generated: run.data.generated,
-        file_bytes: run.data.bytes,
-        pages: run.data.pages,
+        head: MachineData::new(&run.machine, &run.data),
         cold: true,
         repetitions: run.repetitions,
         caches_dropped: run.dropped.map(|d| d.command()),

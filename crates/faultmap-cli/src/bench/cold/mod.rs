@@ -42,7 +42,6 @@ mod report;
 mod results;
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -186,13 +185,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         cells: cells.into_iter().map(|c| c.cell).collect(),
         wall_seconds: started.elapsed().as_secs_f64(),
     };
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        json::write(&run, &mut out)?;
-    } else {
-        out.write_all(report::render(&run).as_bytes())?;
-    }
-    out.flush().context("writing the report")
+    crate::output::print(
+        args.json,
+        |out| json::write(&run, out),
+        || report::render(&run),
+    )
 }
 
 /// Drops the kernel's caches once; `None`, with a note, if not permitted.

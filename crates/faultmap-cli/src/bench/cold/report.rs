@@ -21,8 +21,6 @@
 //! time by the column's (above 1: the column was faster); the count ratios
 //! divide the column's count by X's.
 
-use std::fmt::Write as _;
-
 use super::engine::ColdEngine;
 use super::results::{
     bytes, count_ratio, major, seconds_ratio, ColdCell, ColdRun, ColdSummary, Goal,
@@ -46,16 +44,8 @@ pub fn render(run: &ColdRun) -> String {
 }
 
 fn header(run: &ColdRun) -> String {
-    let m = &run.machine;
     let mut t = Table::new(2);
-    let mut machine = format!("Linux {}, {} CPUs", m.kernel, m.cpus);
-    if let Some(model) = &m.cpu_model {
-        let _ = write!(machine, " ({model})");
-    }
-    if let Some(mem) = m.memory_bytes {
-        let _ = write!(machine, ", {} memory", units::bytes(mem));
-    }
-    t.row(["machine".to_string(), machine]);
+    t.row(["machine".to_string(), run.machine.line()]);
     t.row(["data".to_string(), data_line(run)]);
     t.row(["caches".to_string(), caches_line(run)]);
     t.row(["disk".to_string(), disk_line(run)]);

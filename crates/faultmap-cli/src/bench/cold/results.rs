@@ -13,7 +13,7 @@ use faultmap::{RaStats, Stats};
 use super::engine::{ColdEngine, ColdSample};
 use crate::access::Access;
 use crate::bench::probe::Machine;
-use crate::bench::results::{median_f64, median_u64, DataInfo};
+use crate::bench::results::{median_f64, median_u64, time_spread, DataInfo};
 use crate::kernel::{BlockDevice, Caches};
 
 /// One (workload, threads, engine) and its repetitions.
@@ -85,10 +85,11 @@ impl ColdCell {
             let v: Vec<f64> = s.iter().filter_map(f).collect();
             (!v.is_empty()).then(|| median_f64(&v))
         };
+        let (seconds, seconds_min, seconds_max) = time_spread(&seconds_all);
         ColdSummary {
-            seconds: median_f64(&seconds_all),
-            seconds_min: seconds_all.iter().copied().reduce(f64::min).unwrap_or(0.0),
-            seconds_max: seconds_all.iter().copied().reduce(f64::max).unwrap_or(0.0),
+            seconds,
+            seconds_min,
+            seconds_max,
             faults: med(|x| x.faults),
             major_faults: med(|x| x.major_faults),
             io_count: med(|x| x.io_count),
