@@ -117,6 +117,8 @@ pub(crate) struct Waiter {
     page: ObjectPage,
     /// The faulting address, page-aligned.
     addr: usize,
+    /// The faulting thread.
+    tid: u32,
     /// The userfaultfd the fault came from: an object may be mapped by
     /// several pagers.
     uffd: Arc<Uffd>,
@@ -163,7 +165,7 @@ const MAX_LOOKUPS: u32 = 8;
 const MAX_EAGAIN: u32 = 3;
 
 /// Handles one page-fault message.
-pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
+pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize, tid: u32) {
     let page_addr = addr & !(PAGE_SIZE - 1);
     let mut tally = Stats {
         pgfault: 1,
@@ -183,7 +185,7 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
     object.counters.begin();
     // The retry of a fault that was parked and woken: counted with it, and
     // no readahead bookkeeping (FAULT_FLAG_TRIED).
-    let retry = env.uffd.take_retry(page_addr);
+    let retry = env.uffd.take_retry(tid, page_addr);
     if retry {
         tally.pgfault = 0;
     }
@@ -236,7 +238,7 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize) {
                     hit(env, &region, page, word, &mut tally, &mut ra);
                     bookkept = true;
                 }
-                if park(env, object, opage, page_addr) {
+                if park(env, object, opage, page_addr, tid) {
                     tally.fault_wait += u64::from(!own_read && !retry);
                     woken = true;
                     break;
@@ -474,13 +476,14 @@ pub(crate) fn read_ahead(
 
 /// Parks the fault at `addr` on object page `opage`, which is READING.
 /// Returns false if the read ended meanwhile (look again).
-fn park(env: &FaultEnv<'_>, object: &ObjectCore, opage: ObjectPage, addr: usize) -> bool {
+fn park(env: &FaultEnv<'_>, object: &ObjectCore, opage: ObjectPage, addr: usize, tid: u32) -> bool {
     let Some(state) = object.cache.states.get(opage) else {
         return false;
     };
     let waiter = Waiter {
         page: opage,
         addr,
+        tid,
         uffd: env.uffd.clone(),
     };
     object.waiters.park(state, waiter)
@@ -521,7 +524,7 @@ pub(crate) fn settle_parked(object: &ObjectCore, poison: Option<ObjectPage>) {
             Some(w.page) == poison && sys::uffd_poison(&w.uffd, w.addr, PAGE_SIZE).is_ok();
         if !poisoned {
             // Recorded before the wake: the retry may arrive at once.
-            w.uffd.expect_retry(w.addr);
+            w.uffd.expect_retry(w.tid, w.addr);
             let _ = sys::uffd_wake(&w.uffd, w.addr, PAGE_SIZE);
         }
     }

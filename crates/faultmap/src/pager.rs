@@ -47,7 +47,7 @@ use crate::sys::{self, feature, mode, range_ioctl, UffdMsg, UffdSource, PAGE_SIZ
 use crate::wait::Uffd;
 
 /// The kernel features faultmap cannot work without, and why.
-const REQUIRED_FEATURES: [(u64, &str); 3] = [
+const REQUIRED_FEATURES: [(u64, &str); 4] = [
     (
         feature::MISSING_SHMEM,
         "to see the first touch of a page not in the cache",
@@ -57,6 +57,10 @@ const REQUIRED_FEATURES: [(u64, &str); 3] = [
         "to map cached pages with UFFDIO_CONTINUE",
     ),
     (feature::POISON, "to turn a failed store read into SIGBUS"),
+    (
+        feature::THREAD_ID,
+        "to tell a woken fault's retry from a new fault",
+    ),
 ];
 
 /// Messages read from the userfaultfd per `read`.
@@ -424,7 +428,7 @@ fn handler_loop(core: &Core, stop: &OwnedFd, spin_us: u32) {
         if n > 0 {
             for msg in &msgs[..n] {
                 if msg.event == sys::UFFD_EVENT_PAGEFAULT {
-                    fault::handle(&env, msg.address as usize);
+                    fault::handle(&env, msg.address as usize, msg.thread_id());
                 }
             }
             idle_since = Instant::now();

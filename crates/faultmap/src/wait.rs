@@ -177,58 +177,50 @@ mod loom_models {
 /// first attempt already did (a fault that missed raised `mmap_miss`; a
 /// fault that found its page being read did the hit bookkeeping and took
 /// the readahead marker, set at claim time, before it parked, as the
-/// kernel's first attempt does on a locked folio). The waker records the
-/// address here; the fault path takes it back out. Only the waker knows
-/// which address it woke: the page itself may be touched by other mappings
-/// first.
+/// kernel's first attempt does on a locked folio).
 ///
-/// Known inaccuracy: entries are keyed by address alone. A woken thread
-/// whose page was mapped meanwhile by another fault's fault-around never
-/// faults again, so its entry stays until a later fault at that address
-/// (uncounted, and without readahead bookkeeping) takes it; the set is
-/// cleared when it reaches [`MAX_RETRIES`] entries. Keying on the thread
-/// (`UFFD_FEATURE_THREAD_ID`) would make this exact.
+/// The waker records, per faulting thread (`UFFD_FEATURE_THREAD_ID`), the
+/// address it woke. A thread has one fault at a time, so the thread's next
+/// fault message takes the record out: it is the retry if the address is
+/// the same, and otherwise (the page was mapped meanwhile by another
+/// fault, so the thread never faulted again there) the record was stale and
+/// goes. The map holds at most one entry per thread that faulted.
 #[derive(Debug)]
 pub(crate) struct Uffd {
     fd: std::os::fd::OwnedFd,
-    /// How many addresses are in `retries`: the fault path's fast check.
+    /// How many threads have a record: the fault path's fast check.
     pending: std::sync::atomic::AtomicUsize,
-    retries: std::sync::Mutex<std::collections::HashSet<usize>>,
+    retries: std::sync::Mutex<std::collections::HashMap<u32, usize>>,
 }
-
-/// The most woken-fault addresses a pager remembers.
-const MAX_RETRIES: usize = 4096;
 
 impl Uffd {
     pub(crate) fn new(fd: std::os::fd::OwnedFd) -> Self {
         Self {
             fd,
             pending: std::sync::atomic::AtomicUsize::new(0),
-            retries: std::sync::Mutex::new(std::collections::HashSet::new()),
+            retries: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 
-    /// The fault at `addr` was woken and will fault again.
-    pub(crate) fn expect_retry(&self, addr: usize) {
-        let mut set = self.retries.lock().unwrap_or_else(|e| e.into_inner());
-        if set.len() >= MAX_RETRIES {
-            set.clear();
-        }
-        set.insert(addr);
+    /// Thread `tid`'s fault at `addr` was woken and will fault again.
+    pub(crate) fn expect_retry(&self, tid: u32, addr: usize) {
+        let mut map = self.retries.lock().unwrap_or_else(|e| e.into_inner());
+        map.insert(tid, addr);
         self.pending
-            .store(set.len(), std::sync::atomic::Ordering::Release);
+            .store(map.len(), std::sync::atomic::Ordering::Release);
     }
 
-    /// Whether the fault at `addr` is the retry of a woken fault (and
-    /// forgets it). Lock-free when no retry is pending.
-    pub(crate) fn take_retry(&self, addr: usize) -> bool {
+    /// Whether thread `tid`'s fault at `addr` is the retry of its woken
+    /// fault; the thread's record goes either way. Lock-free when no thread
+    /// has a record.
+    pub(crate) fn take_retry(&self, tid: u32, addr: usize) -> bool {
         if self.pending.load(std::sync::atomic::Ordering::Acquire) == 0 {
             return false;
         }
-        let mut set = self.retries.lock().unwrap_or_else(|e| e.into_inner());
-        let found = set.remove(&addr);
+        let mut map = self.retries.lock().unwrap_or_else(|e| e.into_inner());
+        let found = map.remove(&tid) == Some(addr);
         self.pending
-            .store(set.len(), std::sync::atomic::Ordering::Release);
+            .store(map.len(), std::sync::atomic::Ordering::Release);
         found
     }
 }
@@ -238,5 +230,28 @@ impl std::ops::Deref for Uffd {
 
     fn deref(&self) -> &std::os::fd::OwnedFd {
         &self.fd
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_threads_next_fault_takes_its_retry_record() {
+        let uffd = Uffd::new(crate::sys::eventfd().unwrap());
+        assert!(!uffd.take_retry(7, 0x1000), "no record");
+        uffd.expect_retry(7, 0x1000);
+        assert!(!uffd.take_retry(8, 0x1000), "another thread's fault");
+        assert!(uffd.take_retry(7, 0x1000), "the retry");
+        assert!(!uffd.take_retry(7, 0x1000), "taken once");
+        // A thread that faults elsewhere first: the stale record goes.
+        uffd.expect_retry(7, 0x2000);
+        assert!(!uffd.take_retry(7, 0x3000));
+        assert!(!uffd.take_retry(7, 0x2000), "the stale record is gone");
+        // One record per thread: the newest wins.
+        uffd.expect_retry(9, 0x4000);
+        uffd.expect_retry(9, 0x5000);
+        assert!(uffd.take_retry(9, 0x5000));
     }
 }

@@ -139,6 +139,16 @@ pub struct UffdMsg {
     feat: u64,
 }
 
+impl UffdMsg {
+    /// `arg.pagefault.feat.ptid`: the faulting thread's id (with
+    /// `UFFD_FEATURE_THREAD_ID`).
+    pub fn thread_id(&self) -> u32 {
+        // The union's first member is a u32 at the start of the u64 field;
+        // x86-64 (like every little-endian target) keeps it in the low half.
+        self.feat as u32
+    }
+}
+
 const _: () = assert!(std::mem::size_of::<UffdMsg>() == 32);
 const _: () = assert!(std::mem::size_of::<UffdioContinue>() == 32);
 
