@@ -239,6 +239,9 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize, tid: u32) {
                     bookkept = true;
                 }
                 if park(env, object, opage, page_addr, tid) {
+                    // Its read may still be queued behind readahead: move
+                    // it up (a sync job is never listed, so this is cheap).
+                    env.io.promote(object, opage);
                     tally.fault_wait += u64::from(!own_read && !retry);
                     woken = true;
                     break;

@@ -14,6 +14,9 @@
 //! jobs hold pages read ahead. A free thread always takes a sync job first,
 //! so a miss never waits behind a long async window (the kernel gets the
 //! same effect from the faulting folio's lock being the first it waits on).
+//! A fault that parks on a page whose async job is still queued *promotes*
+//! that job: it goes on the sync queue too, and whichever thread takes it
+//! first runs it (jobs are taken once).
 //!
 //! ```text
 //!   handler: claim window → split into requests → submit (fault's first)
@@ -31,7 +34,8 @@
 //! messages it met, so that each thread gets its own.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{select_biased, Receiver, Sender};
@@ -57,8 +61,23 @@ pub(crate) struct ReadJob {
     pub(crate) last_chance: bool,
 }
 
+/// A queued job, taken once: a job can be on both queues (promoted), and
+/// whichever thread gets it first runs it.
+pub(crate) struct Queued {
+    job: Mutex<Option<ReadJob>>,
+    pages: Range<ObjectPage>,
+    promoted: AtomicBool,
+}
+
+impl Queued {
+    /// Takes the job, if no thread took it yet.
+    fn take(&self) -> Option<ReadJob> {
+        self.job.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
 enum Msg {
-    Read(ReadJob),
+    Read(Arc<Queued>),
     Stop,
 }
 
@@ -78,15 +97,39 @@ pub(crate) struct IoQueue {
 }
 
 impl IoQueue {
-    /// Queues `job`. If the threads are gone (only while the pager shuts
-    /// down), runs it on the caller's thread: a claimed page must be read.
+    /// Queues `job`. An async job is also listed on its object, so that a
+    /// fault that needs one of its pages can promote it. If the threads are
+    /// gone (only while the pager shuts down), runs it on the caller's
+    /// thread: a claimed page must be read.
     pub(crate) fn submit(&self, job: ReadJob, urgency: Urgency, counters: &Counters) {
+        let object = job.object.clone();
+        let queued = Arc::new(Queued {
+            pages: job.pages.clone(),
+            job: Mutex::new(Some(job)),
+            promoted: AtomicBool::new(urgency == Urgency::Sync),
+        });
         let tx = match urgency {
             Urgency::Sync => &self.sync,
-            Urgency::Async => &self.async_,
+            Urgency::Async => {
+                lock(&object.queued).push(queued.clone());
+                &self.async_
+            }
         };
-        if let Err(crossbeam_channel::SendError(Msg::Read(job))) = tx.send(Msg::Read(job)) {
-            run(job, counters);
+        if tx.send(Msg::Read(queued.clone())).is_err() {
+            run_queued(&queued, counters);
+        }
+    }
+
+    /// A fault waits for `page` of `object`, whose read is queued (async):
+    /// moves that job to the sync queue, once. The kernel gets the same
+    /// effect from the waiter sleeping on the folio's own lock.
+    pub(crate) fn promote(&self, object: &ObjectCore, page: ObjectPage) {
+        let list = lock(&object.queued);
+        let Some(queued) = list.iter().find(|q| q.pages.contains(&page)) else {
+            return;
+        };
+        if !queued.promoted.swap(true, Ordering::AcqRel) {
+            let _ = self.sync.send(Msg::Read(queued.clone()));
         }
     }
 }
@@ -153,7 +196,7 @@ fn io_loop(sync: &Receiver<Msg>, async_: &Receiver<Msg>, stops: &Sender<Msg>, co
             .unwrap_or(Msg::Stop),
         };
         match msg {
-            Msg::Read(job) => run(job, counters),
+            Msg::Read(queued) => run_queued(&queued, counters),
             Msg::Stop => {
                 // Every queued job holds claimed pages: run them all. The
                 // other threads' stop messages met on the way go back, so
@@ -161,7 +204,7 @@ fn io_loop(sync: &Receiver<Msg>, async_: &Receiver<Msg>, stops: &Sender<Msg>, co
                 let mut others = 0;
                 for msg in sync.try_iter().chain(async_.try_iter()) {
                     match msg {
-                        Msg::Read(job) => run(job, counters),
+                        Msg::Read(queued) => run_queued(&queued, counters),
                         Msg::Stop => others += 1,
                     }
                 }
@@ -172,6 +215,20 @@ fn io_loop(sync: &Receiver<Msg>, async_: &Receiver<Msg>, stops: &Sender<Msg>, co
             }
         }
     }
+}
+
+/// Runs a queued job unless another thread took it first (it was on both
+/// queues), unlisting it from its object.
+fn run_queued(queued: &Arc<Queued>, counters: &Counters) {
+    let Some(job) = queued.take() else {
+        return;
+    };
+    lock(&job.object.queued).retain(|q| !Arc::ptr_eq(q, queued));
+    run(job, counters);
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Runs one job: fills its pages, ends their reads, wakes parked faults.

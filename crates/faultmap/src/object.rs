@@ -35,6 +35,8 @@ pub(crate) struct ObjectCore {
     pub(crate) mmap_miss: AtomicU32,
     /// The last page the previous fault mapped, `u64::MAX` before any.
     pub(crate) prev: AtomicU64,
+    /// Async read jobs queued and not yet taken, for promotion.
+    pub(crate) queued: Mutex<Vec<Arc<crate::io::Queued>>>,
 }
 
 impl ObjectCore {
@@ -50,6 +52,7 @@ impl ObjectCore {
             ra_window: Mutex::new((0, 0, 0)),
             mmap_miss: AtomicU32::new(0),
             prev: AtomicU64::new(u64::MAX),
+            queued: Mutex::new(Vec::new()),
         }
     }
 

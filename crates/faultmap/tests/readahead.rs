@@ -447,3 +447,56 @@ fn a_reader_waiting_on_the_marker_starts_the_next_window() {
         );
     });
 }
+
+/// A store that records the order of its requests, each taking a moment.
+struct Ordered {
+    inner: faultmap::MemStore,
+    order: std::sync::Mutex<Vec<u64>>,
+}
+
+impl Store for Ordered {
+    fn name(&self) -> &str {
+        "ordered"
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn io_pages(&self) -> u64 {
+        8
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.order.lock().unwrap().push(offset / PAGE as u64);
+        std::thread::sleep(Duration::from_millis(2));
+        self.inner.read_at(offset, buf)
+    }
+}
+
+/// A fault that waits for a page whose read is still queued behind a long
+/// readahead backlog gets that read moved up, instead of waiting for the
+/// whole queue (the kernel's waiter sleeps on that folio's own lock).
+#[test]
+fn a_fault_promotes_its_queued_read() {
+    watchdog(WATCHDOG, || {
+        let data = pattern(1024 * PAGE, 44);
+        let store = Arc::new(Ordered {
+            inner: faultmap::MemStore::new("m", data.clone()),
+            order: std::sync::Mutex::new(Vec::new()),
+        });
+        let pager = Pager::new(Config::default()).unwrap();
+        let opts = MapOptions::new().fault_around_order(0).ra_pages(1024);
+        let map = pager.map(store.clone(), opts).unwrap();
+        // 128 requests of 8 pages queued at once.
+        map.advise(Advice::WillNeed, 0..map.len()).unwrap();
+        assert_eq!(touch(&map, 1020), data[1020 * PAGE]);
+        let order = store.order.lock().unwrap().clone();
+        let at = order
+            .iter()
+            .position(|&first| (first..first + 8).contains(&1020))
+            .expect("page 1020 was read");
+        assert!(
+            at < 32,
+            "the faulting page's read ran {at}th of {}",
+            order.len()
+        );
+    });
+}
