@@ -1,18 +1,20 @@
-//! The pager: one userfaultfd, its handler threads, and the mappings it
-//! serves.
+//! The pager: one userfaultfd, its handler threads, its I/O threads, and
+//! the mappings it serves.
 //!
 //! [`Pager::new`] opens the userfaultfd and checks, before anything is
 //! mapped, every kernel feature the fault path needs; a missing one is an
 //! error that names it, never a hang at the first fault. Handler threads
-//! read fault messages in batches and run [`crate::fault::handle`] on each;
+//! read fault messages in batches and run `crate::fault::handle` on each;
 //! between bursts they busy-poll briefly, then sleep in `poll` on the
-//! userfaultfd and a stop eventfd.
+//! userfaultfd and a stop eventfd. They never read a store themselves: the
+//! reads go to the I/O threads (`crate::io`).
 //!
 //! # Lifetimes
 //!
-//! The handler threads live as long as the [`Pager`] *or any [`Mapping`]* it
-//! made: each holds the `Workers` guard, whose drop (the last one) stops and
-//! joins the threads. A mapping therefore never outlives the threads that
+//! The handler and I/O threads live as long as the [`Pager`] *or any
+//! [`Mapping`]* it made: each holds the `Workers` guard, whose drop (the
+//! last one) stops and joins the handler threads, then the I/O threads
+//! (which first run every read still queued). A mapping therefore never outlives the threads that
 //! serve its faults, and dropping a mapping never waits for a handler: it
 //! unpublishes its region, and the address range is unmapped when the last
 //! handler that looked the region up lets go of it (see [`crate::space`]).
