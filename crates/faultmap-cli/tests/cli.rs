@@ -20,13 +20,19 @@ fn faultmap(args: &[&str]) -> Output {
         .expect("the faultmap binary runs")
 }
 
-fn stdout_json(out: &Output) -> Value {
+/// Stdout of a run that must have succeeded (its stderr in the message if
+/// not).
+fn stdout_text(out: &Output) -> String {
     assert!(
         out.status.success(),
         "faultmap failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("stdout is one JSON document")
+    String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
+}
+
+fn stdout_json(out: &Output) -> Value {
+    serde_json::from_str(&stdout_text(out)).expect("stdout is one JSON document")
 }
 
 /// Asserts a clean failure: non-zero exit, a message containing `needle`,
@@ -136,8 +142,7 @@ fn scan_human_output_shows_the_crc_in_decimal_and_hex() {
     let data = random_bytes(10_000, 5);
     let path = write(dir.path(), "f", &data);
     let out = faultmap(&["scan", path.to_str().unwrap()]);
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = stdout_text(&out);
     let crc = crc32fast::hash(&data);
     assert!(text.contains(&crc.to_string()), "{text}");
     assert!(text.contains(&format!("0x{crc:08x}")), "{text}");
@@ -194,8 +199,7 @@ fn every_command_has_help() {
         &["bench", "--help"],
     ] {
         let out = faultmap(args);
-        assert!(out.status.success());
-        let text = String::from_utf8(out.stdout).unwrap();
+        let text = stdout_text(&out);
         assert!(text.contains("Usage"), "{text}");
     }
     let bench = String::from_utf8(faultmap(&["bench", "--help"]).stdout).unwrap();
@@ -342,12 +346,7 @@ fn bench_prints_the_table_on_an_existing_file() {
         "--threads",
         "1",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = stdout_text(&out);
     for needle in [
         "kernel-file",
         "kernel-memfd",
@@ -411,12 +410,7 @@ fn stats_prints_the_seed_table_and_the_counters() {
     let path = write(dir.path(), "f", &random_bytes(256 * 4096, 11));
     for access in ["seq", "rand", "clustered"] {
         let out = faultmap(&["stats", path.to_str().unwrap(), "--access", access]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8(out.stdout).unwrap();
+        let text = stdout_text(&out);
         let header = text
             .lines()
             .find(|l| l.starts_with("pattern"))
@@ -696,12 +690,7 @@ fn bench_cold_prints_the_table_and_the_readahead_tables() {
         "--threads",
         "1",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = stdout_text(&out);
     for needle in [
         "seq:",
         "clustered:",

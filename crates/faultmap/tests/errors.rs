@@ -231,13 +231,7 @@ fn a_page_that_fails_to_read_raises_sigbus() {
     const NAME: &str = "a_page_that_fails_to_read_raises_sigbus";
     if is_child(NAME) {
         let data = pattern(16 * PAGE, 810);
-        let store = Instrumented::mem(
-            &data,
-            Faults {
-                bad: [3].into(),
-                ..Faults::default()
-            },
-        );
+        let store = Instrumented::mem(&data, Faults::bad([3]));
         return child_reads_bad_page(store, 0, &[0, 1, 2, 4], 3);
     }
     assert_child_dies_of_sigbus(NAME, Duration::from_secs(30));
@@ -251,13 +245,7 @@ fn a_bad_page_inside_a_good_pages_window_still_raises_sigbus() {
     const NAME: &str = "a_bad_page_inside_a_good_pages_window_still_raises_sigbus";
     if is_child(NAME) {
         let data = pattern(64 * PAGE, 811);
-        let store = Instrumented::mem(
-            &data,
-            Faults {
-                bad: [21].into(),
-                ..Faults::default()
-            },
-        );
+        let store = Instrumented::mem(&data, Faults::bad([21]));
         return child_reads_bad_page(store, 9, &[20, 22, 0, 63], 21);
     }
     assert_child_dies_of_sigbus(NAME, Duration::from_secs(30));
@@ -290,13 +278,7 @@ fn a_store_that_panics_raises_sigbus_not_a_hang() {
     const NAME: &str = "a_store_that_panics_raises_sigbus_not_a_hang";
     if is_child(NAME) {
         let data = pattern(16 * PAGE, 813);
-        let store = Instrumented::mem(
-            &data,
-            Faults {
-                panic: [7].into(),
-                ..Faults::default()
-            },
-        );
+        let store = Instrumented::mem(&data, Faults::panic([7]));
         return child_reads_bad_page(store, 0, &[0, 6, 8], 7);
     }
     assert_child_dies_of_sigbus(NAME, Duration::from_secs(15));
@@ -308,13 +290,7 @@ fn good_pages_of_a_failing_store_read_correctly_in_process() {
     // good page reads right and the errors are counted.
     watchdog(WATCHDOG, || {
         let data = pattern(64 * PAGE, 811);
-        let store = Instrumented::mem(
-            &data,
-            Faults {
-                bad: [21].into(),
-                ..Faults::default()
-            },
-        );
+        let store = Instrumented::mem(&data, Faults::bad([21]));
         let pager = pager();
         let map = pager
             .map(store.clone(), MapOptions::new().fault_around_order(9))

@@ -124,13 +124,7 @@ fn a_hit_maps_only_the_ready_pages_of_its_window() {
 fn a_page_being_read_is_not_mapped_around() {
     watchdog(WATCHDOG, || {
         let data = pattern(32 * PAGE, 701);
-        let store = Instrumented::mem(
-            &data,
-            Faults {
-                gated: [5].into(),
-                ..Faults::default()
-            },
-        );
+        let store = Instrumented::mem(&data, Faults::gated([5]));
         let pager = pager(2);
         let object = pager.open(store.clone()).unwrap();
         let a = Arc::new(
@@ -181,13 +175,7 @@ fn pages_that_fail_to_read_are_never_mapped() {
             .into_iter()
             .flat_map(|o| [(o, 0u64), (o, 32)])
         {
-            let store = Instrumented::mem(
-                &data,
-                Faults {
-                    bad: bad.iter().map(|&p| p as u64).collect(),
-                    ..Faults::default()
-                },
-            );
+            let store = Instrumented::mem(&data, Faults::bad(bad.iter().map(|&p| p as u64)));
             let pager = pager(1);
             let map = pager
                 .map(
@@ -255,13 +243,7 @@ fn a_failed_window_read_is_retried_for_the_faulting_page() {
     watchdog(WATCHDOG, || {
         let data = pattern(32 * PAGE, 703);
         // Reads of more than one page that include page 6 fail.
-        let store = Instrumented::mem(
-            &data,
-            Faults {
-                flaky: [6].into(),
-                ..Faults::default()
-            },
-        );
+        let store = Instrumented::mem(&data, Faults::flaky([6]));
         let pager = pager(1);
         let map = pager
             .map(store.clone(), MapOptions::new().fault_around_order(4))

@@ -195,13 +195,7 @@ fn around_only_mode_never_reads_ahead_asynchronously() {
 fn faults_on_a_window_in_flight_issue_one_read() {
     watchdog(WATCHDOG, || {
         let data = pattern(256 * PAGE, 37);
-        let store = Instrumented::mem(
-            &data,
-            Faults {
-                gated: [100].into(),
-                ..Faults::default()
-            },
-        );
+        let store = Instrumented::mem(&data, Faults::gated([100]));
         let pager = Pager::new(Config::default().handler_threads(2)).unwrap();
         let object = pager.open(store.clone()).unwrap();
         let a = Arc::new(pager.map(&object, opts(0)).unwrap());

@@ -184,13 +184,7 @@ fn four_threads_on_one_cold_object_read_each_page_once() {
 fn a_page_in_flight_is_waited_for_not_reread() {
     watchdog(WATCHDOG, || {
         let data = pattern(32 * PAGE, 603);
-        let store = Instrumented::mem(
-            &data,
-            Faults {
-                gated: [5].into(),
-                ..Faults::default()
-            },
-        );
+        let store = Instrumented::mem(&data, Faults::gated([5]));
         // Two handler threads: one is held in the store, the other serves the
         // second fault.
         let pager = pager(2);

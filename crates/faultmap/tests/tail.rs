@@ -77,13 +77,7 @@ fn tail_after_a_failed_read_of_the_last_page_is_zero() {
         let size = 5 * PAGE + 7;
         let file = TestFile::new(size, 400);
         let last = (size / PAGE) as u64;
-        let store = Instrumented::new(
-            file.store(),
-            Faults {
-                flaky: [last].into(),
-                ..Faults::default()
-            },
-        );
+        let store = Instrumented::new(file.store(), Faults::flaky([last]));
         let map = pager.map(store.clone(), MapOptions::new()).unwrap();
         let tail = read_tail(&map);
         assert!(tail.iter().all(|&b| b == 0), "tail not zero: {tail:02x?}");

@@ -390,6 +390,40 @@ pub struct Faults {
     pub gated: BTreeSet<u64>,
 }
 
+impl Faults {
+    /// Reads touching any of `pages` fail.
+    pub fn bad(pages: impl IntoIterator<Item = u64>) -> Self {
+        Self {
+            bad: pages.into_iter().collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Multi-page reads touching any of `pages` fail.
+    pub fn flaky(pages: impl IntoIterator<Item = u64>) -> Self {
+        Self {
+            flaky: pages.into_iter().collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Reads touching any of `pages` panic.
+    pub fn panic(pages: impl IntoIterator<Item = u64>) -> Self {
+        Self {
+            panic: pages.into_iter().collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Reads touching any of `pages` wait at the store's gate.
+    pub fn gated(pages: impl IntoIterator<Item = u64>) -> Self {
+        Self {
+            gated: pages.into_iter().collect(),
+            ..Self::default()
+        }
+    }
+}
+
 /// A store wrapper that checks the `Store` contract on every read, records
 /// every read, and injects failures, panics and delays on chosen pages.
 pub struct Instrumented {
