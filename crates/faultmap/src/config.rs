@@ -74,6 +74,36 @@ pub enum ConfigError {
     TooLarge(u64),
 }
 
+/// How faults reach the pager.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Delivery {
+    /// The faulting thread resolves its own fault in a SIGBUS handler
+    /// (`UFFD_FEATURE_SIGBUS`); misses are forwarded to a pager thread.
+    /// The faster (measured by `faultmap bench`, delivery rows), and the
+    /// default. A system call that reads a mapping's page that is not
+    /// mapped yet gets `EFAULT`, and threads must not block SIGBUS: see
+    /// the README.
+    #[default]
+    Signal,
+    /// Handler threads read fault messages from the userfaultfd; the
+    /// faulting thread sleeps in the kernel meanwhile. Serves the kernel's
+    /// own accesses (`write(fd, &map[..])`) too.
+    Handler,
+}
+
+/// How a fault finds its region (seed 004).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RegionLookup {
+    /// Lock-free lookup validated by the region's sequence count; the
+    /// table's lock only when that fails (the default).
+    #[default]
+    Speculative,
+    /// Always under the table's lock, which `map` and unmap hold for their
+    /// whole operation (the kernel's `mmap_lock` before SPF), for
+    /// comparison.
+    Classic,
+}
+
 /// The configuration of a [`crate::Pager`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -95,6 +125,15 @@ pub struct Config {
     /// of a miss the faulting thread waits for), so that handler threads
     /// never block on I/O (default 4: requests in flight at once).
     pub io_threads: usize,
+    /// How faults reach the pager (default [`Delivery::Signal`]).
+    pub delivery: Delivery,
+    /// How a fault finds its region (default
+    /// [`RegionLookup::Speculative`]).
+    pub region_lookup: RegionLookup,
+    /// Benchmark only (`faultmap bench parts`): page lookups serialise on
+    /// one global mutex, the cache that seed 003 replaced. Never faster.
+    #[doc(hidden)]
+    pub bench_global_cache_lock: bool,
 }
 
 impl Default for Config {
@@ -103,6 +142,9 @@ impl Default for Config {
             handler_threads: 1,
             handler_spin_us: DEFAULT_HANDLER_SPIN_US,
             io_threads: 4,
+            delivery: Delivery::default(),
+            region_lookup: RegionLookup::default(),
+            bench_global_cache_lock: false,
         }
     }
 }
@@ -117,6 +159,18 @@ impl Config {
     /// Sets the number of I/O threads.
     pub fn io_threads(mut self, n: usize) -> Self {
         self.io_threads = n;
+        self
+    }
+
+    /// Sets how faults reach the pager.
+    pub fn delivery(mut self, delivery: Delivery) -> Self {
+        self.delivery = delivery;
+        self
+    }
+
+    /// Sets how a fault finds its region.
+    pub fn region_lookup(mut self, lookup: RegionLookup) -> Self {
+        self.region_lookup = lookup;
         self
     }
 

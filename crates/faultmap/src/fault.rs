@@ -96,7 +96,8 @@ use crate::io::{IoQueue, ReadJob, Urgency};
 use crate::object::{ObjectCore, ObjectPage};
 use crate::page_state::{State, Word};
 use crate::readahead::{self, Window};
-use crate::space::Region;
+use crate::signal::{Reply, RequestRef};
+use crate::space::{Region, RegionTable, Speculated, Speculation};
 use crate::stats::{Counters, RaCounters, RaTally, Stats};
 use crate::sys::{self, ContinueResult, PAGE_SIZE, PTRS_PER_PTE};
 use crate::wait::Uffd;
@@ -104,10 +105,25 @@ use crate::wait::Uffd;
 /// What the fault path needs from its pager.
 pub(crate) struct FaultEnv<'a> {
     pub(crate) uffd: &'a Arc<Uffd>,
-    pub(crate) regions: &'a crate::space::RegionTable,
     pub(crate) counters: &'a Counters,
     pub(crate) ra: &'a RaCounters,
     pub(crate) io: &'a IoQueue,
+    /// Try the speculative region lookup first (else classic only).
+    pub(crate) speculative: bool,
+    /// Benchmark only: serialise page lookups on one global mutex.
+    pub(crate) global_cache_lock: bool,
+}
+
+/// Where a fault came from, and so how it ends.
+#[derive(Clone, Copy)]
+pub(crate) enum Origin<'a> {
+    /// A userfaultfd message from thread `tid` (handler-thread delivery):
+    /// the thread sleeps in the kernel until woken (`UFFDIO_WAKE`, or a
+    /// `UFFDIO_CONTINUE` that maps its page).
+    Uffd { tid: u32 },
+    /// A fault forwarded from a SIGBUS handler (signal delivery): the
+    /// thread waits on the request until it is completed.
+    Request(&'a RequestRef),
 }
 
 /// A fault parked until a read in flight ends (see [`crate::wait`]).
@@ -115,13 +131,22 @@ pub(crate) struct FaultEnv<'a> {
 pub(crate) struct Waiter {
     /// The page it waits for.
     page: ObjectPage,
-    /// The faulting address, page-aligned.
-    addr: usize,
-    /// The faulting thread.
-    tid: u32,
-    /// The userfaultfd the fault came from: an object may be mapped by
-    /// several pagers.
-    uffd: Arc<Uffd>,
+    /// How to let it go.
+    target: WakeTarget,
+}
+
+#[derive(Debug)]
+enum WakeTarget {
+    /// A thread asleep in the userfaultfd at `addr`: woken with
+    /// `UFFDIO_WAKE` (or `UFFDIO_POISON`). The userfaultfd it came from is
+    /// kept: an object may be mapped by several pagers.
+    Uffd {
+        uffd: Arc<Uffd>,
+        addr: usize,
+        tid: u32,
+    },
+    /// A SIGBUS handler waiting on its request.
+    Request(RequestRef),
 }
 
 /// Pages of a window: at most one PTE table.
@@ -164,44 +189,148 @@ const MAX_LOOKUPS: u32 = 8;
 /// fault.
 const MAX_EAGAIN: u32 = 3;
 
-/// Handles one page-fault message.
-pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize, tid: u32) {
-    let page_addr = addr & !(PAGE_SIZE - 1);
-    let mut tally = Stats {
-        pgfault: 1,
-        ..Stats::default()
-    };
-    let mut ra = RaTally::default();
+/// How a fault's resolution ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// A `UFFDIO_CONTINUE` that mapped the faulting page woke its thread.
+    Woken,
+    /// Parked: whoever ends the read lets the thread go.
+    Parked,
+    /// Resolved (or nothing left to do): the thread must be let go.
+    Resolved,
+    /// The page cannot be read: the access gets SIGBUS.
+    Failed,
+}
 
-    // 1. Find the region.
+/// What a fault carries from one attempt to the next (a speculative
+/// attempt that aborts, then the classic one).
+struct Progress {
+    /// The retry of a parked fault: already counted, bookkeeping done.
+    retry: bool,
+    /// This fault read the page itself (no hit bookkeeping).
+    own_read: bool,
+    /// The hit bookkeeping is done.
+    bookkept: bool,
+    /// The faulting page's read failed once: the next failure is SIGBUS.
+    last_chance: bool,
+    /// This fault owns a read, so it counts as major.
+    major: bool,
+}
+
+/// Handles one fault: a userfaultfd message, or a fault that a SIGBUS
+/// handler forwarded.
+pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize, origin: Origin<'_>) {
+    let page_addr = addr & !(PAGE_SIZE - 1);
+    let mut tally = Stats::default();
+    let mut ra = RaTally::default();
     env.counters.begin();
-    let Some(region) = env.regions.lookup(page_addr) else {
-        let _ = sys::uffd_wake(env.uffd, page_addr, PAGE_SIZE);
-        env.counters.end(&tally);
-        return;
-    };
-    let object = &*region.object;
-    region.counters.begin();
-    object.counters.begin();
     // The retry of a fault that was parked and woken: counted with it, and
     // no readahead bookkeeping (FAULT_FLAG_TRIED).
-    let retry = env.uffd.take_retry(tid, page_addr);
-    if retry {
-        tally.pgfault = 0;
+    let retry = match origin {
+        Origin::Uffd { tid } => env.uffd.take_retry(tid, page_addr),
+        Origin::Request(r) => r.is_retry(),
+    };
+    let mut progress = Progress {
+        retry,
+        own_read: false,
+        bookkept: retry,
+        last_chance: false,
+        major: false,
+    };
+    let table = RegionTable::get();
+    let mut ending = None;
+    // 1. Find the region: speculatively, then (on abort) under the lock.
+    if env.speculative {
+        match table.speculate(page_addr) {
+            Speculated::Found(spec) => {
+                ending = resolve(
+                    env,
+                    spec.region,
+                    page_addr,
+                    origin,
+                    &mut progress,
+                    &mut tally,
+                    &mut ra,
+                    Some(&spec),
+                );
+                if ending.is_some() {
+                    tally.spf_success += 1;
+                } else {
+                    tally.spf_abort += 1;
+                }
+            }
+            Speculated::Busy(_) => tally.spf_abort += 1,
+            Speculated::None => tally.spf_fallback += 1,
+        }
     }
+    let ending = ending.unwrap_or_else(|| {
+        let lock = table.lock();
+        match lock.lookup(page_addr) {
+            Some(region) => resolve(
+                env,
+                region,
+                page_addr,
+                origin,
+                &mut progress,
+                &mut tally,
+                &mut ra,
+                None,
+            )
+            .unwrap_or(Ending::Resolved),
+            // The mapping is being dropped: let the kernel sort it out.
+            None => Ending::Resolved,
+        }
+    });
+    finish(env, origin, page_addr, ending);
+    // The readahead counts first: a snapshot that sees this fault ended
+    // (its in-flight count) sees them too.
+    env.ra.add(&ra);
+    env.counters.end(&tally);
+}
+
+/// Lets the faulting thread go as `ending` says.
+fn finish(env: &FaultEnv<'_>, origin: Origin<'_>, page_addr: usize, ending: Ending) {
+    match (origin, ending) {
+        (_, Ending::Parked) | (Origin::Uffd { .. }, Ending::Woken) => {}
+        (Origin::Uffd { .. }, Ending::Resolved) => {
+            let _ = sys::uffd_wake(env.uffd, page_addr, PAGE_SIZE);
+        }
+        (Origin::Uffd { .. }, Ending::Failed) => {
+            if sys::uffd_poison(env.uffd, page_addr, PAGE_SIZE).is_err() {
+                let _ = sys::uffd_wake(env.uffd, page_addr, PAGE_SIZE);
+            }
+        }
+        (Origin::Request(r), Ending::Woken | Ending::Resolved) => r.complete(Reply::Mapped),
+        (Origin::Request(r), Ending::Failed) => r.complete(Reply::Failed),
+    }
+}
+
+/// Steps 2 to 4 on `region`. With `spec` (a speculative attempt), returns
+/// `None` if the region changed before anything was mapped: the caller
+/// retries on the classic path with the same `progress`.
+#[allow(clippy::too_many_arguments)]
+fn resolve(
+    env: &FaultEnv<'_>,
+    region: &Arc<Region>,
+    page_addr: usize,
+    origin: Origin<'_>,
+    progress: &mut Progress,
+    pager_tally: &mut Stats,
+    pager_ra: &mut RaTally,
+    spec: Option<&Speculation<'_>>,
+) -> Option<Ending> {
+    let object = &*region.object;
+    let mut tally = Stats::default();
+    let mut ra = RaTally::default();
+    region.counters.begin();
+    object.counters.begin();
 
     // 2. The fault-around window, in region pages.
     let page = ((page_addr - region.start()) / PAGE_SIZE) as u64;
     let slot = (page_addr / PAGE_SIZE) % PTRS_PER_PTE;
-    let window = fault_around::window(slot, page, region.pages, region.order);
+    let window = fault_around::window(slot, page, region.pages, region.order());
 
-    let mut woken = false;
-    // This event read the page itself, or did the hit bookkeeping already:
-    // either way, no (more) hit bookkeeping. A retry did it (or its miss)
-    // in its first attempt.
-    let mut own_read = false;
-    let mut bookkept = retry;
-    let mut last_chance = false;
+    let mut ending = Some(Ending::Resolved);
     for _ in 0..MAX_LOOKUPS {
         // 3. Look up the faulting page.
         let opage = region.object_page(page);
@@ -210,23 +339,23 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize, tid: u32) {
             // A fault that read its page (in this event, or in the first
             // attempt of this retry) does no hit bookkeeping: a major fault
             // must leave mmap_miss raised.
-            State::UpToDate if own_read || bookkept => {}
-            State::UpToDate => hit(env, &region, page, word, &mut tally, &mut ra),
-            State::Absent if last_chance && word.has_failed() => {
+            State::UpToDate if progress.own_read || progress.bookkept => {}
+            State::UpToDate => {
+                hit(env, region, page, word, &mut tally, &mut ra);
+                progress.bookkept = true;
+            }
+            State::Absent if progress.last_chance && word.has_failed() => {
                 // Our own last-chance read failed before we parked: SIGBUS.
-                woken = sys::uffd_poison(env.uffd, page_addr, PAGE_SIZE).is_ok();
+                ending = Some(Ending::Failed);
                 break;
             }
             State::Absent => {
-                let failed = word.has_failed();
-                last_chance = failed;
-                if miss(env, &region, page, word, &mut tally, &mut ra) {
+                progress.last_chance = word.has_failed();
+                if miss(env, region, page, word, &mut tally, &mut ra) {
                     // One major fault, however many reads: a retry's read
                     // (after a failure) is its first attempt's.
-                    if !retry {
-                        tally.pgmajfault = 1;
-                    }
-                    own_read = true;
+                    progress.major |= !progress.retry;
+                    progress.own_read = true;
                 }
                 continue;
             }
@@ -234,16 +363,16 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize, tid: u32) {
                 // Someone else's read: the kernel's first attempt finds the
                 // folio in the cache, locked, and does the hit bookkeeping
                 // (the marker, set at claim time, included) before it waits.
-                if !own_read && !bookkept {
-                    hit(env, &region, page, word, &mut tally, &mut ra);
-                    bookkept = true;
+                if !progress.own_read && !progress.bookkept {
+                    hit(env, region, page, word, &mut tally, &mut ra);
+                    progress.bookkept = true;
                 }
-                if park(env, object, opage, page_addr, tid) {
+                if park(env, object, opage, page_addr, origin) {
                     // Its read may still be queued behind readahead: move
                     // it up (a sync job is never listed, so this is cheap).
                     env.io.promote(object, opage);
-                    tally.fault_wait += u64::from(!own_read && !retry);
-                    woken = true;
+                    tally.fault_wait += u64::from(!progress.own_read && !progress.retry);
+                    ending = Some(Ending::Parked);
                     break;
                 }
                 continue;
@@ -255,24 +384,76 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize, tid: u32) {
             }
         }
         // 4. Map the window's ready pages.
-        match map_window(env, &region, &window, page, &mut tally, &mut ra) {
-            MapOutcome::Woken => woken = true,
+        match map_window(env, region, &window, page, &mut tally, &mut ra, spec) {
+            MapOutcome::Woken => ending = Some(Ending::Woken),
             MapOutcome::NotWoken => {}
             MapOutcome::PageGone => continue,
+            MapOutcome::Aborted => ending = None,
         }
         break;
     }
-    if !woken {
-        let _ = sys::uffd_wake(env.uffd, page_addr, PAGE_SIZE);
+    if ending.is_some() {
+        tally.pgfault = u64::from(!progress.retry);
+        tally.pgmajfault = u64::from(progress.major);
     }
-    // The readahead counts first: a snapshot that sees this fault ended
-    // (its in-flight count) sees them too.
+    region.ra.add(&ra);
+    object.ra.add(&ra);
+    pager_ra.merge(&ra);
+    region.counters.end(&tally);
+    object.counters.end(&tally);
+    pager_tally.merge(&tally);
+    ending
+}
+
+/// What [`fast`] did.
+pub(crate) enum Fast {
+    /// The faulting page is mapped.
+    Mapped,
+    /// Not a plain hit (a miss, a read in flight, a marker, a failed page,
+    /// a region that changed): forward it to a pager thread.
+    Forward,
+}
+
+/// The fault path of a SIGBUS handler: the plain hit only (the faulting
+/// page UPTODATE and not a readahead marker), mapped with its window, in the
+/// speculative lookup's read section. Async-signal-safe: atomics,
+/// `UFFDIO_CONTINUE`, no lock (but the benchmark-only global cache lock),
+/// no allocation, no panic. With `retry`, the fault was forwarded and
+/// parked before: it is not counted again.
+pub(crate) fn fast(env: &FaultEnv<'_>, spec: &Speculation<'_>, page_addr: usize, retry: bool) -> Fast {
+    let region = spec.region;
+    let object = &*region.object;
+    let page = ((page_addr - region.start()) / PAGE_SIZE) as u64;
+    let word = object.cache.states.load(region.object_page(page));
+    if word.state() != State::UpToDate || word.is_marker() {
+        return Fast::Forward;
+    }
+    let slot = (page_addr / PAGE_SIZE) % PTRS_PER_PTE;
+    let window = fault_around::window(slot, page, region.pages, region.order());
+    let mut tally = Stats::default();
+    let mut ra = RaTally::default();
+    env.counters.begin();
+    region.counters.begin();
+    object.counters.begin();
+    let out = match map_window(env, region, &window, page, &mut tally, &mut ra, Some(spec)) {
+        MapOutcome::Woken | MapOutcome::NotWoken => {
+            if !retry {
+                // No marker here, so this hit submits nothing.
+                hit(env, region, page, word, &mut tally, &mut ra);
+                tally.pgfault = 1;
+            }
+            tally.spf_success = 1;
+            Fast::Mapped
+        }
+        MapOutcome::PageGone | MapOutcome::Aborted => Fast::Forward,
+    };
     region.ra.add(&ra);
     object.ra.add(&ra);
     env.ra.add(&ra);
     region.counters.end(&tally);
     object.counters.end(&tally);
     env.counters.end(&tally);
+    out
 }
 
 /// Step 3, a hit on region page `page` (word `word`): the readahead
@@ -479,17 +660,28 @@ pub(crate) fn read_ahead(
 
 /// Parks the fault at `addr` on object page `opage`, which is READING.
 /// Returns false if the read ended meanwhile (look again).
-fn park(env: &FaultEnv<'_>, object: &ObjectCore, opage: ObjectPage, addr: usize, tid: u32) -> bool {
+fn park(
+    env: &FaultEnv<'_>,
+    object: &ObjectCore,
+    opage: ObjectPage,
+    addr: usize,
+    origin: Origin<'_>,
+) -> bool {
     let Some(state) = object.cache.states.get(opage) else {
         return false;
     };
-    let waiter = Waiter {
-        page: opage,
-        addr,
-        tid,
-        uffd: env.uffd.clone(),
+    let target = match origin {
+        Origin::Uffd { tid } => WakeTarget::Uffd {
+            uffd: env.uffd.clone(),
+            addr,
+            tid,
+        },
+        Origin::Request(r) => WakeTarget::Request(r.clone()),
     };
-    object.waiters.park(state, waiter)
+    object.waiters.park(state, Waiter {
+        page: opage,
+        target,
+    })
 }
 
 /// Ends the reads of `pages` (object pages the caller owns the reads of):
@@ -523,12 +715,21 @@ pub(crate) fn end_reads(
 /// on that page get SIGBUS instead: its last-chance read failed.
 pub(crate) fn settle_parked(object: &ObjectCore, poison: Option<ObjectPage>) {
     for w in object.waiters.take_all() {
-        let poisoned =
-            Some(w.page) == poison && sys::uffd_poison(&w.uffd, w.addr, PAGE_SIZE).is_ok();
-        if !poisoned {
-            // Recorded before the wake: the retry may arrive at once.
-            w.uffd.expect_retry(w.tid, w.addr);
-            let _ = sys::uffd_wake(&w.uffd, w.addr, PAGE_SIZE);
+        let failed = Some(w.page) == poison;
+        match w.target {
+            WakeTarget::Uffd { uffd, addr, tid } => {
+                let poisoned = failed && sys::uffd_poison(&uffd, addr, PAGE_SIZE).is_ok();
+                if !poisoned {
+                    // Recorded before the wake: the retry may arrive at once.
+                    uffd.expect_retry(tid, addr);
+                    let _ = sys::uffd_wake(&uffd, addr, PAGE_SIZE);
+                }
+            }
+            WakeTarget::Request(r) => r.complete(if failed {
+                Reply::Failed
+            } else {
+                Reply::Retry
+            }),
         }
     }
 }
@@ -540,9 +741,12 @@ enum MapOutcome {
     NotWoken,
     /// The faulting page left UPTODATE before it could be pinned.
     PageGone,
+    /// The speculation failed: the region changed; nothing was mapped.
+    Aborted,
 }
 
 /// Step 4: pins the window's ready pages and maps them as runs.
+#[allow(clippy::too_many_arguments)]
 fn map_window(
     env: &FaultEnv<'_>,
     region: &Region,
@@ -550,13 +754,22 @@ fn map_window(
     page: u64,
     tally: &mut Stats,
     ra: &mut RaTally,
+    spec: Option<&Speculation<'_>>,
 ) -> MapOutcome {
     let n = (window.end - window.start) as usize;
     let fault_i = (page - window.start) as usize;
-    let pinned = pin_ready(region, window, fault_i, tally, ra);
+    let pinned = {
+        let _serial = env.global_cache_lock.then(global_cache_lock);
+        pin_ready(region, window, fault_i, tally, ra)
+    };
     if !pinned.contains(fault_i) {
         unpin_all(region, window, &pinned);
         return MapOutcome::PageGone;
+    }
+    // The speculation's check, before anything is mapped.
+    if spec.is_some_and(|s| !s.still_valid()) {
+        unpin_all(region, window, &pinned);
+        return MapOutcome::Aborted;
     }
 
     // The faulting page's run first, waking its thread; then the rest.
@@ -593,6 +806,16 @@ fn map_window(
     } else {
         MapOutcome::NotWoken
     }
+}
+
+/// The benchmark-only global cache lock (`parts`: the lock-free page
+/// lookup against a cache behind one mutex, seed 003's comparison). In a
+/// SIGBUS handler a mutex is unsafe in general; the interrupted code never
+/// holds this one (only `pin_ready` takes it, and it touches no mapping),
+/// which is why the benchmark may use it there.
+fn global_cache_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Pins the UPTODATE pages of `window` (window-relative index `fault_i` is

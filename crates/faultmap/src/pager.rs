@@ -31,17 +31,18 @@ use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
-use arc_swap::ArcSwap;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::cache::{Cache, CacheError};
 use crate::config::MAX_RA_PAGES;
-use crate::config::{Config, ConfigError, MapOptions};
+use crate::config::{Config, ConfigError, Delivery, MapOptions, RegionLookup};
 use crate::fault::{self, FaultEnv};
 use crate::io::{IoQueue, IoThreads};
 use crate::object::{IntoObject, Object, ObjectCore, ObjectPage};
 use crate::readahead::Hint;
+use crate::signal::{self, Requests};
 use crate::space::{MappedPages, Region, RegionTable};
 use crate::stats::{Counters, RaCounters, RaStats, RaTally, Stats};
 use crate::store::{Store, StoreError};
@@ -135,24 +136,36 @@ pub enum MapError {
     },
 }
 
-/// What the handler threads share with the pager and its mappings.
+/// What the handler threads share with the pager and its mappings (and a
+/// SIGBUS handler reaches through a region's `owner`).
 pub(crate) struct Core {
     uffd: Arc<Uffd>,
-    regions: RegionTable,
     counters: Arc<Counters>,
     ra: RaCounters,
     io: IoQueue,
+    speculative: bool,
+    global_cache_lock: bool,
+    /// Signal delivery's forwarded faults; `None` with handler threads.
+    requests: Option<Arc<Requests>>,
+    /// Live non-empty mappings.
+    mappings: AtomicUsize,
 }
 
 impl Core {
-    fn env(&self) -> FaultEnv<'_> {
+    pub(crate) fn env(&self) -> FaultEnv<'_> {
         FaultEnv {
             uffd: &self.uffd,
-            regions: &self.regions,
             counters: &self.counters,
             ra: &self.ra,
             io: &self.io,
+            speculative: self.speculative,
+            global_cache_lock: self.global_cache_lock,
         }
+    }
+
+    /// The request slots of a signal-delivery pager.
+    pub(crate) fn requests(&self) -> Option<&Arc<Requests>> {
+        self.requests.as_ref()
     }
 }
 
@@ -217,9 +230,19 @@ impl Pager {
                 });
             }
         }
+        let signal = config.delivery == Delivery::Signal;
+        if signal && have & feature::SIGBUS == 0 {
+            return Err(PagerError::MissingFeature {
+                feature: feature::name(feature::SIGBUS),
+                why: "for signal delivery (use Delivery::Handler)",
+            });
+        }
         // 2. The real userfaultfd, with exactly those features.
         let (uffd, source) = open_uffd()?;
-        let wanted = REQUIRED_FEATURES.iter().fold(0, |acc, (bit, _)| acc | bit);
+        let mut wanted = REQUIRED_FEATURES.iter().fold(0, |acc, (bit, _)| acc | bit);
+        if signal {
+            wanted |= feature::SIGBUS;
+        }
         sys::uffd_api(&uffd, wanted).map_err(|source| PagerError::Sys {
             op: "UFFDIO_API",
             source,
@@ -233,12 +256,29 @@ impl Pager {
                     source,
                 }
             })?;
+        let requests = if signal {
+            signal::install().map_err(|source| PagerError::Sys {
+                op: "sigaction(SIGBUS)",
+                source,
+            })?;
+            Some(Arc::new(Requests::new().map_err(|source| {
+                PagerError::Sys {
+                    op: "eventfd",
+                    source,
+                }
+            })?))
+        } else {
+            None
+        };
         let core = Arc::new(Core {
             uffd: Arc::new(Uffd::new(uffd)),
-            regions: RegionTable::new(),
             counters,
             ra: RaCounters::default(),
             io,
+            speculative: config.region_lookup == RegionLookup::Speculative,
+            global_cache_lock: config.bench_global_cache_lock,
+            requests,
+            mappings: AtomicUsize::new(0),
         });
         let stop = sys::eventfd().map_err(|source| PagerError::Sys {
             op: "eventfd",
@@ -331,6 +371,8 @@ impl Pager {
             op,
             source,
         };
+        // The table's lock for the whole operation, as mmap holds mmap_lock.
+        let table = RegionTable::get().lock();
         // 1. Map the memfd read-only, congruent to its offset modulo 2 MiB.
         let bytes = extent.pages as usize * PAGE_SIZE;
         let map = sys::mmap_shared_ro_aligned(
@@ -365,17 +407,21 @@ impl Pager {
             object: object.0.clone(),
             first_page: ObjectPage(extent.first_page),
             pages: extent.pages,
-            order: opts.order(),
+            order: AtomicU8::new(opts.order()),
+            seq: AtomicU64::new(0),
+            owner: self.core.clone(),
             counters: Counters::default(),
             ra: RaCounters::default(),
             ra_pages: opts
                 .ra_pages_override()
                 .unwrap_or_else(|| object.0.store.ra_pages().min(MAX_RA_PAGES)),
             ra_mode: opts.readahead_mode(),
-            hints: ArcSwap::from_pointee(Vec::new()),
+            hints: AtomicPtr::new(Box::into_raw(Box::default())),
             mapped: MappedPages::new(extent.pages),
         });
-        self.core.regions.insert(region.clone());
+        table.insert(region.clone());
+        drop(table);
+        self.core.mappings.fetch_add(1, Ordering::Relaxed);
         // SAFETY: lead < PAGE_SIZE <= the mapping's length, so the pointer is
         // inside the mapping.
         mapping.ptr = unsafe { NonNull::new_unchecked(region.map.as_ptr().add(extent.lead)) };
@@ -398,7 +444,7 @@ impl Pager {
     /// How many non-empty mappings are live (an empty mapping registers
     /// nothing and is not counted).
     pub fn mappings(&self) -> usize {
-        self.core.regions.len()
+        self.core.mappings.load(Ordering::Relaxed)
     }
 }
 
@@ -425,14 +471,28 @@ fn handler_loop(core: &Core, stop: &OwnedFd, spin_us: u32) {
     let mut msgs = [UffdMsg::default(); MSG_BATCH];
     let spin = Duration::from_micros(spin_us.into());
     let mut idle_since = Instant::now();
-    loop {
-        let n = sys::uffd_read(&core.uffd, &mut msgs).unwrap_or(0);
-        if n > 0 {
+    // Signal delivery: faults come as forwarded requests, announced on the
+    // doorbell; handler threads: as userfaultfd messages.
+    let source: &OwnedFd = core.requests.as_ref().map_or(&core.uffd, |r| r.doorbell());
+    let serve = |msgs: &mut [UffdMsg; MSG_BATCH]| match &core.requests {
+        Some(requests) => requests.serve(|addr, r| {
+            fault::handle(&env, addr, fault::Origin::Request(r));
+        }),
+        None => {
+            let n = sys::uffd_read(&core.uffd, msgs).unwrap_or(0);
             for msg in &msgs[..n] {
                 if msg.event == sys::UFFD_EVENT_PAGEFAULT {
-                    fault::handle(&env, msg.address as usize, msg.thread_id());
+                    let origin = fault::Origin::Uffd {
+                        tid: msg.thread_id(),
+                    };
+                    fault::handle(&env, msg.address as usize, origin);
                 }
             }
+            n
+        }
+    };
+    loop {
+        if serve(&mut msgs) > 0 {
             idle_since = Instant::now();
             continue;
         }
@@ -440,7 +500,16 @@ fn handler_loop(core: &Core, stop: &OwnedFd, spin_us: u32) {
             std::hint::spin_loop();
             continue;
         }
-        let ready = match sys::poll_readable(&[&core.uffd, stop], -1) {
+        if core.requests.is_some() {
+            // Drained, then looked at once more: a request posted after
+            // the look rings the doorbell again, so poll sees it.
+            sys::eventfd_drain(source);
+            if serve(&mut msgs) > 0 {
+                idle_since = Instant::now();
+                continue;
+            }
+        }
+        let ready = match sys::poll_readable(&[source, stop], -1) {
             Ok(ready) => ready,
             // poll has no other failure we could cause; back off and go on.
             Err(_) => {
@@ -526,7 +595,7 @@ impl Mapping {
 
     /// The fault-around order of this mapping.
     pub fn fault_around_order(&self) -> u8 {
-        self.region.as_ref().map_or(0, |r| r.order)
+        self.region.as_ref().map_or(0, |r| r.order())
     }
 
     /// This mapping's counters.
@@ -573,10 +642,14 @@ impl Mapping {
         let lead = self.ptr.as_ptr() as usize - region.start();
         let first = ((lead + range.start) / PAGE_SIZE) as u64;
         let end = (lead + range.end).div_ceil(PAGE_SIZE) as u64;
+        let set_hint = |hint| {
+            let table = RegionTable::get().lock();
+            table.change(region, || region.set_hint(&table, first..end, hint));
+        };
         match advice {
-            Advice::Normal => region.set_hint(first..end, Hint::Normal),
-            Advice::Sequential => region.set_hint(first..end, Hint::Sequential),
-            Advice::Random => region.set_hint(first..end, Hint::Random),
+            Advice::Normal => set_hint(Hint::Normal),
+            Advice::Sequential => set_hint(Hint::Sequential),
+            Advice::Random => set_hint(Hint::Random),
             Advice::WillNeed => self.will_need(region, first..end),
             Advice::DontNeed => {
                 let addr = region.page_addr(first);
@@ -634,7 +707,15 @@ impl AsRef<[u8]> for Mapping {
 impl Drop for Mapping {
     fn drop(&mut self) {
         if let Some(region) = self.region.take() {
-            self.core.regions.remove(region.start());
+            // Under the table's lock, as munmap holds mmap_lock: unpublish,
+            // wait out the speculative faults that may have found it, and
+            // unmap (unless a read job still holds the region).
+            let table = RegionTable::get().lock();
+            let published = table.remove(region.start());
+            drop(region);
+            drop(published);
+            drop(table);
+            self.core.mappings.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

@@ -1,31 +1,36 @@
-//! The region table: which address range maps which object.
+//! The region table: which address range maps which object, looked up
+//! speculatively (seed 004).
 //!
-//! The table is a sorted, non-overlapping vector of regions, immutable once
-//! published. A fault handler loads the current snapshot (`ArcSwap`: no lock,
-//! no reference count on the table itself), binary-searches it, and clones the
-//! region's `Arc`. Mapping and unmapping, which are rare next to faults,
-//! copy the vector under a mutex and publish the copy (O(regions) per
-//! change: fine for thousands of mappings; the speculative table of the
-//! seed 004 issue is the place to make it cheaper).
+//! One table serves the whole process (every pager's mappings), because a
+//! SIGBUS handler must find the region of any faulting address with nothing
+//! but the address. It is a sorted, non-overlapping set of regions in
+//! leaves of at most `LEAF_MAX`, immutable once published. See
+//! [`RegionTable`] for the protocol: speculative lookups in [`Srcu`] read
+//! sections validated by per-region sequence counts, a classic path under
+//! the table's mutex, and writers that unpublish, wait for a grace period,
+//! and only then free or unmap.
 //!
 //! A region owns its registered mapping: the address range is unmapped when
-//! the last `Arc<Region>` goes, so a handler that is still resolving a fault
-//! on a region that the application just dropped keeps the range mapped (its
-//! `UFFDIO_CONTINUE` lands in the old mapping, whose pages are the same
-//! object's), and the address can never be reused by a new mapping while a
-//! handler holds the old one.
+//! the last `Arc<Region>` goes (the table's, the application's `Mapping`,
+//! and any read job's). An unmap waits for a grace period before it drops
+//! the table's reference, so a fault that found the region speculatively
+//! has finished with its address range before the range can go.
 //!
-//! The speculative variant with per-region sequence counts (seed 004) is a
-//! later issue; its seam is `RegionTable::lookup`.
+//! Deviation from kernel-mechanisms.md §4(d), which suggests arc-swap or
+//! crossbeam-epoch: both keep per-thread state that is created on a
+//! thread's first use (an allocation), and crossbeam-epoch may free garbage
+//! when a guard is dropped; neither may run in a SIGBUS handler. The SRCU
+//! scheme here keeps per-CPU counters instead, and all freeing happens on
+//! the writer's side.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-
-use arc_swap::ArcSwap;
+use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::object::{ObjectCore, ObjectPage};
 use crate::readahead::{Hint, Mode, Params};
+use crate::pager::Core;
+use crate::srcu::{ReadGuard, Srcu};
 use crate::stats::{Counters, RaCounters};
 use crate::sys::{MappedRegion, PAGE_SIZE};
 
@@ -39,8 +44,14 @@ pub(crate) struct Region {
     pub(crate) first_page: ObjectPage,
     /// The region's length in pages.
     pub(crate) pages: u64,
-    /// Fault-around order.
-    pub(crate) order: u8,
+    /// Fault-around order (changed under the table's lock, see
+    /// [`TableLock::change`]).
+    pub(crate) order: AtomicU8,
+    /// The sequence count: odd while a writer changes the region, and for
+    /// good once it is unmapped (seed 004's `vm_sequence`).
+    pub(crate) seq: AtomicU64,
+    /// The pager that serves it.
+    pub(crate) owner: Arc<Core>,
     /// This mapping's counters.
     pub(crate) counters: Counters,
     /// This mapping's readahead counters.
@@ -51,7 +62,10 @@ pub(crate) struct Region {
     pub(crate) ra_mode: Mode,
     /// Hints set with `Mapping::advise`, as sorted, disjoint ranges of
     /// region pages (pages not listed are `Normal`).
-    pub(crate) hints: ArcSwap<Vec<(Range<u64>, Hint)>>,
+    /// Published like the table (read in read sections, replaced under the
+    /// table's lock, the old list freed after a grace period): a SIGBUS
+    /// handler reads it.
+    pub(crate) hints: AtomicPtr<Vec<(Range<u64>, Hint)>>,
     /// Pages this region has mapped: see [`MappedPages`].
     pub(crate) mapped: MappedPages,
 }
@@ -123,9 +137,11 @@ impl Region {
 
     /// The readahead parameters of a fault on region page `page`.
     pub(crate) fn ra_params(&self, page: u64) -> Params {
-        let hint = self
-            .hints
-            .load()
+        // SAFETY: the list is live: it is replaced only under the table's
+        // lock and freed after a grace period (or with the region), and
+        // every caller is in a read section or holds the lock.
+        let hints = unsafe { &*self.hints.load(Ordering::Acquire) };
+        let hint = hints
             .iter()
             .find(|(r, _)| r.contains(&page))
             .map_or(Hint::Normal, |&(_, h)| h);
@@ -137,9 +153,29 @@ impl Region {
         }
     }
 
-    /// Sets the hint of region pages `pages`.
-    pub(crate) fn set_hint(&self, pages: Range<u64>, hint: Hint) {
-        self.hints.rcu(|old| set_hint(old, pages.clone(), hint));
+    /// Sets the hint of region pages `pages`; the caller holds the table's
+    /// lock, and brackets the change with the region's count.
+    pub(crate) fn set_hint(&self, lock: &TableLock<'_>, pages: Range<u64>, hint: Hint) {
+        // SAFETY: as in `ra_params`; the lock keeps other writers out.
+        let old = unsafe { &*self.hints.load(Ordering::Acquire) };
+        let next = Box::into_raw(Box::new(set_hint(old, pages, hint)));
+        let old = self.hints.swap(next, Ordering::AcqRel);
+        lock.table.srcu.synchronize();
+        // SAFETY: `old` came from Box::into_raw, is unpublished, and no read
+        // section that loaded it is left.
+        drop(unsafe { Box::from_raw(old) });
+    }
+
+    /// The fault-around order.
+    pub(crate) fn order(&self) -> u8 {
+        self.order.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: the last owner; the list came from Box::into_raw.
+        drop(unsafe { Box::from_raw(*self.hints.get_mut()) });
     }
 }
 
@@ -180,50 +216,246 @@ pub(crate) fn set_hint(
     out
 }
 
-/// The sorted, published set of regions of one pager.
+/// Regions per leaf of the table: a change copies one leaf and the list of
+/// leaves, so with `n` regions it copies about `LEAF_MAX + n / LEAF_MAX`
+/// pointers, not `n` (100 000 mappings: about 1 000 per change).
+#[cfg(not(test))]
+const LEAF_MAX: usize = 256;
+#[cfg(test)]
+const LEAF_MAX: usize = 4;
+
+/// A run of regions, sorted by start address; never empty when published.
+struct Leaf(Vec<Arc<Region>>);
+
+/// One published version of the table: leaves sorted by their first
+/// region's start. Immutable once published.
+#[derive(Default)]
+struct Snapshot(Vec<Arc<Leaf>>);
+
+impl Snapshot {
+    fn find(&self, addr: usize) -> Option<&Arc<Region>> {
+        // The last leaf whose first region starts at or below addr.
+        let i = self.0.partition_point(|l| l.0[0].start() <= addr);
+        let leaf = self.0.get(i.checked_sub(1)?)?;
+        let j = leaf.0.partition_point(|r| r.start() <= addr);
+        leaf.0
+            .get(j.checked_sub(1)?)
+            .filter(|r| addr < r.end())
+    }
+
+    fn with(&self, region: Arc<Region>) -> Snapshot {
+        let mut leaves = self.0.clone();
+        let i = leaves
+            .partition_point(|l| l.0[0].start() <= region.start())
+            .saturating_sub(1);
+        let mut regions = leaves.get(i).map_or_else(Vec::new, |l| l.0.clone());
+        let j = regions.partition_point(|r| r.start() < region.start());
+        regions.insert(j, region);
+        let replaced: Vec<Arc<Leaf>> = if regions.len() > LEAF_MAX {
+            let tail = regions.split_off(regions.len() / 2);
+            vec![Arc::new(Leaf(regions)), Arc::new(Leaf(tail))]
+        } else {
+            vec![Arc::new(Leaf(regions))]
+        };
+        let end = (i + 1).min(leaves.len());
+        leaves.splice(i..end, replaced);
+        Snapshot(leaves)
+    }
+
+    fn without(&self, start: usize) -> Option<(Snapshot, Arc<Region>)> {
+        let mut leaves = self.0.clone();
+        let i = leaves
+            .partition_point(|l| l.0[0].start() <= start)
+            .checked_sub(1)?;
+        let mut regions = leaves[i].0.clone();
+        let j = regions.iter().position(|r| r.start() == start)?;
+        let gone = regions.remove(j);
+        if regions.is_empty() {
+            leaves.remove(i);
+        } else {
+            leaves[i] = Arc::new(Leaf(regions));
+        }
+        Some((Snapshot(leaves), gone))
+    }
+}
+
+/// Every registered mapping of the process: the one table that a fault, on
+/// a handler thread or in a SIGBUS handler, finds its region in.
+///
+/// # Protocol (seed 004)
+///
+/// - **Speculative lookup** ([`RegionTable::speculate`]): inside an
+///   [`Srcu`] read section, load the published snapshot, find the region,
+///   read its sequence count (odd: being changed, abort). The fault is
+///   resolved with no lock, and [`Speculation::still_valid`] re-reads the
+///   count before anything is mapped: a change in between aborts the
+///   attempt. No lock, no allocation, no reference count: a SIGBUS handler
+///   may do it.
+/// - **Classic lookup** ([`RegionTable::lock`]): the table's mutex (the
+///   `mmap_lock` of this table), held for the whole fault.
+/// - **Writers** (map, unmap, a change of a region's options) take the
+///   mutex for their whole operation, as `mmap`/`munmap` hold `mmap_lock`
+///   for writing, and bracket a region's change with its count (odd while
+///   changing). Unmapping unpublishes the region, marks it dead (its count
+///   stays odd), waits for a grace period (every speculative fault that
+///   may have found it has ended), and only then lets the range go; so a
+///   speculative `UFFDIO_CONTINUE` can never land in a range that was
+///   unmapped and reused.
+///
+/// A speculative fault never waits inside its read section and never takes
+/// the mutex inside it (a writer holding the mutex may be waiting for the
+/// section to end).
 pub(crate) struct RegionTable {
-    snapshot: ArcSwap<Vec<Arc<Region>>>,
-    writer: Mutex<()>,
+    snapshot: AtomicPtr<Snapshot>,
+    srcu: Srcu,
+    lock: Mutex<()>,
+    len: AtomicUsize,
+}
+
+/// A region found speculatively, valid while the read section lasts.
+pub(crate) struct Speculation<'a> {
+    pub(crate) region: &'a Arc<Region>,
+    seq: u64,
+    _section: ReadGuard<'a>,
+}
+
+impl Speculation<'_> {
+    /// Whether the region is unchanged since it was found: no writer began
+    /// or ended a change of it (map, unmap, options) in between.
+    pub(crate) fn still_valid(&self) -> bool {
+        fence(Ordering::Acquire);
+        self.region.seq.load(Ordering::Acquire) == self.seq
+    }
+}
+
+/// What a speculative lookup found.
+pub(crate) enum Speculated<'a> {
+    /// The region, unchanging when looked up.
+    Found(Speculation<'a>),
+    /// A region that a writer is changing (or has unmapped); valid while
+    /// the read section lasts, which the caller ends at once.
+    Busy(&'a Arc<Region>),
+    /// No region contains the address.
+    None,
+}
+
+/// The table's mutex: faults on the classic path and writers hold it.
+pub(crate) struct TableLock<'a> {
+    table: &'a RegionTable,
+    _guard: std::sync::MutexGuard<'a, ()>,
 }
 
 impl RegionTable {
-    pub(crate) fn new() -> Self {
+    fn new() -> Self {
         Self {
-            snapshot: ArcSwap::from_pointee(Vec::new()),
-            writer: Mutex::new(()),
+            snapshot: AtomicPtr::new(Box::into_raw(Box::default())),
+            srcu: Srcu::new(),
+            lock: Mutex::new(()),
+            len: AtomicUsize::new(0),
         }
     }
 
-    /// The region that contains `addr`, if any. Lock-free.
-    pub(crate) fn lookup(&self, addr: usize) -> Option<Arc<Region>> {
-        let snap = self.snapshot.load();
-        let i = snap.partition_point(|r| r.end() <= addr);
-        snap.get(i).filter(|r| r.start() <= addr).cloned()
+    /// The process's table.
+    pub(crate) fn get() -> &'static RegionTable {
+        static_table().get_or_init(RegionTable::new)
     }
 
-    /// Publishes a table with `region` added.
+    /// The process's table if any mapping was ever made (for the SIGBUS
+    /// handler: no initialisation there).
+    pub(crate) fn get_if_ready() -> Option<&'static RegionTable> {
+        static_table().get()
+    }
+
+    /// Looks `addr` up without a lock (see the type's documentation).
+    /// Async-signal-safe.
+    pub(crate) fn speculate(&self, addr: usize) -> Speculated<'_> {
+        let section = self.srcu.read();
+        // SAFETY: the pointer is always a live published snapshot: writers
+        // free a snapshot only after unpublishing it and waiting for every
+        // read section that could have loaded it (this one included).
+        let snap = unsafe { &*self.snapshot.load(Ordering::Acquire) };
+        let Some(region) = snap.find(addr) else {
+            return Speculated::None;
+        };
+        let seq = region.seq.load(Ordering::Acquire);
+        if seq % 2 == 1 {
+            return Speculated::Busy(region);
+        }
+        Speculated::Found(Speculation {
+            region,
+            seq,
+            _section: section,
+        })
+    }
+
+    /// Takes the table's mutex (the classic path, and writers).
+    pub(crate) fn lock(&self) -> TableLock<'_> {
+        TableLock {
+            table: self,
+            _guard: self.lock.lock().unwrap_or_else(|e| e.into_inner()),
+        }
+    }
+
+    /// How many regions are mapped, over every pager.
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    fn publish(&self, next: Snapshot) {
+        let old = self
+            .snapshot
+            .swap(Box::into_raw(Box::new(next)), Ordering::AcqRel);
+        self.srcu.synchronize();
+        // SAFETY: `old` came from Box::into_raw, is unpublished, and every
+        // read section that could have loaded it has ended.
+        drop(unsafe { Box::from_raw(old) });
+    }
+}
+
+impl TableLock<'_> {
+    fn current(&self) -> &Snapshot {
+        // SAFETY: the published snapshot changes only under the mutex, which
+        // this guard holds, so it stays live for the guard's lifetime.
+        unsafe { &*self.table.snapshot.load(Ordering::Acquire) }
+    }
+
+    /// The region that contains `addr`, if any.
+    pub(crate) fn lookup(&self, addr: usize) -> Option<&Arc<Region>> {
+        self.current().find(addr)
+    }
+
+    /// Publishes `region`. Its range must not overlap a published region's.
     pub(crate) fn insert(&self, region: Arc<Region>) {
-        let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let mut next: Vec<Arc<Region>> = self.snapshot.load().as_ref().clone();
-        let i = next.partition_point(|r| r.start() < region.start());
-        next.insert(i, region);
-        self.snapshot.store(Arc::new(next));
+        let next = self.current().with(region);
+        self.table.publish(next);
+        self.table.len.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Publishes a table without the region that starts at `start`.
+    /// Unpublishes the region that starts at `start` and waits until no
+    /// speculative fault can still be using it; returns it, for the caller
+    /// to drop (which unmaps it once no I/O job holds it).
     pub(crate) fn remove(&self, start: usize) -> Option<Arc<Region>> {
-        let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let mut next: Vec<Arc<Region>> = self.snapshot.load().as_ref().clone();
-        let i = next.iter().position(|r| r.start() == start)?;
-        let gone = next.remove(i);
-        self.snapshot.store(Arc::new(next));
+        let (next, gone) = self.current().without(start)?;
+        // Odd for good: a speculative fault that found it aborts.
+        gone.seq.fetch_add(1, Ordering::AcqRel);
+        self.table.publish(next);
+        self.table.len.fetch_sub(1, Ordering::Relaxed);
         Some(gone)
     }
 
-    /// How many regions are mapped.
-    pub(crate) fn len(&self) -> usize {
-        self.snapshot.load().len()
+    /// Changes a region's options (`f`), bracketed by its sequence count so
+    /// that a speculative fault that read the old options aborts.
+    pub(crate) fn change(&self, region: &Region, f: impl FnOnce()) {
+        region.seq.fetch_add(1, Ordering::AcqRel);
+        fence(Ordering::Release);
+        f();
+        region.seq.fetch_add(1, Ordering::Release);
     }
+}
+
+fn static_table() -> &'static OnceLock<RegionTable> {
+    static TABLE: OnceLock<RegionTable> = OnceLock::new();
+    &TABLE
 }
 
 #[cfg(test)]

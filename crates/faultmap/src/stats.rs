@@ -17,6 +17,10 @@
 //! | `map_calls`      | (none)             | `UFFDIO_CONTINUE` calls                     |
 //! | `map_eexist`     | (none)             | pages found already mapped by another fault |
 //! | `lookup_retry`   | `xas_retry`        | page-state words that moved under a pin     |
+//! | `spf_success`    | `SPF` / `VMA_LOCK_SUCCESS` | faults resolved on a speculatively found region |
+//! | `spf_abort`      | `VMA_LOCK_ABORT`   | speculative attempts that found their region changing |
+//! | `spf_fallback`   | (classic path)     | faults the speculative lookup did not find  |
+//! | `forwarded`      | (none)             | SIGBUS-mode faults handed to a pager thread |
 
 use std::time::{Duration, Instant};
 
@@ -88,6 +92,11 @@ macro_rules! counters {
         }
 
         impl Stats {
+            /// Adds every counter of `other` to this one.
+            pub(crate) fn merge(&mut self, other: &Stats) {
+                $(self.$name += other.$name;)*
+            }
+
             /// `(name, value)` for every counter, in a fixed order.
             pub fn fields(&self) -> Vec<(&'static str, u64)> {
                 vec![$((stringify!($name), self.$name),)*]
@@ -119,6 +128,17 @@ counters! {
     map_eexist,
     /// Page-state words that moved between load and pin.
     lookup_retry,
+    /// Faults resolved on a region found by the speculative lookup.
+    spf_success,
+    /// Speculative attempts that found their region being changed (or
+    /// changed before mapping) and went to the classic path.
+    spf_abort,
+    /// Faults whose address the speculative lookup did not find, handled
+    /// on the classic path.
+    spf_fallback,
+    /// Faults that a SIGBUS handler forwarded to a pager thread (a miss, a
+    /// read in flight, a readahead marker, a failed page).
+    forwarded,
 }
 
 // ---------------------------------------------------------------------------
@@ -279,6 +299,17 @@ impl RaTally {
 
     pub(crate) fn is_empty(&self) -> bool {
         *self == RaTally::default()
+    }
+
+    /// Adds `other` to this tally.
+    pub(crate) fn merge(&mut self, other: &RaTally) {
+        for (mine, theirs) in self.rows.iter_mut().zip(other.rows) {
+            *mine = RowSums::from_array(std::array::from_fn(|i| {
+                mine.to_array()[i] + theirs.to_array()[i]
+            }));
+        }
+        self.read_ahead_pages += other.read_ahead_pages;
+        self.read_ahead_used += other.read_ahead_used;
     }
 }
 

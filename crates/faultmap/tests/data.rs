@@ -7,7 +7,7 @@ mod common;
 use std::io::Write;
 
 use common::*;
-use faultmap::{Config, MapOptions, MemStore, Pager, Store};
+use faultmap::{Config, Delivery, MapOptions, MemStore, Pager, Store};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -430,13 +430,14 @@ fn a_mem_store_reads_back() {
 
 /// The kernel reading through a mapping (here `write(2)` from it, as an
 /// application that writes out or sends mapped data does) sees the object's
-/// bytes too, as it does through a kernel file mapping. The faults this
-/// raises are taken in kernel mode (`copy_from_user`), not user mode.
+/// bytes too, as it does through a kernel file mapping, with handler-thread
+/// delivery. The faults this raises are taken in kernel mode
+/// (`copy_from_user`), not user mode.
 #[test]
 fn write_syscall_from_a_cold_mapping_copies_the_file() {
     watchdog(WATCHDOG, || {
         let file = TestFile::new(64 * PAGE + 9, 12);
-        let pager = pager(1);
+        let pager = Pager::new(Config::default().delivery(Delivery::Handler)).unwrap();
         let map = pager.map(file.store(), MapOptions::new()).unwrap();
         let out_path = file.dir.path().join("copy.bin");
         let mut out = std::fs::File::create(&out_path).unwrap();
@@ -446,5 +447,28 @@ fn write_syscall_from_a_cold_mapping_copies_the_file() {
         drop(out);
         let copy = std::fs::read(&out_path).unwrap();
         assert_bytes(&copy, &file.data, "written from the mapping");
+    });
+}
+
+/// With signal delivery the kernel's own accesses raise no signal: a
+/// `write(2)` from a page not yet mapped fails with `EFAULT` (documented),
+/// and once the range has been touched it succeeds with the object's bytes.
+#[test]
+fn write_syscall_from_a_signal_mapping_needs_touched_pages() {
+    watchdog(WATCHDOG, || {
+        let file = TestFile::new(64 * PAGE + 9, 13);
+        let pager = Pager::new(Config::default().delivery(Delivery::Signal)).unwrap();
+        let map = pager
+            .map(file.store(), MapOptions::new().fault_around_order(0))
+            .unwrap();
+        let out_path = file.dir.path().join("copy.bin");
+        let mut out = std::fs::File::create(&out_path).unwrap();
+        let err = out.write(&map[..PAGE]).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EFAULT), "{err}");
+        let sum: u64 = map.iter().map(|&b| u64::from(b)).sum();
+        std::hint::black_box(sum);
+        out.write_all(&map).unwrap();
+        drop(out);
+        assert_bytes(&std::fs::read(&out_path).unwrap(), &file.data, "written after touching");
     });
 }

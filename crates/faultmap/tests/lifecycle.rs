@@ -241,7 +241,8 @@ fn dropped_mappings_are_unmapped() {
 }
 
 /// Threads of this process named `faultmap-N` (handler threads) and
-/// `faultmap-io-N` (I/O threads).
+/// `faultmap-io-N` (I/O threads); the process-wide chunk-pool refiller
+/// (`faultmap-pool`) belongs to no pager and is not counted.
 fn pager_threads() -> (usize, usize) {
     let names: Vec<String> = std::fs::read_dir("/proc/self/task")
         .expect("read /proc/self/task")
@@ -251,7 +252,10 @@ fn pager_threads() -> (usize, usize) {
         .iter()
         .filter(|n| n.starts_with("faultmap-io-"))
         .count();
-    let all = names.iter().filter(|n| n.starts_with("faultmap-")).count();
+    let all = names
+        .iter()
+        .filter(|n| n.starts_with("faultmap-") && !n.starts_with("faultmap-pool"))
+        .count();
     (all - io, io)
 }
 

@@ -682,3 +682,184 @@ pub fn madvise_dontneed(addr: usize, len: usize) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Punches a hole over `[offset, offset+len)` of a memfd: its pages leave
+/// the page cache and read as zeros; the file keeps its size.
+pub fn punch_hole(fd: &OwnedFd, offset: u64, len: u64) -> io::Result<()> {
+    let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    // SAFETY: fallocate on an fd we own; no memory is passed.
+    let rc = unsafe {
+        libc::fallocate(
+            fd.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            offset,
+            len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Futexes, CPU number, signals: what the signal-delivery path may call.
+// Each of these is a single system call (or a vDSO/rseq read) and is
+// async-signal-safe.
+// ---------------------------------------------------------------------------
+
+/// Sleeps while `word` holds `expected`, at most `timeout` (none: no limit).
+/// Returns on a wake, a changed value, a signal or the timeout, without
+/// saying which: callers re-check `word`.
+pub fn futex_wait(word: &std::sync::atomic::AtomicU32, expected: u32, timeout: Option<std::time::Duration>) {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: FUTEX_WAIT reads the u32 at `word` (a live, aligned atomic) and
+    // the optional timespec, which lives across the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            ts_ptr,
+        );
+    }
+}
+
+/// Wakes up to `n` threads sleeping in [`futex_wait`] on `word`.
+pub fn futex_wake(word: &std::sync::atomic::AtomicU32, n: i32) {
+    // SAFETY: FUTEX_WAKE only uses `word`'s address as a key; it reads and
+    // writes no memory.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            n,
+        );
+    }
+}
+
+/// The CPU this thread runs on (a hint: it may move at once), 0 if unknown.
+pub fn current_cpu() -> usize {
+    // SAFETY: sched_getcpu takes no argument; glibc reads it from the rseq
+    // area or the vDSO.
+    let cpu = unsafe { libc::sched_getcpu() };
+    usize::try_from(cpu).unwrap_or(0)
+}
+
+/// A SIGBUS handler with `SA_SIGINFO`'s arguments.
+pub type SigInfoHandler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+
+/// A saved signal disposition (what `sigaction` returned).
+#[derive(Clone, Copy)]
+pub struct Disposition(libc::sigaction);
+
+/// Installs `handler` for SIGBUS (`SA_SIGINFO | SA_NODEFER | SA_ONSTACK`,
+/// nothing blocked while it runs) and returns the disposition it replaced.
+pub fn sigbus_install(handler: SigInfoHandler) -> io::Result<Disposition> {
+    // SAFETY: an all-zero sigaction is a valid value (SIG_DFL, no flags,
+    // empty mask), filled in below.
+    let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
+    new.sa_sigaction = handler as usize;
+    new.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK;
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: sigemptyset writes the mask of a sigaction we own; sigaction
+    // reads `new` and writes `old`, both live.
+    let rc = unsafe {
+        libc::sigemptyset(&mut new.sa_mask);
+        libc::sigaction(libc::SIGBUS, &new, &mut old)
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Disposition(old))
+}
+
+/// The faulting address and the `si_code` of a SIGBUS.
+///
+/// # Safety
+///
+/// `info` must be the `siginfo_t` the kernel passed to an `SA_SIGINFO`
+/// handler (or null).
+pub unsafe fn siginfo_fault(info: *const libc::siginfo_t) -> Option<(usize, i32)> {
+    if info.is_null() {
+        return None;
+    }
+    // SAFETY: the caller passes the kernel's siginfo, readable for the
+    // handler's duration; si_addr is valid for SIGBUS.
+    unsafe { Some(((*info).si_addr() as usize, (*info).si_code)) }
+}
+
+/// Hands a SIGBUS to the disposition `prev` as if it had been delivered
+/// there: its handler is called with the same arguments; the default (or
+/// ignore, which the kernel does not honour for a fault) is restored and
+/// the signal raised again, which ends the process with SIGBUS as it would
+/// have ended without faultmap.
+///
+/// # Safety
+///
+/// `info` and `ctx` must be the arguments the kernel passed to the running
+/// SIGBUS handler.
+pub unsafe fn sigbus_chain(
+    prev: &Disposition,
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    ctx: *mut libc::c_void,
+) {
+    let action = prev.0.sa_sigaction;
+    if action == libc::SIG_DFL || action == libc::SIG_IGN {
+        // SAFETY: an all-zero sigaction is SIG_DFL with no flags.
+        let mut dfl: libc::sigaction = unsafe { std::mem::zeroed() };
+        dfl.sa_sigaction = libc::SIG_DFL;
+        // SAFETY: sigaction reads a live struct; raise takes an integer.
+        // SIGBUS is not blocked in the handler (SA_NODEFER), so the raise
+        // ends the process here. (Returning and letting the access fault
+        // again would not do: another thread may map the page meanwhile,
+        // and the process would go on with no SIGBUS handler at all.)
+        unsafe {
+            libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
+            libc::raise(libc::SIGBUS);
+        }
+        return;
+    }
+    if prev.0.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the application installed this value as an SA_SIGINFO
+        // handler, so it is a function with this signature.
+        let f: SigInfoHandler = unsafe { std::mem::transmute::<usize, SigInfoHandler>(action) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: the application installed this value as a plain handler.
+        let f: extern "C" fn(libc::c_int) =
+            unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int)>(action) };
+        f(sig);
+    }
+}
+
+/// Empties an eventfd's counter (it stops being readable). Errors (nothing
+/// to read) are ignored.
+pub fn eventfd_drain(fd: &OwnedFd) {
+    let mut count: u64 = 0;
+    // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd.
+    unsafe { libc::read(fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (vDSO; async-signal-safe).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
+}

@@ -1,0 +1,318 @@
+//! Signal delivery: the faulting thread resolves its own fault in a SIGBUS
+//! handler, with no handler-thread round trip.
+//!
+//! A pager created with [`crate::Delivery::Signal`] asks for
+//! `UFFD_FEATURE_SIGBUS`: a fault in its mappings raises SIGBUS
+//! (`BUS_ADRERR`) in the faulting thread instead of queueing a message. The
+//! process-wide handler installed here ([`install`]) then:
+//!
+//! 1. looks the address up speculatively in the region table
+//!    (`crate::space`, an SRCU read section: no lock, no allocation);
+//!    an address no signal-delivery pager maps is not ours;
+//! 2. on a plain hit (the page UPTODATE, no readahead marker) pins and maps
+//!    the fault-around window with `UFFDIO_CONTINUE` and returns: the
+//!    access runs again and finds its page ([`crate::fault::fast`]);
+//! 3. otherwise (a miss, a read in flight, a marker, a failed page, a
+//!    region being changed) it **forwards** the fault: ends its read
+//!    section, posts the address in a free slot of the pager's request
+//!    array, rings the pager's doorbell (an eventfd write), and waits on the
+//!    slot with a futex. A pager thread runs the full fault path on it
+//!    (readahead policy, I/O submission, parking) exactly as for a
+//!    userfaultfd message, and completes the slot: mapped (return), retry
+//!    (the read it waited for ended: look again, uncounted), or failed;
+//! 4. a SIGBUS that is not ours (another mapping's, a truncated file, a
+//!    `kill`), or a failed read of ours, goes to the disposition that was
+//!    installed before faultmap's, as if faultmap were not there: the
+//!    application's handler is called with the same arguments, or the
+//!    default action ends the process with SIGBUS.
+//!
+//! # Why a miss is forwarded, not read in the handler
+//!
+//! The issue allowed either a `pread` in the handler or a hand-off. A
+//! `Store` is arbitrary code (an HTTP or S3 client allocates and locks), and
+//! the readahead decision takes the object's readahead lock: neither may
+//! run in a signal handler. A miss costs a store read (tens of µs at least),
+//! so the hand-off's futex round trip is small beside it; the hit, which is
+//! what a warm scan does, never leaves the faulting thread.
+//!
+//! # What the handler may do
+//!
+//! Atomics, `UFFDIO_CONTINUE`, `eventfd` writes, `futex`, `sched_getcpu`,
+//! `sigaction` and `raise`: all async-signal-safe. No allocation (page-state
+//! chunks are only ever allocated on the miss path, on pager threads, from
+//! `crate::pool`), no lock (the benchmark-only global cache lock aside), no
+//! thread-local storage, no panic (slices are indexed with `get`; the
+//! arithmetic cannot overflow on addresses inside a region).
+//!
+//! # What the application must know
+//!
+//! - SIGBUS must not be blocked in a thread that touches a mapping (a
+//!   fault's SIGBUS is forced: the kernel kills a process whose faulting
+//!   thread blocks it). Other signals may be blocked freely.
+//! - A system call that reads from a mapping's page that is not mapped yet
+//!   (`write(fd, &map[..])`) gets `EFAULT`: the kernel raises no signal for
+//!   its own accesses. Touch the range first, or use handler-thread
+//!   delivery, which serves the kernel's accesses too.
+//! - An application that installs its own SIGBUS handler *after* creating a
+//!   signal-delivery pager replaces faultmap's; it must chain to the
+//!   disposition it replaced, as faultmap does.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::fault::{self, Fast};
+use crate::pager::Core;
+use crate::space::{RegionTable, Speculated};
+use crate::sys::{self, Disposition, PAGE_SIZE};
+
+/// Requests a pager can have in flight from SIGBUS handlers; a thread that
+/// finds none free sleeps briefly and faults again.
+const SLOTS: usize = 128;
+
+/// How long a forwarding handler polls its slot before it sleeps on it (a
+/// pager thread that is polling answers a hit-after-read in a few µs;
+/// waking a sleeping thread costs about 40 µs on this machine).
+const SPIN: Duration = Duration::from_micros(30);
+
+// Slot states.
+const FREE: u32 = 0;
+const CLAIMED: u32 = 1;
+const POSTED: u32 = 2;
+const TAKEN: u32 = 3;
+const DONE_MAPPED: u32 = 4;
+const DONE_RETRY: u32 = 5;
+const DONE_FAILED: u32 = 6;
+
+/// How a forwarded fault was completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// The page is mapped (or the fault has nothing left to do): return.
+    Mapped,
+    /// The read the fault waited for ended: look again (a retry, not
+    /// counted as a new fault).
+    Retry,
+    /// The page cannot be read: SIGBUS to the application.
+    Failed,
+}
+
+struct Slot {
+    state: AtomicU32,
+    addr: AtomicUsize,
+    retry: AtomicBool,
+}
+
+/// A pager's request slots and its doorbell.
+pub(crate) struct Requests {
+    slots: Box<[Slot]>,
+    /// Written (made readable) after a request is posted; the pager threads
+    /// poll it.
+    doorbell: std::os::fd::OwnedFd,
+}
+
+/// One posted request, as the pager thread that took it (or the parked
+/// fault waiting on its read) holds it.
+#[derive(Clone)]
+pub(crate) struct RequestRef {
+    requests: Arc<Requests>,
+    index: usize,
+}
+
+impl std::fmt::Debug for RequestRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestRef")
+            .field("index", &self.index)
+            .finish()
+    }
+}
+
+impl RequestRef {
+    fn slot(&self) -> Option<&Slot> {
+        self.requests.slots.get(self.index)
+    }
+
+    /// Whether the forwarding handler already counted this fault.
+    pub(crate) fn is_retry(&self) -> bool {
+        self.slot().is_some_and(|s| s.retry.load(Ordering::Relaxed))
+    }
+
+    /// Completes the request; the waiting handler returns or looks again.
+    pub(crate) fn complete(&self, reply: Reply) {
+        let Some(slot) = self.slot() else { return };
+        let state = match reply {
+            Reply::Mapped => DONE_MAPPED,
+            Reply::Retry => DONE_RETRY,
+            Reply::Failed => DONE_FAILED,
+        };
+        slot.state.store(state, Ordering::Release);
+        sys::futex_wake(&slot.state, 1);
+    }
+}
+
+impl Requests {
+    pub(crate) fn new() -> std::io::Result<Self> {
+        Ok(Self {
+            slots: (0..SLOTS)
+                .map(|_| Slot {
+                    state: AtomicU32::new(FREE),
+                    addr: AtomicUsize::new(0),
+                    retry: AtomicBool::new(false),
+                })
+                .collect(),
+            doorbell: sys::eventfd()?,
+        })
+    }
+
+    /// The doorbell, for the pager threads' `poll`.
+    pub(crate) fn doorbell(&self) -> &std::os::fd::OwnedFd {
+        &self.doorbell
+    }
+
+    /// Runs `f` on every posted request (a pager thread). Returns how many
+    /// it ran.
+    pub(crate) fn serve(self: &Arc<Self>, mut f: impl FnMut(usize, &RequestRef)) -> usize {
+        let mut n = 0;
+        for (index, slot) in self.slots.iter().enumerate() {
+            if slot.state.load(Ordering::Acquire) != POSTED
+                || slot
+                    .state
+                    .compare_exchange(POSTED, TAKEN, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+            {
+                continue;
+            }
+            let r = RequestRef {
+                requests: self.clone(),
+                index,
+            };
+            f(slot.addr.load(Ordering::Relaxed), &r);
+            n += 1;
+        }
+        n
+    }
+
+    /// Forwards the fault at `addr` and waits for its completion (in a
+    /// SIGBUS handler: async-signal-safe). `None`: no slot was free; the
+    /// caller returns and the access faults again.
+    fn forward(&self, addr: usize, retry: bool) -> Option<Reply> {
+        let slot = self.slots.iter().find(|s| {
+            s.state.load(Ordering::Relaxed) == FREE
+                && s
+                    .state
+                    .compare_exchange(FREE, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+        });
+        let Some(slot) = slot else {
+            // Every slot is busy: back off a little (a futex wait on a word
+            // that never changes is an async-signal-safe sleep).
+            let never = AtomicU32::new(0);
+            sys::futex_wait(&never, 0, Some(Duration::from_micros(100)));
+            return None;
+        };
+        slot.addr.store(addr, Ordering::Relaxed);
+        slot.retry.store(retry, Ordering::Relaxed);
+        slot.state.store(POSTED, Ordering::Release);
+        let _ = sys::eventfd_signal(&self.doorbell);
+        let spin_until = sys::monotonic_ns().saturating_add(SPIN.as_nanos() as u64);
+        let done = loop {
+            let s = slot.state.load(Ordering::Acquire);
+            if s >= DONE_MAPPED {
+                break s;
+            }
+            if sys::monotonic_ns() < spin_until {
+                std::hint::spin_loop();
+            } else {
+                sys::futex_wait(&slot.state, s, None);
+            }
+        };
+        slot.state.store(FREE, Ordering::Release);
+        Some(match done {
+            DONE_RETRY => Reply::Retry,
+            DONE_FAILED => Reply::Failed,
+            _ => Reply::Mapped,
+        })
+    }
+}
+
+/// The disposition faultmap's handler replaced, to chain to.
+static PREVIOUS: OnceLock<Disposition> = OnceLock::new();
+
+/// Installs the process's SIGBUS handler, once. Called by the first
+/// signal-delivery pager, before any of its mappings exists.
+pub(crate) fn install() -> std::io::Result<()> {
+    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut done = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    if *done {
+        return Ok(());
+    }
+    let prev = sys::sigbus_install(on_sigbus)?;
+    let _ = PREVIOUS.set(prev);
+    *done = true;
+    Ok(())
+}
+
+/// What the handler made of a SIGBUS.
+enum Outcome {
+    /// Resolved (or to be retried by faulting again): return.
+    Resolved,
+    /// Not a fault faultmap serves, or one it cannot: chain.
+    NotOurs,
+}
+
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: `info` is the kernel's siginfo for this SA_SIGINFO handler.
+    let fault = unsafe { sys::siginfo_fault(info) };
+    // Only the kernel's faults (si_code > 0); a sent SIGBUS is never ours.
+    if let Some((addr, code)) = fault {
+        if code > 0 {
+            if let Outcome::Resolved = resolve(addr) {
+                return;
+            }
+        }
+    }
+    if let Some(prev) = PREVIOUS.get() {
+        // SAFETY: the arguments are this handler's own.
+        unsafe { sys::sigbus_chain(prev, sig, info, ctx) };
+    }
+}
+
+/// Steps 1 to 3 of the module documentation.
+fn resolve(addr: usize) -> Outcome {
+    let Some(table) = RegionTable::get_if_ready() else {
+        return Outcome::NotOurs;
+    };
+    let page_addr = addr & !(PAGE_SIZE - 1);
+    let mut retry = false;
+    loop {
+        // The pager's request array, found inside the read section and used
+        // after it: the pager's `Core` (which owns it) lives as long as any
+        // mapping of it, and the application is touching one.
+        let requests: *const Requests = match table.speculate(page_addr) {
+            Speculated::Found(spec) => {
+                let core: &Core = &spec.region.owner;
+                let Some(requests) = core.requests() else {
+                    return Outcome::NotOurs;
+                };
+                let env = core.env();
+                if let Fast::Mapped = fault::fast(&env, &spec, page_addr, retry) {
+                    return Outcome::Resolved;
+                }
+                env.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+                Arc::as_ptr(requests)
+            }
+            Speculated::Busy(region) => match region.owner.requests() {
+                Some(requests) => Arc::as_ptr(requests),
+                None => return Outcome::NotOurs,
+            },
+            Speculated::None => return Outcome::NotOurs,
+        };
+        // SAFETY: see above: the Core that owns the requests outlives every
+        // access to its mappings, this one included.
+        let requests = unsafe { &*requests };
+        match requests.forward(page_addr, retry) {
+            Some(Reply::Mapped) | None => return Outcome::Resolved,
+            Some(Reply::Retry) => retry = true,
+            Some(Reply::Failed) => return Outcome::NotOurs,
+        }
+    }
+}
