@@ -42,6 +42,7 @@ pub(crate) mod cache;
 mod config;
 pub(crate) mod fault;
 pub mod fault_around;
+mod invalidate;
 mod io;
 mod object;
 pub mod page_state;
@@ -61,7 +62,7 @@ pub mod measure;
 
 pub use cache::CacheError;
 pub use config::{Config, ConfigError, Delivery, MapOptions, RegionLookup};
-pub use object::{IntoObject, Object};
+pub use object::{IntoObject, InvalidateError, Object};
 pub use pager::{Advice, MapError, Mapping, Pager, PagerError};
 pub use readahead::Mode as ReadaheadMode;
 pub use stats::{RaRow, RaStats, Stats};

@@ -6,11 +6,13 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::ops::Range;
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::cache::Cache;
 use crate::fault::Waiter;
 use crate::readahead::RaState;
+use crate::space::Region;
 use crate::stats::{Counters, RaCounters, RaStats, Stats};
 use crate::store::Store;
 use crate::sys::PAGE_SIZE;
@@ -37,6 +39,9 @@ pub(crate) struct ObjectCore {
     pub(crate) prev: AtomicU64,
     /// Async read jobs queued and not yet taken, for promotion.
     pub(crate) queued: Mutex<Vec<Arc<crate::io::Queued>>>,
+    /// The regions that map this object (a list; issue 5's interval tree
+    /// replaces it), for invalidation.
+    mappings: Mutex<Vec<Weak<Region>>>,
 }
 
 impl ObjectCore {
@@ -53,7 +58,27 @@ impl ObjectCore {
             mmap_miss: AtomicU32::new(0),
             prev: AtomicU64::new(u64::MAX),
             queued: Mutex::new(Vec::new()),
+            mappings: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Records that `region` maps this object.
+    pub(crate) fn add_mapping(&self, region: &Arc<Region>) {
+        let mut list = self.mappings.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|w| w.strong_count() > 0);
+        list.push(Arc::downgrade(region));
+    }
+
+    /// Forgets `region` (being unmapped).
+    pub(crate) fn remove_mapping(&self, region: &Region) {
+        let mut list = self.mappings.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), region));
+    }
+
+    /// The live regions that map this object.
+    pub(crate) fn mapped_by(&self) -> Vec<Arc<Region>> {
+        let list = self.mappings.lock().unwrap_or_else(|e| e.into_inner());
+        list.iter().filter_map(Weak::upgrade).collect()
     }
 
     /// Runs a readahead decision on the object's whole readahead state,
@@ -119,6 +144,30 @@ impl ObjectPage {
     }
 }
 
+/// Why an invalidation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidateError {
+    /// The range is not inside the object (or the mapping).
+    #[error("invalidate range {start}..{end} is not inside the object ({len} bytes)")]
+    Range {
+        /// The range's start.
+        start: u64,
+        /// The range's end.
+        end: u64,
+        /// The object's (or mapping's) length.
+        len: u64,
+    },
+    /// Unmapping the pages or punching them out of the cache failed; the
+    /// pages are ABSENT anyway and will be read again.
+    #[error("invalidating pages of {name} failed")]
+    Sys {
+        /// The object's name.
+        name: String,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+}
+
 /// A store and its page cache. Cheap to clone: clones share the cache.
 #[derive(Clone)]
 pub struct Object(pub(crate) Arc<ObjectCore>);
@@ -158,6 +207,29 @@ impl Object {
     /// the cache and up to date. Lock-free; for tests, tools and policies.
     pub fn is_cached(&self, page: u64) -> bool {
         self.0.cache.states.load(ObjectPage(page)).state() == crate::page_state::State::UpToDate
+    }
+
+    /// Drops the pages that hold bytes `range` of the object (every page
+    /// the range touches) from the cache and from every mapping of the
+    /// object, safely while other threads fault on them: the next touch of
+    /// one reads it from the store again. Waits for pages being read or
+    /// mapped at the moment. Returns how many cached pages were dropped.
+    pub fn invalidate(&self, range: Range<u64>) -> Result<u64, InvalidateError> {
+        if range.start > range.end || range.end > self.0.len {
+            return Err(InvalidateError::Range {
+                start: range.start,
+                end: range.end,
+                len: self.0.len,
+            });
+        }
+        let first = range.start / PAGE_SIZE as u64;
+        let end = range.end.div_ceil(PAGE_SIZE as u64);
+        crate::invalidate::invalidate(&self.0, ObjectPage(first)..ObjectPage(end)).map_err(
+            |source| InvalidateError::Sys {
+                name: self.name().to_string(),
+                source,
+            },
+        )
     }
 
     /// Counters summed over every mapping of this object.

@@ -40,7 +40,7 @@ use crate::config::MAX_RA_PAGES;
 use crate::config::{Config, ConfigError, Delivery, MapOptions, RegionLookup};
 use crate::fault::{self, FaultEnv};
 use crate::io::{IoQueue, IoThreads};
-use crate::object::{IntoObject, Object, ObjectCore, ObjectPage};
+use crate::object::{IntoObject, InvalidateError, Object, ObjectCore, ObjectPage};
 use crate::readahead::Hint;
 use crate::signal::{self, Requests};
 use crate::space::{MappedPages, Region, RegionTable};
@@ -420,6 +420,7 @@ impl Pager {
             mapped: MappedPages::new(extent.pages),
         });
         table.insert(region.clone());
+        object.0.add_mapping(&region);
         drop(table);
         self.core.mappings.fetch_add(1, Ordering::Relaxed);
         // SAFETY: lead < PAGE_SIZE <= the mapping's length, so the pointer is
@@ -667,6 +668,43 @@ impl Mapping {
         Ok(())
     }
 
+    /// Drops the pages that hold bytes `range` of the mapping (offsets into
+    /// the slice) from the object's cache and from every mapping of the
+    /// object, while other threads may be faulting on them: see
+    /// [`Object::invalidate`]. Returns how many cached pages were dropped.
+    pub fn invalidate(&self, range: std::ops::Range<usize>) -> Result<u64, InvalidateError> {
+        if range.start > range.end || range.end > self.len {
+            return Err(InvalidateError::Range {
+                start: range.start as u64,
+                end: range.end as u64,
+                len: self.len as u64,
+            });
+        }
+        let Some(region) = &self.region else {
+            return Ok(0);
+        };
+        // The slice starts `lead` bytes into the region, which starts at
+        // the object offset of its first page.
+        let lead = (self.ptr.as_ptr() as usize - region.start()) as u64;
+        let base = region.first_page.offset() + lead;
+        self.object
+            .invalidate(base + range.start as u64..base + range.end as u64)
+    }
+
+    /// Changes the fault-around order of this mapping (0..=9). A fault
+    /// being resolved meanwhile either finishes with the old order or
+    /// starts again with the new one (seed 004's sequence count).
+    pub fn set_fault_around_order(&self, order: u8) -> Result<(), ConfigError> {
+        if order > crate::fault_around::MAX_ORDER {
+            return Err(ConfigError::FaultAroundOrder(order));
+        }
+        if let Some(region) = &self.region {
+            let table = RegionTable::get().lock();
+            table.change(region, || region.order.store(order, Ordering::Relaxed));
+        }
+        Ok(())
+    }
+
     /// `WillNeed`: submits the absent pages of region pages `pages` to the
     /// I/O threads and returns.
     fn will_need(&self, region: &Arc<Region>, pages: std::ops::Range<u64>) {
@@ -711,6 +749,7 @@ impl Drop for Mapping {
             // wait out the speculative faults that may have found it, and
             // unmap (unless a read job still holds the region).
             let table = RegionTable::get().lock();
+            region.object.remove_mapping(&region);
             let published = table.remove(region.start());
             drop(region);
             drop(published);

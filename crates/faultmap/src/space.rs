@@ -24,7 +24,7 @@
 //! the writer's side.
 
 use std::ops::Range;
-use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::object::{ObjectCore, ObjectPage};
@@ -309,7 +309,6 @@ pub(crate) struct RegionTable {
     snapshot: AtomicPtr<Snapshot>,
     srcu: Srcu,
     lock: Mutex<()>,
-    len: AtomicUsize,
 }
 
 /// A region found speculatively, valid while the read section lasts.
@@ -351,7 +350,6 @@ impl RegionTable {
             snapshot: AtomicPtr::new(Box::into_raw(Box::default())),
             srcu: Srcu::new(),
             lock: Mutex::new(()),
-            len: AtomicUsize::new(0),
         }
     }
 
@@ -396,11 +394,6 @@ impl RegionTable {
         }
     }
 
-    /// How many regions are mapped, over every pager.
-    pub(crate) fn len(&self) -> usize {
-        self.len.load(Ordering::Relaxed)
-    }
-
     fn publish(&self, next: Snapshot) {
         let old = self
             .snapshot
@@ -428,7 +421,6 @@ impl TableLock<'_> {
     pub(crate) fn insert(&self, region: Arc<Region>) {
         let next = self.current().with(region);
         self.table.publish(next);
-        self.table.len.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Unpublishes the region that starts at `start` and waits until no
@@ -439,7 +431,6 @@ impl TableLock<'_> {
         // Odd for good: a speculative fault that found it aborts.
         gone.seq.fetch_add(1, Ordering::AcqRel);
         self.table.publish(next);
-        self.table.len.fetch_sub(1, Ordering::Relaxed);
         Some(gone)
     }
 

@@ -1,0 +1,150 @@
+//! Invalidation: dropping a range of an object's pages from its cache while
+//! other threads may be faulting on them (`invalidate_inode_pages2_range`).
+//!
+//! The removal side of the lock-free cache (`crate::page_state`). For each
+//! page of the range, in batches of at most one PTE table:
+//!
+//! 1. **Freeze.** `begin_evict`: UPTODATE with no pins → EVICTING, one CAS
+//!    from the loaded word. A pinned page (a fault is mapping it) is waited
+//!    for; a page being read is waited for until its read ends, then
+//!    evicted; an ABSENT page has nothing to drop. From here no fault can
+//!    pin the page (pins need UPTODATE), so none can map it again.
+//! 2. **Unmap everywhere.** Every region that maps the object and overlaps
+//!    the batch (the object's list of mappings) drops its PTEs there
+//!    (`MADV_DONTNEED`) after clearing its mapped bits.
+//! 3. **Punch.** The pages leave the memfd (`FALLOC_FL_PUNCH_HOLE`).
+//! 4. **Release.** `finish_evict`: EVICTING → ABSENT. The next touch of a
+//!    page is a miss that reads it from the store again.
+//!
+//! A fault that meets an EVICTING page counts a `lookup_retry` and looks
+//! again; it never maps a page between steps 2 and 4, because it cannot
+//! pin one. Invariant 2 of `crate::page_state` (a pinned page stays
+//! UPTODATE and in the memfd) holds throughout: step 1 needs zero pins.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::object::{ObjectCore, ObjectPage};
+use crate::page_state::State;
+use crate::space::Region;
+use crate::sys::{self, PAGE_SIZE, PTRS_PER_PTE};
+
+/// Pages frozen, unmapped and punched together.
+const BATCH: u64 = PTRS_PER_PTE as u64;
+
+/// Drops object pages `pages` from `object`'s cache and from every mapping
+/// of it. Returns how many cached pages were dropped.
+pub(crate) fn invalidate(object: &ObjectCore, pages: Range<ObjectPage>) -> std::io::Result<u64> {
+    let end = pages.end.0.min(object.cache.states.pages());
+    let mut dropped = 0;
+    let mut start = pages.start.0;
+    while start < end {
+        let batch = start..end.min(start + BATCH);
+        dropped += invalidate_batch(object, batch.clone())?;
+        start = batch.end;
+    }
+    Ok(dropped)
+}
+
+fn invalidate_batch(object: &ObjectCore, pages: Range<u64>) -> std::io::Result<u64> {
+    // 1. Freeze.
+    let mut frozen: Vec<u64> = Vec::new();
+    for p in pages.clone() {
+        if freeze(object, ObjectPage(p)) {
+            frozen.push(p);
+        }
+    }
+    if frozen.is_empty() {
+        return Ok(0);
+    }
+    let runs = runs_of(&frozen);
+    // 2. Unmap from every mapping of the object; 3. punch.
+    let regions = object.mapped_by();
+    let mut result = Ok(());
+    for run in &runs {
+        for region in &regions {
+            if let Err(e) = zap(region, run.clone()) {
+                result = Err(e);
+            }
+        }
+        let offset = run.start * PAGE_SIZE as u64;
+        let len = (run.end - run.start) * PAGE_SIZE as u64;
+        if let Err(e) = sys::punch_hole(object.cache.memfd(), offset, len) {
+            result = Err(e);
+        }
+    }
+    // 4. Release, whatever failed: a page left EVICTING would block every
+    //    fault on it for good. (A failed punch leaves stale bytes in the
+    //    memfd that the next read overwrites before anyone maps them.)
+    for &p in &frozen {
+        if let Some(state) = object.cache.states.get(ObjectPage(p)) {
+            state.finish_evict();
+        }
+    }
+    result.map(|()| frozen.len() as u64)
+}
+
+/// Moves one page to EVICTING if it is cached, waiting out pins and a read
+/// in flight. Returns whether this call froze it.
+fn freeze(object: &ObjectCore, page: ObjectPage) -> bool {
+    let Some(state) = object.cache.states.get(page) else {
+        return false;
+    };
+    let mut waits = 0u32;
+    loop {
+        let word = state.load();
+        match word.state() {
+            State::Absent => return false,
+            State::UpToDate if state.begin_evict() => return true,
+            // Pinned (a fault is mapping it), read in flight, or another
+            // invalidation's: wait, briefly at first.
+            State::UpToDate | State::Reading | State::Evicting => {
+                waits += 1;
+                if waits < 64 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+        }
+    }
+}
+
+/// Unmaps object pages `pages` from `region`, if it maps any of them.
+fn zap(region: &Arc<Region>, pages: Range<u64>) -> std::io::Result<()> {
+    let first = region.first_page.0;
+    let start = pages.start.max(first);
+    let end = pages.end.min(first + region.pages);
+    if start >= end {
+        return Ok(());
+    }
+    let (rs, re) = (start - first, end - first);
+    // Cleared first: a set bit for an unmapped page would keep fault-around
+    // from mapping it later.
+    region.mapped.mark(rs..re, false);
+    sys::madvise_dontneed(region.page_addr(rs), (re - rs) as usize * PAGE_SIZE)
+}
+
+/// Sorted pages as maximal runs.
+fn runs_of(pages: &[u64]) -> Vec<Range<u64>> {
+    let mut runs: Vec<Range<u64>> = Vec::new();
+    for &p in pages {
+        match runs.last_mut() {
+            Some(r) if r.end == p => r.end = p + 1,
+            _ => runs.push(p..p + 1),
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_of;
+
+    #[test]
+    fn runs_are_maximal() {
+        assert_eq!(runs_of(&[]), vec![]);
+        assert_eq!(runs_of(&[3, 4, 5, 9, 11, 12]), vec![3..6, 9..10, 11..13]);
+    }
+}
