@@ -50,6 +50,7 @@ mod pager;
 mod pool;
 pub mod readahead;
 pub(crate) mod space;
+pub(crate) mod seqcount;
 pub(crate) mod signal;
 pub(crate) mod srcu;
 mod stats;

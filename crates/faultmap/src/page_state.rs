@@ -453,4 +453,104 @@ mod loom_models {
             }
         });
     }
+
+    /// The invalidation protocol (`crate::invalidate`) against a fault that
+    /// maps the page: the invalidator freezes the page (waiting out a pin),
+    /// unmaps it, and releases it ABSENT; the fault pins, maps, unpins. A
+    /// page never ends ABSENT (punched) while a mapping of it is left.
+    #[test]
+    fn pin_vs_invalidate() {
+        use loom::sync::atomic::AtomicBool;
+        loom::model(|| {
+            let p = Arc::new(PageState::new());
+            assert!(p.begin_read());
+            p.finish_read(false);
+            let mapped = Arc::new(AtomicBool::new(false));
+            let (q, m) = (p.clone(), mapped.clone());
+            let invalidator = thread::spawn(move || {
+                loop {
+                    if q.begin_evict() {
+                        break;
+                    }
+                    if q.load().state() == State::Absent {
+                        return;
+                    }
+                    thread::yield_now();
+                }
+                m.store(false, Ordering::Relaxed);
+                q.finish_evict();
+            });
+            let seen = p.load();
+            if p.try_pin(seen).is_ok() {
+                mapped.store(true, Ordering::Relaxed);
+                p.unpin();
+            }
+            invalidator.join().unwrap();
+            assert_eq!(p.load().state(), State::Absent);
+            assert!(
+                !mapped.load(Ordering::Relaxed),
+                "a page was mapped after its invalidation unmapped it"
+            );
+        });
+    }
+
+    /// Insertion (a read completing) against a lock-free lookup: a lookup
+    /// that pins the page sees the bytes the reader wrote before
+    /// `finish_read`; one that does not finds it READING.
+    #[test]
+    fn insert_vs_lookup() {
+        loom::model(|| {
+            let p = Arc::new(PageState::new());
+            let data = Arc::new(AtomicU64::new(0));
+            assert!(p.begin_read());
+            let (q, d) = (p.clone(), data.clone());
+            let reader = thread::spawn(move || {
+                d.store(42, Ordering::Relaxed);
+                q.finish_read(false);
+            });
+            let seen = p.load();
+            match seen.state() {
+                State::UpToDate => {
+                    if p.try_pin(seen).is_ok() {
+                        assert_eq!(data.load(Ordering::Relaxed), 42, "pinned a page before its bytes");
+                        p.unpin();
+                    }
+                }
+                state => assert_eq!(state, State::Reading),
+            }
+            reader.join().unwrap();
+        });
+    }
+
+    /// The faulting page's marker clear against a neighbour's fault-around,
+    /// which skips a page carrying the marker: the marker is cleared once,
+    /// and fault-around pins the page only after it was cleared.
+    #[test]
+    fn marker_clear_vs_fault_around() {
+        loom::model(|| {
+            let p = Arc::new(PageState::new());
+            assert!(p.begin_read());
+            p.mark();
+            p.finish_read(false);
+            let q = p.clone();
+            let around = thread::spawn(move || {
+                let seen = q.load();
+                if seen.is_marker() {
+                    return false;
+                }
+                match q.try_pin(seen) {
+                    Ok(_) => {
+                        q.unpin();
+                        true
+                    }
+                    Err(_) => false,
+                }
+            });
+            let cleared = p.clear_marker();
+            assert!(cleared, "the only clearer clears it");
+            assert!(!p.clear_marker(), "cleared once");
+            let _pinned_after_clear = around.join().unwrap();
+            assert!(!p.load().is_marker());
+        });
+    }
 }

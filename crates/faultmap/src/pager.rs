@@ -31,7 +31,7 @@ use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,7 @@ use crate::fault::{self, FaultEnv};
 use crate::io::{IoQueue, IoThreads};
 use crate::object::{IntoObject, InvalidateError, Object, ObjectCore, ObjectPage};
 use crate::readahead::Hint;
+use crate::seqcount::SeqCount;
 use crate::signal::{self, Requests};
 use crate::space::{MappedPages, Region, RegionTable};
 use crate::stats::{Counters, RaCounters, RaStats, RaTally, Stats};
@@ -408,7 +409,7 @@ impl Pager {
             first_page: ObjectPage(extent.first_page),
             pages: extent.pages,
             order: AtomicU8::new(opts.order()),
-            seq: AtomicU64::new(0),
+            seq: SeqCount::default(),
             owner: self.core.clone(),
             counters: Counters::default(),
             ra: RaCounters::default(),

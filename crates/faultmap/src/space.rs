@@ -24,12 +24,13 @@
 //! the writer's side.
 
 use std::ops::Range;
-use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::object::{ObjectCore, ObjectPage};
 use crate::readahead::{Hint, Mode, Params};
 use crate::pager::Core;
+use crate::seqcount::SeqCount;
 use crate::srcu::{ReadGuard, Srcu};
 use crate::stats::{Counters, RaCounters};
 use crate::sys::{MappedRegion, PAGE_SIZE};
@@ -49,7 +50,7 @@ pub(crate) struct Region {
     pub(crate) order: AtomicU8,
     /// The sequence count: odd while a writer changes the region, and for
     /// good once it is unmapped (seed 004's `vm_sequence`).
-    pub(crate) seq: AtomicU64,
+    pub(crate) seq: SeqCount,
     /// The pager that serves it.
     pub(crate) owner: Arc<Core>,
     /// This mapping's counters.
@@ -322,8 +323,7 @@ impl Speculation<'_> {
     /// Whether the region is unchanged since it was found: no writer began
     /// or ended a change of it (map, unmap, options) in between.
     pub(crate) fn still_valid(&self) -> bool {
-        fence(Ordering::Acquire);
-        self.region.seq.load(Ordering::Acquire) == self.seq
+        self.region.seq.still(self.seq)
     }
 }
 
@@ -375,10 +375,9 @@ impl RegionTable {
         let Some(region) = snap.find(addr) else {
             return Speculated::None;
         };
-        let seq = region.seq.load(Ordering::Acquire);
-        if seq % 2 == 1 {
+        let Some(seq) = region.seq.begin() else {
             return Speculated::Busy(region);
-        }
+        };
         Speculated::Found(Speculation {
             region,
             seq,
@@ -429,7 +428,7 @@ impl TableLock<'_> {
     pub(crate) fn remove(&self, start: usize) -> Option<Arc<Region>> {
         let (next, gone) = self.current().without(start)?;
         // Odd for good: a speculative fault that found it aborts.
-        gone.seq.fetch_add(1, Ordering::AcqRel);
+        gone.seq.write_begin();
         self.table.publish(next);
         Some(gone)
     }
@@ -437,10 +436,9 @@ impl TableLock<'_> {
     /// Changes a region's options (`f`), bracketed by its sequence count so
     /// that a speculative fault that read the old options aborts.
     pub(crate) fn change(&self, region: &Region, f: impl FnOnce()) {
-        region.seq.fetch_add(1, Ordering::AcqRel);
-        fence(Ordering::Release);
+        region.seq.write_begin();
         f();
-        region.seq.fetch_add(1, Ordering::Release);
+        region.seq.write_end();
     }
 }
 
