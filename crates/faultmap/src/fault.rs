@@ -259,7 +259,7 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize, origin: Origin<'_>) {
                     tally.spf_abort += 1;
                 }
             }
-            Speculated::Busy(_) => tally.spf_abort += 1,
+            Speculated::Busy(..) => tally.spf_abort += 1,
             Speculated::None => tally.spf_fallback += 1,
         }
     }

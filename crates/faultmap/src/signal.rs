@@ -297,10 +297,12 @@ fn resolve(addr: usize) -> Outcome {
                 if let Fast::Mapped = fault::fast(&env, &spec, page_addr, retry) {
                     return Outcome::Resolved;
                 }
-                env.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+                for counters in [env.counters, &spec.region.counters, &spec.region.object.counters] {
+                    counters.forwarded.fetch_add(1, Ordering::Relaxed);
+                }
                 Arc::as_ptr(requests)
             }
-            Speculated::Busy(region) => match region.owner.requests() {
+            Speculated::Busy(region, _section) => match region.owner.requests() {
                 Some(requests) => Arc::as_ptr(requests),
                 None => return Outcome::NotOurs,
             },

@@ -332,8 +332,8 @@ pub(crate) enum Speculated<'a> {
     /// The region, unchanging when looked up.
     Found(Speculation<'a>),
     /// A region that a writer is changing (or has unmapped); valid while
-    /// the read section lasts, which the caller ends at once.
-    Busy(&'a Arc<Region>),
+    /// the read section (held here) lasts.
+    Busy(&'a Arc<Region>, ReadGuard<'a>),
     /// No region contains the address.
     None,
 }
@@ -376,7 +376,7 @@ impl RegionTable {
             return Speculated::None;
         };
         let Some(seq) = region.seq.begin() else {
-            return Speculated::Busy(region);
+            return Speculated::Busy(region, section);
         };
         Speculated::Found(Speculation {
             region,
