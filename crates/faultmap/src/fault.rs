@@ -1,12 +1,20 @@
-//! The fault path: from a userfaultfd message to mapped pages.
+//! The fault path: from a fault to mapped pages.
 //!
-//! A handler thread reads a page-fault message (MISSING: the page is not in
-//! the object's memfd; MINOR: it is, but this mapping has no PTE for it) and
-//! calls [`handle`], which runs these steps top to bottom:
+//! A fault arrives as a userfaultfd message read by a handler thread
+//! (`Delivery::Handler`; MISSING: the page is not in the object's memfd;
+//! MINOR: it is, but this mapping has no PTE for it), or as a SIGBUS in the
+//! faulting thread (`Delivery::Signal`, [`crate::signal`]), whose handler
+//! runs [`fast`] (a plain hit: steps 2 and 4 only) and forwards anything
+//! else to a pager thread. [`handle`] runs these steps top to bottom:
 //!
-//! 1. **Find the region** that contains the address (lock-free snapshot,
-//!    [`crate::space`]). None: the mapping is being dropped; wake the thread
-//!    and let the kernel sort it out.
+//! 1. **Find the region** that contains the address ([`crate::space`]):
+//!    speculatively, in an SRCU read section, with the region's sequence
+//!    count read now and checked again right before step 4 maps anything;
+//!    if the region was changing, or changed meanwhile (`spf_abort`), or
+//!    was not found (`spf_fallback`), the steps run again under the
+//!    table's lock (the classic path), carrying over what the first
+//!    attempt did (its read, its hit bookkeeping). No region: the mapping
+//!    is being dropped; let the thread go and the kernel sort it out.
 //! 2. **Compute the fault-around window** ([`crate::fault_around::window`]).
 //! 3. **Look up the faulting page** in the page-state array, lock-free:
 //!    - UPTODATE: a hit. The readahead bookkeeping of a hit
@@ -81,11 +89,18 @@
 //!
 //! # Context
 //!
-//! Runs on a handler thread. Takes no lock on a hit without a marker; a
-//! miss or a marker hit takes the object's readahead-state mutex for the
-//! policy decision; parking takes the object's wait list. Never blocks on a
-//! store and never panics on anything a store, the application or the
-//! kernel can do.
+//! [`handle`] runs on a pager thread. Takes no lock on a hit without a
+//! marker; a miss or a marker hit takes the object's readahead-state mutex
+//! for the policy decision; parking takes the object's wait list; the
+//! classic path holds the region table's lock. Never blocks on a store and
+//! never panics on anything a store, the application or the kernel can do.
+//! [`fast`] runs in a SIGBUS handler: atomics and `UFFDIO_CONTINUE` only.
+//!
+//! A fault ends in one of four ways ([`Ending`]): mapped by a call that
+//! woke its thread, parked on a read in flight, resolved (the thread is let
+//! go: `UFFDIO_WAKE`, or the forwarded request completed), or failed
+//! (`UFFDIO_POISON`, or the request completed as failed, which sends the
+//! SIGBUS on to the application).
 
 use std::ops::Range;
 use std::sync::Arc;

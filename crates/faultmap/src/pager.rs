@@ -1,13 +1,20 @@
-//! The pager: one userfaultfd, its handler threads, its I/O threads, and
+//! The pager: one userfaultfd, its pager threads, its I/O threads, and
 //! the mappings it serves.
 //!
 //! [`Pager::new`] opens the userfaultfd and checks, before anything is
 //! mapped, every kernel feature the fault path needs; a missing one is an
-//! error that names it, never a hang at the first fault. Handler threads
-//! read fault messages in batches and run `crate::fault::handle` on each;
-//! between bursts they busy-poll briefly, then sleep in `poll` on the
-//! userfaultfd and a stop eventfd. They never read a store themselves: the
+//! error that names it, never a hang at the first fault. Pager threads
+//! ("handler threads") take faults in batches and run
+//! `crate::fault::handle` on each: userfaultfd messages with
+//! `Delivery::Handler`, faults forwarded by SIGBUS handlers with
+//! `Delivery::Signal` (`crate::signal`). Between bursts they busy-poll
+//! briefly, then sleep in `poll` on the userfaultfd (or the forwarding
+//! doorbell) and a stop eventfd. They never read a store themselves: the
 //! reads go to the I/O threads (`crate::io`).
+//!
+//! `map` and a mapping's drop hold the process's region-table lock for
+//! their whole operation, as `mmap` and `munmap` hold `mmap_lock`; faults
+//! look regions up without it (`crate::space`).
 //!
 //! # Lifetimes
 //!
