@@ -12,12 +12,15 @@
 //! application's mappings of the same memfd are registered MISSING|MINOR, so
 //! they see a page only when the fault path maps it with `UFFDIO_CONTINUE`.
 //!
-//! The page-state array holds one [`PageState`] word per page, allocated in
-//! chunks of 512 pages (one 4 KiB chunk per 2 MiB of object) on the first
+//! The page-state array holds one [`PageState`] word per page, in chunks of
+//! 512 pages (one 4 KiB chunk per 2 MiB of object) installed on the first
 //! state change in the chunk. A sparse terabyte object costs its chunk
-//! directory (8 bytes per 2 MiB) plus the chunks it touched. Chunks are freed
-//! only with the object, so a `&PageState` is valid for the object's life and
-//! a lock-free reader never touches freed memory.
+//! directory (8 bytes per 2 MiB) plus the chunks it touched. The chunks come
+//! pre-zeroed from a process-wide pool (`pool`, refilled by its own thread),
+//! so a first touch on the fault path does not allocate; the signal handler
+//! only looks chunks up. Chunks leave the array only with the object (back to
+//! the pool, zeroed, or freed), so a `&PageState` is valid for the object's
+//! life and a lock-free reader never touches a reused chunk.
 
 use std::ffi::CString;
 use std::ops::Range;
@@ -37,7 +40,29 @@ const CHUNK_PAGES: usize = 512;
 #[cfg(loom)]
 const CHUNK_PAGES: usize = 2;
 
-struct Chunk([PageState; CHUNK_PAGES]);
+/// One chunk of the page-state array: `CHUNK_PAGES` words, all ABSENT (zero)
+/// when it is installed. Chunks are made, zeroed and recycled by `pool`.
+pub(crate) struct Chunk(pub(crate) [PageState; CHUNK_PAGES]);
+
+impl Chunk {
+    /// A new chunk of ABSENT words, from the allocator. The fault path takes
+    /// chunks from the pool ([`crate::pool::alloc`]) instead.
+    pub(crate) fn new_boxed() -> Box<Self> {
+        Box::new(Chunk(std::array::from_fn(|_| PageState::new())))
+    }
+
+    /// Resets every word to ABSENT. `&mut`: nobody else can see the chunk.
+    pub(crate) fn clear(&mut self) {
+        for word in &mut self.0 {
+            *word = PageState::new();
+        }
+    }
+
+    /// Whether every word is ABSENT with no flags, pins or version: as new.
+    pub(crate) fn is_clear(&self) -> bool {
+        self.0.iter().all(|w| w.load() == Word::ABSENT)
+    }
+}
 
 /// The page-state words of an object, allocated in chunks on first use.
 pub(crate) struct PageStates {
@@ -46,7 +71,10 @@ pub(crate) struct PageStates {
 }
 
 impl PageStates {
+    /// The array of an object of `pages` pages, no chunk installed yet.
+    /// Starts the pool's refill thread on first use (not a fault path).
     pub(crate) fn new(pages: u64) -> Self {
+        crate::pool::start();
         let chunks = pages.div_ceil(CHUNK_PAGES as u64) as usize;
         let dir = (0..chunks)
             .map(|_| AtomicPtr::new(std::ptr::null_mut()))
@@ -81,14 +109,15 @@ impl PageStates {
         self.get(page).map_or(Word::ABSENT, PageState::load)
     }
 
-    /// The word of `page`, allocating its chunk on first use. `None` only if
-    /// `page` is out of range.
+    /// The word of `page`, installing its chunk on first use. `None` only if
+    /// `page` is out of range. The chunk comes from the pool: this allocates
+    /// only on a pool miss, and is never called from the signal handler.
     pub(crate) fn get_or_alloc(&self, page: ObjectPage) -> Option<&PageState> {
         if let Some(state) = self.get(page) {
             return Some(state);
         }
         let (slot, i) = self.chunk_of(page)?;
-        let fresh = Box::into_raw(Box::new(Chunk(std::array::from_fn(|_| PageState::new()))));
+        let fresh = Box::into_raw(crate::pool::alloc());
         let chunk = match slot.compare_exchange(
             std::ptr::null_mut(),
             fresh,
@@ -98,8 +127,8 @@ impl PageStates {
             Ok(_) => fresh,
             Err(winner) => {
                 // SAFETY: `fresh` came from Box::into_raw above and was never
-                // published: we still own it.
-                drop(unsafe { Box::from_raw(fresh) });
+                // published: we still own it. It goes back to the pool.
+                crate::pool::give_back(unsafe { Box::from_raw(fresh) });
                 winner
             }
         };
@@ -137,9 +166,10 @@ impl Drop for PageStates {
         for slot in self.dir.iter() {
             let chunk = slot.load(Ordering::Acquire);
             if !chunk.is_null() {
-                // SAFETY: published chunks came from Box::into_raw and are
-                // freed only here, once; `&mut self` excludes readers.
-                drop(unsafe { Box::from_raw(chunk) });
+                // SAFETY: published chunks came from Box::into_raw and leave
+                // the directory only here, once; `&mut self` excludes readers,
+                // so no `&PageState` into the chunk outlives this.
+                crate::pool::give_back(unsafe { Box::from_raw(chunk) });
             }
         }
     }
@@ -333,6 +363,21 @@ mod tests {
         assert_eq!(memfd_name("a\0b").to_str().unwrap(), "faultmap:a?b");
         // The kernel accepts it.
         assert!(Cache::new(&long, 4096).is_ok());
+    }
+
+    #[test]
+    fn chunks_are_absent_when_reused() {
+        // Each round dirties every word; the next round's chunks (the same
+        // ones, back from the pool, or others) must all be ABSENT again.
+        for _ in 0..3 {
+            let states = PageStates::new(4 * CHUNK_PAGES as u64);
+            for p in 0..states.pages() {
+                let s = states.get_or_alloc(ObjectPage(p)).unwrap();
+                assert_eq!(s.load(), Word::ABSENT, "page {p}");
+                assert!(s.begin_read());
+                s.finish_read(true);
+            }
+        }
     }
 
     #[test]
