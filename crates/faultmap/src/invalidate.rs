@@ -5,10 +5,12 @@
 //! page of the range, in batches of at most one PTE table:
 //!
 //! 1. **Freeze.** `begin_evict`: UPTODATE with no pins → EVICTING, one CAS
-//!    from the loaded word. A pinned page (a fault is mapping it) is waited
-//!    for; a page being read is waited for until its read ends, then
-//!    evicted; an ABSENT page has nothing to drop. From here no fault can
-//!    pin the page (pins need UPTODATE), so none can map it again.
+//!    from the loaded word. A pinned page (a fault is mapping it), or one
+//!    being read, is left for a later pass of the batch, after the pages
+//!    frozen now are dropped (so no frozen page waits on another page's
+//!    read, as the kernel handles one folio at a time); an ABSENT page has
+//!    nothing to drop. From here no fault can pin the page (pins need
+//!    UPTODATE), so none can map it again.
 //! 2. **Unmap everywhere.** Every region that maps the object and overlaps
 //!    the batch (the object's list of mappings) drops its PTEs there
 //!    (`MADV_DONTNEED`) after clearing its mapped bits.
@@ -47,18 +49,44 @@ pub(crate) fn invalidate(object: &ObjectCore, pages: Range<ObjectPage>) -> std::
     Ok(dropped)
 }
 
+/// Invalidates a batch: freezes what can be frozen at once and drops it,
+/// then comes back for the pages that were pinned or being read. A page is
+/// never kept frozen while the batch waits for another page.
 fn invalidate_batch(object: &ObjectCore, pages: Range<u64>) -> std::io::Result<u64> {
-    // 1. Freeze.
-    let mut frozen: Vec<u64> = Vec::new();
-    for p in pages.clone() {
-        if freeze(object, ObjectPage(p)) {
-            frozen.push(p);
+    let mut pending: Vec<u64> = pages.collect();
+    let mut dropped = 0;
+    let mut waits = 0u32;
+    while !pending.is_empty() {
+        let mut frozen = Vec::new();
+        pending.retain(|&p| match freeze(object, ObjectPage(p)) {
+            Freeze::Frozen => {
+                frozen.push(p);
+                false
+            }
+            Freeze::Gone => false,
+            Freeze::Busy => true,
+        });
+        dropped += drop_frozen(object, &frozen)?;
+        if !pending.is_empty() {
+            // Pinned (a fault is mapping it), being read, or another
+            // invalidation's: wait, briefly at first.
+            waits += 1;
+            if waits < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(100));
+            }
         }
     }
+    Ok(dropped)
+}
+
+/// Steps 2 to 4 for frozen pages (sorted).
+fn drop_frozen(object: &ObjectCore, frozen: &[u64]) -> std::io::Result<u64> {
     if frozen.is_empty() {
         return Ok(0);
     }
-    let runs = runs_of(&frozen);
+    let runs = runs_of(frozen);
     // 2. Unmap from every mapping of the object; 3. punch.
     let regions = object.mapped_by();
     let mut result = Ok(());
@@ -77,7 +105,7 @@ fn invalidate_batch(object: &ObjectCore, pages: Range<u64>) -> std::io::Result<u
     // 4. Release, whatever failed: a page left EVICTING would block every
     //    fault on it for good. (A failed punch leaves stale bytes in the
     //    memfd that the next read overwrites before anyone maps them.)
-    for &p in &frozen {
+    for &p in frozen {
         if let Some(state) = object.cache.states.get(ObjectPage(p)) {
             state.finish_evict();
         }
@@ -85,29 +113,24 @@ fn invalidate_batch(object: &ObjectCore, pages: Range<u64>) -> std::io::Result<u
     result.map(|()| frozen.len() as u64)
 }
 
-/// Moves one page to EVICTING if it is cached, waiting out pins and a read
-/// in flight. Returns whether this call froze it.
-fn freeze(object: &ObjectCore, page: ObjectPage) -> bool {
+enum Freeze {
+    /// This call moved the page to EVICTING.
+    Frozen,
+    /// Not cached: nothing to drop.
+    Gone,
+    /// Pinned, being read, or being evicted by someone else: try later.
+    Busy,
+}
+
+/// Moves one page to EVICTING if it is cached and nobody uses it.
+fn freeze(object: &ObjectCore, page: ObjectPage) -> Freeze {
     let Some(state) = object.cache.states.get(page) else {
-        return false;
+        return Freeze::Gone;
     };
-    let mut waits = 0u32;
-    loop {
-        let word = state.load();
-        match word.state() {
-            State::Absent => return false,
-            State::UpToDate if state.begin_evict() => return true,
-            // Pinned (a fault is mapping it), read in flight, or another
-            // invalidation's: wait, briefly at first.
-            State::UpToDate | State::Reading | State::Evicting => {
-                waits += 1;
-                if waits < 64 {
-                    std::thread::yield_now();
-                } else {
-                    std::thread::sleep(Duration::from_micros(100));
-                }
-            }
-        }
+    match state.load().state() {
+        State::Absent => Freeze::Gone,
+        State::UpToDate if state.begin_evict() => Freeze::Frozen,
+        State::UpToDate | State::Reading | State::Evicting => Freeze::Busy,
     }
 }
 

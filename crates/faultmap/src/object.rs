@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -39,9 +40,9 @@ pub(crate) struct ObjectCore {
     pub(crate) prev: AtomicU64,
     /// Async read jobs queued and not yet taken, for promotion.
     pub(crate) queued: Mutex<Vec<Arc<crate::io::Queued>>>,
-    /// The regions that map this object (a list; issue 5's interval tree
-    /// replaces it), for invalidation.
-    mappings: Mutex<Vec<Weak<Region>>>,
+    /// The regions that map this object, by start address (issue 5's
+    /// interval tree replaces it), for invalidation.
+    mappings: Mutex<HashMap<usize, Weak<Region>>>,
 }
 
 impl ObjectCore {
@@ -58,27 +59,26 @@ impl ObjectCore {
             mmap_miss: AtomicU32::new(0),
             prev: AtomicU64::new(u64::MAX),
             queued: Mutex::new(Vec::new()),
-            mappings: Mutex::new(Vec::new()),
+            mappings: Mutex::new(HashMap::new()),
         }
     }
 
     /// Records that `region` maps this object.
     pub(crate) fn add_mapping(&self, region: &Arc<Region>) {
         let mut list = self.mappings.lock().unwrap_or_else(|e| e.into_inner());
-        list.retain(|w| w.strong_count() > 0);
-        list.push(Arc::downgrade(region));
+        list.insert(region.start(), Arc::downgrade(region));
     }
 
     /// Forgets `region` (being unmapped).
     pub(crate) fn remove_mapping(&self, region: &Region) {
         let mut list = self.mappings.lock().unwrap_or_else(|e| e.into_inner());
-        list.retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), region));
+        list.remove(&region.start());
     }
 
     /// The live regions that map this object.
     pub(crate) fn mapped_by(&self) -> Vec<Arc<Region>> {
         let list = self.mappings.lock().unwrap_or_else(|e| e.into_inner());
-        list.iter().filter_map(Weak::upgrade).collect()
+        list.values().filter_map(Weak::upgrade).collect()
     }
 
     /// Runs a readahead decision on the object's whole readahead state,
@@ -221,6 +221,9 @@ impl Object {
                 end: range.end,
                 len: self.0.len,
             });
+        }
+        if range.is_empty() {
+            return Ok(0);
         }
         let first = range.start / PAGE_SIZE as u64;
         let end = range.end.div_ceil(PAGE_SIZE as u64);

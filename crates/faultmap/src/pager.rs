@@ -693,6 +693,9 @@ impl Mapping {
         };
         // The slice starts `lead` bytes into the region, which starts at
         // the object offset of its first page.
+        if range.is_empty() {
+            return Ok(0);
+        }
         let lead = (self.ptr.as_ptr() as usize - region.start()) as u64;
         let base = region.first_page.offset() + lead;
         self.object

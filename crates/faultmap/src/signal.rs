@@ -270,9 +270,17 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
             }
         }
     }
-    if let Some(prev) = PREVIOUS.get() {
-        // SAFETY: the arguments are this handler's own.
-        unsafe { sys::sigbus_chain(prev, sig, info, ctx) };
+    let Some(prev) = PREVIOUS.get() else { return };
+    let sent = fault.is_none_or(|(_, code)| code <= 0);
+    // SAFETY: the arguments are this handler's own.
+    unsafe { sys::sigbus_chain(prev, sig, info, ctx, sent) };
+    // A handler that resets SIGBUS to the default and returns (Rust's
+    // stack-overflow handler does, for an address outside a guard page)
+    // would otherwise turn faultmap off for good after one stray sent
+    // signal. (Not after a fault: its access faults again and must meet
+    // the default.)
+    if sent {
+        let _ = sys::sigbus_reinstall(on_sigbus);
     }
 }
 
@@ -294,8 +302,14 @@ fn resolve(addr: usize) -> Outcome {
                     return Outcome::NotOurs;
                 };
                 let env = core.env();
-                if let Fast::Mapped = fault::fast(&env, &spec, page_addr, retry) {
-                    return Outcome::Resolved;
+                // With RegionLookup::Classic this lookup only tells whose
+                // fault it is (a signal handler may take no lock): the
+                // fault itself is resolved under the table's lock, by a
+                // pager thread.
+                if env.speculative {
+                    if let Fast::Mapped = fault::fast(&env, &spec, page_addr, retry) {
+                        return Outcome::Resolved;
+                    }
                 }
                 for counters in [env.counters, &spec.region.counters, &spec.region.object.counters] {
                     counters.forwarded.fetch_add(1, Ordering::Relaxed);

@@ -785,6 +785,20 @@ pub fn sigbus_install(handler: SigInfoHandler) -> io::Result<Disposition> {
     Ok(Disposition(old))
 }
 
+/// Puts `handler` back as the SIGBUS handler if something replaced it.
+pub fn sigbus_reinstall(handler: SigInfoHandler) -> io::Result<()> {
+    // SAFETY: an all-zero sigaction is a valid value to be overwritten.
+    let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a null new action only queries the current one into `cur`.
+    if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut cur) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if cur.sa_sigaction == handler as usize {
+        return Ok(());
+    }
+    sigbus_install(handler).map(drop)
+}
+
 /// The faulting address and the `si_code` of a SIGBUS.
 ///
 /// # Safety
@@ -801,8 +815,9 @@ pub unsafe fn siginfo_fault(info: *const libc::siginfo_t) -> Option<(usize, i32)
 }
 
 /// Hands a SIGBUS to the disposition `prev` as if it had been delivered
-/// there: its handler is called with the same arguments; the default (or
-/// ignore, which the kernel does not honour for a fault) is restored and
+/// there (`sent`: by kill/raise, not by a fault): its handler is called
+/// with the same arguments; an ignored sent signal is dropped; the default
+/// (or ignore, which the kernel does not honour for a fault) is restored and
 /// the signal raised again, which ends the process with SIGBUS as it would
 /// have ended without faultmap.
 ///
@@ -815,8 +830,14 @@ pub unsafe fn sigbus_chain(
     sig: libc::c_int,
     info: *mut libc::siginfo_t,
     ctx: *mut libc::c_void,
+    sent: bool,
 ) {
     let action = prev.0.sa_sigaction;
+    // An ignored SIGBUS that was sent (kill, raise) is dropped; an ignored
+    // fault is not honoured by the kernel, which kills.
+    if action == libc::SIG_IGN && sent {
+        return;
+    }
     if action == libc::SIG_DFL || action == libc::SIG_IGN {
         // SAFETY: an all-zero sigaction is SIG_DFL with no flags.
         let mut dfl: libc::sigaction = unsafe { std::mem::zeroed() };
