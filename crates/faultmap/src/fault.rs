@@ -401,7 +401,8 @@ fn resolve(
         // 4. Map the window's ready pages.
         match map_window(env, region, &window, page, &mut tally, &mut ra, spec) {
             MapOutcome::Woken => ending = Some(Ending::Woken),
-            MapOutcome::NotWoken => {}
+            MapOutcome::NotWoken | MapOutcome::NotMapped => {}
+            MapOutcome::Unmappable => ending = Some(Ending::Failed),
             MapOutcome::PageGone => continue,
             MapOutcome::Aborted => ending = None,
         }
@@ -460,7 +461,10 @@ pub(crate) fn fast(env: &FaultEnv<'_>, spec: &Speculation<'_>, page_addr: usize,
             tally.spf_success = 1;
             Fast::Mapped
         }
-        MapOutcome::PageGone | MapOutcome::Aborted => Fast::Forward,
+        MapOutcome::NotMapped
+        | MapOutcome::Unmappable
+        | MapOutcome::PageGone
+        | MapOutcome::Aborted => Fast::Forward,
     };
     region.ra.add(&ra);
     object.ra.add(&ra);
@@ -752,8 +756,13 @@ pub(crate) fn settle_parked(object: &ObjectCore, poison: Option<ObjectPage>) {
 enum MapOutcome {
     /// The faulting page is mapped and its thread woken.
     Woken,
-    /// The faulting page is mapped (or was already) but not woken by us.
+    /// The faulting page was already mapped (not woken by us).
     NotWoken,
+    /// The faulting page could not be mapped this time (its VMA is going,
+    /// the address space is changing): let the access fault again.
+    NotMapped,
+    /// The faulting page cannot be mapped at all: SIGBUS.
+    Unmappable,
     /// The faulting page left UPTODATE before it could be pinned.
     PageGone,
     /// The speculation failed: the region changed; nothing was mapped.
@@ -816,10 +825,11 @@ fn map_window(
         readahead::on_fault_around(st, around);
         readahead::on_mapped(st, last.0);
     });
-    if first.fault == FaultPage::Woken {
-        MapOutcome::Woken
-    } else {
-        MapOutcome::NotWoken
+    match first.fault {
+        FaultPage::Woken => MapOutcome::Woken,
+        FaultPage::AlreadyMapped => MapOutcome::NotWoken,
+        FaultPage::NotMapped => MapOutcome::NotMapped,
+        FaultPage::Unmappable => MapOutcome::Unmappable,
     }
 }
 
@@ -899,6 +909,8 @@ enum FaultPage {
     Woken,
     /// Already mapped by someone else (`EEXIST`): the fault is resolved.
     AlreadyMapped,
+    /// The kernel cannot map it (`EIO`: hardware-poisoned).
+    Unmappable,
 }
 
 struct RunResult {
@@ -957,6 +969,12 @@ fn continue_run(
                             out.fault = FaultPage::AlreadyMapped;
                             return out;
                         }
+                    }
+                    // The memfd's page is hardware-poisoned: the access must
+                    // get SIGBUS, not fault again for ever.
+                    libc::EIO if fault == Some(cur) => {
+                        out.fault = FaultPage::Unmappable;
+                        return out;
                     }
                     // ENOENT on one page (its VMA is gone), EFAULT, EAGAIN
                     // again: leave this page to a later fault.

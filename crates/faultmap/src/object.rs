@@ -214,6 +214,11 @@ impl Object {
     /// object, safely while other threads fault on them: the next touch of
     /// one reads it from the store again. Waits for pages being read or
     /// mapped at the moment. Returns how many cached pages were dropped.
+    ///
+    /// The store must return the same bytes when the pages are read again:
+    /// a `Mapping` hands out `&[u8]`, which must not change under its
+    /// holder. Invalidation is for giving memory back, not for picking up
+    /// changed data (writable mappings and truncation are a later issue).
     pub fn invalidate(&self, range: Range<u64>) -> Result<u64, InvalidateError> {
         if range.start > range.end || range.end > self.0.len {
             return Err(InvalidateError::Range {

@@ -245,8 +245,9 @@ pub(crate) fn install() -> std::io::Result<()> {
     if *done {
         return Ok(());
     }
-    let prev = sys::sigbus_install(on_sigbus)?;
-    let _ = PREVIOUS.set(prev);
+    // Recorded before ours goes in: a SIGBUS in between is chained.
+    let _ = PREVIOUS.set(sys::sigbus_query()?);
+    sys::sigbus_install(on_sigbus)?;
     *done = true;
     Ok(())
 }
@@ -260,27 +261,39 @@ enum Outcome {
 }
 
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // The interrupted code's errno survives the system calls made here.
+    let errno = sys::errno_get();
+    handle_sigbus(sig, info, ctx);
+    sys::errno_set(errno);
+}
+
+fn handle_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: `info` is the kernel's siginfo for this SA_SIGINFO handler.
     let fault = unsafe { sys::siginfo_fault(info) };
-    // Only the kernel's faults (si_code > 0); a sent SIGBUS is never ours.
-    if let Some((addr, code)) = fault {
-        if code > 0 {
-            if let Outcome::Resolved = resolve(addr) {
-                return;
-            }
+    // Only a userfaultfd's SIGBUS (BUS_ADRERR); a sent SIGBUS, a machine
+    // check (BUS_MCEERR_*) or an alignment fault is never ours.
+    if let Some((addr, libc::BUS_ADRERR)) = fault {
+        if let Outcome::Resolved = resolve(addr) {
+            return;
         }
     }
     let Some(prev) = PREVIOUS.get() else { return };
     let sent = fault.is_none_or(|(_, code)| code <= 0);
     // SAFETY: the arguments are this handler's own.
     unsafe { sys::sigbus_chain(prev, sig, info, ctx, sent) };
-    // A handler that resets SIGBUS to the default and returns (Rust's
-    // stack-overflow handler does, for an address outside a guard page)
-    // would otherwise turn faultmap off for good after one stray sent
-    // signal. (Not after a fault: its access faults again and must meet
-    // the default.)
-    if sent {
-        let _ = sys::sigbus_reinstall(on_sigbus);
+    // A chained handler may reset SIGBUS to the default and return (Rust's
+    // stack-overflow handler does, for an address outside a guard page).
+    // After a fault that is the kernel's way to die on the access's retry;
+    // die now instead, since the retry may succeed (another thread mapped
+    // the page) and leave the process with no SIGBUS handler for
+    // faultmap's faults. After a sent signal the process goes on: put
+    // faultmap's handler back.
+    match sys::sigbus_query() {
+        Ok(now) if !now.is(on_sigbus) && now.is_default_or_ignore() && !sent => sys::sigbus_die(),
+        Ok(now) if !now.is(on_sigbus) && sent => {
+            let _ = sys::sigbus_reinstall(on_sigbus);
+        }
+        _ => {}
     }
 }
 
@@ -311,7 +324,11 @@ fn resolve(addr: usize) -> Outcome {
                         return Outcome::Resolved;
                     }
                 }
-                for counters in [env.counters, &spec.region.counters, &spec.region.object.counters] {
+                for counters in [
+                    env.counters,
+                    &spec.region.counters,
+                    &spec.region.object.counters,
+                ] {
                     counters.forwarded.fetch_add(1, Ordering::Relaxed);
                 }
                 Arc::as_ptr(requests)

@@ -25,7 +25,7 @@
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use crate::object::{ObjectCore, ObjectPage};
 use crate::readahead::{Hint, Mode, Params};
@@ -33,7 +33,7 @@ use crate::pager::Core;
 use crate::seqcount::SeqCount;
 use crate::srcu::{ReadGuard, Srcu};
 use crate::stats::{Counters, RaCounters};
-use crate::sys::{MappedRegion, PAGE_SIZE};
+use crate::sys::{self, MappedRegion, PAGE_SIZE};
 
 /// One registered mapping of (part of) an object.
 pub(crate) struct Region {
@@ -355,13 +355,42 @@ impl RegionTable {
 
     /// The process's table.
     pub(crate) fn get() -> &'static RegionTable {
-        static_table().get_or_init(RegionTable::new)
+        if let Some(table) = Self::get_if_ready() {
+            return table;
+        }
+        let fresh = Box::into_raw(Box::new(RegionTable::new()));
+        match TABLE.compare_exchange(
+            std::ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => {
+                if !FORK_HOOK.swap(true, Ordering::Relaxed) {
+                    // Without it a forked child would find its parent's
+                    // regions (and locks) at addresses it now maps itself.
+                    let _ = sys::at_fork_child(forget_table_in_child);
+                }
+                // SAFETY: just published; tables are never freed.
+                unsafe { &*fresh }
+            }
+            Err(current) => {
+                // SAFETY: `fresh` came from Box::into_raw and was never
+                // published.
+                drop(unsafe { Box::from_raw(fresh) });
+                // SAFETY: `current` is a published table, never freed.
+                unsafe { &*current }
+            }
+        }
     }
 
     /// The process's table if any mapping was ever made (for the SIGBUS
     /// handler: no initialisation there).
     pub(crate) fn get_if_ready() -> Option<&'static RegionTable> {
-        static_table().get()
+        let table = TABLE.load(Ordering::Acquire);
+        // SAFETY: a published table is never freed (a forked child leaks
+        // its parent's).
+        (!table.is_null()).then(|| unsafe { &*table })
     }
 
     /// Looks `addr` up without a lock (see the type's documentation).
@@ -442,9 +471,19 @@ impl TableLock<'_> {
     }
 }
 
-fn static_table() -> &'static OnceLock<RegionTable> {
-    static TABLE: OnceLock<RegionTable> = OnceLock::new();
-    &TABLE
+/// The process's table: created on first use, never freed.
+static TABLE: AtomicPtr<RegionTable> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Whether the fork hook is registered (a child inherits it, and the hook).
+static FORK_HOOK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// In a forked child (one thread, right after fork): start from an empty
+/// table. The parent's regions are not mapped in the child (mappings are
+/// `MADV_DONTFORK`), its pager threads do not exist there, and its locks and
+/// read-section counters may have been held by threads that are gone; the
+/// old table is leaked, never touched again.
+extern "C" fn forget_table_in_child() {
+    TABLE.store(std::ptr::null_mut(), Ordering::Release);
 }
 
 #[cfg(test)]

@@ -637,3 +637,81 @@ fn a_stray_sent_sigbus_does_not_turn_faultmap_off() {
     }
     watchdog(WATCHDOG, || assert_child_ok(NAME));
 }
+
+/// A forked child that creates its own pager gets correct bytes: it does not
+/// inherit the parent's regions (the region table starts empty after fork),
+/// even where its new mapping lands on the range the parent's used.
+#[test]
+fn a_forked_child_uses_a_pager_of_its_own() {
+    const NAME: &str = "a_forked_child_uses_a_pager_of_its_own";
+    if is_child(NAME) {
+        let parent = pager(Delivery::Signal);
+        let (map, data) = mapped_and_checked(&parent, 64, 9100, "parent");
+        let addr = map.as_ptr() as usize;
+        // SAFETY: the child below only maps, reads and _exits; it touches
+        // none of the parent's faultmap objects.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let code = std::panic::catch_unwind(|| {
+                let child = pager(Delivery::Signal);
+                let mut reused = false;
+                for i in 0..8u64 {
+                    let (m, _) = mapped_and_checked(&child, 64, 9200 + i, "child");
+                    reused |= m.as_ptr() as usize == addr;
+                    std::mem::forget(m);
+                }
+                println!("child mappings reused the parent's range: {reused}");
+            })
+            .map_or(1, |()| 0);
+            // SAFETY: ends the forked child without running the parent's
+            // destructors.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the forked child failed: status {status:#x}"
+        );
+        assert_bytes(&map, &data, "parent after the fork");
+        println!("{OK}");
+        return;
+    }
+    assert_child_ok(NAME);
+}
+
+/// The interrupted code's errno survives faultmap's SIGBUS handler, which
+/// makes system calls (and sees EEXIST when threads race for a page).
+#[test]
+fn errno_survives_faults() {
+    watchdog(WATCHDOG, || {
+        let pager = Arc::new(pager(Delivery::Signal));
+        let data = Arc::new(pattern(512 * PAGE, 9300));
+        let object = pager.open(MemStore::new("errno", data.to_vec())).unwrap();
+        let threads: Vec<_> = (0..2)
+            .map(|t| {
+                let (pager, object, data) = (pager.clone(), object.clone(), data.clone());
+                std::thread::spawn(move || {
+                    for round in 0..4 {
+                        let map = pager.map(&object, MapOptions::new()).unwrap();
+                        for p in 0..512 {
+                            let sentinel = 1000 + t * 100 + round;
+                            // SAFETY: sets this thread's errno.
+                            unsafe { *libc::__errno_location() = sentinel };
+                            let b = map[p * PAGE + 5];
+                            // SAFETY: reads this thread's errno.
+                            let now = unsafe { *libc::__errno_location() };
+                            assert_eq!(now, sentinel, "errno changed across a fault on page {p}");
+                            assert_eq!(b, data[p * PAGE + 5]);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    });
+}

@@ -763,8 +763,10 @@ pub type SigInfoHandler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut 
 #[derive(Clone, Copy)]
 pub struct Disposition(libc::sigaction);
 
-/// Installs `handler` for SIGBUS (`SA_SIGINFO | SA_NODEFER | SA_ONSTACK`,
-/// nothing blocked while it runs) and returns the disposition it replaced.
+/// Installs `handler` for SIGBUS (`SA_SIGINFO | SA_NODEFER | SA_ONSTACK`;
+/// every asynchronous signal blocked while it runs, so no other handler
+/// can run inside it; synchronous ones, SIGBUS included, are not) and
+/// returns the disposition it replaced.
 pub fn sigbus_install(handler: SigInfoHandler) -> io::Result<Disposition> {
     // SAFETY: an all-zero sigaction is a valid value (SIG_DFL, no flags,
     // empty mask), filled in below.
@@ -773,10 +775,13 @@ pub fn sigbus_install(handler: SigInfoHandler) -> io::Result<Disposition> {
     new.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK;
     // SAFETY: as above.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: sigemptyset writes the mask of a sigaction we own; sigaction
-    // reads `new` and writes `old`, both live.
+    // SAFETY: sigfillset/sigdelset write the mask of a sigaction we own;
+    // sigaction reads `new` and writes `old`, both live.
     let rc = unsafe {
-        libc::sigemptyset(&mut new.sa_mask);
+        libc::sigfillset(&mut new.sa_mask);
+        for sync in [libc::SIGBUS, libc::SIGSEGV, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP] {
+            libc::sigdelset(&mut new.sa_mask, sync);
+        }
         libc::sigaction(libc::SIGBUS, &new, &mut old)
     };
     if rc < 0 {
@@ -787,13 +792,7 @@ pub fn sigbus_install(handler: SigInfoHandler) -> io::Result<Disposition> {
 
 /// Puts `handler` back as the SIGBUS handler if something replaced it.
 pub fn sigbus_reinstall(handler: SigInfoHandler) -> io::Result<()> {
-    // SAFETY: an all-zero sigaction is a valid value to be overwritten.
-    let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: a null new action only queries the current one into `cur`.
-    if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut cur) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if cur.sa_sigaction == handler as usize {
+    if sigbus_query()?.is(handler) {
         return Ok(());
     }
     sigbus_install(handler).map(drop)
@@ -883,4 +882,63 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes one timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
+}
+
+/// Registers `child` to run in the child process right after every
+/// `fork` (`pthread_atfork`).
+pub fn at_fork_child(child: extern "C" fn()) -> io::Result<()> {
+    // SAFETY: registers a plain function pointer, valid for the program's
+    // life; no prepare or parent handler.
+    let rc = unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// The calling thread's `errno`.
+pub fn errno_get() -> i32 {
+    // SAFETY: __errno_location returns the calling thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Sets the calling thread's `errno`.
+pub fn errno_set(value: i32) {
+    // SAFETY: as in `errno_get`; the slot is writable.
+    unsafe { *libc::__errno_location() = value };
+}
+
+/// The current SIGBUS disposition.
+pub fn sigbus_query() -> io::Result<Disposition> {
+    // SAFETY: an all-zero sigaction is a valid value to be overwritten.
+    let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a null new action only queries the current one into `cur`.
+    if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut cur) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Disposition(cur))
+}
+
+impl Disposition {
+    /// Whether this is `handler`.
+    pub fn is(&self, handler: SigInfoHandler) -> bool {
+        self.0.sa_sigaction == handler as usize
+    }
+
+    /// Whether this is the default action or ignore.
+    pub fn is_default_or_ignore(&self) -> bool {
+        self.0.sa_sigaction == libc::SIG_DFL || self.0.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// Ends the process with SIGBUS now: the default disposition, raised.
+pub fn sigbus_die() {
+    // SAFETY: an all-zero sigaction is SIG_DFL with no flags; sigaction
+    // reads it; raise takes an integer.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
+        libc::raise(libc::SIGBUS);
+    }
 }
