@@ -436,7 +436,12 @@ pub(crate) enum Fast {
 /// `UFFDIO_CONTINUE`, no lock (but the benchmark-only global cache lock),
 /// no allocation, no panic. With `retry`, the fault was forwarded and
 /// parked before: it is not counted again.
-pub(crate) fn fast(env: &FaultEnv<'_>, spec: &Speculation<'_>, page_addr: usize, retry: bool) -> Fast {
+pub(crate) fn fast(
+    env: &FaultEnv<'_>,
+    spec: &Speculation<'_>,
+    page_addr: usize,
+    retry: bool,
+) -> Fast {
     let region = spec.region;
     let object = &*region.object;
     let page = ((page_addr - region.start()) / PAGE_SIZE) as u64;
@@ -697,10 +702,13 @@ fn park(
         },
         Origin::Request(r) => WakeTarget::Request(r.clone()),
     };
-    object.waiters.park(state, Waiter {
-        page: opage,
-        target,
-    })
+    object.waiters.park(
+        state,
+        Waiter {
+            page: opage,
+            target,
+        },
+    )
 }
 
 /// Ends the reads of `pages` (object pages the caller owns the reads of):
@@ -744,11 +752,7 @@ pub(crate) fn settle_parked(object: &ObjectCore, poison: Option<ObjectPage>) {
                     let _ = sys::uffd_wake(&uffd, addr, PAGE_SIZE);
                 }
             }
-            WakeTarget::Request(r) => r.complete(if failed {
-                Reply::Failed
-            } else {
-                Reply::Retry
-            }),
+            WakeTarget::Request(r) => r.complete(if failed { Reply::Failed } else { Reply::Retry }),
         }
     }
 }

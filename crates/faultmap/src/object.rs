@@ -4,10 +4,10 @@
 //! its cache, so only the first mapping to touch a page reads it from the
 //! store; the others' faults are MINOR and map the cached page.
 
-use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::collections::HashMap;
+use std::fmt;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::cache::Cache;

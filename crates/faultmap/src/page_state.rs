@@ -512,7 +512,11 @@ mod loom_models {
             match seen.state() {
                 State::UpToDate => {
                     if p.try_pin(seen).is_ok() {
-                        assert_eq!(data.load(Ordering::Relaxed), 42, "pinned a page before its bytes");
+                        assert_eq!(
+                            data.load(Ordering::Relaxed),
+                            42,
+                            "pinned a page before its bytes"
+                        );
                         p.unpin();
                     }
                 }

@@ -197,8 +197,7 @@ impl Requests {
     fn forward(&self, addr: usize, retry: bool) -> Option<Reply> {
         let slot = self.slots.iter().find(|s| {
             s.state.load(Ordering::Relaxed) == FREE
-                && s
-                    .state
+                && s.state
                     .compare_exchange(FREE, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
         });
@@ -278,7 +277,7 @@ fn handle_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c
         }
     }
     let Some(prev) = PREVIOUS.get() else { return };
-    let sent = fault.is_none_or(|(_, code)| code <= 0);
+    let sent = !matches!(fault, Some((_, code)) if code > 0);
     // SAFETY: the arguments are this handler's own.
     unsafe { sys::sigbus_chain(prev, sig, info, ctx, sent) };
     // A chained handler may reset SIGBUS to the default and return (Rust's

@@ -28,8 +28,8 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::object::{ObjectCore, ObjectPage};
-use crate::readahead::{Hint, Mode, Params};
 use crate::pager::Core;
+use crate::readahead::{Hint, Mode, Params};
 use crate::seqcount::SeqCount;
 use crate::srcu::{ReadGuard, Srcu};
 use crate::stats::{Counters, RaCounters};
@@ -239,9 +239,7 @@ impl Snapshot {
         let i = self.0.partition_point(|l| l.0[0].start() <= addr);
         let leaf = self.0.get(i.checked_sub(1)?)?;
         let j = leaf.0.partition_point(|r| r.start() <= addr);
-        leaf.0
-            .get(j.checked_sub(1)?)
-            .filter(|r| addr < r.end())
+        leaf.0.get(j.checked_sub(1)?).filter(|r| addr < r.end())
     }
 
     fn with(&self, region: Arc<Region>) -> Snapshot {

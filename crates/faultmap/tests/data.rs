@@ -469,6 +469,10 @@ fn write_syscall_from_a_signal_mapping_needs_touched_pages() {
         std::hint::black_box(sum);
         out.write_all(&map).unwrap();
         drop(out);
-        assert_bytes(&std::fs::read(&out_path).unwrap(), &file.data, "written after touching");
+        assert_bytes(
+            &std::fs::read(&out_path).unwrap(),
+            &file.data,
+            "written after touching",
+        );
     });
 }

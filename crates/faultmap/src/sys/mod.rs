@@ -713,7 +713,11 @@ pub fn punch_hole(fd: &OwnedFd, offset: u64, len: u64) -> io::Result<()> {
 /// Sleeps while `word` holds `expected`, at most `timeout` (none: no limit).
 /// Returns on a wake, a changed value, a signal or the timeout, without
 /// saying which: callers re-check `word`.
-pub fn futex_wait(word: &std::sync::atomic::AtomicU32, expected: u32, timeout: Option<std::time::Duration>) {
+pub fn futex_wait(
+    word: &std::sync::atomic::AtomicU32,
+    expected: u32,
+    timeout: Option<std::time::Duration>,
+) {
     let ts = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
@@ -779,7 +783,13 @@ pub fn sigbus_install(handler: SigInfoHandler) -> io::Result<Disposition> {
     // sigaction reads `new` and writes `old`, both live.
     let rc = unsafe {
         libc::sigfillset(&mut new.sa_mask);
-        for sync in [libc::SIGBUS, libc::SIGSEGV, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP] {
+        for sync in [
+            libc::SIGBUS,
+            libc::SIGSEGV,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGTRAP,
+        ] {
             libc::sigdelset(&mut new.sa_mask, sync);
         }
         libc::sigaction(libc::SIGBUS, &new, &mut old)
