@@ -8,8 +8,10 @@
 //! - [`stats`]: run an access pattern over a file, print seed 001's
 //!   readahead table and the counters;
 //! - [`bench`](mod@bench): the seed benchmarks, faultmap against kernel `mmap` in one
-//!   run (seed 000's fault-around table; with `--cold`, seed 001's readahead
-//!   comparison against kernel `mmap` and the device);
+//!   run (seed 000's fault-around table, per fault delivery mode; with
+//!   `--cold`, seed 001's readahead comparison against kernel `mmap` and the
+//!   device; with `--parts`, seed 003's lockless page cache; with `--churn`,
+//!   seed 004's speculative region lookup);
 //! - [`access`] (the access patterns), [`timed`] (threads started together,
 //!   timed), [`kernel`] (drop_caches, block-device counters), [`ra_table`],
 //!   [`output`], [`units`] and [`table`]: helpers shared by the commands.
@@ -107,6 +109,37 @@ enum Command {
     /// Each thread has its own mapping of the same data and walks the whole
     /// of it (so faults scale with threads, as in the seed); the threads start
     /// together, and the time is from their start to the last one's end.
+    ///
+    /// --delivery picks faultmap's fault delivery modes, one column per order
+    /// and mode: `signal` (the faulting thread resolves its own fault in a
+    /// SIGBUS handler; the library's default) and `handler` (handler threads
+    /// read userfaultfd messages while the faulting thread sleeps).
+    ///
+    /// With --parts: seed 003's lockless page cache. T threads each touch
+    /// one byte per page of their own contiguous 1/T of one cached object,
+    /// each through its own mapping at fault-around order 0, so that every
+    /// fault is one page-cache lookup and one UFFDIO_CONTINUE. Columns:
+    /// `kernel-memfd` (the same on kernel mmaps of a memfd holding the same
+    /// data), `lock-free` (faultmap's cache) and `global-mutex` (faultmap with
+    /// every page lookup serialised on one mutex: the cache before seed 003).
+    /// Signal delivery by default, so that each thread resolves its own
+    /// faults (with handler delivery one handler thread takes every fault,
+    /// which measures the handler, not the cache). Rows per thread count:
+    /// faults, time, faults/s, the ratio to kernel-memfd, the scaling over 1
+    /// thread (goal at 2 threads: at least 1.7) and lock-free over
+    /// global-mutex.
+    ///
+    /// With --churn: seed 004's speculative page faults (like ebizzy). T
+    /// threads fault on their own mappings (order 0, one byte per page,
+    /// MADV_DONTNEED after each pass) for --duration while one more thread
+    /// maps and unmaps other 64 KiB regions in a loop. Columns:
+    /// `kernel-memfd` (kernel mmaps of a memfd, the churn thread calling
+    /// mmap and munmap), `speculative` and `classic` (faultmap's region
+    /// lookup; classic takes the region table's lock on every fault, which
+    /// map and unmap hold throughout, like mmap_lock), for each delivery mode
+    /// (default: both). Rows: faults/s, pages/s, speculative over classic
+    /// (goal: at least 2), the churn thread's maps/s, and the spf counters
+    /// (spf_success, spf_abort, spf_fallback) and forwarded faults.
     ///
     /// With --cold: seed 001's readahead comparison (its cases A and C) on
     /// cold caches. Columns: `device` (the file read with O_DIRECT in 1 MiB
@@ -225,6 +258,35 @@ pub fn file_io(arg: Option<FileIoArg>) -> faultmap::FileIo {
     arg.map_or_else(faultmap::FileIo::default, FileIoArg::mode)
 }
 
+/// How faults reach faultmap (`--delivery`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeliveryArg {
+    /// The faulting thread resolves its own fault in a SIGBUS handler
+    /// (misses are forwarded to a pager thread); the library's default.
+    Signal,
+    /// Handler threads read userfaultfd messages; the faulting thread
+    /// sleeps in the kernel meanwhile.
+    Handler,
+}
+
+impl DeliveryArg {
+    /// The library's mode.
+    pub fn mode(self) -> faultmap::Delivery {
+        match self {
+            DeliveryArg::Signal => faultmap::Delivery::Signal,
+            DeliveryArg::Handler => faultmap::Delivery::Handler,
+        }
+    }
+}
+
+/// The name of a delivery mode on the command line and in JSON.
+pub fn delivery_name(delivery: faultmap::Delivery) -> &'static str {
+    match delivery {
+        faultmap::Delivery::Signal => "signal",
+        faultmap::Delivery::Handler => "handler",
+    }
+}
+
 /// Options of `faultmap stats`.
 #[derive(Debug, Args)]
 struct StatsArgs {
@@ -303,21 +365,24 @@ struct BenchArgs {
     workload: Vec<Workload>,
     /// faultmap fault-around orders to measure (windows of 2^N pages, 0..=9),
     /// comma-separated. Default: 0,1,3,4,5,7,9; with --cold one order,
-    /// default 4.
+    /// default 4. (--parts and --churn run at order 0.)
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     orders: Vec<u8>,
-    /// Thread counts, comma-separated. Warm: each thread maps and walks the
-    /// whole file. With --cold: they apply to seq, whose threads share one
-    /// mapping and each read a contiguous 1/T of it (rand and clustered
-    /// run on one thread, as in the seed).
-    #[arg(long, short, value_delimiter = ',', default_value = "1,2", value_name = "LIST",
+    /// Thread counts, comma-separated. Default: 1,2. Warm: each thread maps
+    /// and walks the whole file. With --cold: they apply to seq, whose
+    /// threads share one mapping and each read a contiguous 1/T of it (rand
+    /// and clustered run on one thread, as in the seed). With --parts and
+    /// --churn: the faulting threads (default 1, 2, and the powers of two
+    /// up to the CPUs this process may use, and that count).
+    #[arg(long, short, value_delimiter = ',', value_name = "LIST",
           value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: Vec<u16>,
     /// Size of the generated data file: bytes, or with a K, M or G suffix
-    /// (powers of 1024), e.g. 512M.
-    #[arg(long, short, default_value = "1G", value_parser = units::parse_size,
+    /// (powers of 1024), e.g. 512M. Default: 1G; with --parts 256M; with
+    /// --churn 64M.
+    #[arg(long, short, value_parser = units::parse_size,
           conflicts_with = "file", value_name = "SIZE")]
-    size: u64,
+    size: Option<u64>,
     /// Benchmark this existing file instead of a generated one (it must not
     /// change during the run).
     #[arg(long, short, value_name = "PATH")]
@@ -325,7 +390,8 @@ struct BenchArgs {
     /// Samples of every cell; the report gives the median (and the min in
     /// JSON). Default: 3 per cell, and up to 11 for the cells that are cheap
     /// enough (2 s per cell in all, within a 150 s run); each JSON row says
-    /// how many it has. With --cold: 3 per cell.
+    /// how many it has. With --cold and --churn: 3 per cell; with --parts:
+    /// 5.
     #[arg(long, short, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     repetitions: Option<u32>,
@@ -337,6 +403,31 @@ struct BenchArgs {
     /// seed 000's warm fault-around table.
     #[arg(long)]
     cold: bool,
+    /// Seed 003's lockless page cache (see above): T threads fault on their
+    /// own parts of one cached object, faultmap's lock-free cache against a
+    /// global mutex and kernel mmap of a memfd.
+    #[arg(long, conflicts_with_all = ["cold", "churn", "orders", "workload"])]
+    parts: bool,
+    /// Seed 004's speculative page faults (see above): T threads fault
+    /// while another maps and unmaps, speculative region lookup against
+    /// classic and kernel mmap of a memfd.
+    #[arg(long, conflicts_with_all = ["cold", "orders", "workload"])]
+    churn: bool,
+    /// With --churn: how long the threads fault in each sample, in seconds
+    /// (default 1; at most 3600).
+    #[arg(long, requires = "churn", value_parser = parse_seconds, value_name = "SECONDS")]
+    duration: Option<std::time::Duration>,
+    /// faultmap's fault delivery modes, comma-separated: signal, handler.
+    /// Default: signal,handler for the warm table and --churn, signal for
+    /// --parts. Not with --cold (which uses the library's default, signal).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        conflicts_with = "cold",
+        value_name = "LIST"
+    )]
+    delivery: Vec<DeliveryArg>,
     /// With --cold: faultmap's largest readahead window, in pages (0..=16384).
     /// Default: the store's, from the device's read_ahead_kb, like the
     /// kernel's, which this does not change.
@@ -355,6 +446,20 @@ struct BenchArgs {
     /// on stdout (progress and notes still go to stderr).
     #[arg(long)]
     json: bool,
+}
+
+/// Parses `--duration`: seconds, more than 0 and at most an hour.
+fn parse_seconds(text: &str) -> Result<std::time::Duration, String> {
+    let seconds: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds (e.g. 1 or 0.5)"))?;
+    if !(seconds > 0.0 && seconds <= 3600.0) {
+        return Err(format!(
+            "the duration must be more than 0 and at most 3600 seconds, got {text}"
+        ));
+    }
+    Ok(std::time::Duration::from_secs_f64(seconds))
 }
 
 fn main() -> ExitCode {

@@ -222,6 +222,12 @@ fn every_command_has_help() {
         "--io-threads",
         "clustered",
         "O_DIRECT",
+        "--delivery",
+        "--parts",
+        "--churn",
+        "--duration",
+        "global-mutex",
+        "speculative",
     ] {
         assert!(bench.contains(needle), "bench --help lacks {needle}");
     }
@@ -267,9 +273,15 @@ fn bench_json_has_a_row_per_cell_with_exact_faultmap_faults() {
     assert_eq!(machine["repetitions"], 1);
     assert!(machine["kernel"].is_string());
 
+    assert_eq!(
+        machine["deliveries"],
+        serde_json::json!(["signal", "handler"])
+    );
+
     let results = doc["results"].as_array().unwrap();
-    // 3 workloads x 2 thread counts x (2 kernel engines + 7 orders).
-    assert_eq!(results.len(), 3 * 2 * 9);
+    // 3 workloads x 2 thread counts x (2 kernel engines + 7 orders x 2
+    // delivery modes).
+    assert_eq!(results.len(), 3 * 2 * (2 + 7 * 2));
     let fields = [
         "workload",
         "threads",
@@ -297,15 +309,24 @@ fn bench_json_has_a_row_per_cell_with_exact_faultmap_faults() {
         assert_eq!(rows.len(), 6, "{engine}");
         for row in rows {
             assert!(row["order"].is_null() && row["io_count"].is_null(), "{row}");
+            assert!(row["delivery"].is_null(), "{row}");
         }
     }
     // faultmap's windows are aligned in the object: a walk of 2048 cached
     // pages takes exactly 2048 / 2^order faults per thread, for seq and rand
-    // alike; sparse touches 4 pages, one per window at every order.
-    for order in [0u32, 1, 3, 4, 5, 7, 9] {
-        let rows = rows(&doc, "faultmap", &format!("order={order}"));
-        assert_eq!(rows.len(), 6, "order {order}");
+    // alike, in either delivery mode; sparse touches 4 pages, one per window
+    // at every order.
+    let variants = [0u32, 1, 3, 4, 5, 7, 9].into_iter().flat_map(|order| {
+        [
+            (order, format!("order={order}"), "signal"),
+            (order, format!("order={order},delivery=handler"), "handler"),
+        ]
+    });
+    for (order, variant, delivery) in variants {
+        let rows = rows(&doc, "faultmap", &variant);
+        assert_eq!(rows.len(), 6, "{variant}");
         for row in rows {
+            assert_eq!(row["delivery"], delivery, "{row}");
             let threads = row["threads"].as_u64().unwrap();
             let per_thread = match row["workload"].as_str().unwrap() {
                 "seq" | "rand" => 2048 >> order,
@@ -713,4 +734,362 @@ fn bench_cold_prints_the_table_and_the_readahead_tables() {
         assert!(text.contains(needle), "report lacks {needle:?}:\n{text}");
     }
     assert!(!text.contains("rand:"), "{text}");
+}
+
+// ---------------------------------------------------------------------------
+// faultmap bench --delivery, --parts, --churn
+// ---------------------------------------------------------------------------
+
+#[test]
+fn bench_concurrency_options_refuse_bad_combinations() {
+    let conflict = "cannot be used with";
+    assert_fails_cleanly(&faultmap(&["bench", "--parts", "--cold"]), conflict);
+    assert_fails_cleanly(&faultmap(&["bench", "--parts", "--churn"]), conflict);
+    assert_fails_cleanly(&faultmap(&["bench", "--churn", "--cold"]), conflict);
+    assert_fails_cleanly(&faultmap(&["bench", "--parts", "--orders", "4"]), conflict);
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--churn", "--workload", "seq"]),
+        conflict,
+    );
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--cold", "--delivery", "handler"]),
+        conflict,
+    );
+    assert_fails_cleanly(&faultmap(&["bench", "--duration", "1"]), "--churn");
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--churn", "--duration", "0"]),
+        "duration",
+    );
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--churn", "--duration", "x"]),
+        "seconds",
+    );
+    assert_fails_cleanly(&faultmap(&["bench", "--delivery", "carrier"]), "delivery");
+}
+
+#[test]
+fn bench_delivery_gives_columns_per_mode_with_exact_faults() {
+    let out = faultmap(&[
+        "bench",
+        "--size",
+        "4M",
+        "--repetitions",
+        "1",
+        "--workload",
+        "seq,rand",
+        "--orders",
+        "0,4",
+        "--threads",
+        "1",
+        "--delivery",
+        "handler,signal,handler",
+        "--json",
+    ]);
+    let doc = stdout_json(&out);
+    // In the order asked, without repeats.
+    assert_eq!(
+        doc["machine"]["deliveries"],
+        serde_json::json!(["handler", "signal"])
+    );
+    let results = doc["results"].as_array().unwrap();
+    // 2 workloads x 1 thread count x (2 kernel engines + 2 orders x 2 modes).
+    assert_eq!(results.len(), 2 * (2 + 2 * 2));
+    for order in [0u64, 4] {
+        for (variant, delivery) in [
+            (format!("order={order}"), "signal"),
+            (format!("order={order},delivery=handler"), "handler"),
+        ] {
+            let rows = rows(&doc, "faultmap", &variant);
+            assert_eq!(rows.len(), 2, "{variant}");
+            for row in rows {
+                assert_eq!(row["delivery"], delivery, "{row}");
+                assert_eq!(row["order"], order, "{row}");
+                assert_eq!(row["faults"], 1024 >> order, "{row}");
+                assert_eq!(row["io_count"], 0, "{row}");
+            }
+        }
+    }
+    // The table has a second heading line with the modes.
+    let text = stdout_text(&faultmap(&[
+        "bench",
+        "--size",
+        "1M",
+        "--repetitions",
+        "1",
+        "--workload",
+        "seq",
+        "--orders",
+        "4",
+        "--threads",
+        "1",
+    ]));
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().eq(["signal", "handler"])),
+        "no delivery heading line:\n{text}"
+    );
+}
+
+/// The rows of a parts or churn document, with their variant.
+fn variant_rows<'a>(doc: &'a Value, threads: u64, variant: &str) -> Vec<&'a Value> {
+    doc["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["threads"] == threads && r["variant"] == variant)
+        .collect()
+}
+
+/// Checks the speculative-lookup counters of a faultmap row: every fault
+/// was counted by exactly one of them.
+fn spf_sum(row: &Value) -> u64 {
+    ["spf_success", "spf_abort", "spf_fallback"]
+        .iter()
+        .map(|f| row[*f].as_u64().unwrap_or_else(|| panic!("{f}: {row}")))
+        .sum()
+}
+
+#[test]
+fn bench_parts_json_has_exact_faults_per_column_and_thread_count() {
+    let doc = stdout_json(&faultmap(&[
+        "bench",
+        "--parts",
+        "--size",
+        "4M",
+        "--repetitions",
+        "2",
+        "--threads",
+        "1,2,3",
+        "--delivery",
+        "signal,handler",
+        "--json",
+    ]));
+    let pages = 1024u64;
+    let machine = &doc["machine"];
+    assert_eq!(machine["benchmark"], "parts");
+    assert_eq!(machine["pages"], pages);
+    assert_eq!(machine["order"], 0);
+    assert_eq!(machine["repetitions"], 2);
+    assert!(machine["duration_seconds"].is_null());
+    // One scaling goal (2 threads over 1) per delivery mode.
+    let goals = machine["goals"].as_array().unwrap();
+    assert_eq!(goals.len(), 2, "{goals:?}");
+    for g in goals {
+        assert_eq!(g["threads"], 2);
+        assert_eq!(g["at_least"], 1.7);
+        assert!(g["value"].is_number() && g["met"].is_boolean(), "{g}");
+    }
+    let results = doc["results"].as_array().unwrap();
+    // 3 thread counts x (kernel-memfd + 2 caches x 2 modes).
+    assert_eq!(results.len(), 3 * 5);
+    for row in results {
+        assert_eq!(row["workload"], "parts", "{row}");
+        assert_eq!(row["pages"], pages, "{row}");
+        assert_eq!(row["repetitions"], 2, "{row}");
+        // Every thread touches one byte per page of its part: every page once.
+        assert_eq!(row["pages_touched"], pages, "{row}");
+        assert!(row["seconds"].as_f64().unwrap() >= 0.0, "{row}");
+        assert!(row["faults_per_second"].as_f64().unwrap() >= 0.0, "{row}");
+        assert!(
+            row["maps"].is_null() && row["maps_per_second"].is_null(),
+            "{row}"
+        );
+    }
+    for threads in [1u64, 2, 3] {
+        let kernel = variant_rows(&doc, threads, "default");
+        assert_eq!(kernel.len(), 1);
+        let k = kernel[0];
+        assert_eq!(k["engine"], "kernel-memfd");
+        assert!(k["faults"].as_u64().unwrap() > 0, "{k}");
+        for field in [
+            "order",
+            "delivery",
+            "cache",
+            "io_count",
+            "spf_success",
+            "stats",
+        ] {
+            assert!(k[field].is_null(), "{field}: {k}");
+        }
+        for (variant, cache, delivery) in [
+            ("cache=lock-free", "lock-free", "signal"),
+            ("cache=global-mutex", "global-mutex", "signal"),
+            ("cache=lock-free,delivery=handler", "lock-free", "handler"),
+            (
+                "cache=global-mutex,delivery=handler",
+                "global-mutex",
+                "handler",
+            ),
+        ] {
+            let rows = variant_rows(&doc, threads, variant);
+            assert_eq!(rows.len(), 1, "{variant} x{threads}");
+            let row = rows[0];
+            assert_eq!(row["engine"], "faultmap");
+            assert_eq!(row["cache"], cache);
+            assert_eq!(row["delivery"], delivery);
+            assert_eq!(row["order"], 0);
+            assert!(row["region_lookup"].is_null());
+            // Order 0 on a filled cache: exactly one minor fault per page.
+            assert_eq!(row["faults"], pages, "{row}");
+            assert_eq!(row["stats"]["pgfault"], pages, "{row}");
+            assert_eq!(row["major_faults"], 0, "{row}");
+            assert_eq!(row["io_count"], 0, "{row}");
+            assert_eq!(row["stats"]["map_calls"], pages, "{row}");
+            // The default lookup is speculative: each fault counted once.
+            assert_eq!(spf_sum(row), pages, "{row}");
+            assert!(row["spf_success"].as_u64().unwrap() > 0, "{row}");
+            if delivery == "handler" {
+                assert_eq!(row["forwarded"], 0, "{row}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bench_parts_prints_the_seed_table() {
+    let text = stdout_text(&faultmap(&[
+        "bench",
+        "--parts",
+        "--size",
+        "1M",
+        "--repetitions",
+        "1",
+    ]));
+    for needle in [
+        "seed 003",
+        "kernel-memfd",
+        "lock-free",
+        "global-mutex",
+        "1 thread",
+        "2 threads",
+        "faults/s",
+        "vs kernel-memfd, time",
+        "vs global-mutex, faults/s",
+        "vs 1 thread, faults/s",
+        "signal delivery",
+        "goals",
+        "2 threads over 1 thread",
+    ] {
+        assert!(text.contains(needle), "report lacks {needle:?}:\n{text}");
+    }
+}
+
+#[test]
+fn bench_churn_json_counts_faults_maps_and_spf() {
+    let doc = stdout_json(&faultmap(&[
+        "bench",
+        "--churn",
+        "--size",
+        "2M",
+        "--duration",
+        "0.05",
+        "--repetitions",
+        "1",
+        "--threads",
+        "1,2",
+        "--json",
+    ]));
+    let machine = &doc["machine"];
+    assert_eq!(machine["benchmark"], "churn");
+    assert_eq!(machine["pages"], 512);
+    assert_eq!(machine["duration_seconds"], 0.05);
+    assert_eq!(machine["churn_region_pages"], 16);
+    assert!(machine["churn_live_regions"].as_u64().unwrap() > 0);
+    assert_eq!(
+        machine["deliveries"],
+        serde_json::json!(["signal", "handler"])
+    );
+    // speculative over classic, per delivery mode and thread count.
+    assert_eq!(machine["goals"].as_array().unwrap().len(), 2 * 2);
+    let results = doc["results"].as_array().unwrap();
+    // 2 thread counts x (kernel-memfd + 2 lookups x 2 modes).
+    assert_eq!(results.len(), 2 * 5);
+    for row in results {
+        assert_eq!(row["workload"], "churn", "{row}");
+        assert!(row["pages_touched"].as_u64().unwrap() > 0, "{row}");
+        // The churn thread maps at least once.
+        assert!(row["maps"].as_u64().unwrap() >= 1, "{row}");
+        assert!(row["maps_per_second"].as_f64().unwrap() >= 0.0, "{row}");
+        assert!(row["seconds"].as_f64().unwrap() >= 0.0, "{row}");
+    }
+    for threads in [1u64, 2] {
+        let k = variant_rows(&doc, threads, "default")[0];
+        assert_eq!(k["engine"], "kernel-memfd");
+        assert!(
+            k["spf_success"].is_null() && k["region_lookup"].is_null(),
+            "{k}"
+        );
+        for (variant, lookup, delivery) in [
+            ("lookup=speculative", "speculative", "signal"),
+            ("lookup=classic", "classic", "signal"),
+            (
+                "lookup=speculative,delivery=handler",
+                "speculative",
+                "handler",
+            ),
+            ("lookup=classic,delivery=handler", "classic", "handler"),
+        ] {
+            let rows = variant_rows(&doc, threads, variant);
+            assert_eq!(rows.len(), 1, "{variant} x{threads}");
+            let row = rows[0];
+            assert_eq!(row["region_lookup"], lookup, "{row}");
+            assert_eq!(row["delivery"], delivery, "{row}");
+            assert!(row["cache"].is_null(), "{row}");
+            // Every touch after a fresh mapping or a DONTNEED faults once,
+            // at order 0, from the cache.
+            let faults = row["faults"].as_u64().unwrap();
+            assert_eq!(row["pages_touched"], faults, "{row}");
+            assert_eq!(row["stats"]["pgfault"], faults, "{row}");
+            assert_eq!(row["io_count"], 0, "{row}");
+            if lookup == "speculative" {
+                assert!(row["spf_success"].as_u64().unwrap() > 0, "{row}");
+                assert_eq!(spf_sum(row), faults, "{row}");
+            }
+            if lookup == "classic" {
+                // The classic lookup never speculates.
+                assert_eq!(spf_sum(row), 0, "{row}");
+            }
+            // Only SIGBUS handlers forward, and these faults are all hits,
+            // which they resolve themselves (under the table's lock with
+            // the classic lookup).
+            assert_eq!(row["forwarded"], 0, "{row}");
+        }
+    }
+}
+
+#[test]
+fn bench_churn_prints_the_table_with_the_counters() {
+    let text = stdout_text(&faultmap(&[
+        "bench",
+        "--churn",
+        "--size",
+        "1M",
+        "--duration",
+        "0.02",
+        "--repetitions",
+        "1",
+        "--threads",
+        "1",
+        "--delivery",
+        "handler",
+    ]));
+    for needle in [
+        "seed 004",
+        "kernel-memfd",
+        "speculative",
+        "classic",
+        "faults/s",
+        "pages/s",
+        "vs kernel-memfd, pages/s",
+        "vs classic, faults/s",
+        "churn maps/s",
+        "spf_success",
+        "spf_abort",
+        "spf_fallback",
+        "forwarded",
+        "goals",
+        "handler delivery",
+    ] {
+        assert!(text.contains(needle), "report lacks {needle:?}:\n{text}");
+    }
 }

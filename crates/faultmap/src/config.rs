@@ -100,7 +100,8 @@ pub enum RegionLookup {
     Speculative,
     /// Always under the table's lock, which `map` and unmap hold for their
     /// whole operation (the kernel's `mmap_lock` before SPF), for
-    /// comparison.
+    /// comparison. With signal delivery the SIGBUS handler takes the lock
+    /// itself (see `signal.rs` for why that is safe there).
     Classic,
 }
 

@@ -432,17 +432,18 @@ pub(crate) enum Fast {
 
 /// The fault path of a SIGBUS handler: the plain hit only (the faulting
 /// page UPTODATE and not a readahead marker), mapped with its window, in the
-/// speculative lookup's read section. Async-signal-safe: atomics,
+/// speculative lookup's read section (`spec`; `None`: under the table's
+/// lock, `RegionLookup::Classic`). Async-signal-safe: atomics,
 /// `UFFDIO_CONTINUE`, no lock (but the benchmark-only global cache lock),
 /// no allocation, no panic. With `retry`, the fault was forwarded and
 /// parked before: it is not counted again.
 pub(crate) fn fast(
     env: &FaultEnv<'_>,
-    spec: &Speculation<'_>,
+    region: &Arc<Region>,
+    spec: Option<&Speculation<'_>>,
     page_addr: usize,
     retry: bool,
 ) -> Fast {
-    let region = spec.region;
     let object = &*region.object;
     let page = ((page_addr - region.start()) / PAGE_SIZE) as u64;
     let word = object.cache.states.load(region.object_page(page));
@@ -456,14 +457,14 @@ pub(crate) fn fast(
     env.counters.begin();
     region.counters.begin();
     object.counters.begin();
-    let out = match map_window(env, region, &window, page, &mut tally, &mut ra, Some(spec)) {
+    let out = match map_window(env, region, &window, page, &mut tally, &mut ra, spec) {
         MapOutcome::Woken | MapOutcome::NotWoken => {
             if !retry {
                 // No marker here, so this hit submits nothing.
                 hit(env, region, page, word, &mut tally, &mut ra);
                 tally.pgfault = 1;
             }
-            tally.spf_success = 1;
+            tally.spf_success = u64::from(spec.is_some());
             Fast::Mapped
         }
         MapOutcome::NotMapped

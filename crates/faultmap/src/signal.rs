@@ -296,6 +296,35 @@ fn handle_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c
     }
 }
 
+/// Counts a forwarded fault of `region`.
+fn count_forwarded(pager: &crate::stats::Counters, region: &crate::space::Region) {
+    for counters in [pager, &region.counters, &region.object.counters] {
+        counters.forwarded.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// `RegionLookup::Classic` in the handler: the plain hit, under the table's
+/// lock, as the kernel's fault took `mmap_lock` before SPF. Returns whether
+/// the page is mapped (else the fault is forwarded).
+///
+/// A lock in a signal handler deadlocks if the interrupted code holds it.
+/// Nothing does here: the table's lock is held only inside faultmap's own
+/// calls (map, a mapping's drop, option changes), none of which touches a
+/// mapping's memory, and this handler runs only on such a touch; async
+/// signals are blocked while it runs. It is a futex lock: no allocation.
+fn classic(table: &RegionTable, core: &Core, page_addr: usize, retry: bool) -> bool {
+    let env = core.env();
+    let lock = table.lock();
+    let Some(region) = lock.lookup(page_addr) else {
+        return false;
+    };
+    if let Fast::Mapped = fault::fast(&env, region, None, page_addr, retry) {
+        return true;
+    }
+    count_forwarded(env.counters, region);
+    false
+}
+
 /// Steps 1 to 3 of the module documentation.
 fn resolve(addr: usize) -> Outcome {
     let Some(table) = RegionTable::get_if_ready() else {
@@ -314,23 +343,25 @@ fn resolve(addr: usize) -> Outcome {
                     return Outcome::NotOurs;
                 };
                 let env = core.env();
-                // With RegionLookup::Classic this lookup only tells whose
-                // fault it is (a signal handler may take no lock): the
-                // fault itself is resolved under the table's lock, by a
-                // pager thread.
-                if env.speculative {
-                    if let Fast::Mapped = fault::fast(&env, &spec, page_addr, retry) {
+                if !env.speculative {
+                    let core: *const Core = core;
+                    drop(spec);
+                    // SAFETY: as for `requests` below: the Core outlives
+                    // every access to its mappings.
+                    let core = unsafe { &*core };
+                    if classic(table, core, page_addr, retry) {
                         return Outcome::Resolved;
                     }
+                    Arc::as_ptr(requests)
+                } else {
+                    if let Fast::Mapped =
+                        fault::fast(&env, spec.region, Some(&spec), page_addr, retry)
+                    {
+                        return Outcome::Resolved;
+                    }
+                    count_forwarded(env.counters, spec.region);
+                    Arc::as_ptr(requests)
                 }
-                for counters in [
-                    env.counters,
-                    &spec.region.counters,
-                    &spec.region.object.counters,
-                ] {
-                    counters.forwarded.fetch_add(1, Ordering::Relaxed);
-                }
-                Arc::as_ptr(requests)
             }
             Speculated::Busy(region, _section) => match region.owner.requests() {
                 Some(requests) => Arc::as_ptr(requests),

@@ -4,7 +4,8 @@
 //! |----------------|---------------------------------------------|------------------------------|
 //! | `kernel-file`  | kernel `mmap` of the data file              | `getrusage` minor faults      |
 //! | `kernel-memfd` | kernel `mmap` of a memfd copy (4 KiB shmem) | `getrusage` minor faults      |
-//! | `faultmap`     | a faultmap mapping at fault-around order N  | the mappings' `pgfault`       |
+//! | `faultmap`     | a faultmap mapping at fault-around order N, | the mappings' `pgfault`       |
+//! |                | through the pager of its delivery mode      |                               |
 //!
 //! All measure *warm* minor faults: the data is in memory and only the page
 //! tables are empty.
@@ -15,7 +16,8 @@
 //!   few pages are sampled (large or 4 KiB: see [`super::probe`]).
 //! - `kernel-memfd`'s pages are shmem, never reclaimed here (no swap).
 //! - faultmap's data is opened as one [`Object`] whose cache (a memfd) is
-//!   filled once, before any measurement, through an order-9 mapping.
+//!   filled once, before any measurement, through an order-9 mapping. Each
+//!   delivery mode has its own pager; all of them map that one object.
 //!
 //! # One measurement ([`Engines::measure`])
 //!
@@ -32,7 +34,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use faultmap::fault_around::MAX_ORDER;
-use faultmap::{FileStore, MapOptions, Mapping, Object, Pager, Stats, PAGE_SIZE};
+use faultmap::{Delivery, FileStore, MapOptions, Mapping, Object, Pager, Stats, PAGE_SIZE};
 use memmap2::Mmap;
 
 use super::data::Data;
@@ -49,19 +51,27 @@ pub enum Engine {
     KernelFile,
     /// The kernel's mmap of a memfd holding the same data.
     KernelMemfd,
-    /// faultmap at a fault-around order.
+    /// faultmap at a fault-around order, with a delivery mode.
     Faultmap {
         /// The fault-around order (windows of `2^order` pages).
         order: u8,
+        /// How faults reach the pager.
+        delivery: Delivery,
     },
 }
 
 impl Engine {
     /// The engines of a run: the two kernel baselines, then faultmap at each
-    /// order.
-    pub fn all(orders: &[u8]) -> Vec<Engine> {
+    /// order, in each delivery mode.
+    pub fn all(orders: &[u8], deliveries: &[Delivery]) -> Vec<Engine> {
         let mut engines = vec![Engine::KernelFile, Engine::KernelMemfd];
-        engines.extend(orders.iter().map(|&order| Engine::Faultmap { order }));
+        for &order in orders {
+            engines.extend(
+                deliveries
+                    .iter()
+                    .map(|&delivery| Engine::Faultmap { order, delivery }),
+            );
+        }
         engines
     }
 
@@ -74,26 +84,41 @@ impl Engine {
         }
     }
 
-    /// The `variant` field of a JSON row.
+    /// The `variant` field of a JSON row: `order=N`, and `,delivery=handler`
+    /// when the delivery is not the library's default.
     pub fn variant(self) -> String {
         match self {
             Engine::KernelFile | Engine::KernelMemfd => "default".into(),
-            Engine::Faultmap { order } => format!("order={order}"),
+            Engine::Faultmap { order, delivery } if delivery == Delivery::default() => {
+                format!("order={order}")
+            }
+            Engine::Faultmap { order, delivery } => {
+                format!("order={order},delivery={}", crate::delivery_name(delivery))
+            }
         }
     }
 
-    /// The column heading in the table.
+    /// The column heading in the table (the delivery mode goes on a second
+    /// heading line).
     pub fn column(self) -> String {
         match self {
             Engine::KernelFile | Engine::KernelMemfd => self.name().into(),
-            Engine::Faultmap { .. } => self.variant(),
+            Engine::Faultmap { order, .. } => format!("order={order}"),
         }
     }
 
     /// The fault-around order, for faultmap.
     pub fn order(self) -> Option<u8> {
         match self {
-            Engine::Faultmap { order } => Some(order),
+            Engine::Faultmap { order, .. } => Some(order),
+            Engine::KernelFile | Engine::KernelMemfd => None,
+        }
+    }
+
+    /// The delivery mode, for faultmap.
+    pub fn delivery(self) -> Option<Delivery> {
+        match self {
+            Engine::Faultmap { delivery, .. } => Some(delivery),
             Engine::KernelFile | Engine::KernelMemfd => None,
         }
     }
@@ -156,7 +181,8 @@ pub struct Engines {
     len: usize,
     file: File,
     memfd: File,
-    pager: Pager,
+    /// One pager per delivery mode measured.
+    pagers: Vec<(Delivery, Pager)>,
     object: Object,
     warm_up: WarmUp,
     rewarm_buf: Vec<u8>,
@@ -164,18 +190,20 @@ pub struct Engines {
 
 impl Engines {
     /// Sets up every engine over `data`: opens the file, copies it into a
-    /// memfd, opens it as a faultmap object and fills that object's cache.
-    pub fn new(data: &Data, pager: Pager) -> Result<Engines> {
+    /// memfd, opens it as a faultmap object and fills that object's cache
+    /// (through the first pager; `pagers` must not be empty).
+    pub fn new(data: &Data, pagers: Vec<(Delivery, Pager)>) -> Result<Engines> {
         let len = usize::try_from(data.len()).context("the file does not fit the address space")?;
         let file = data.open()?;
         let memfd = data.memfd_copy()?;
-        let object = pager.open(FileStore::open(data.path())?)?;
-        let warm_up = warm_object(&pager, &object)?;
+        let (_, first) = pagers.first().context("no pager to measure")?;
+        let object = first.open(FileStore::open(data.path())?)?;
+        let warm_up = warm_object(first, &object)?;
         Ok(Engines {
             len,
             file,
             memfd,
-            pager,
+            pagers,
             object,
             warm_up,
             rewarm_buf: vec![0; REWARM_CHUNK],
@@ -226,13 +254,22 @@ impl Engines {
             .map(|_| match engine {
                 Engine::KernelFile => kernel_map(&self.file).map(View::Kernel),
                 Engine::KernelMemfd => kernel_map(&self.memfd).map(View::Kernel),
-                Engine::Faultmap { order } => self
-                    .pager
+                Engine::Faultmap { order, delivery } => self
+                    .pager(delivery)?
                     .map(&self.object, MapOptions::new().fault_around_order(order))
                     .map(View::Faultmap)
                     .context("mapping the data through faultmap"),
             })
             .collect()
+    }
+
+    /// The pager of a delivery mode.
+    fn pager(&self, delivery: Delivery) -> Result<&Pager> {
+        self.pagers
+            .iter()
+            .find(|(d, _)| *d == delivery)
+            .map(|(_, p)| p)
+            .with_context(|| format!("no pager for {} delivery", crate::delivery_name(delivery)))
     }
 
     /// Reads the whole file so its page cache is warm, then returns the
@@ -280,7 +317,7 @@ fn read_all(file: &File, buf: &mut [u8]) -> std::io::Result<()> {
 
 /// Fills `object`'s cache through one order-9 mapping, touching one byte
 /// per page.
-fn warm_object(pager: &Pager, object: &Object) -> Result<WarmUp> {
+pub(super) fn warm_object(pager: &Pager, object: &Object) -> Result<WarmUp> {
     let start = Instant::now();
     let map = pager
         .map(object, MapOptions::new().fault_around_order(MAX_ORDER))

@@ -12,6 +12,8 @@
 //! `seconds` and the counts are medians over the repetitions. Fields that do
 //! not apply to an engine are null (`order`, `io_count`, `io_bytes` for the
 //! kernel engines; `folios`, `resident_pct` for faultmap). Extra fields:
+//! `delivery` (faultmap: `signal` or `handler`; the variant names it when it
+//! is not the library's default, signal: `order=4,delivery=handler`),
 //! `seconds_min`, `seconds_max`, `seconds_all` (every repetition, in order),
 //! `fault_around_pages` (faultmap's `pgfault_around`), `folios` and
 //! `folio_sample` (kernel engines: `large`, `4k`, `mixed` or `unknown`, and
@@ -68,6 +70,7 @@ struct MachineJson<'a> {
     repetitions_from: &'static str,
     repetitions_budget_seconds: Option<u64>,
     handler_threads: u16,
+    deliveries: Vec<&'static str>,
     kernel_file_folios: &'static str,
     kernel_file_resident_pct_min: Option<f64>,
     kernel_memfd_folios: &'static str,
@@ -93,6 +96,7 @@ struct Row {
     io_bytes: Option<u64>,
     seconds: f64,
     repetitions: usize,
+    delivery: Option<&'static str>,
     seconds_min: f64,
     seconds_max: f64,
     seconds_all: Vec<f64>,
@@ -125,6 +129,11 @@ fn machine(run: &Run) -> MachineJson<'_> {
         repetitions_budget_seconds: (run.repetitions_from == RepsFrom::Budget)
             .then(|| BUDGET.as_secs()),
         handler_threads: run.handler_threads,
+        deliveries: run
+            .deliveries
+            .iter()
+            .map(|&d| crate::delivery_name(d))
+            .collect(),
         kernel_file_folios: kind(Engine::KernelFile),
         kernel_file_resident_pct_min: run.min_resident_pct(),
         kernel_memfd_folios: kind(Engine::KernelMemfd),
@@ -151,6 +160,7 @@ fn row(run: &Run, cell: &Cell) -> Row {
         io_bytes: s.io_bytes,
         seconds: s.seconds,
         repetitions: cell.samples.len(),
+        delivery: cell.engine.delivery().map(crate::delivery_name),
         seconds_min: s.seconds_min,
         seconds_max: s.seconds_max,
         seconds_all: s.seconds_all,

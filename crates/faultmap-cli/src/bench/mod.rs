@@ -33,8 +33,16 @@
 //! Progress goes to stderr (an indicatif bar, hidden when stderr is not a
 //! terminal); the report alone goes to stdout.
 //!
+//! faultmap's columns are one per fault-around order *and* fault delivery
+//! mode (`--delivery`): `signal` (the faulting thread resolves its own hit
+//! in a SIGBUS handler) and `handler` (a handler thread reads the
+//! userfaultfd message and wakes the faulting thread), each with its own
+//! pager over the one object, so the two modes map the same cached pages.
+//!
 //! `--cold` runs another benchmark, seed 001's readahead comparison on cold
-//! caches, with its own orchestrator: see [`cold`].
+//! caches, with its own orchestrator: see [`cold`]. `--parts` and
+//! `--churn` run seed 003's and seed 004's concurrency benchmarks: see
+//! [`scaling`].
 
 mod cold;
 mod data;
@@ -44,13 +52,14 @@ mod probe;
 mod report;
 mod reps;
 mod results;
+mod scaling;
 pub mod workload;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use faultmap::{MapOptions, Pager, PAGE_SIZE};
+use faultmap::{Config, Delivery, MapOptions, Pager, PAGE_SIZE};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use self::data::Data;
@@ -59,13 +68,14 @@ use self::reps::Repetitions;
 use self::results::{Cell, DataInfo, Run};
 use self::workload::{Plan, Workload};
 use crate::units;
-use crate::BenchArgs;
+use crate::{BenchArgs, DeliveryArg};
 
 /// The arguments, checked and de-duplicated.
 #[derive(Debug)]
 struct Settings {
     workloads: Vec<Workload>,
     threads: Vec<u16>,
+    deliveries: Vec<Delivery>,
     engines: Vec<Engine>,
     reps: Repetitions,
 }
@@ -75,6 +85,15 @@ const WARM_WORKLOADS: [Workload; 3] = [Workload::Seq, Workload::Rand, Workload::
 
 /// The warm benchmark's orders without `--orders`.
 const WARM_ORDERS: [u8; 7] = [0, 1, 3, 4, 5, 7, 9];
+
+/// The warm benchmark's delivery modes without `--delivery`.
+const WARM_DELIVERIES: [DeliveryArg; 2] = [DeliveryArg::Signal, DeliveryArg::Handler];
+
+/// Thread counts without `--threads` (warm and cold).
+const DEFAULT_THREADS: [u16; 2] = [1, 2];
+
+/// The generated file's size without `--size` (warm and cold).
+const DEFAULT_SIZE: u64 = 1 << 30;
 
 impl Settings {
     fn from_args(args: &BenchArgs) -> Result<Settings> {
@@ -89,10 +108,12 @@ impl Settings {
                 w.name()
             );
         }
+        let deliveries = deliveries(&args.delivery, &WARM_DELIVERIES);
         Ok(Settings {
             workloads,
-            threads: dedup(&args.threads),
-            engines: Engine::all(&orders),
+            threads: dedup(or_default(&args.threads, &DEFAULT_THREADS)),
+            engines: Engine::all(&orders, &deliveries),
+            deliveries,
             reps: Repetitions::from_arg(args.repetitions),
         })
     }
@@ -120,6 +141,15 @@ fn or_default<'a, T>(list: &'a [T], default: &'a [T]) -> &'a [T] {
     }
 }
 
+/// The library's delivery modes of `--delivery`, or of `default` without
+/// it, in order, without repeats.
+fn deliveries(arg: &[DeliveryArg], default: &[DeliveryArg]) -> Vec<Delivery> {
+    dedup(or_default(arg, default))
+        .into_iter()
+        .map(DeliveryArg::mode)
+        .collect()
+}
+
 /// The items of `list` in order, without repeats.
 fn dedup<T: PartialEq + Copy>(list: &[T]) -> Vec<T> {
     let mut out = Vec::with_capacity(list.len());
@@ -131,22 +161,33 @@ fn dedup<T: PartialEq + Copy>(list: &[T]) -> Vec<T> {
     out
 }
 
-/// Runs `faultmap bench` (or, with `--cold`, [`cold::run`]).
+/// Runs `faultmap bench` (or, with `--cold`, [`cold::run`]; with
+/// `--parts` or `--churn`, [`scaling::run`]).
 pub fn run(args: &BenchArgs) -> Result<()> {
     if args.cold {
         return cold::run(args);
+    }
+    if args.parts {
+        return scaling::run(args, scaling::Kind::Parts);
+    }
+    if args.churn {
+        return scaling::run(args, scaling::Kind::Churn);
     }
     let started = Instant::now();
     // 1. The arguments.
     let settings = Settings::from_args(args)?;
     let config = crate::stats::pager_config(args.handler_threads, args.io_threads);
     config.validate()?;
-    // 2. The pager.
-    let pager = Pager::new(config).context("cannot start the pager")?;
+    // 2. The pagers, one per delivery mode.
+    let pagers = settings
+        .deliveries
+        .iter()
+        .map(|&d| start_pager(config.clone().delivery(d)).map(|p| (d, p)))
+        .collect::<Result<Vec<_>>>()?;
     // 3. The data and the engines.
-    let data = open_data(args)?;
+    let data = open_data(args, DEFAULT_SIZE)?;
     note("copying it into a memfd and filling faultmap's cache");
-    let mut engines = Engines::new(&data, pager)?;
+    let mut engines = Engines::new(&data, pagers)?;
     // 4. The workloads' inputs.
     let len = usize::try_from(data.len()).context("the file does not fit the address space")?;
     let max_threads = settings
@@ -169,6 +210,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         data: data_info(&data),
         workloads: settings.workloads,
         threads: settings.threads,
+        deliveries: settings.deliveries,
         engines: settings.engines,
         repetitions,
         repetitions_from: settings.reps.from(),
@@ -184,13 +226,21 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     )
 }
 
-/// The `--file`, or a generated file of `--size` bytes.
-fn open_data(args: &BenchArgs) -> Result<Data> {
+/// A pager with `config`; its error names the delivery mode.
+fn start_pager(config: Config) -> Result<Pager> {
+    let delivery = crate::delivery_name(config.delivery);
+    Pager::new(config).with_context(|| format!("cannot start the pager ({delivery} delivery)"))
+}
+
+/// The `--file`, or a generated file of `--size` bytes (`default_size`
+/// without it).
+fn open_data(args: &BenchArgs, default_size: u64) -> Result<Data> {
     match &args.file {
         Some(path) => Data::existing(path),
         None => {
-            note(&format!("writing a {} data file", units::bytes(args.size)));
-            Data::generate(args.size)
+            let size = args.size.unwrap_or(default_size);
+            note(&format!("writing a {} data file", units::bytes(size)));
+            Data::generate(size)
         }
     }
 }
@@ -294,7 +344,11 @@ mod tests {
 
     #[test]
     fn a_different_checksum_fails() {
-        let cell = Cell::new(Workload::Seq, 1, Engine::Faultmap { order: 4 });
+        let engine = Engine::Faultmap {
+            order: 4,
+            delivery: Delivery::Signal,
+        };
+        let cell = Cell::new(Workload::Seq, 1, engine);
         let mut expected = None;
         check_checksum(&mut expected, 7, &cell).unwrap();
         check_checksum(&mut expected, 7, &cell).unwrap();

@@ -3,15 +3,20 @@
 //!
 //! ```text
 //!   seq: sequential access: every 8-byte word in order
-//!                             kernel-file  kernel-memfd   order=0  ...
-//!   1 thread   minor-faults         4,096        16,384   262,144  ...
+//!                             kernel-file  kernel-memfd   order=0   order=0  ...
+//!                                                          signal   handler  ...
+//!   1 thread   minor-faults         4,096        16,384   262,144   262,144  ...
 //!              time, seconds     0.061234      0.093121  1.021234  ...
 //!              vs kernel-file                      0.66      0.06  ...
 //!              vs kernel-memfd       1.52                    0.09  ...
 //! ```
 //!
 //! Every number is the median over the repetitions. A `vs X` line divides
-//! X's time by each column's: above 1, that column was faster than X.
+//! X's time by each column's: above 1, that column was faster than X. The
+//! second heading line (the delivery mode) is there when the run measured
+//! more than one.
+
+use faultmap::Delivery;
 
 use super::engine::Engine;
 use super::probe::FolioSample;
@@ -99,14 +104,32 @@ fn kernel_file_line(run: &Run) -> String {
 fn faultmap_line(run: &Run) -> String {
     let w = &run.warm_up;
     format!(
-        "{} handler thread(s); cache filled once before the runs in {:.2} s \
+        "{}; {} handler thread(s); cache filled once before the runs in {:.2} s \
          ({} store reads, {}), {:.1}% cached",
+        deliveries_text(&run.deliveries),
         run.handler_threads,
         w.seconds,
         units::count(w.stats.io_count),
         units::bytes(w.stats.io_bytes),
         w.cached_pct
     )
+}
+
+/// What the delivery modes of a run are.
+pub(super) fn deliveries_text(deliveries: &[Delivery]) -> String {
+    let text: Vec<&str> = deliveries
+        .iter()
+        .map(|&d| match d {
+            Delivery::Signal => {
+                "signal delivery (the faulting thread resolves its own hit in a SIGBUS handler)"
+            }
+            Delivery::Handler => {
+                "handler delivery (a handler thread reads the userfaultfd message and \
+                 wakes the faulting thread)"
+            }
+        })
+        .collect();
+    text.join(" and ")
 }
 
 fn folio_text(sample: Option<FolioSample>) -> String {
@@ -128,6 +151,15 @@ fn block(run: &Run, w: Workload) -> String {
     let mut heading = vec![String::new(), String::new()];
     heading.extend(run.engines.iter().map(|e| e.column()));
     t.row(heading);
+    if run.deliveries.len() > 1 {
+        let mut second = vec![String::new(), String::new()];
+        second.extend(
+            run.engines
+                .iter()
+                .map(|e| e.delivery().map_or("", crate::delivery_name).to_string()),
+        );
+        t.row(second);
+    }
     let any_major = run
         .cells
         .iter()
@@ -195,6 +227,8 @@ fn legend() -> String {
     "\nminor-faults: getrusage minor faults of the process during the walk (kernel \
      columns), faults handled by faultmap (pgfault, order=N columns); all threads \
      together, each thread walking its own mapping of the whole file.\n\
+     signal / handler: faultmap's fault delivery (a SIGBUS handler in the faulting \
+     thread, or a handler thread reading userfaultfd messages).\n\
      vs X: X's median time divided by the column's; above 1, the column was faster \
      than X.\n"
         .into()

@@ -155,6 +155,8 @@ pub struct Run {
     pub workloads: Vec<Workload>,
     /// Thread counts, in the order asked.
     pub threads: Vec<u16>,
+    /// faultmap's delivery modes, in the order asked.
+    pub deliveries: Vec<faultmap::Delivery>,
     /// Engines, in column order.
     pub engines: Vec<Engine>,
     /// Repetitions run.

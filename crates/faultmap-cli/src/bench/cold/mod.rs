@@ -109,7 +109,7 @@ impl ColdSettings {
         config.validate()?;
         Ok(ColdSettings {
             workloads,
-            threads: dedup(&args.threads),
+            threads: dedup(or_default(&args.threads, &super::DEFAULT_THREADS)),
             order,
             ra_pages: args.ra_pages,
             file_io: crate::file_io(args.file_io),
@@ -138,7 +138,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let io_threads = settings.config.io_threads;
     drop(Pager::new(settings.config.clone()).context("cannot start the pager")?);
     // 3. The data.
-    let data = super::open_data(args)?;
+    let data = super::open_data(args, super::DEFAULT_SIZE)?;
     let store = FileStore::open_with(data.path(), settings.file_io)?;
     let ra_pages = settings.ra_pages.unwrap_or_else(|| store.ra_pages());
     let file_io = store.io();
