@@ -144,6 +144,24 @@ pub struct DataInfo {
     pub pages: u64,
 }
 
+impl DataInfo {
+    /// The report's `data` line of the cold and scaling benchmarks: size,
+    /// pages, where it came from, path.
+    pub fn line(&self) -> String {
+        let origin = if self.generated {
+            "generated, removed after"
+        } else {
+            "given with --file"
+        };
+        format!(
+            "{} ({} pages), {origin}: {}",
+            crate::units::bytes(self.bytes),
+            crate::units::count(self.pages),
+            self.path
+        )
+    }
+}
+
 /// Everything the outputs need.
 #[derive(Debug)]
 pub struct Run {

@@ -46,7 +46,7 @@ pub fn render(run: &ColdRun) -> String {
 fn header(run: &ColdRun) -> String {
     let mut t = Table::new(2);
     t.row(["machine".to_string(), run.machine.line()]);
-    t.row(["data".to_string(), data_line(run)]);
+    t.row(["data".to_string(), run.data.line()]);
     t.row(["caches".to_string(), caches_line(run)]);
     t.row(["disk".to_string(), disk_line(run)]);
     t.row(["faultmap".to_string(), faultmap_line(run)]);
@@ -69,21 +69,6 @@ fn header(run: &ColdRun) -> String {
         "faultmap bench --cold: seed 001's readahead comparison on cold caches \
          (case A: around, case C: readahead),\nfaultmap against kernel mmap and the device\n\n{}",
         t.render()
-    )
-}
-
-fn data_line(run: &ColdRun) -> String {
-    let d = &run.data;
-    let origin = if d.generated {
-        "generated, removed after"
-    } else {
-        "given with --file"
-    };
-    format!(
-        "{} ({} pages), {origin}: {}",
-        units::bytes(d.bytes),
-        units::count(d.pages),
-        d.path
     )
 }
 

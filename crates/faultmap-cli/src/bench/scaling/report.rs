@@ -44,7 +44,7 @@ pub fn render(run: &ScaleRun) -> String {
 fn header(run: &ScaleRun) -> String {
     let mut t = Table::new(2);
     t.row(["machine".to_string(), run.machine.line()]);
-    t.row(["data".to_string(), data_line(run)]);
+    t.row(["data".to_string(), run.data.line()]);
     t.row(["faultmap".to_string(), faultmap_line(run)]);
     t.row(["".to_string(), setting_line(run.kind).to_string()]);
     t.row(["delivery".to_string(), delivery_line(run)]);
@@ -70,21 +70,6 @@ fn header(run: &ScaleRun) -> String {
         }
     };
     format!("{title}\n\n{}", t.render())
-}
-
-fn data_line(run: &ScaleRun) -> String {
-    let d = &run.data;
-    let origin = if d.generated {
-        "generated, removed after"
-    } else {
-        "given with --file"
-    };
-    format!(
-        "{} ({} pages), {origin}: {}",
-        units::bytes(d.bytes),
-        units::count(d.pages),
-        d.path
-    )
 }
 
 fn faultmap_line(run: &ScaleRun) -> String {
