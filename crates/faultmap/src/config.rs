@@ -108,9 +108,11 @@ pub enum RegionLookup {
 /// The configuration of a [`crate::Pager`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
-    /// Threads that read the userfaultfd and resolve faults (default 1: a
-    /// second one gains nothing in aggregate on this kernel, see
-    /// `reference/platform.md`).
+    /// Pager threads that resolve faults (default 1: a second one gains
+    /// nothing in aggregate on this kernel, see `reference/platform.md`):
+    /// with handler delivery they read every fault from the userfaultfd;
+    /// with signal delivery only the faults that SIGBUS handlers forward
+    /// (misses, reads in flight, readahead markers).
     pub handler_threads: usize,
     /// How long, in microseconds, a handler thread keeps polling the
     /// userfaultfd without sleeping after it handled a fault (default 50;

@@ -17,7 +17,11 @@
 //!   would ([`readahead`]), on I/O threads, with an unmapped marker page
 //!   that starts the next window asynchronously;
 //! - page lookups take no lock: one atomic state word per page
-//!   ([`page_state`]).
+//!   ([`page_state`]); region lookups take none either (speculative, checked
+//!   by a sequence count, `space`);
+//! - by default the faulting thread resolves a cache hit itself, in a
+//!   SIGBUS handler (`Delivery::Signal`, `signal`), and hands misses to a
+//!   pager thread.
 //!
 //! ```no_run
 //! use faultmap::{Config, FileStore, MapOptions, Pager};

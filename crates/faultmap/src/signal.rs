@@ -40,9 +40,11 @@
 //! Atomics, `UFFDIO_CONTINUE`, `eventfd` writes, `futex`, `sched_getcpu`,
 //! `sigaction` and `raise`: all async-signal-safe. No allocation (page-state
 //! chunks are only ever allocated on the miss path, on pager threads, from
-//! `crate::pool`), no lock (the benchmark-only global cache lock aside), no
-//! thread-local storage, no panic (slices are indexed with `get`; the
-//! arithmetic cannot overflow on addresses inside a region).
+//! `crate::pool`), no lock (but the benchmark-only global cache lock, and the
+//! table's lock with `RegionLookup::Classic`: see `classic` for why that one
+//! is safe here), no thread-local storage, no panic (slices are indexed
+//! with `get`; the arithmetic cannot overflow on addresses inside a
+//! region).
 //!
 //! # What the application must know
 //!

@@ -30,11 +30,23 @@ use super::probe::{FolioSample, Machine};
 use super::reps::BUDGET;
 use super::results::{Cell, DataInfo, RepsFrom, Run};
 
-/// The whole document.
+/// The whole document of every benchmark: `{"machine": {...}, "results":
+/// [row, ...]}`.
 #[derive(Serialize)]
-struct Document<'a> {
-    machine: MachineJson<'a>,
-    results: Vec<Row>,
+struct Document<M, R> {
+    machine: M,
+    results: Vec<R>,
+}
+
+/// Writes one benchmark's document, and a newline, to `out`.
+pub fn write_document(
+    out: &mut impl Write,
+    machine: impl Serialize,
+    results: Vec<impl Serialize>,
+) -> Result<()> {
+    serde_json::to_writer_pretty(&mut *out, &Document { machine, results })?;
+    writeln!(out)?;
+    Ok(())
 }
 
 /// The machine and the data: the first fields of the machine object, also
@@ -108,13 +120,8 @@ struct Row {
 
 /// Writes the document, and a newline, to `out`.
 pub fn write(run: &Run, out: &mut impl Write) -> Result<()> {
-    let doc = Document {
-        machine: machine(run),
-        results: run.cells.iter().map(|c| row(run, c)).collect(),
-    };
-    serde_json::to_writer_pretty(&mut *out, &doc)?;
-    writeln!(out)?;
-    Ok(())
+    let results: Vec<Row> = run.cells.iter().map(|c| row(run, c)).collect();
+    write_document(out, machine(run), results)
 }
 
 fn machine(run: &Run) -> MachineJson<'_> {

@@ -33,14 +33,7 @@ use serde::Serialize;
 use super::engine::ColdEngine;
 use super::results::{ColdCell, ColdRun, Goal};
 use crate::access::Access;
-use crate::bench::json::MachineData;
-
-/// The whole document.
-#[derive(Serialize)]
-struct Document<'a> {
-    machine: MachineJson<'a>,
-    results: Vec<Row>,
-}
+use crate::bench::json::{write_document, MachineData};
 
 /// The machine, the data, the run's settings and the goals.
 #[derive(Serialize)]
@@ -102,18 +95,13 @@ struct Row {
 
 /// Writes the document, and a newline, to `out`.
 pub fn write(run: &ColdRun, out: &mut impl Write) -> Result<()> {
-    let doc = Document {
-        machine: machine(run),
-        results: run
-            .cells
-            .iter()
-            .filter(|c| !c.samples.is_empty())
-            .map(|c| row(run, c))
-            .collect(),
-    };
-    serde_json::to_writer_pretty(&mut *out, &doc)?;
-    writeln!(out)?;
-    Ok(())
+    let results: Vec<Row> = run
+        .cells
+        .iter()
+        .filter(|c| !c.samples.is_empty())
+        .map(|c| row(run, c))
+        .collect();
+    write_document(out, machine(run), results)
 }
 
 fn machine(run: &ColdRun) -> MachineJson<'_> {

@@ -30,14 +30,7 @@ use serde::Serialize;
 use super::churn::{CHURN_LIVE, CHURN_PAGES};
 use super::results::{Cell, Goal, ScaleRun};
 use super::{Column, Kind};
-use crate::bench::json::MachineData;
-
-/// The whole document.
-#[derive(Serialize)]
-struct Document<'a> {
-    machine: MachineJson<'a>,
-    results: Vec<Row>,
-}
+use crate::bench::json::{write_document, MachineData};
 
 /// The machine, the data, the run's settings and the goals.
 #[derive(Serialize)]
@@ -106,13 +99,8 @@ struct Row {
 
 /// Writes the document, and a newline, to `out`.
 pub fn write(run: &ScaleRun, out: &mut impl Write) -> Result<()> {
-    let doc = Document {
-        machine: machine(run),
-        results: run.cells.iter().map(|c| row(run, c)).collect(),
-    };
-    serde_json::to_writer_pretty(&mut *out, &doc)?;
-    writeln!(out)?;
-    Ok(())
+    let results: Vec<Row> = run.cells.iter().map(|c| row(run, c)).collect();
+    write_document(out, machine(run), results)
 }
 
 fn machine(run: &ScaleRun) -> MachineJson<'_> {
