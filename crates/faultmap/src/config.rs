@@ -5,6 +5,8 @@
 
 use crate::fault_around::{DEFAULT_ORDER, MAX_ORDER};
 use crate::readahead::Mode;
+use std::time::Duration;
+
 use crate::sys::PAGE_SIZE;
 
 /// The most handler threads a pager may have.
@@ -22,12 +24,40 @@ pub const MAX_IO_THREADS: usize = 64;
 /// The largest readahead window a mapping may ask for: 64 MiB.
 pub const MAX_RA_PAGES: u64 = 16_384;
 
+/// The smallest memory budget: 1 MiB (a budget must hold a few readahead
+/// windows to make progress).
+pub const MIN_BUDGET: u64 = 1 << 20;
+
+/// The most times a failed store request is tried again before its pages
+/// fail.
+pub const MAX_IO_RETRIES: u32 = 16;
+
+/// The default store timeout: a store call that has not returned after this
+/// long fails the faults that wait for it.
+pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The default age at which the background flusher writes a dirty page
+/// (the kernel's `dirty_expire_centisecs`, 30 s).
+pub const DEFAULT_DIRTY_EXPIRE: Duration = Duration::from_secs(30);
+
 /// A tunable out of its bounds.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     /// `handler_threads` is 0 or above the maximum.
     #[error("handler_threads must be 1..={MAX_HANDLER_THREADS}, got {0}")]
     HandlerThreads(usize),
+    /// `memory_budget` is below [`MIN_BUDGET`].
+    #[error("memory_budget must be at least {MIN_BUDGET} bytes, got {0}")]
+    Budget(u64),
+    /// `io_retries` is above [`MAX_IO_RETRIES`].
+    #[error("io_retries must be 0..={MAX_IO_RETRIES}, got {0}")]
+    IoRetries(u32),
+    /// `io_timeout` is zero.
+    #[error("io_timeout must be above zero")]
+    IoTimeout,
+    /// `dirty_expire` is zero.
+    #[error("dirty_expire must be above zero")]
+    DirtyExpire,
     /// `io_threads` is 0 or above the maximum.
     #[error("io_threads must be 1..={MAX_IO_THREADS}, got {0}")]
     IoThreads(usize),
@@ -137,6 +167,20 @@ pub struct Config {
     /// one global mutex, the cache that seed 003 replaced. Never faster.
     #[doc(hidden)]
     pub bench_global_cache_lock: bool,
+    /// The most bytes of object data the pager keeps cached, over all the
+    /// objects it opened (`None`, the default: no limit). Near the budget
+    /// an evictor thread frees the pages a CLOCK hand finds unused
+    /// (`crate::evict`); readahead shrinks to what fits.
+    pub memory_budget: Option<u64>,
+    /// How many times a failed store request is tried again before its
+    /// pages fail (default 2; the faults then get SIGBUS).
+    pub io_retries: u32,
+    /// How long a store call may take before the faults waiting for it
+    /// fail (SIGBUS) and the error is reported (default 30 s).
+    pub io_timeout: Duration,
+    /// How long a page may stay dirty before the background flusher writes
+    /// it back (default 30 s, the kernel's `dirty_expire_centisecs`).
+    pub dirty_expire: Duration,
 }
 
 impl Default for Config {
@@ -148,6 +192,10 @@ impl Default for Config {
             delivery: Delivery::default(),
             region_lookup: RegionLookup::default(),
             bench_global_cache_lock: false,
+            memory_budget: None,
+            io_retries: 2,
+            io_timeout: DEFAULT_IO_TIMEOUT,
+            dirty_expire: DEFAULT_DIRTY_EXPIRE,
         }
     }
 }
@@ -183,8 +231,46 @@ impl Config {
         self
     }
 
+    /// Sets the memory budget in bytes (rounded down to whole pages).
+    pub fn memory_budget(mut self, bytes: u64) -> Self {
+        self.memory_budget = Some(bytes);
+        self
+    }
+
+    /// Sets how many times a failed store request is retried.
+    pub fn io_retries(mut self, n: u32) -> Self {
+        self.io_retries = n;
+        self
+    }
+
+    /// Sets the store timeout.
+    pub fn io_timeout(mut self, timeout: Duration) -> Self {
+        self.io_timeout = timeout;
+        self
+    }
+
+    /// Sets the age at which the background flusher writes dirty pages.
+    pub fn dirty_expire(mut self, age: Duration) -> Self {
+        self.dirty_expire = age;
+        self
+    }
+
     /// Checks every bound.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(b) = self.memory_budget {
+            if b < MIN_BUDGET {
+                return Err(ConfigError::Budget(b));
+            }
+        }
+        if self.io_retries > MAX_IO_RETRIES {
+            return Err(ConfigError::IoRetries(self.io_retries));
+        }
+        if self.io_timeout.is_zero() {
+            return Err(ConfigError::IoTimeout);
+        }
+        if self.dirty_expire.is_zero() {
+            return Err(ConfigError::DirtyExpire);
+        }
         if !(1..=MAX_HANDLER_THREADS).contains(&self.handler_threads) {
             return Err(ConfigError::HandlerThreads(self.handler_threads));
         }

@@ -875,7 +875,14 @@ fn pin_ready(
             if seen.state() != State::UpToDate || (seen.is_marker() && i != fault_i) {
                 break;
             }
-            match state.try_pin(seen) {
+            // The faulting page is the one used: REFERENCED (its accessed
+            // bit, for the CLOCK); neighbours are only MAPPED ("old").
+            let pin = if i == fault_i {
+                state.try_pin_referenced(seen)
+            } else {
+                state.try_pin(seen)
+            };
+            match pin {
                 Ok(first_use) => {
                     pinned.insert(i);
                     if first_use {

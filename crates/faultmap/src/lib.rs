@@ -43,6 +43,7 @@
 //! see [`Pager::serves_kernel_faults`].
 
 pub(crate) mod cache;
+pub mod clock;
 mod config;
 pub(crate) mod fault;
 pub mod fault_around;

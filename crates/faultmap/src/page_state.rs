@@ -12,18 +12,30 @@
 //! # Layout
 //!
 //! ```text
-//!   63                                 24 23            8 7     2 1   0
-//!  +-------------------------------------+---------------+-------+-----+
-//!  |              version                |     pins      | flags |state|
-//!  +-------------------------------------+---------------+-------+-----+
-//!   flags: bit 2 WAITERS   (a fault waits for the read in flight)
-//!          bit 3 MARKER    (readahead marker: fault-around skips it)
-//!          bit 4 READAHEAD (read ahead, not mapped by anyone yet: the
-//!                           first pin clears it, which is how the
-//!                           readahead miss ratio is counted)
-//!          bit 5 FAILED    (ABSENT because the last read failed: the next
-//!                           fault reads this page alone, and SIGBUS if
-//!                           that fails too)
+//!   63                 32 31            16 15                 2 1   0
+//!  +---------------------+----------------+--------------------+-----+
+//!  |       version       |      pins      |       flags        |state|
+//!  +---------------------+----------------+--------------------+-----+
+//!   flags: bit  2 WAITERS    (a fault waits for the read in flight)
+//!          bit  3 MARKER     (readahead marker: fault-around skips it)
+//!          bit  4 READAHEAD  (read ahead, not mapped by anyone yet: the
+//!                             first pin clears it, which is how the
+//!                             readahead miss ratio is counted)
+//!          bit  5 FAILED     (ABSENT because the last read failed: the next
+//!                             fault reads this page alone, and SIGBUS if
+//!                             that fails too)
+//!          bit  6 REFERENCED (a fault mapped it since the CLOCK hand last
+//!                             looked: the PTE's accessed bit)
+//!          bit  7 SECOND     (the hand found it referenced once already:
+//!                             PG_referenced)
+//!          bit  8 ACTIVE     (in the active set: protected from the hand
+//!                             while the active set is within its target)
+//!          bit  9 MAPPED     (mapped somewhere since the hand last
+//!                             unmapped it)
+//!          bit 10 DIRTY      (written since its last write-back began)
+//!          bit 11 WRITEBACK  (being written back to the store)
+//!          bit 12 STALLED    (READING, and the read outlived the store
+//!                             timeout: faults on it fail instead of waiting)
 //! ```
 //!
 //! # States and transitions
@@ -48,7 +60,13 @@
 //! | `clear_marker` | any       | -MARKER  | the fault that consumes it       |
 //! | `try_pin`      | UPTODATE  | pins+1   | any reader, lock-free            |
 //! | `unpin`        | pins      | pins-1   | the pin's holder                 |
-//! | `begin_evict`  | UPTODATE, 0 pins | EVICTING | the evictor (later issue) |
+//! | `pin_mapping`  | UPTODATE  | pins+1, MAPPED (+REFERENCED) | the fault path |
+//! | `set_dirty`    | pinned    | +DIRTY   | a write fault, after unprotecting |
+//! | `begin_writeback` | DIRTY  | -DIRTY +WRITEBACK | the flusher   |
+//! | `end_writeback`| WRITEBACK | -WRITEBACK (+DIRTY on error) | the flusher |
+//! | `clock`        | UPTODATE  | CLOCK flags | the evictor's hand        |
+//! | `stall`        | READING   | +STALLED | the store-timeout watchdog       |
+//! | `begin_evict`  | UPTODATE, 0 pins, clean | EVICTING | evictor, invalidation |
 //! | `finish_evict` | EVICTING  | ABSENT   | the evictor, hole punched        |
 //!
 //! Every state change (not a pin) bumps the version, so a reader that loaded
@@ -78,13 +96,22 @@ const WAITERS: u64 = 1 << 2;
 const MARKER: u64 = 1 << 3;
 const READAHEAD: u64 = 1 << 4;
 const FAILED: u64 = 1 << 5;
+const REFERENCED: u64 = 1 << 6;
+const SECOND: u64 = 1 << 7;
+const ACTIVE: u64 = 1 << 8;
+const MAPPED: u64 = 1 << 9;
+const DIRTY: u64 = 1 << 10;
+const WRITEBACK: u64 = 1 << 11;
+const STALLED: u64 = 1 << 12;
+/// The CLOCK's flags: what the hand reads and rewrites.
+const CLOCK_FLAGS: u64 = REFERENCED | SECOND | ACTIVE | MAPPED;
 /// Flags that live from the end of a read to the first pin.
 const UNMAPPED_FLAGS: u64 = READAHEAD;
 
-const PIN_SHIFT: u32 = 8;
+const PIN_SHIFT: u32 = 16;
 const PIN_ONE: u64 = 1 << PIN_SHIFT;
 const PIN_MASK: u64 = 0xFFFF << PIN_SHIFT;
-const VERSION_SHIFT: u32 = 24;
+const VERSION_SHIFT: u32 = 32;
 const VERSION_ONE: u64 = 1 << VERSION_SHIFT;
 
 /// A decoded state, for callers that branch on it.
@@ -136,6 +163,42 @@ impl Word {
     /// Whether the page is ABSENT because its last read failed.
     pub fn has_failed(self) -> bool {
         self.0 & FAILED != 0
+    }
+
+    /// Whether a fault mapped the page since the CLOCK hand last looked.
+    pub fn is_referenced(self) -> bool {
+        self.0 & REFERENCED != 0
+    }
+
+    /// Whether the page is in the active set.
+    pub fn is_active(self) -> bool {
+        self.0 & ACTIVE != 0
+    }
+
+    /// Whether the page was written since its last write-back began.
+    pub fn is_dirty(self) -> bool {
+        self.0 & DIRTY != 0
+    }
+
+    /// Whether the page is being written back.
+    pub fn is_writeback(self) -> bool {
+        self.0 & WRITEBACK != 0
+    }
+
+    /// Whether the page's read outlived the store timeout.
+    pub fn is_stalled(self) -> bool {
+        self.0 & STALLED != 0
+    }
+
+    /// The CLOCK's view of the page.
+    pub fn clock_bits(self) -> crate::clock::Bits {
+        crate::clock::Bits {
+            referenced: self.0 & REFERENCED != 0,
+            second: self.0 & SECOND != 0,
+            active: self.0 & ACTIVE != 0,
+            mapped: self.0 & MAPPED != 0,
+            dirty: self.0 & (DIRTY | WRITEBACK) != 0,
+        }
     }
 
     /// How many pins are held.
@@ -224,11 +287,11 @@ impl PageState {
             // A successful read keeps the marker (if no fault consumed it
             // meanwhile); a failed one drops it with the page.
             let kept = if to & STATE_MASK == UPTODATE {
-                cur.0 & MARKER
+                cur.0 & (MARKER | ACTIVE)
             } else {
                 0
             };
-            let flags = MARKER | UNMAPPED_FLAGS | FAILED;
+            let flags = MARKER | UNMAPPED_FLAGS | FAILED | STALLED | CLOCK_FLAGS;
             let new = Word((cur.with_state(to).0 & !flags) | (to & flags) | kept);
             match self.cas(cur, new) {
                 Ok(old) => return old,
@@ -263,11 +326,122 @@ impl PageState {
     /// On success, returns whether this pin cleared READAHEAD: the first
     /// use of a page read ahead.
     pub fn try_pin(&self, seen: Word) -> Result<bool, Word> {
+        self.pin_with(seen, MAPPED)
+    }
+
+    /// [`PageState::try_pin`] for the faulting page itself: also sets
+    /// REFERENCED, the accessed bit the CLOCK hand samples.
+    pub fn try_pin_referenced(&self, seen: Word) -> Result<bool, Word> {
+        self.pin_with(seen, MAPPED | REFERENCED)
+    }
+
+    /// Pins an UPTODATE page for I/O (write-back): no flag changes.
+    pub fn try_pin_io(&self, seen: Word) -> Result<(), Word> {
         if seen.state() != State::UpToDate || seen.0 & PIN_MASK == PIN_MASK {
             return Err(seen);
         }
-        let new = Word((seen.0 + PIN_ONE) & !UNMAPPED_FLAGS);
+        self.cas(seen, Word(seen.0 + PIN_ONE)).map(|_| ())
+    }
+
+    fn pin_with(&self, seen: Word, set: u64) -> Result<bool, Word> {
+        if seen.state() != State::UpToDate || seen.0 & PIN_MASK == PIN_MASK {
+            return Err(seen);
+        }
+        let new = Word(((seen.0 + PIN_ONE) & !UNMAPPED_FLAGS) | set);
         self.cas(seen, new).map(|_| seen.is_read_ahead())
+    }
+
+    /// Marks a pinned page DIRTY (a write fault, after it unprotected the
+    /// page: see `crate::writeback` for why in that order). Returns whether
+    /// the page was clean (not DIRTY) before: the first write since its
+    /// last write-back began.
+    pub fn set_dirty(&self) -> bool {
+        let old = self.0.fetch_or(DIRTY, Ordering::AcqRel);
+        debug_assert!(old & PIN_MASK != 0, "set_dirty without a pin");
+        old & DIRTY == 0
+    }
+
+    /// DIRTY → WRITEBACK, by the one writer-back of the page (the caller
+    /// holds an I/O pin). Returns false if the page is clean or already
+    /// being written back.
+    pub fn begin_writeback(&self) -> bool {
+        let mut cur = self.load();
+        while cur.0 & DIRTY != 0 && cur.0 & WRITEBACK == 0 {
+            match self.cas(cur, Word((cur.0 & !DIRTY) | WRITEBACK)) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
+        false
+    }
+
+    /// Ends a write-back: clears WRITEBACK, and if it failed sets DIRTY
+    /// again (the data must be written later, as the kernel redirties a
+    /// page whose write-back failed).
+    pub fn end_writeback(&self, ok: bool) {
+        let mut cur = self.load();
+        loop {
+            debug_assert!(cur.0 & WRITEBACK != 0);
+            let new = Word((cur.0 & !WRITEBACK) | if ok { 0 } else { DIRTY });
+            match self.cas(cur, new) {
+                Ok(_) => return,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// The CLOCK hand's visit: `decide` maps the page's CLOCK bits to new
+    /// ones (and the caller's action), applied in one CAS, retried on
+    /// change. Returns `None` if the page is not UPTODATE (nothing to do).
+    pub fn clock<A>(
+        &self,
+        mut decide: impl FnMut(crate::clock::Bits) -> (crate::clock::Bits, A),
+    ) -> Option<A> {
+        let mut cur = self.load();
+        loop {
+            if cur.state() != State::UpToDate {
+                return None;
+            }
+            let (bits, action) = decide(cur.clock_bits());
+            let mut new = cur.0 & !CLOCK_FLAGS;
+            for (on, bit) in [
+                (bits.referenced, REFERENCED),
+                (bits.second, SECOND),
+                (bits.active, ACTIVE),
+                (bits.mapped, MAPPED),
+            ] {
+                if on {
+                    new |= bit;
+                }
+            }
+            if new == cur.0 {
+                return Some(action);
+            }
+            match self.cas(cur, Word(new)) {
+                Ok(_) => return Some(action),
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Puts a page being read (claimed by this caller) in the active set at
+    /// once: a refault of a page evicted recently (`crate::workingset`).
+    pub fn mark_active(&self) {
+        self.0.fetch_or(ACTIVE, Ordering::AcqRel);
+    }
+
+    /// READING → READING+STALLED: the read outlived the store timeout.
+    /// Returns the replaced word (to see whether faults wait), or `None` if
+    /// the page is no longer READING.
+    pub fn stall(&self) -> Option<Word> {
+        let mut cur = self.load();
+        while cur.state() == State::Reading {
+            match self.cas(cur, Word(cur.0 | STALLED)) {
+                Ok(old) => return Some(old),
+                Err(now) => cur = now,
+            }
+        }
+        None
     }
 
     /// Drops a pin taken with [`PageState::try_pin`].
@@ -292,15 +466,30 @@ impl PageState {
         false
     }
 
-    /// UPTODATE with no pins → EVICTING. Returns true if this caller now owns
-    /// the eviction.
+    /// UPTODATE with no pins, clean (not DIRTY nor WRITEBACK) → EVICTING,
+    /// clearing the CLOCK flags. Returns true if this caller now owns the
+    /// eviction.
     pub fn begin_evict(&self) -> bool {
-        let cur = self.load();
-        if cur.state() != State::UpToDate || cur.pins() != 0 {
+        self.begin_evict_from(self.load())
+    }
+
+    fn begin_evict_from(&self, cur: Word) -> bool {
+        if cur.state() != State::UpToDate || cur.pins() != 0 || cur.0 & (DIRTY | WRITEBACK) != 0 {
             return false;
         }
-        let new = Word(cur.with_state(EVICTING).0 & !(MARKER | UNMAPPED_FLAGS));
+        let new = Word(cur.with_state(EVICTING).0 & !(MARKER | UNMAPPED_FLAGS | CLOCK_FLAGS));
         self.cas(cur, new).is_ok()
+    }
+
+    /// [`PageState::begin_evict`] for the CLOCK hand: fails also if a fault
+    /// used the page since the hand's visit (REFERENCED or MAPPED set
+    /// again), so that a page is never evicted right after a use.
+    pub fn begin_reclaim(&self) -> bool {
+        let cur = self.load();
+        if cur.0 & (REFERENCED | MAPPED | ACTIVE) != 0 {
+            return false;
+        }
+        self.begin_evict_from(cur)
     }
 
     /// EVICTING → ABSENT, by the evictor, after the page left the memfd.

@@ -21,6 +21,16 @@
 //! | `spf_abort`      | `VMA_LOCK_ABORT`   | speculative attempts that found their region changing |
 //! | `spf_fallback`   | (classic path)     | faults the speculative lookup did not find  |
 //! | `forwarded`      | (none)             | SIGBUS-mode faults handed to a pager thread |
+//! | `evicted`        | `pgsteal_file`     | pages evicted by the CLOCK hand             |
+//! | `refault`        | `workingset_refault_file` (+`_activate`) | pages read again soon after eviction, activated |
+//! | `clock_unmapped` | (PTE young clearing) | pages unmapped everywhere to sample their use |
+//! | `clock_referenced` | `pgrefill`/referenced | pages the hand found used since its last visit |
+//! | `clock_activated`| `pgactivate`       | pages moved into the active set            |
+//! | `write_faults`   | `pgfault` on write-protected PTEs | first writes to clean pages  |
+//! | `written_back`   | `nr_written`       | pages written back to the store             |
+//! | `writeback_errors` | `AS_EIO`         | failed store writes                         |
+//! | `io_retries`     | (none)             | failed store requests tried again           |
+//! | `io_timeouts`    | (none)             | store calls that outlived the timeout       |
 
 use std::time::{Duration, Instant};
 
@@ -139,6 +149,28 @@ counters! {
     /// Faults that a SIGBUS handler forwarded to a pager thread (a miss, a
     /// read in flight, a readahead marker, a failed page).
     forwarded,
+    /// Pages evicted from the cache by the CLOCK hand.
+    evicted,
+    /// Pages read again soon after their eviction (`workingset_refault`):
+    /// each goes straight into the active set (`workingset_activate`).
+    refault,
+    /// Pages the hand unmapped from every mapping to sample their next use.
+    clock_unmapped,
+    /// Pages the hand found used since its last visit (a fault mapped
+    /// them: the accessed bit).
+    clock_referenced,
+    /// Pages the hand moved into the active set (used on two visits).
+    clock_activated,
+    /// First writes to a clean page (write-protect faults).
+    write_faults,
+    /// Pages written back to the store.
+    written_back,
+    /// Failed store writes (the pages stay dirty).
+    writeback_errors,
+    /// Store requests tried again after a failure.
+    io_retries,
+    /// Store calls that outlived the store timeout.
+    io_timeouts,
 }
 
 // ---------------------------------------------------------------------------
