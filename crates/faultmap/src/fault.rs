@@ -516,6 +516,7 @@ fn hit(
         let submitted = submit_window(env, region, &w, None, false, ra);
         ra.window(&w, submitted.requests, submitted.pages);
         tally.io_count += submitted.requests;
+        tally.refault += submitted.refaults;
     }
 }
 
@@ -552,6 +553,7 @@ fn miss(
         tally.io_retry_single += u64::from(word.has_failed());
     }
     tally.io_count += submitted.requests;
+    tally.refault += submitted.refaults;
     submitted.demand
 }
 
@@ -563,6 +565,8 @@ struct Submitted {
     requests: u64,
     /// Pages claimed and submitted.
     pages: u64,
+    /// Of those, pages read again soon after their eviction.
+    refaults: u64,
 }
 
 /// Claims the absent pages of `w` and submits them to the I/O threads in
@@ -580,19 +584,37 @@ fn submit_window(
 ) -> Submitted {
     let object = &region.object;
     let states = &object.cache.states;
+    let budget = &object.budget;
     if let Some(d) = demand {
         if !states.get_or_alloc(d).is_some_and(|s| s.begin_read()) {
             return Submitted {
                 demand: false,
                 requests: 0,
                 pages: 0,
+                refaults: 0,
             };
         }
+        // The page a fault waits for is always read, budget or not.
+        budget.charge_demand(object);
     }
-    // 1. Claim the window's absent pages, as runs.
+    // 1. Claim the window's absent pages that fit in the budget, as runs
+    //    (the window shrinks, as readahead does when allocations fail).
     let mut runs: Vec<Range<ObjectPage>> = Vec::new();
+    let mut full = false;
     for p in w.pages().map(ObjectPage) {
-        let won = Some(p) == demand || states.get_or_alloc(p).is_some_and(|s| s.begin_read());
+        let won = Some(p) == demand
+            || (!full
+                && states.get_or_alloc(p).is_some_and(|s| {
+                    if !budget.try_charge(object) {
+                        full = true;
+                        return false;
+                    }
+                    if s.begin_read() {
+                        return true;
+                    }
+                    budget.uncharge(object, 1);
+                    false
+                }));
         if !won {
             continue;
         }
@@ -601,6 +623,19 @@ fn submit_window(
             _ => runs.push(p..p.add(1)),
         }
     }
+    // Pages evicted recently are the working set: straight to the active
+    // set (`crate::workingset`).
+    let refaults = object.shadows.take_refaults(
+        runs.iter().flat_map(|r| r.start.0..r.end.0),
+        budget.age.now(),
+        budget.refault_threshold(),
+    );
+    for &p in &refaults {
+        if let Some(state) = states.get(ObjectPage(p)) {
+            state.mark_active();
+        }
+    }
+    budget.activated(refaults.len() as u64);
     // 2. Cut them into requests; the demand page's first.
     // Whatever the store says, a request is 1..=MAX_RA_PAGES pages.
     let io_pages = object.store.io_pages().clamp(1, MAX_RA_PAGES);
@@ -648,6 +683,7 @@ fn submit_window(
         demand: demand.is_some(),
         requests: requests.len() as u64,
         pages: claimed,
+        refaults: refaults.len() as u64,
     }
 }
 
@@ -656,20 +692,21 @@ fn submit_window(
 /// application said what it needs. Like the kernel's `force_page_cache_ra`,
 /// it reads at most `max(io_pages, ra_pages)` pages from the range's start.
 /// It is not a readahead window of the policy's: it is left out of the
-/// pattern rows. Returns the store requests submitted.
+/// pattern rows. Returns the store requests submitted and the refaults
+/// among the pages.
 pub(crate) fn read_ahead(
     env: &FaultEnv<'_>,
     region: &Arc<Region>,
     pages: Range<u64>,
     ra: &mut RaTally,
-) -> u64 {
+) -> (u64, u64) {
     let most = region.object.store.io_pages().max(region.ra_pages).max(1);
     let end = pages
         .end
         .min(region.pages)
         .min(pages.start.saturating_add(most));
     if pages.start >= end {
-        return 0;
+        return (0, 0);
     }
     let first = region.object_page(pages.start);
     let w = Window {
@@ -680,7 +717,8 @@ pub(crate) fn read_ahead(
         sync: false,
         eof: false,
     };
-    submit_window(env, region, &w, None, false, ra).requests
+    let submitted = submit_window(env, region, &w, None, false, ra);
+    (submitted.requests, submitted.refaults)
 }
 
 /// Parks the fault at `addr` on object page `opage`, which is READING.
@@ -723,6 +761,15 @@ pub(crate) fn end_reads(
     demand: Option<ObjectPage>,
 ) -> bool {
     let mut waiters = false;
+    if !ok {
+        // Whatever the store wrote before it failed is dropped while the
+        // pages are still ours (READING), so a failed read holds no memory.
+        let _ = sys::punch_hole(
+            object.cache.memfd(),
+            pages.start.offset(),
+            (pages.end.0 - pages.start.0) * PAGE_SIZE as u64,
+        );
+    }
     for p in pages.start.0..pages.end.0 {
         let p = ObjectPage(p);
         if let Some(state) = object.cache.states.get(p) {
@@ -731,8 +778,14 @@ pub(crate) fn end_reads(
             } else {
                 state.fail_read()
             };
+            if !ok && old.is_active() {
+                object.budget.deactivated(1);
+            }
             waiters |= old.has_waiters();
         }
+    }
+    if !ok {
+        object.budget.uncharge(object, pages.end.0 - pages.start.0);
     }
     waiters
 }

@@ -12,11 +12,16 @@
 //!    nothing to drop. From here no fault can pin the page (pins need
 //!    UPTODATE), so none can map it again.
 //! 2. **Unmap everywhere.** Every region that maps the object and overlaps
-//!    the batch (the object's list of mappings) drops its PTEs there
-//!    (`MADV_DONTNEED`) after clearing its mapped bits.
+//!    the batch (the object's reverse map, `crate::rmap`: only the regions
+//!    that overlap each run) drops its PTEs there (`MADV_DONTNEED`) after
+//!    clearing its mapped bits.
 //! 3. **Punch.** The pages leave the memfd (`FALLOC_FL_PUNCH_HOLE`).
-//! 4. **Release.** `finish_evict`: EVICTING → ABSENT. The next touch of a
-//!    page is a miss that reads it from the store again.
+//! 4. **Release.** `finish_evict`: EVICTING → ABSENT, uncharged from the
+//!    budget. The next touch of a page is a miss that reads it from the
+//!    store again (a new read, not a refault: the page's shadow is
+//!    forgotten).
+//!
+//! The CLOCK hand (`crate::evict`) evicts with steps 2 to 4 too.
 //!
 //! A fault that meets an EVICTING page counts a `lookup_retry` and looks
 //! again; it never maps a page between steps 2 and 4, because it cannot
@@ -39,6 +44,7 @@ const BATCH: u64 = PTRS_PER_PTE as u64;
 /// of it. Returns how many cached pages were dropped.
 pub(crate) fn invalidate(object: &ObjectCore, pages: Range<ObjectPage>) -> std::io::Result<u64> {
     let end = pages.end.0.min(object.cache.states.pages());
+    object.shadows.forget(pages.start.0..end);
     let mut dropped = 0;
     let mut start = pages.start.0;
     while start < end {
@@ -81,17 +87,17 @@ fn invalidate_batch(object: &ObjectCore, pages: Range<u64>) -> std::io::Result<u
     Ok(dropped)
 }
 
-/// Steps 2 to 4 for frozen pages (sorted).
-fn drop_frozen(object: &ObjectCore, frozen: &[u64]) -> std::io::Result<u64> {
+/// Steps 2 to 4 for frozen pages (sorted): unmapped from every region that
+/// maps them, punched, released ABSENT and uncharged.
+pub(crate) fn drop_frozen(object: &ObjectCore, frozen: &[u64]) -> std::io::Result<u64> {
     if frozen.is_empty() {
         return Ok(0);
     }
     let runs = runs_of(frozen);
-    // 2. Unmap from every mapping of the object; 3. punch.
-    let regions = object.mapped_by();
+    // 2. Unmap from every mapping of the object over the run; 3. punch.
     let mut result = Ok(());
     for run in &runs {
-        for region in &regions {
+        for region in &object.rmap.overlapping(run.clone()) {
             if let Err(e) = zap(region, run.clone()) {
                 result = Err(e);
             }
@@ -110,6 +116,7 @@ fn drop_frozen(object: &ObjectCore, frozen: &[u64]) -> std::io::Result<u64> {
             state.finish_evict();
         }
     }
+    object.budget.uncharge(object, frozen.len() as u64);
     result.map(|()| frozen.len() as u64)
 }
 
@@ -127,15 +134,21 @@ fn freeze(object: &ObjectCore, page: ObjectPage) -> Freeze {
     let Some(state) = object.cache.states.get(page) else {
         return Freeze::Gone;
     };
-    match state.load().state() {
+    let seen = state.load();
+    match seen.state() {
         State::Absent => Freeze::Gone,
-        State::UpToDate if state.begin_evict() => Freeze::Frozen,
+        State::UpToDate if state.begin_evict_seen(seen) => {
+            if seen.is_active() {
+                object.budget.deactivated(1);
+            }
+            Freeze::Frozen
+        }
         State::UpToDate | State::Reading | State::Evicting => Freeze::Busy,
     }
 }
 
 /// Unmaps object pages `pages` from `region`, if it maps any of them.
-fn zap(region: &Arc<Region>, pages: Range<u64>) -> std::io::Result<()> {
+pub(crate) fn zap(region: &Arc<Region>, pages: Range<u64>) -> std::io::Result<()> {
     let first = region.first_page.0;
     let start = pages.start.max(first);
     let end = pages.end.min(first + region.pages);
@@ -150,7 +163,7 @@ fn zap(region: &Arc<Region>, pages: Range<u64>) -> std::io::Result<()> {
 }
 
 /// Sorted pages as maximal runs.
-fn runs_of(pages: &[u64]) -> Vec<Range<u64>> {
+pub(crate) fn runs_of(pages: &[u64]) -> Vec<Range<u64>> {
     let mut runs: Vec<Range<u64>> = Vec::new();
     for &p in pages {
         match runs.last_mut() {

@@ -234,6 +234,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Runs one job: fills its pages, ends their reads, wakes parked faults.
 fn run(job: ReadJob, pager: &Counters) {
     let object = &*job.object;
+    // Over the memory budget: wait for the evictor first (direct reclaim).
+    object.budget.throttle();
     let result = object.cache.fill(&*object.store, job.pages.clone());
     let mut tally = Stats::default();
     let ok = match result {

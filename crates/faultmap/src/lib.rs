@@ -45,6 +45,7 @@
 pub(crate) mod cache;
 pub mod clock;
 mod config;
+mod evict;
 pub(crate) mod fault;
 pub mod fault_around;
 mod invalidate;
@@ -54,6 +55,7 @@ pub mod page_state;
 mod pager;
 mod pool;
 pub mod readahead;
+mod rmap;
 pub(crate) mod seqcount;
 pub(crate) mod signal;
 pub(crate) mod space;
@@ -63,11 +65,13 @@ mod store;
 mod sync;
 pub(crate) mod sys;
 mod wait;
+pub mod workingset;
 
 pub mod measure;
 
 pub use cache::CacheError;
-pub use config::{Config, ConfigError, Delivery, MapOptions, RegionLookup};
+pub use config::{Config, ConfigError, Delivery, MapOptions, RegionLookup, MIN_BUDGET};
+pub use evict::Memory;
 pub use object::{IntoObject, InvalidateError, Object};
 pub use pager::{Advice, MapError, Mapping, Pager, PagerError};
 pub use readahead::Mode as ReadaheadMode;

@@ -4,20 +4,22 @@
 //! its cache, so only the first mapping to touch a page reads it from the
 //! store; the others' faults are MINOR and map the cached page.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use crate::cache::Cache;
+use crate::evict::Budget;
 use crate::fault::Waiter;
 use crate::readahead::RaState;
+use crate::rmap::Rmap;
 use crate::space::Region;
 use crate::stats::{Counters, RaCounters, RaStats, Stats};
 use crate::store::Store;
 use crate::sys::PAGE_SIZE;
 use crate::wait::WaitList;
+use crate::workingset::Shadows;
 
 pub(crate) struct ObjectCore {
     pub(crate) store: Box<dyn Store>,
@@ -40,14 +42,28 @@ pub(crate) struct ObjectCore {
     pub(crate) prev: AtomicU64,
     /// Async read jobs queued and not yet taken, for promotion.
     pub(crate) queued: Mutex<Vec<Arc<crate::io::Queued>>>,
-    /// The regions that map this object, by start address (issue 5's
-    /// interval tree replaces it), for invalidation.
-    mappings: Mutex<HashMap<usize, Weak<Region>>>,
+    /// The regions that map this object, by the object pages they cover
+    /// (`crate::rmap`): for the hand's unmapping, eviction, invalidation.
+    pub(crate) rmap: Rmap,
+    /// The memory budget this object's pages are charged to.
+    pub(crate) budget: Arc<Budget>,
+    /// Pages of this object charged to the budget.
+    pub(crate) charged: AtomicU64,
+    /// Shadows of evicted pages, for refault detection.
+    pub(crate) shadows: Shadows,
+}
+
+impl Drop for ObjectCore {
+    fn drop(&mut self) {
+        // The memfd goes with the object: its pages leave the budget.
+        let n = self.charged.load(Ordering::Relaxed);
+        self.budget.uncharge(self, n);
+    }
 }
 
 impl ObjectCore {
     /// A new object over `store` with its cache.
-    pub(crate) fn new(store: Box<dyn Store>, cache: Cache, len: u64) -> Self {
+    pub(crate) fn new(store: Box<dyn Store>, cache: Cache, len: u64, budget: Arc<Budget>) -> Self {
         Self {
             store,
             cache,
@@ -59,26 +75,22 @@ impl ObjectCore {
             mmap_miss: AtomicU32::new(0),
             prev: AtomicU64::new(u64::MAX),
             queued: Mutex::new(Vec::new()),
-            mappings: Mutex::new(HashMap::new()),
+            rmap: Rmap::default(),
+            budget,
+            charged: AtomicU64::new(0),
+            shadows: Shadows::default(),
         }
     }
 
     /// Records that `region` maps this object.
     pub(crate) fn add_mapping(&self, region: &Arc<Region>) {
-        let mut list = self.mappings.lock().unwrap_or_else(|e| e.into_inner());
-        list.insert(region.start(), Arc::downgrade(region));
+        self.rmap
+            .insert(region.object_pages(), region.start(), region);
     }
 
     /// Forgets `region` (being unmapped).
     pub(crate) fn remove_mapping(&self, region: &Region) {
-        let mut list = self.mappings.lock().unwrap_or_else(|e| e.into_inner());
-        list.remove(&region.start());
-    }
-
-    /// The live regions that map this object.
-    pub(crate) fn mapped_by(&self) -> Vec<Arc<Region>> {
-        let list = self.mappings.lock().unwrap_or_else(|e| e.into_inner());
-        list.values().filter_map(Weak::upgrade).collect()
+        self.rmap.remove(region.object_pages(), region.start());
     }
 
     /// Runs a readahead decision on the object's whole readahead state,
@@ -238,6 +250,16 @@ impl Object {
                 source,
             },
         )
+    }
+
+    /// The memory of the budget this object is charged to (the pager's, or
+    /// its own: [`crate::Pager::open_with_budget`]), and `cached` is this
+    /// object's own share.
+    pub fn memory(&self) -> crate::Memory {
+        crate::Memory {
+            cached: self.0.charged.load(Ordering::Relaxed) * PAGE_SIZE as u64,
+            ..self.0.budget.memory()
+        }
     }
 
     /// Counters summed over every mapping of this object.

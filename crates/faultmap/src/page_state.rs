@@ -31,7 +31,8 @@
 //!          bit  8 ACTIVE     (in the active set: protected from the hand
 //!                             while the active set is within its target)
 //!          bit  9 MAPPED     (mapped somewhere since the hand last
-//!                             unmapped it)
+//!                             unmapped it, or read ahead and not visited
+//!                             yet: "maybe in use")
 //!          bit 10 DIRTY      (written since its last write-back began)
 //!          bit 11 WRITEBACK  (being written back to the store)
 //!          bit 12 STALLED    (READING, and the read outlived the store
@@ -256,7 +257,10 @@ impl PageState {
     /// (READAHEAD); a readahead marker set at claim time stays. Returns the
     /// replaced word, so the reader sees whether faults wait for it.
     pub fn finish_read(&self, read_ahead: bool) -> Word {
-        self.end_read(UPTODATE | if read_ahead { READAHEAD } else { 0 })
+        // A page read ahead starts MAPPED ("maybe in use" to the CLOCK),
+        // so the hand gives it one trip before it can evict it unused, as
+        // the kernel adds it at the young end of the inactive list.
+        self.end_read(UPTODATE | if read_ahead { READAHEAD | MAPPED } else { 0 })
     }
 
     /// Sets the readahead marker on a page this caller just claimed
@@ -471,6 +475,12 @@ impl PageState {
     /// eviction.
     pub fn begin_evict(&self) -> bool {
         self.begin_evict_from(self.load())
+    }
+
+    /// [`PageState::begin_evict`] from a word the caller loaded: fails if
+    /// the word moved since (so the caller knows the flags it replaced).
+    pub fn begin_evict_seen(&self, seen: Word) -> bool {
+        self.begin_evict_from(seen)
     }
 
     fn begin_evict_from(&self, cur: Word) -> bool {

@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 use crate::cache::{Cache, CacheError};
 use crate::config::MAX_RA_PAGES;
 use crate::config::{Config, ConfigError, Delivery, MapOptions, RegionLookup};
+use crate::evict::{Budget, Evictor, Memory};
 use crate::fault::{self, FaultEnv};
 use crate::io::{IoQueue, IoThreads};
 use crate::object::{IntoObject, InvalidateError, Object, ObjectCore, ObjectPage};
@@ -157,6 +158,8 @@ pub(crate) struct Core {
     requests: Option<Arc<Requests>>,
     /// Live non-empty mappings.
     mappings: AtomicUsize,
+    /// The memory budget of the objects this pager opens.
+    budget: Arc<Budget>,
 }
 
 impl Core {
@@ -184,6 +187,8 @@ struct Workers {
     /// The I/O threads: stopped after the handler threads, which submit to
     /// them (dropping them runs every job still queued).
     io: Mutex<Option<IoThreads>>,
+    /// The evictor threads (the pager's budget, objects' own budgets).
+    evictors: Mutex<Vec<Evictor>>,
 }
 
 impl Drop for Workers {
@@ -195,6 +200,9 @@ impl Drop for Workers {
             let _ = t.join();
         }
         drop(self.io.lock().unwrap_or_else(|e| e.into_inner()).take());
+        drop(std::mem::take(
+            &mut *self.evictors.lock().unwrap_or_else(|e| e.into_inner()),
+        ));
     }
 }
 
@@ -280,22 +288,35 @@ impl Pager {
         };
         let core = Arc::new(Core {
             uffd: Arc::new(Uffd::new(uffd)),
-            counters,
+            counters: counters.clone(),
             ra: RaCounters::default(),
             io,
             speculative: config.region_lookup == RegionLookup::Speculative,
             global_cache_lock: config.bench_global_cache_lock,
             requests,
             mappings: AtomicUsize::new(0),
+            budget: Budget::new(config.memory_budget, counters.clone()),
         });
         let stop = sys::eventfd().map_err(|source| PagerError::Sys {
             op: "eventfd",
             source,
         })?;
+        let mut evictors = Vec::new();
+        if core.budget.is_limited() {
+            evictors.push(
+                core.budget
+                    .start("faultmap-evict".into())
+                    .map_err(|source| PagerError::Sys {
+                        op: "spawning the evictor thread",
+                        source,
+                    })?,
+            );
+        }
         let workers = Arc::new(Workers {
             stop,
             threads: Mutex::new(Vec::new()),
             io: Mutex::new(Some(io_threads)),
+            evictors: Mutex::new(evictors),
         });
         let spin_us = config.handler_spin_us;
         for i in 0..config.handler_threads {
@@ -347,11 +368,52 @@ impl Pager {
     pub fn open(&self, store: impl Store) -> Result<Object, MapError> {
         let len = store.len();
         let cache = Cache::new(store.name(), len)?;
-        Ok(Object(Arc::new(ObjectCore::new(
+        let object = Arc::new(ObjectCore::new(
             Box::new(store),
             cache,
             len,
-        ))))
+            self.core.budget.clone(),
+        ));
+        self.core.budget.add_object(&object);
+        Ok(Object(object))
+    }
+
+    /// Opens `store` as an object with a memory budget of its own (at
+    /// least [`crate::config::MIN_BUDGET`] bytes): its pages are charged to
+    /// that budget, not the pager's, and a thread of its own evicts them.
+    pub fn open_with_budget(&self, store: impl Store, budget: u64) -> Result<Object, MapError> {
+        if budget < crate::config::MIN_BUDGET {
+            return Err(MapError::Options(ConfigError::Budget(budget)));
+        }
+        let domain = Budget::new(Some(budget), self.core.counters.clone());
+        let evictor = domain
+            .start(format!(
+                "faultmap-evict-{}",
+                store.name().chars().take(4).collect::<String>()
+            ))
+            .map_err(|source| MapError::Map {
+                name: store.name().to_string(),
+                op: "spawning an evictor thread",
+                source,
+            })?;
+        let len = store.len();
+        let cache = Cache::new(store.name(), len)?;
+        let object = Arc::new(ObjectCore::new(Box::new(store), cache, len, domain.clone()));
+        domain.add_object(&object);
+        self.workers
+            .evictors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(evictor);
+        Ok(Object(object))
+    }
+
+    /// The pager's memory: its budget, bytes cached (pages being read
+    /// included), the peak so far, and the active set. Objects opened with
+    /// a budget of their own are not counted here (see
+    /// [`Object::memory`]).
+    pub fn memory(&self) -> Memory {
+        self.core.budget.memory()
     }
 
     /// Maps `source` (an [`Object`], whose cache the mapping shares, or a
@@ -721,8 +783,10 @@ impl Mapping {
     fn will_need(&self, region: &Arc<Region>, pages: std::ops::Range<u64>) {
         let env = self.core.env();
         let mut ra = RaTally::default();
+        let (io_count, refault) = fault::read_ahead(&env, region, pages, &mut ra);
         let tally = Stats {
-            io_count: fault::read_ahead(&env, region, pages, &mut ra),
+            io_count,
+            refault,
             ..Stats::default()
         };
         region.ra.add(&ra);

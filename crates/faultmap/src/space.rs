@@ -131,6 +131,11 @@ impl Region {
         self.start() + page as usize * PAGE_SIZE
     }
 
+    /// The object pages this region maps.
+    pub(crate) fn object_pages(&self) -> std::ops::Range<u64> {
+        self.first_page.0..self.first_page.0 + self.pages
+    }
+
     /// The object page that page `page` of the region maps.
     pub(crate) fn object_page(&self, page: u64) -> ObjectPage {
         self.first_page.add(page)

@@ -767,16 +767,23 @@ pub type SigInfoHandler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut 
 #[derive(Clone, Copy)]
 pub struct Disposition(libc::sigaction);
 
-/// Installs `handler` for SIGBUS (`SA_SIGINFO | SA_NODEFER | SA_ONSTACK`;
-/// every asynchronous signal blocked while it runs, so no other handler
-/// can run inside it; synchronous ones, SIGBUS included, are not) and
-/// returns the disposition it replaced.
+/// Installs `handler` for SIGBUS (`SA_SIGINFO | SA_NODEFER`; every
+/// asynchronous signal blocked while it runs, so no other handler can run
+/// inside it; synchronous ones, SIGBUS included, are not) and returns the
+/// disposition it replaced.
+///
+/// Not `SA_ONSTACK`: the handler runs on the faulting thread's own stack.
+/// The alternate stacks Rust's runtime gives its threads are a few KiB
+/// (`SIGSTKSZ`), and an AVX-512 signal frame alone takes about 3 KiB of
+/// that; the fault path's frames (larger in unoptimised builds) overflowed
+/// it. A thread that faults on a mapping with less stack left than one
+/// fault needs would overflow anyway on its next call.
 pub fn sigbus_install(handler: SigInfoHandler) -> io::Result<Disposition> {
     // SAFETY: an all-zero sigaction is a valid value (SIG_DFL, no flags,
     // empty mask), filled in below.
     let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
     new.sa_sigaction = handler as usize;
-    new.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK;
+    new.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
     // SAFETY: as above.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: sigfillset/sigdelset write the mask of a sigaction we own;
