@@ -49,7 +49,7 @@ pub enum ConfigError {
     /// `memory_budget` is below [`MIN_BUDGET`].
     #[error("memory_budget must be at least {MIN_BUDGET} bytes, got {0}")]
     Budget(u64),
-    /// `io_retries` is above [`MAX_IO_RETRIES`].
+    /// `io_retries` is above `MAX_IO_RETRIES` (16).
     #[error("io_retries must be 0..={MAX_IO_RETRIES}, got {0}")]
     IoRetries(u32),
     /// `io_timeout` is zero.

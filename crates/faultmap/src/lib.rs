@@ -21,7 +21,12 @@
 //!   by a sequence count, `space`);
 //! - by default the faulting thread resolves a cache hit itself, in a
 //!   SIGBUS handler (`Delivery::Signal`, `signal`), and hands misses to a
-//!   pager thread.
+//!   pager thread;
+//! - under a memory budget (`Config::memory_budget`), an evictor runs a
+//!   CLOCK hand ([`clock`], `evict`) that unmaps pages from every mapping
+//!   of their object (the object's interval tree of mappings, `rmap`) to
+//!   sample their use, evicts what was not used, and puts pages that
+//!   refault soon after eviction in the active set ([`workingset`]).
 //!
 //! ```no_run
 //! use faultmap::{Config, FileStore, MapOptions, Pager};

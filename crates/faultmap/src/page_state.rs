@@ -756,4 +756,48 @@ mod loom_models {
             assert!(!p.load().is_marker());
         });
     }
+
+    /// The CLOCK hand (visit, then reclaim) against a fault that pins the
+    /// page to map it: a pinned page is never frozen, and a page the fault
+    /// pinned after the hand's visit is not reclaimed by that visit's
+    /// decision (the pin set REFERENCED again, which `begin_reclaim`
+    /// refuses): a page is never evicted right after a use.
+    #[test]
+    fn clock_reclaim_vs_fault() {
+        use loom::sync::atomic::AtomicBool;
+        loom::model(|| {
+            let p = Arc::new(PageState::new());
+            assert!(p.begin_read());
+            p.finish_read(false);
+            let pinned_at_all = Arc::new(AtomicBool::new(false));
+            let (q, seen_pin) = (p.clone(), pinned_at_all.clone());
+            let fault = thread::spawn(move || {
+                let seen = q.load();
+                if q.try_pin_referenced(seen).is_ok() {
+                    seen_pin.store(true, Ordering::Relaxed);
+                    assert_eq!(q.load().state(), State::UpToDate, "pinned page frozen");
+                    q.unpin();
+                    true
+                } else {
+                    false
+                }
+            });
+            // The hand: a page nobody used is evicted on this visit.
+            let action = p.clock(|b| {
+                let (next, action, _) = crate::clock::visit(b, false);
+                (next, action)
+            });
+            let evicted = action == Some(crate::clock::Action::Evict) && p.begin_reclaim();
+            if evicted {
+                p.finish_evict();
+            }
+            let used = fault.join().unwrap();
+            if used && evicted {
+                // The fault's pin must have come before the hand's visit
+                // (the visit then saw REFERENCED and did not say Evict), so
+                // both cannot be true.
+                panic!("a page was evicted after the hand saw it unused while a fault used it");
+            }
+        });
+    }
 }
