@@ -35,6 +35,10 @@
 //!      errors and reads the faulting page alone; so does this path
 //!      (`io_retry_single`), and if that read fails too, the I/O thread
 //!      poisons the waiting faults (SIGBUS, never zeros).
+//!    - READING and STALLED: the read outlived the store timeout
+//!      (`crate::errors`): SIGBUS at once, without parking.
+//!    - ABSENT wholly beyond the end of an object whose store shrank
+//!      (`crate::errors`): SIGBUS at once, as beyond a kernel file's EOF.
 //! 4. **Map the window.** Pin every UPTODATE page of the window (lock-free:
 //!    load, then CAS from the loaded value, see [`crate::page_state`]), and
 //!    map the pinned pages as maximal runs with `UFFDIO_CONTINUE`: the run
@@ -364,6 +368,12 @@ fn resolve(
                 ending = Some(Ending::Failed);
                 break;
             }
+            State::Absent if opage.offset() >= object.errors.end() => {
+                // Wholly beyond the end of a truncated object: SIGBUS, as
+                // the kernel's shmem/filemap fault beyond EOF.
+                ending = Some(Ending::Failed);
+                break;
+            }
             State::Absent => {
                 progress.last_chance = word.has_failed();
                 if miss(env, region, page, word, &mut tally, &mut ra) {
@@ -374,6 +384,13 @@ fn resolve(
                 }
                 continue;
             }
+            State::Reading if word.is_stalled() => {
+                // Its read outlived the store timeout (`crate::errors`):
+                // fail now rather than wait for a store that may never
+                // answer.
+                ending = Some(Ending::Failed);
+                break;
+            }
             State::Reading => {
                 // Someone else's read: the kernel's first attempt finds the
                 // folio in the cache, locked, and does the hit bookkeeping
@@ -383,6 +400,12 @@ fn resolve(
                     progress.bookkept = true;
                 }
                 if park(env, object, opage, page_addr, origin) {
+                    // The watchdog may have stalled the page between the
+                    // look and the parking, and settled the parked faults
+                    // before this one was listed: settle again.
+                    if object.cache.states.load(opage).is_stalled() {
+                        settle_parked(object, None);
+                    }
                     // Its read may still be queued behind readahead: move
                     // it up (a sync job is never listed, so this is cheap).
                     env.io.promote(object, opage);
@@ -740,10 +763,16 @@ pub(crate) fn end_reads(
 /// Settles every fault parked on the object after a read ended: each is
 /// woken, faults again, and finds its page cached, absent (and reads it),
 /// or still being read (and parks again). With `poison`, the faults parked
-/// on that page get SIGBUS instead: its last-chance read failed.
+/// on that page get SIGBUS instead: its last-chance read failed. So do the
+/// faults parked on a page whose read the watchdog stalled (READING and
+/// STALLED: the store did not answer in time, see `crate::errors`).
 pub(crate) fn settle_parked(object: &ObjectCore, poison: Option<ObjectPage>) {
     for w in object.waiters.take_all() {
-        let failed = Some(w.page) == poison;
+        let stalled = || {
+            let word = object.cache.states.load(w.page);
+            word.state() == State::Reading && word.is_stalled()
+        };
+        let failed = Some(w.page) == poison || stalled();
         match w.target {
             WakeTarget::Uffd { uffd, addr, tid } => {
                 let poisoned = failed && sys::uffd_poison(&uffd, addr, PAGE_SIZE).is_ok();

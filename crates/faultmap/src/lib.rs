@@ -45,6 +45,7 @@
 pub(crate) mod cache;
 pub mod clock;
 mod config;
+mod errors;
 pub(crate) mod fault;
 pub mod fault_around;
 mod invalidate;
@@ -67,6 +68,7 @@ mod wait;
 pub mod measure;
 
 pub use cache::CacheError;
+pub use errors::{IoErrorKind, IoErrorReport, LOG_CAPACITY};
 pub use config::{Config, ConfigError, Delivery, MapOptions, RegionLookup};
 pub use object::{IntoObject, InvalidateError, Object};
 pub use pager::{Advice, MapError, Mapping, Pager, PagerError};

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::cache::Cache;
+use crate::errors::{IoErrorKind, IoErrorReport, ObjectErrors};
 use crate::fault::Waiter;
 use crate::readahead::RaState;
 use crate::space::Region;
@@ -43,6 +44,9 @@ pub(crate) struct ObjectCore {
     /// The regions that map this object, by start address (issue 5's
     /// interval tree replaces it), for invalidation.
     mappings: Mutex<HashMap<usize, Weak<Region>>>,
+    /// Store failures: the error log, the pager logs it feeds, the end
+    /// after a truncation (`crate::errors`).
+    pub(crate) errors: ObjectErrors,
 }
 
 impl ObjectCore {
@@ -60,7 +64,20 @@ impl ObjectCore {
             prev: AtomicU64::new(u64::MAX),
             queued: Mutex::new(Vec::new()),
             mappings: Mutex::new(HashMap::new()),
+            errors: ObjectErrors::new(len),
         }
+    }
+
+    /// Logs a store failure on `bytes` of this object, on the object and on
+    /// every pager that opened or mapped it (see [`crate::errors`]).
+    pub(crate) fn report(&self, kind: IoErrorKind, bytes: Range<u64>, message: String) {
+        self.errors.report(IoErrorReport {
+            object: self.store.name().to_string(),
+            offset: bytes.start,
+            len: bytes.end.saturating_sub(bytes.start),
+            kind,
+            message,
+        });
     }
 
     /// Records that `region` maps this object.
@@ -238,6 +255,18 @@ impl Object {
                 source,
             },
         )
+    }
+
+    /// The last store failures on this object (at most
+    /// [`crate::errors::LOG_CAPACITY`], oldest first): failed reads (after
+    /// their retries), timeouts, failed write-backs. The log is kept.
+    pub fn io_errors(&self) -> Vec<IoErrorReport> {
+        self.0.errors.log().snapshot()
+    }
+
+    /// Like [`Object::io_errors`], and empties the log.
+    pub fn take_io_errors(&self) -> Vec<IoErrorReport> {
+        self.0.errors.log().take()
     }
 
     /// Counters summed over every mapping of this object.

@@ -46,7 +46,8 @@ use crate::cache::{Cache, CacheError};
 use crate::config::MAX_RA_PAGES;
 use crate::config::{Config, ConfigError, Delivery, MapOptions, RegionLookup};
 use crate::fault::{self, FaultEnv};
-use crate::io::{IoQueue, IoThreads};
+use crate::errors::{self, IoErrorReport};
+use crate::io::{IoQueue, IoShared, IoThreads};
 use crate::object::{IntoObject, InvalidateError, Object, ObjectCore, ObjectPage};
 use crate::readahead::Hint;
 use crate::seqcount::SeqCount;
@@ -157,6 +158,9 @@ pub(crate) struct Core {
     requests: Option<Arc<Requests>>,
     /// Live non-empty mappings.
     mappings: AtomicUsize,
+    /// What the I/O threads and the watchdog share (the error log, the
+    /// reads in flight, the objects whose length is polled).
+    io_shared: Arc<IoShared>,
 }
 
 impl Core {
@@ -257,8 +261,9 @@ impl Pager {
         })?;
         // 3. The I/O threads, then the handler threads.
         let counters = Arc::new(Counters::default());
+        let io_shared = Arc::new(IoShared::new(counters.clone(), config.io_retries));
         let (io_threads, io) =
-            IoThreads::start(config.io_threads, counters.clone()).map_err(|source| {
+            IoThreads::start(config.io_threads, io_shared.clone()).map_err(|source| {
                 PagerError::Sys {
                     op: "spawning an I/O thread",
                     source,
@@ -287,6 +292,7 @@ impl Pager {
             global_cache_lock: config.bench_global_cache_lock,
             requests,
             mappings: AtomicUsize::new(0),
+            io_shared,
         });
         let stop = sys::eventfd().map_err(|source| PagerError::Sys {
             op: "eventfd",
@@ -297,6 +303,27 @@ impl Pager {
             threads: Mutex::new(Vec::new()),
             io: Mutex::new(Some(io_threads)),
         });
+        // 4. The watchdog (`crate::errors`): store timeouts, truncation.
+        {
+            let shared = core.io_shared.clone();
+            let stop = workers
+                .stop
+                .try_clone()
+                .map_err(|source| PagerError::Sys { op: "dup", source })?;
+            let timeout = config.io_timeout;
+            let handle = std::thread::Builder::new()
+                .name("faultmap-watchdog".into())
+                .spawn(move || errors::watchdog_loop(&shared, &stop, timeout))
+                .map_err(|source| PagerError::Sys {
+                    op: "spawning the watchdog thread",
+                    source,
+                })?;
+            workers
+                .threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(handle);
+        }
         let spin_us = config.handler_spin_us;
         for i in 0..config.handler_threads {
             let core = core.clone();
@@ -347,11 +374,9 @@ impl Pager {
     pub fn open(&self, store: impl Store) -> Result<Object, MapError> {
         let len = store.len();
         let cache = Cache::new(store.name(), len)?;
-        Ok(Object(Arc::new(ObjectCore::new(
-            Box::new(store),
-            cache,
-            len,
-        ))))
+        let object = Arc::new(ObjectCore::new(Box::new(store), cache, len));
+        self.core.io_shared.watch(&object);
+        Ok(Object(object))
     }
 
     /// Maps `source` (an [`Object`], whose cache the mapping shares, or a
@@ -361,6 +386,9 @@ impl Pager {
     /// slice), not an error.
     pub fn map(&self, source: impl IntoObject, opts: MapOptions) -> Result<Mapping, MapError> {
         let object = source.into_object(self)?;
+        // An object opened by another pager: its errors reach this pager's
+        // log too, and this pager's watchdog polls its length.
+        self.core.io_shared.watch(&object.0);
         let extent = opts.resolve(object.len())?;
         let mut mapping = Mapping {
             region: None,
@@ -448,6 +476,20 @@ impl Pager {
     pub fn ra_stats(&self) -> RaStats {
         self.core.counters.settle();
         self.core.ra.snapshot()
+    }
+
+    /// The last store failures of every object this pager opened or
+    /// mapped (at most [`crate::LOG_CAPACITY`], oldest first): failed
+    /// reads (after their retries), timeouts, failed write-backs. The log
+    /// is kept; see [`Pager::take_io_errors`] to drain it.
+    pub fn io_errors(&self) -> Vec<IoErrorReport> {
+        self.core.io_shared.log.snapshot()
+    }
+
+    /// Like [`Pager::io_errors`], and empties the pager's log (the objects'
+    /// own logs are kept).
+    pub fn take_io_errors(&self) -> Vec<IoErrorReport> {
+        self.core.io_shared.log.take()
     }
 
     /// How many non-empty mappings are live (an empty mapping registers
