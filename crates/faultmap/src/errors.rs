@@ -178,7 +178,10 @@ impl ObjectErrors {
     /// Sends this object's later reports to `log` too (once per log).
     pub(crate) fn attach(&self, log: &Arc<ErrorLog>) {
         let mut sinks = lock(&self.sinks);
-        if !sinks.iter().any(|s| std::ptr::eq(s.as_ptr(), Arc::as_ptr(log))) {
+        if !sinks
+            .iter()
+            .any(|s| std::ptr::eq(s.as_ptr(), Arc::as_ptr(log)))
+        {
             sinks.push(Arc::downgrade(log));
         }
     }

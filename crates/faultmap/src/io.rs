@@ -87,7 +87,10 @@ impl IoShared {
         object.errors.attach(&self.log);
         let mut objects = lock(&self.objects);
         objects.retain(|o| o.strong_count() > 0);
-        if !objects.iter().any(|o| std::ptr::eq(o.as_ptr(), Arc::as_ptr(object))) {
+        if !objects
+            .iter()
+            .any(|o| std::ptr::eq(o.as_ptr(), Arc::as_ptr(object)))
+        {
             objects.push(Arc::downgrade(object));
         }
     }
@@ -263,10 +266,7 @@ pub(crate) struct IoThreads {
 impl IoThreads {
     /// Starts `n` threads that add their counts to `shared.counters` (the
     /// pager's).
-    pub(crate) fn start(
-        n: usize,
-        shared: Arc<IoShared>,
-    ) -> std::io::Result<(IoThreads, IoQueue)> {
+    pub(crate) fn start(n: usize, shared: Arc<IoShared>) -> std::io::Result<(IoThreads, IoQueue)> {
         let (sync_tx, sync_rx) = crossbeam_channel::unbounded();
         let (async_tx, async_rx) = crossbeam_channel::unbounded();
         let mut threads = Vec::with_capacity(n);

@@ -68,8 +68,8 @@ mod wait;
 pub mod measure;
 
 pub use cache::CacheError;
-pub use errors::{IoErrorKind, IoErrorReport, LOG_CAPACITY};
 pub use config::{Config, ConfigError, Delivery, MapOptions, RegionLookup};
+pub use errors::{IoErrorKind, IoErrorReport, LOG_CAPACITY};
 pub use object::{IntoObject, InvalidateError, Object};
 pub use pager::{Advice, MapError, Mapping, Pager, PagerError};
 pub use readahead::Mode as ReadaheadMode;

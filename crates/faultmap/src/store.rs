@@ -144,7 +144,9 @@ pub enum StoreError {
     },
     /// A read came back with fewer bytes than asked for, inside the object
     /// (the backing file shrank): never zeros or stale bytes in their place.
-    #[error("{name}: short read at offset {offset}: {got} of {expected} bytes (the object shrank?)")]
+    #[error(
+        "{name}: short read at offset {offset}: {got} of {expected} bytes (the object shrank?)"
+    )]
     Short {
         /// The store's name.
         name: String,

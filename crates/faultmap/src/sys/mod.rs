@@ -776,8 +776,8 @@ pub fn sigbus_install(handler: SigInfoHandler) -> io::Result<Disposition> {
     // empty mask), filled in below.
     let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
     new.sa_sigaction = handler as usize;
-    new.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK;
-    // SAFETY: as above.
+    new.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER; // not SA_ONSTACK: see main
+                                                        // SAFETY: as above.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: sigfillset/sigdelset write the mask of a sigaction we own;
     // sigaction reads `new` and writes `old`, both live.
