@@ -46,6 +46,7 @@ pub(crate) mod cache;
 pub mod clock;
 mod config;
 mod errors;
+mod events;
 pub(crate) mod fault;
 pub mod fault_around;
 mod invalidate;

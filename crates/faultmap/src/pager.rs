@@ -46,6 +46,7 @@ use crate::cache::{Cache, CacheError};
 use crate::config::MAX_RA_PAGES;
 use crate::config::{Config, ConfigError, Delivery, MapOptions, RegionLookup};
 use crate::errors::{self, IoErrorReport};
+use crate::events;
 use crate::fault::{self, FaultEnv};
 use crate::io::{IoQueue, IoShared, IoThreads};
 use crate::object::{IntoObject, InvalidateError, Object, ObjectCore, ObjectPage};
@@ -59,7 +60,7 @@ use crate::sys::{self, feature, mode, range_ioctl, UffdMsg, UffdSource, PAGE_SIZ
 use crate::wait::Uffd;
 
 /// The kernel features faultmap cannot work without, and why.
-const REQUIRED_FEATURES: [(u64, &str); 4] = [
+const REQUIRED_FEATURES: [(u64, &str); 6] = [
     (
         feature::MISSING_SHMEM,
         "to see the first touch of a page not in the cache",
@@ -72,6 +73,14 @@ const REQUIRED_FEATURES: [(u64, &str); 4] = [
     (
         feature::THREAD_ID,
         "to tell a woken fault's retry from a new fault",
+    ),
+    (
+        feature::EVENT_UNMAP,
+        "to learn that the application unmapped (part of) a mapping",
+    ),
+    (
+        feature::EVENT_REMAP,
+        "to learn that the application moved (part of) a mapping",
     ),
 ];
 
@@ -517,30 +526,37 @@ fn open_uffd() -> Result<(OwnedFd, UffdSource), PagerError> {
 /// none is pending, keep polling for `spin_us` (see
 /// [`Config::handler_spin_us`]), then sleep in `poll` on the userfaultfd and
 /// the stop eventfd.
-fn handler_loop(core: &Core, stop: &OwnedFd, spin_us: u32) {
+fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
     let env = core.env();
     let mut msgs = [UffdMsg::default(); MSG_BATCH];
     let spin = Duration::from_micros(spin_us.into());
     let mut idle_since = Instant::now();
     // Signal delivery: faults come as forwarded requests, announced on the
-    // doorbell; handler threads: as userfaultfd messages.
+    // doorbell; handler threads: as userfaultfd messages. Either way the
+    // userfaultfd carries the UNMAP and REMAP events (`crate::events`),
+    // whose senders wait until they are read.
     let source: &OwnedFd = core.requests.as_ref().map_or(&core.uffd, |r| r.doorbell());
-    let serve = |msgs: &mut [UffdMsg; MSG_BATCH]| match &core.requests {
-        Some(requests) => requests.serve(|addr, r| {
-            fault::handle(&env, addr, fault::Origin::Request(r));
-        }),
-        None => {
-            let n = sys::uffd_read(&core.uffd, msgs).unwrap_or(0);
-            for msg in &msgs[..n] {
-                if msg.event == sys::UFFD_EVENT_PAGEFAULT {
-                    let origin = fault::Origin::Uffd {
-                        tid: msg.thread_id(),
-                    };
-                    fault::handle(&env, msg.address as usize, origin);
-                }
+    let read_uffd = |msgs: &mut [UffdMsg; MSG_BATCH]| {
+        let n = sys::uffd_read(&core.uffd, msgs).unwrap_or(0);
+        for msg in &msgs[..n] {
+            if msg.event == sys::UFFD_EVENT_PAGEFAULT {
+                let origin = fault::Origin::Uffd {
+                    tid: msg.thread_id(),
+                };
+                fault::handle(&env, msg.address as usize, origin);
+            } else {
+                events::handle(core, msg);
             }
-            n
         }
+        n
+    };
+    let serve = |msgs: &mut [UffdMsg; MSG_BATCH]| match &core.requests {
+        Some(requests) => {
+            requests.serve(|addr, r| {
+                fault::handle(&env, addr, fault::Origin::Request(r));
+            }) + read_uffd(msgs)
+        }
+        None => read_uffd(msgs),
     };
     loop {
         if serve(&mut msgs) > 0 {
@@ -560,7 +576,7 @@ fn handler_loop(core: &Core, stop: &OwnedFd, spin_us: u32) {
                 continue;
             }
         }
-        let ready = match sys::poll_readable(&[source, stop], -1) {
+        let ready = match sys::poll_readable(&[source, stop, &core.uffd], -1) {
             Ok(ready) => ready,
             // poll has no other failure we could cause; back off and go on.
             Err(_) => {
@@ -703,6 +719,12 @@ impl Mapping {
             Advice::Random => set_hint(Hint::Random),
             Advice::WillNeed => self.will_need(region, first..end),
             Advice::DontNeed => {
+                // Under the table's lock: a range the application unmapped
+                // (detached, `crate::events`) is not ours to zap.
+                let _table = RegionTable::get().lock();
+                if region.map.is_disowned() {
+                    return Ok(());
+                }
                 let addr = region.page_addr(first);
                 let len = (end - first) as usize * PAGE_SIZE;
                 // Cleared first: a bit set for an unmapped page would keep
@@ -802,8 +824,15 @@ impl Drop for Mapping {
             // wait out the speculative faults that may have found it, and
             // unmap (unless a read job still holds the region).
             let table = RegionTable::get().lock();
-            region.object.remove_mapping(&region);
-            let published = table.remove(region.start());
+            // A region the application unmapped or moved was detached
+            // already (`crate::events`): its range is not ours, and another
+            // region may now start at its address.
+            let published = if region.map.is_disowned() {
+                None
+            } else {
+                region.object.remove_mapping(&region);
+                table.remove(region.start())
+            };
             drop(region);
             drop(published);
             drop(table);

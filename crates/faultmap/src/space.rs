@@ -175,6 +175,13 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
+        // Unregistered before `map` unmaps it, so that the munmap sends no
+        // UNMAP event (and does not wait for a pager thread to read one:
+        // there may be none left). A detached range is not ours any more:
+        // neither unregistered nor unmapped here.
+        if !self.map.is_disowned() {
+            let _ = sys::uffd_unregister(self.owner.env().uffd, self.start(), self.map.len());
+        }
         // SAFETY: the last owner; the list came from Box::into_raw.
         drop(unsafe { Box::from_raw(*self.hints.get_mut()) });
     }
@@ -458,6 +465,38 @@ impl TableLock<'_> {
         gone.seq.write_begin();
         self.table.publish(next);
         Some(gone)
+    }
+
+    /// The published regions that overlap `range`, in address order.
+    pub(crate) fn overlapping(&self, range: Range<usize>) -> Vec<Arc<Region>> {
+        self.current()
+            .0
+            .iter()
+            .flat_map(|leaf| leaf.0.iter())
+            .filter(|r| r.start() < range.end && range.start < r.end())
+            .cloned()
+            .collect()
+    }
+
+    /// Detaches `region`, whose address range the application unmapped or
+    /// moved (in part or whole): unpublished as a drop unpublishes it (a
+    /// speculative fault that found it aborts), forgotten by its object (no
+    /// invalidation or eviction touches its range again), and its range
+    /// disowned (the [`Region`]'s drop neither unregisters nor unmaps it).
+    /// The caller deals with what is left at the range (see
+    /// `crate::events`).
+    pub(crate) fn detach(&self, region: &Arc<Region>) {
+        if region.map.is_disowned() {
+            return;
+        }
+        region.map.disown();
+        region.object.remove_mapping(region);
+        if self
+            .lookup(region.start())
+            .is_some_and(|r| Arc::ptr_eq(r, region))
+        {
+            drop(self.remove(region.start()));
+        }
     }
 
     /// Changes a region's options (`f`), bracketed by its sequence count so
