@@ -19,29 +19,37 @@
 //! it beside the forwarding doorbell) and run [`handle`]:
 //!
 //! ```text
-//!   region        [=========================)
+//!   region        [=========================)          one Region
 //!   munmap                 [-------)
-//!   afterwards    [PROT_NONE)       [PROT_NONE)      detached: no region
+//!   afterwards    [========)       [========)          two successor Regions
+//!                          (the application's)         (still served)
 //!
 //!   mremap        [=========================)  ──►  [=============)  to
-//!   afterwards    [PROT_NONE  (rest, if any) )      [PROT_NONE    )
+//!   afterwards    (successors for any rest)          [PROT_NONE    )
 //! ```
 //!
 //! 1. Under the region table's lock (as `munmap` holds `mmap_lock`), every
 //!    region of this pager that overlaps the unmapped (or moved) range is
 //!    **detached** (`TableLock::detach`): unpublished like a dropped
 //!    mapping, removed from its object's list of mappings, and its range
-//!    disowned, so nothing of faultmap touches that range again and the
-//!    [`crate::Mapping`]'s drop releases nothing (its object and counters
-//!    stay readable).
-//! 2. The parts of the region the application left mapped, and an mremap
-//!    destination, are unregistered from the userfaultfd and replaced by an
-//!    anonymous `PROT_NONE` mapping: an access there is SIGSEGV, never
-//!    wrong data (an unregistered memfd mapping would fill the object's
-//!    cache with zero pages) and never a hang. These placeholders are the
-//!    application's: faultmap never unmaps them (it could not tell whether
-//!    the application replaced them since); `munmap` them to give the
-//!    address space back.
+//!    disowned, so nothing of faultmap touches that range again (no
+//!    eviction or invalidation `MADV_DONTNEED`, no `munmap` at the
+//!    [`crate::Mapping`]'s drop).
+//! 2. The parts of the region the application left mapped are still
+//!    registered mappings of the object, and they keep working as the
+//!    kernel's would after a partial `munmap`: each is taken over by a
+//!    **successor** region (same object, options and hints; fresh
+//!    counters), published and listed on the object like any mapping. The
+//!    [`crate::Mapping`]'s drop releases its successors (and theirs, after
+//!    further unmaps), and nothing else.
+//! 3. An **mremap destination** (which the kernel keeps registered with the
+//!    userfaultfd) is unregistered and replaced by an anonymous `PROT_NONE`
+//!    mapping: an access there is SIGSEGV, never wrong data (an
+//!    unregistered memfd mapping would fill the object's cache with zero
+//!    pages) and never a hang (a fault with no region). The placeholder is
+//!    the application's: faultmap never unmaps it; `munmap` it to give the
+//!    address space back. The moved [`crate::Mapping`] is not followed: its
+//!    slice still names the old range, which is no longer mapped.
 //!
 //! faultmap's own unmaps raise no events: a mapping's drop unregisters its
 //! range before it unmaps it, and `MADV_DONTNEED` raises only REMOVE events,
@@ -53,12 +61,15 @@
 //! - The event is read after the application's `munmap` returned to the
 //!   kernel but before the call returns to the application. Another
 //!   application thread that maps new memory into the hole in that window
-//!   may have it zapped by an eviction or invalidation of faultmap's (or
-//!   replaced by the placeholder, for the rest of a partly unmapped
-//!   region). A single-threaded `munmap`-then-`mmap` is safe.
+//!   may have it zapped by an eviction or invalidation of faultmap's. A
+//!   `munmap`-then-`mmap` in one thread, or a `MAP_FIXED` replacement, is
+//!   safe.
+//! - A [`crate::Mapping`]'s counters (`Mapping::stats`) are its first
+//!   region's: faults served by its successors count on the pager and the
+//!   object, not on the mapping.
 //! - `mremap` with `MREMAP_DONTUNMAP` leaves the old range mapped and
 //!   registered; the region is detached and that range then raises faults
-//!   with no region. Growing a mapping in place raises no event at all:
+//!   with no region (a hang of the accessing thread). Growing a mapping in place raises no event at all:
 //!   the grown part's faults find no region either.
 
 use std::ops::Range;
@@ -67,6 +78,10 @@ use std::sync::Arc;
 use crate::pager::Core;
 use crate::space::{RegionTable, TableLock};
 use crate::sys::{self, UffdMsg};
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Handles one non-fault message of the pager's userfaultfd.
 pub(crate) fn handle(core: &Arc<Core>, msg: &UffdMsg) {
@@ -99,14 +114,25 @@ fn detach_overlapping(table: &TableLock<'_>, core: &Arc<Core>, gone: Range<usize
             region.start()..gone.start.min(region.end()),
             gone.end.max(region.start())..region.end(),
         ] {
-            if !rest.is_empty() {
-                placeholder(core, rest);
+            if rest.is_empty() {
+                continue;
+            }
+            // The part the application left mapped is still a registered
+            // mapping of the object: a region of its own serves it.
+            match region.successor(rest.clone()) {
+                Some(s) => {
+                    table.insert(s.clone());
+                    s.object.add_mapping(&s);
+                    lock(&region.successors).push(s);
+                }
+                None => placeholder(core, rest),
             }
         }
     }
 }
 
-/// Unregisters `range` and maps the `PROT_NONE` placeholder over it.
+/// Step 3: unregisters `range` and maps the `PROT_NONE` placeholder over
+/// it (also the fallback for a remaining part that cannot be adopted).
 fn placeholder(core: &Core, range: Range<usize>) {
     let len = range.end - range.start;
     let _ = sys::uffd_unregister(core.env().uffd, range.start, len);

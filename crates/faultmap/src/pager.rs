@@ -463,6 +463,7 @@ impl Pager {
             ra_mode: opts.readahead_mode(),
             hints: AtomicPtr::new(Box::into_raw(Box::default())),
             mapped: MappedPages::new(extent.pages),
+            successors: Mutex::new(Vec::new()),
         });
         table.insert(region.clone());
         object.0.add_mapping(&region);
@@ -827,12 +828,7 @@ impl Drop for Mapping {
             // A region the application unmapped or moved was detached
             // already (`crate::events`): its range is not ours, and another
             // region may now start at its address.
-            let published = if region.map.is_disowned() {
-                None
-            } else {
-                region.object.remove_mapping(&region);
-                table.remove(region.start())
-            };
+            let published = table.release(&region);
             drop(region);
             drop(published);
             drop(table);

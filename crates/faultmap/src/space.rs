@@ -69,6 +69,10 @@ pub(crate) struct Region {
     pub(crate) hints: AtomicPtr<Vec<(Range<u64>, Hint)>>,
     /// Pages this region has mapped: see [`MappedPages`].
     pub(crate) mapped: MappedPages,
+    /// The regions that took over the parts of this one that the
+    /// application left mapped when it unmapped the rest (`crate::events`);
+    /// released with the [`crate::Mapping`].
+    pub(crate) successors: Mutex<Vec<Arc<Region>>>,
 }
 
 /// One bit per region page: set once the page is known to be mapped here
@@ -165,6 +169,45 @@ impl Region {
         // SAFETY: `old` came from Box::into_raw, is unpublished, and no read
         // section that loaded it is left.
         drop(unsafe { Box::from_raw(old) });
+    }
+
+    /// A region that takes over `range` (page-aligned, inside this one) of
+    /// this detached region: the same object, options and hints, fresh
+    /// counters. `None` if the range is not inside or cannot be adopted.
+    pub(crate) fn successor(&self, range: Range<usize>) -> Option<Arc<Region>> {
+        if !self.map.is_disowned() || range.start < self.start() || range.end > self.end() {
+            return None;
+        }
+        let skip = ((range.start - self.start()) / PAGE_SIZE) as u64;
+        let pages = ((range.end - range.start) / PAGE_SIZE) as u64;
+        // SAFETY: the range lies inside this region's mapping, which is
+        // disowned (nothing unmaps it on drop), and it was left mapped by
+        // the application; each part is adopted once (the caller detaches
+        // before it splits, and a detached region is never split again).
+        let map = unsafe { sys::MappedRegion::adopt(range.start, range.end - range.start) }?;
+        // SAFETY: as in `ra_params`.
+        let hints = unsafe { &*self.hints.load(Ordering::Acquire) };
+        let hints: Vec<(Range<u64>, Hint)> = hints
+            .iter()
+            .filter(|(r, _)| r.end > skip && r.start < skip + pages)
+            .map(|(r, h)| (r.start.max(skip) - skip..r.end.min(skip + pages) - skip, *h))
+            .collect();
+        Some(Arc::new(Region {
+            map,
+            object: self.object.clone(),
+            first_page: self.first_page.add(skip),
+            pages,
+            order: AtomicU8::new(self.order()),
+            seq: SeqCount::default(),
+            owner: self.owner.clone(),
+            counters: Counters::default(),
+            ra: RaCounters::default(),
+            ra_pages: self.ra_pages,
+            ra_mode: self.ra_mode,
+            hints: AtomicPtr::new(Box::into_raw(Box::new(hints))),
+            mapped: MappedPages::new(pages),
+            successors: Mutex::new(Vec::new()),
+        }))
     }
 
     /// The fault-around order.
@@ -499,6 +542,29 @@ impl TableLock<'_> {
         }
     }
 
+    /// Unpublishes `region` as a mapping's drop does, or, if it was
+    /// detached, the regions that took over its remaining parts. Returns
+    /// them, for the caller to drop (after the lock, or under it).
+    pub(crate) fn release(&self, region: &Arc<Region>) -> Vec<Arc<Region>> {
+        let mut out = Vec::new();
+        if region.map.is_disowned() {
+            let successors = std::mem::take(&mut *lock(&region.successors));
+            for s in &successors {
+                out.extend(self.release(s));
+            }
+            out.extend(successors);
+        } else {
+            region.object.remove_mapping(region);
+            if self
+                .lookup(region.start())
+                .is_some_and(|r| Arc::ptr_eq(r, region))
+            {
+                out.extend(self.remove(region.start()));
+            }
+        }
+        out
+    }
+
     /// Changes a region's options (`f`), bracketed by its sequence count so
     /// that a speculative fault that read the old options aborts.
     pub(crate) fn change(&self, region: &Region, f: impl FnOnce()) {
@@ -506,6 +572,10 @@ impl TableLock<'_> {
         f();
         region.seq.write_end();
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The process's table: created on first use, never freed.

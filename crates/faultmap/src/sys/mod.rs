@@ -163,7 +163,11 @@ impl UffdMsg {
 
     /// `arg.remap` of a REMAP event: `(from, to, len)`.
     pub fn remapped(&self) -> (usize, usize, usize) {
-        (self.flags as usize, self.address as usize, self.feat as usize)
+        (
+            self.flags as usize,
+            self.address as usize,
+            self.feat as usize,
+        )
     }
 }
 
@@ -528,6 +532,22 @@ impl MappedRegion {
     /// The first byte, as a raw pointer.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
+    }
+
+    /// Takes ownership of `[addr, addr+len)`, part of a mapping whose
+    /// owner gave it up ([`MappedRegion::disown`]): the part the application
+    /// left mapped after unmapping the rest.
+    ///
+    /// # Safety
+    ///
+    /// The range must be mapped, inside a [`MappedRegion`] that was
+    /// disowned, and not be owned by any other `MappedRegion`.
+    pub unsafe fn adopt(addr: usize, len: usize) -> Option<MappedRegion> {
+        Some(MappedRegion {
+            ptr: NonNull::new(addr as *mut u8)?,
+            len,
+            disowned: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
     /// Gives the range up: dropping `self` will not unmap it. For a range
