@@ -51,6 +51,17 @@
 //!    address space back. The moved [`crate::Mapping`] is not followed: its
 //!    slice still names the old range, which is no longer mapped.
 //!
+//! # Reading events under the table's lock
+//!
+//! The kernel lets the application's `munmap` return as soon as the event
+//! is *read*, not when it is handled. So a pager thread takes the region
+//! table's lock *before* it reads the userfaultfd, handles the events of
+//! the batch under it, and only then lets it go (and handles the batch's
+//! faults). Whatever the application does after its `munmap` returns and
+//! that goes through the table's lock (a mapping's drop, `Advice::DontNeed`,
+//! and `Object::invalidate`, which takes the lock once as a barrier) sees
+//! the region detached.
+//!
 //! faultmap's own unmaps raise no events: a mapping's drop unregisters its
 //! range before it unmaps it, and `MADV_DONTNEED` raises only REMOVE events,
 //! which faultmap does not request (it would then block on its own
@@ -76,25 +87,24 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::pager::Core;
-use crate::space::{RegionTable, TableLock};
+use crate::space::TableLock;
 use crate::sys::{self, UffdMsg};
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Handles one non-fault message of the pager's userfaultfd.
-pub(crate) fn handle(core: &Arc<Core>, msg: &UffdMsg) {
+/// Handles one non-fault message of the pager's userfaultfd. The caller
+/// holds the region table's lock, and took it before it read the message
+/// (see the module documentation).
+pub(crate) fn handle(table: &TableLock<'_>, core: &Arc<Core>, msg: &UffdMsg) {
     match msg.event {
         sys::UFFD_EVENT_UNMAP => {
-            let gone = msg.unmapped();
-            let table = RegionTable::get().lock();
-            detach_overlapping(&table, core, gone);
+            detach_overlapping(table, core, msg.unmapped());
         }
         sys::UFFD_EVENT_REMAP => {
             let (from, to, len) = msg.remapped();
-            let table = RegionTable::get().lock();
-            detach_overlapping(&table, core, from..from.saturating_add(len));
+            detach_overlapping(table, core, from..from.saturating_add(len));
             // Only a registered range raises the event, and the kernel keeps
             // the destination registered with this userfaultfd.
             placeholder(core, to..to.saturating_add(len));

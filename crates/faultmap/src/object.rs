@@ -249,6 +249,9 @@ impl Object {
         }
         let first = range.start / PAGE_SIZE as u64;
         let end = range.end.div_ceil(PAGE_SIZE as u64);
+        // A barrier: an unmap event already read is handled first (its
+        // region leaves the list of mappings), see `crate::events`.
+        drop(crate::space::RegionTable::get().lock());
         crate::invalidate::invalidate(&self.0, ObjectPage(first)..ObjectPage(end)).map_err(
             |source| InvalidateError::Sys {
                 name: self.name().to_string(),

@@ -538,16 +538,25 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
     // whose senders wait until they are read.
     let source: &OwnedFd = core.requests.as_ref().map_or(&core.uffd, |r| r.doorbell());
     let read_uffd = |msgs: &mut [UffdMsg; MSG_BATCH]| {
+        // Read under the table's lock, events handled before it goes: see
+        // `crate::events`.
+        let table = RegionTable::get().lock();
         let n = sys::uffd_read(&core.uffd, msgs).unwrap_or(0);
-        for msg in &msgs[..n] {
-            if msg.event == sys::UFFD_EVENT_PAGEFAULT {
-                let origin = fault::Origin::Uffd {
-                    tid: msg.thread_id(),
-                };
-                fault::handle(&env, msg.address as usize, origin);
-            } else {
-                events::handle(core, msg);
-            }
+        for msg in msgs[..n]
+            .iter()
+            .filter(|m| m.event != sys::UFFD_EVENT_PAGEFAULT)
+        {
+            events::handle(&table, core, msg);
+        }
+        drop(table);
+        for msg in msgs[..n]
+            .iter()
+            .filter(|m| m.event == sys::UFFD_EVENT_PAGEFAULT)
+        {
+            let origin = fault::Origin::Uffd {
+                tid: msg.thread_id(),
+            };
+            fault::handle(&env, msg.address as usize, origin);
         }
         n
     };
