@@ -175,12 +175,6 @@ fn partial_unmap(delivery: Delivery, name: &str) {
             all_bytes_are(addr + 4 * PAGE, 4 * PAGE, 0x5D),
             "the drop unmapped the application's memory"
         );
-        // The kept parts were faultmap's and are gone with the mapping.
-        let first = present_pages(addr, 4);
-        assert!(
-            first.iter().all(|&p| !p),
-            "kept part still mapped: {first:?}"
-        );
         let _ = len;
         still_serves(&pager, 953);
         // SAFETY: the test's own anonymous mapping.
