@@ -66,9 +66,10 @@
 //! - `ENOENT`: the range is not inside one registered VMA. Either the mapping
 //!   is gone, or the application split it (`madvise`, `mprotect`, `mlock` on
 //!   part of it): the run is retried one page at a time.
-//! - `EAGAIN`: the address space is changing (fork, mremap events). faultmap
-//!   requests no event features yet, so the kernel never says it; it is
-//!   retried a few times, then the page is left to a later fault.
+//! - `EAGAIN`: the address space is changing: an UNMAP or REMAP event
+//!   (`crate::events`) is queued and not yet read. It is retried a few
+//!   times, then the page is left to a later fault (the pager thread reads
+//!   the event meanwhile).
 //! - `EFAULT`: the page is not in the memfd. Only the cache punches holes,
 //!   and only in pages it moved out of UPTODATE first, so a pinned page
 //!   never says it; it is skipped.

@@ -7,10 +7,14 @@
 //! ("handler threads") take faults in batches and run
 //! `crate::fault::handle` on each: userfaultfd messages with
 //! `Delivery::Handler`, faults forwarded by SIGBUS handlers with
-//! `Delivery::Signal` (`crate::signal`). Between bursts they busy-poll
-//! briefly, then sleep in `poll` on the userfaultfd (or the forwarding
-//! doorbell) and a stop eventfd. They never read a store themselves: the
-//! reads go to the I/O threads (`crate::io`).
+//! `Delivery::Signal` (`crate::signal`). In both deliveries they also read
+//! the userfaultfd's UNMAP and REMAP events (`crate::events`), whose
+//! senders wait until they are read. Between bursts they busy-poll
+//! briefly, then sleep in `poll` on the userfaultfd, the forwarding
+//! doorbell (signal delivery) and a stop eventfd. They never read a store
+//! themselves: the reads go to the I/O threads (`crate::io`). A watchdog
+//! thread gives up store reads that outlive `Config::io_timeout` and
+//! notices a truncated store (`crate::errors`).
 //!
 //! `map` and a mapping's drop hold the process's region-table lock for
 //! their whole operation, as `mmap` and `munmap` hold `mmap_lock`; faults
@@ -31,6 +35,12 @@
 //! Mappings are `MADV_DONTFORK`: a child process does not inherit them
 //! (touching the range in the child is a SIGSEGV), because the child would
 //! have no handler and its faults would fill the shared cache with zeros.
+//!
+//! # munmap and mremap by the application
+//!
+//! A mapping's drop unregisters its range before it unmaps it, so
+//! faultmap's own unmaps raise no event. An application's `munmap` or
+//! `mremap` of a mapping does: see `crate::events`.
 
 use std::io;
 use std::ops::Deref;
