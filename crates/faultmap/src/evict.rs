@@ -54,8 +54,12 @@
 //! - An evicted page is unmapped from every region before its hole is
 //!   punched, by the same steps as invalidation, so no mapping ever reads a
 //!   punched page's stale PTE.
-//! - The hand never blocks a fault: it takes no lock a fault takes (the
-//!   reverse map's lock is taken by map and unmap, not by faults).
+//! - The hand unmaps only under the region table's lock, the way the
+//!   kernel's rmap walk holds `i_mmap_rwsem`: an application's `munmap` of
+//!   a mapping is handled (the region detached) under that lock, so the
+//!   hand never zaps memory the application mapped there since.
+//! - The hand never blocks a speculative fault: those take no lock (the
+//!   table's lock is taken by map, unmap and the classic fault path).
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -65,6 +69,7 @@ use std::time::Duration;
 
 use crate::clock::{self, Action};
 use crate::object::{ObjectCore, ObjectPage};
+use crate::space::RegionTable;
 use crate::stats::{Counters, Stats};
 use crate::sys::PAGE_SIZE;
 use crate::workingset::{self, Age};
@@ -403,6 +408,11 @@ impl Budget {
         }
         self.activated(activated);
         self.deactivated(deactivated);
+        // Under the region table's lock, as the kernel's rmap walk holds
+        // i_mmap_rwsem: a region the application unmapped is detached
+        // (and disowned) before its range can be reused (`crate::events`),
+        // so no MADV_DONTNEED here hits the application's memory.
+        let table = RegionTable::get().lock();
         // 1. Unmap to sample.
         for run in crate::invalidate::runs_of(&unmap) {
             for region in object.rmap.overlapping(run.clone()) {
@@ -429,6 +439,7 @@ impl Budget {
                 .record(&frozen, first_age, self.refault_threshold());
             tally.evicted = freed;
         }
+        drop(table);
         object.counters.add(&tally);
         self.counters.add(&tally);
         freed

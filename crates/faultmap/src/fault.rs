@@ -35,6 +35,10 @@
 //!      errors and reads the faulting page alone; so does this path
 //!      (`io_retry_single`), and if that read fails too, the I/O thread
 //!      poisons the waiting faults (SIGBUS, never zeros).
+//!    - READING and STALLED: the read outlived the store timeout
+//!      (`crate::errors`): SIGBUS at once, without parking.
+//!    - ABSENT wholly beyond the end of an object whose store shrank
+//!      (`crate::errors`): SIGBUS at once, as beyond a kernel file's EOF.
 //! 4. **Map the window.** Pin every UPTODATE page of the window (lock-free:
 //!    load, then CAS from the loaded value, see [`crate::page_state`]), and
 //!    map the pinned pages as maximal runs with `UFFDIO_CONTINUE`: the run
@@ -62,9 +66,10 @@
 //! - `ENOENT`: the range is not inside one registered VMA. Either the mapping
 //!   is gone, or the application split it (`madvise`, `mprotect`, `mlock` on
 //!   part of it): the run is retried one page at a time.
-//! - `EAGAIN`: the address space is changing (fork, mremap events). faultmap
-//!   requests no event features yet, so the kernel never says it; it is
-//!   retried a few times, then the page is left to a later fault.
+//! - `EAGAIN`: the address space is changing: an UNMAP or REMAP event
+//!   (`crate::events`) is queued and not yet read. It is retried a few
+//!   times, then the page is left to a later fault (the pager thread reads
+//!   the event meanwhile).
 //! - `EFAULT`: the page is not in the memfd. Only the cache punches holes,
 //!   and only in pages it moved out of UPTODATE first, so a pinned page
 //!   never says it; it is skipped.
@@ -364,6 +369,12 @@ fn resolve(
                 ending = Some(Ending::Failed);
                 break;
             }
+            State::Absent if opage.offset() >= object.errors.end() => {
+                // Wholly beyond the end of a truncated object: SIGBUS, as
+                // the kernel's shmem/filemap fault beyond EOF.
+                ending = Some(Ending::Failed);
+                break;
+            }
             State::Absent => {
                 progress.last_chance = word.has_failed();
                 if miss(env, region, page, word, &mut tally, &mut ra) {
@@ -374,6 +385,13 @@ fn resolve(
                 }
                 continue;
             }
+            State::Reading if word.is_stalled() => {
+                // Its read outlived the store timeout (`crate::errors`):
+                // fail now rather than wait for a store that may never
+                // answer.
+                ending = Some(Ending::Failed);
+                break;
+            }
             State::Reading => {
                 // Someone else's read: the kernel's first attempt finds the
                 // folio in the cache, locked, and does the hit bookkeeping
@@ -383,6 +401,12 @@ fn resolve(
                     progress.bookkept = true;
                 }
                 if park(env, object, opage, page_addr, origin) {
+                    // The watchdog may have stalled the page between the
+                    // look and the parking, and settled the parked faults
+                    // before this one was listed: settle again.
+                    if object.cache.states.load(opage).is_stalled() {
+                        settle_parked(object, None);
+                    }
                     // Its read may still be queued behind readahead: move
                     // it up (a sync job is never listed, so this is cheap).
                     env.io.promote(object, opage);
@@ -793,10 +817,16 @@ pub(crate) fn end_reads(
 /// Settles every fault parked on the object after a read ended: each is
 /// woken, faults again, and finds its page cached, absent (and reads it),
 /// or still being read (and parks again). With `poison`, the faults parked
-/// on that page get SIGBUS instead: its last-chance read failed.
+/// on that page get SIGBUS instead: its last-chance read failed. So do the
+/// faults parked on a page whose read the watchdog stalled (READING and
+/// STALLED: the store did not answer in time, see `crate::errors`).
 pub(crate) fn settle_parked(object: &ObjectCore, poison: Option<ObjectPage>) {
     for w in object.waiters.take_all() {
-        let failed = Some(w.page) == poison;
+        let stalled = || {
+            let word = object.cache.states.load(w.page);
+            word.state() == State::Reading && word.is_stalled()
+        };
+        let failed = Some(w.page) == poison || stalled();
         match w.target {
             WakeTarget::Uffd { uffd, addr, tid } => {
                 let poisoned = failed && sys::uffd_poison(&uffd, addr, PAGE_SIZE).is_ok();

@@ -149,6 +149,11 @@ fn freeze(object: &ObjectCore, page: ObjectPage) -> Freeze {
 
 /// Unmaps object pages `pages` from `region`, if it maps any of them.
 pub(crate) fn zap(region: &Arc<Region>, pages: Range<u64>) -> std::io::Result<()> {
+    // A range the application unmapped is not faultmap's any more
+    // (`crate::events`).
+    if region.map.is_disowned() {
+        return Ok(());
+    }
     let first = region.first_page.0;
     let start = pages.start.max(first);
     let end = pages.end.min(first + region.pages);

@@ -25,6 +25,12 @@
 //!                async queue ┘
 //! ```
 //!
+//! Failures: a job whose store call fails is tried again, after a short
+//! backoff, up to `Config::io_retries` times before its pages fail; every
+//! job is tracked from submission to its end ([`Inflight`]) so that the
+//! pager's watchdog can find the ones that outlive `Config::io_timeout`
+//! (see [`crate::errors`]).
+//!
 //! Shutdown: when the pager and its last mapping are gone, the handler
 //! threads are joined first (nothing submits any more), then every I/O
 //! thread is sent a stop message. A thread that gets one runs every job
@@ -33,17 +39,129 @@
 //! later fault on it park forever), and puts back the other threads' stop
 //! messages it met, so that each thread gets its own.
 
+use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select_biased, Receiver, Sender};
 
+use crate::errors::{self, ErrorLog, IoErrorKind};
 use crate::fault;
 use crate::object::{ObjectCore, ObjectPage};
 use crate::space::Region;
 use crate::stats::{Counters, Stats};
+use crate::store::StoreError;
+
+/// What a pager's I/O threads, its submitters and its watchdog share.
+pub(crate) struct IoShared {
+    /// The pager's counters.
+    pub(crate) counters: Arc<Counters>,
+    /// How many times a failed request is tried again.
+    pub(crate) retries: u32,
+    /// Jobs submitted and not yet ended.
+    pub(crate) inflight: Inflight,
+    /// The pager's error log.
+    pub(crate) log: Arc<ErrorLog>,
+    /// The objects the pager opened or mapped, for the watchdog's length
+    /// poll.
+    pub(crate) objects: Mutex<Vec<std::sync::Weak<ObjectCore>>>,
+}
+
+impl IoShared {
+    pub(crate) fn new(counters: Arc<Counters>, retries: u32) -> Self {
+        Self {
+            counters,
+            retries,
+            inflight: Inflight::default(),
+            log: Arc::new(ErrorLog::default()),
+            objects: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Lets the watchdog poll `object`'s length, and sends its error
+    /// reports to the pager's log too.
+    pub(crate) fn watch(&self, object: &Arc<ObjectCore>) {
+        object.errors.attach(&self.log);
+        let mut objects = lock(&self.objects);
+        objects.retain(|o| o.strong_count() > 0);
+        if !objects
+            .iter()
+            .any(|o| std::ptr::eq(o.as_ptr(), Arc::as_ptr(object)))
+        {
+            objects.push(Arc::downgrade(object));
+        }
+    }
+}
+
+/// A job being tracked: submitted, queued or running, not yet ended.
+struct Tracked {
+    object: Arc<ObjectCore>,
+    pages: Range<ObjectPage>,
+    since: Instant,
+    /// The watchdog already stalled its pages.
+    stalled: bool,
+}
+
+/// Every job submitted and not yet ended, with its submission time, for
+/// the watchdog.
+#[derive(Default)]
+pub(crate) struct Inflight {
+    next: AtomicU64,
+    jobs: Mutex<HashMap<u64, Tracked>>,
+}
+
+/// A job that outlived the timeout, as the watchdog gets it.
+pub(crate) struct Overdue {
+    pub(crate) object: Arc<ObjectCore>,
+    pub(crate) pages: Range<ObjectPage>,
+    pub(crate) age: Duration,
+}
+
+impl Inflight {
+    fn add(&self, object: &Arc<ObjectCore>, pages: Range<ObjectPage>) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let tracked = Tracked {
+            object: object.clone(),
+            pages,
+            since: Instant::now(),
+            stalled: false,
+        };
+        lock(&self.jobs).insert(id, tracked);
+        id
+    }
+
+    fn remove(&self, id: u64) {
+        lock(&self.jobs).remove(&id);
+    }
+
+    /// The jobs older than `timeout` that were not stalled yet, their pages
+    /// stalled now (each job is returned once). Under the list's lock: a
+    /// job leaves the list before it ends its reads, so the pages stalled
+    /// here are still that job's reads.
+    pub(crate) fn stall_overdue(&self, timeout: Duration) -> Vec<Overdue> {
+        let now = Instant::now();
+        let mut jobs = lock(&self.jobs);
+        jobs.values_mut()
+            .filter(|t| !t.stalled && now.duration_since(t.since) >= timeout)
+            .map(|t| {
+                t.stalled = true;
+                for p in t.pages.start.0..t.pages.end.0 {
+                    if let Some(state) = t.object.cache.states.get(ObjectPage(p)) {
+                        state.stall();
+                    }
+                }
+                Overdue {
+                    object: t.object.clone(),
+                    pages: t.pages.clone(),
+                    age: now.duration_since(t.since),
+                }
+            })
+            .collect()
+    }
+}
 
 /// One store request: pages that the submitter claimed (they are READING).
 pub(crate) struct ReadJob {
@@ -64,6 +182,8 @@ pub(crate) struct ReadJob {
 /// A queued job, taken once: a job can be on both queues (promoted), and
 /// whichever thread gets it first runs it.
 pub(crate) struct Queued {
+    /// Its entry in [`Inflight`].
+    id: u64,
     job: Mutex<Option<ReadJob>>,
     pages: Range<ObjectPage>,
     promoted: AtomicBool,
@@ -94,6 +214,7 @@ pub(crate) enum Urgency {
 pub(crate) struct IoQueue {
     sync: Sender<Msg>,
     async_: Sender<Msg>,
+    shared: Arc<IoShared>,
 }
 
 impl IoQueue {
@@ -101,9 +222,11 @@ impl IoQueue {
     /// fault that needs one of its pages can promote it. If the threads are
     /// gone (only while the pager shuts down), runs it on the caller's
     /// thread: a claimed page must be read.
-    pub(crate) fn submit(&self, job: ReadJob, urgency: Urgency, counters: &Counters) {
+    pub(crate) fn submit(&self, job: ReadJob, urgency: Urgency, _counters: &Counters) {
         let object = job.object.clone();
+        let id = self.shared.inflight.add(&object, job.pages.clone());
         let queued = Arc::new(Queued {
+            id,
             pages: job.pages.clone(),
             job: Mutex::new(Some(job)),
             promoted: AtomicBool::new(urgency == Urgency::Sync),
@@ -116,7 +239,7 @@ impl IoQueue {
             }
         };
         if tx.send(Msg::Read(queued.clone())).is_err() {
-            run_queued(&queued, counters);
+            run_queued(&queued, &self.shared);
         }
     }
 
@@ -141,26 +264,24 @@ pub(crate) struct IoThreads {
 }
 
 impl IoThreads {
-    /// Starts `n` threads that add their counts to `counters` (the pager's).
-    pub(crate) fn start(
-        n: usize,
-        counters: Arc<Counters>,
-    ) -> std::io::Result<(IoThreads, IoQueue)> {
+    /// Starts `n` threads that add their counts to `shared.counters` (the
+    /// pager's).
+    pub(crate) fn start(n: usize, shared: Arc<IoShared>) -> std::io::Result<(IoThreads, IoQueue)> {
         let (sync_tx, sync_rx) = crossbeam_channel::unbounded();
         let (async_tx, async_rx) = crossbeam_channel::unbounded();
         let mut threads = Vec::with_capacity(n);
         for i in 0..n {
-            let (sync_rx, async_rx, counters) =
-                (sync_rx.clone(), async_rx.clone(), counters.clone());
+            let (sync_rx, async_rx, shared) = (sync_rx.clone(), async_rx.clone(), shared.clone());
             let stops = sync_tx.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("faultmap-io-{i}"))
-                .spawn(move || io_loop(&sync_rx, &async_rx, &stops, &counters))?;
+                .spawn(move || io_loop(&sync_rx, &async_rx, &stops, &shared))?;
             threads.push(handle);
         }
         let queue = IoQueue {
             sync: sync_tx.clone(),
             async_: async_tx,
+            shared,
         };
         Ok((
             IoThreads {
@@ -183,7 +304,7 @@ impl Drop for IoThreads {
     }
 }
 
-fn io_loop(sync: &Receiver<Msg>, async_: &Receiver<Msg>, stops: &Sender<Msg>, counters: &Counters) {
+fn io_loop(sync: &Receiver<Msg>, async_: &Receiver<Msg>, stops: &Sender<Msg>, shared: &IoShared) {
     loop {
         // Sync first: a try on the sync queue, then whichever is ready with
         // the sync queue preferred.
@@ -196,7 +317,7 @@ fn io_loop(sync: &Receiver<Msg>, async_: &Receiver<Msg>, stops: &Sender<Msg>, co
             .unwrap_or(Msg::Stop),
         };
         match msg {
-            Msg::Read(queued) => run_queued(&queued, counters),
+            Msg::Read(queued) => run_queued(&queued, shared),
             Msg::Stop => {
                 // Every queued job holds claimed pages: run them all. The
                 // other threads' stop messages met on the way go back, so
@@ -204,7 +325,7 @@ fn io_loop(sync: &Receiver<Msg>, async_: &Receiver<Msg>, stops: &Sender<Msg>, co
                 let mut others = 0;
                 for msg in sync.try_iter().chain(async_.try_iter()) {
                     match msg {
-                        Msg::Read(queued) => run_queued(&queued, counters),
+                        Msg::Read(queued) => run_queued(&queued, shared),
                         Msg::Stop => others += 1,
                     }
                 }
@@ -219,39 +340,73 @@ fn io_loop(sync: &Receiver<Msg>, async_: &Receiver<Msg>, stops: &Sender<Msg>, co
 
 /// Runs a queued job unless another thread took it first (it was on both
 /// queues), unlisting it from its object.
-fn run_queued(queued: &Arc<Queued>, counters: &Counters) {
+fn run_queued(queued: &Arc<Queued>, shared: &IoShared) {
     let Some(job) = queued.take() else {
         return;
     };
     lock(&job.object.queued).retain(|q| !Arc::ptr_eq(q, queued));
-    run(job, counters);
+    run(job, shared, queued.id);
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Runs one job: fills its pages, ends their reads, wakes parked faults.
-fn run(job: ReadJob, pager: &Counters) {
+/// Whether trying a failed request again may help: not for a request
+/// outside the object or one that came back short (the object shrank).
+fn retriable(e: &StoreError) -> bool {
+    matches!(e, StoreError::Read { .. })
+}
+
+/// An error and its sources, as one line.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// Runs one job: fills its pages (trying a failed request again up to
+/// `shared.retries` times), ends their reads, wakes parked faults.
+fn run(job: ReadJob, shared: &IoShared, id: u64) {
     let object = &*job.object;
     // Over the memory budget: wait for the evictor first (direct reclaim).
     object.budget.throttle();
-    let result = object.cache.fill(&*object.store, job.pages.clone());
     let mut tally = Stats::default();
+    let mut attempt = 0;
+    let result = loop {
+        match object.cache.fill(&*object.store, job.pages.clone()) {
+            Err(e) if attempt < shared.retries && retriable(&e) => {
+                tally.io_retries += 1;
+                std::thread::sleep(errors::backoff(attempt));
+                attempt += 1;
+            }
+            result => break result,
+        }
+    };
+    // Untracked before its reads end: see `Inflight::stall_overdue`.
+    shared.inflight.remove(id);
     let ok = match result {
         Ok(bytes) => {
             tally.io_bytes = bytes as u64;
             true
         }
-        Err(_) => {
+        Err(e) => {
             tally.io_errors = 1;
+            let start = job.pages.start.offset().min(object.len);
+            let end = job.pages.end.offset().min(object.len);
+            object.report(IoErrorKind::Read, start..end, error_chain(&e));
             false
         }
     };
     // Counted before the reads end: a thread woken by them that reads the
     // counters sees this read.
     object.counters.add(&tally);
-    pager.add(&tally);
+    shared.counters.add(&tally);
     if let Some(region) = &job.region {
         region.counters.add(&tally);
     }

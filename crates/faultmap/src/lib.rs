@@ -50,6 +50,8 @@
 pub(crate) mod cache;
 pub mod clock;
 mod config;
+mod errors;
+mod events;
 mod evict;
 pub(crate) mod fault;
 pub mod fault_around;
@@ -76,6 +78,7 @@ pub mod measure;
 
 pub use cache::CacheError;
 pub use config::{Config, ConfigError, Delivery, MapOptions, RegionLookup, MIN_BUDGET};
+pub use errors::{IoErrorKind, IoErrorReport, LOG_CAPACITY};
 pub use evict::Memory;
 pub use object::{IntoObject, InvalidateError, Object};
 pub use pager::{Advice, MapError, Mapping, Pager, PagerError};

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::cache::Cache;
+use crate::errors::{IoErrorKind, IoErrorReport, ObjectErrors};
 use crate::evict::Budget;
 use crate::fault::Waiter;
 use crate::readahead::RaState;
@@ -51,6 +52,9 @@ pub(crate) struct ObjectCore {
     pub(crate) charged: AtomicU64,
     /// Shadows of evicted pages, for refault detection.
     pub(crate) shadows: Shadows,
+    /// Store failures: the error log, the pager logs it feeds, the end
+    /// after a truncation (`crate::errors`).
+    pub(crate) errors: ObjectErrors,
 }
 
 impl Drop for ObjectCore {
@@ -79,7 +83,20 @@ impl ObjectCore {
             budget,
             charged: AtomicU64::new(0),
             shadows: Shadows::default(),
+            errors: ObjectErrors::new(len),
         }
+    }
+
+    /// Logs a store failure on `bytes` of this object, on the object and on
+    /// every pager that opened or mapped it (see [`crate::errors`]).
+    pub(crate) fn report(&self, kind: IoErrorKind, bytes: Range<u64>, message: String) {
+        self.errors.report(IoErrorReport {
+            object: self.store.name().to_string(),
+            offset: bytes.start,
+            len: bytes.end.saturating_sub(bytes.start),
+            kind,
+            message,
+        });
     }
 
     /// Records that `region` maps this object.
@@ -244,6 +261,9 @@ impl Object {
         }
         let first = range.start / PAGE_SIZE as u64;
         let end = range.end.div_ceil(PAGE_SIZE as u64);
+        // A barrier: an unmap event already read is handled first (its
+        // region leaves the list of mappings), see `crate::events`.
+        drop(crate::space::RegionTable::get().lock());
         crate::invalidate::invalidate(&self.0, ObjectPage(first)..ObjectPage(end)).map_err(
             |source| InvalidateError::Sys {
                 name: self.name().to_string(),
@@ -260,6 +280,18 @@ impl Object {
             cached: self.0.charged.load(Ordering::Relaxed) * PAGE_SIZE as u64,
             ..self.0.budget.memory()
         }
+    }
+
+    /// The last store failures on this object (at most
+    /// [`crate::errors::LOG_CAPACITY`], oldest first): failed reads (after
+    /// their retries), timeouts, failed write-backs. The log is kept.
+    pub fn io_errors(&self) -> Vec<IoErrorReport> {
+        self.0.errors.log().snapshot()
+    }
+
+    /// Like [`Object::io_errors`], and empties the log.
+    pub fn take_io_errors(&self) -> Vec<IoErrorReport> {
+        self.0.errors.log().take()
     }
 
     /// Counters summed over every mapping of this object.

@@ -7,10 +7,14 @@
 //! ("handler threads") take faults in batches and run
 //! `crate::fault::handle` on each: userfaultfd messages with
 //! `Delivery::Handler`, faults forwarded by SIGBUS handlers with
-//! `Delivery::Signal` (`crate::signal`). Between bursts they busy-poll
-//! briefly, then sleep in `poll` on the userfaultfd (or the forwarding
-//! doorbell) and a stop eventfd. They never read a store themselves: the
-//! reads go to the I/O threads (`crate::io`).
+//! `Delivery::Signal` (`crate::signal`). In both deliveries they also read
+//! the userfaultfd's UNMAP and REMAP events (`crate::events`), whose
+//! senders wait until they are read. Between bursts they busy-poll
+//! briefly, then sleep in `poll` on the userfaultfd, the forwarding
+//! doorbell (signal delivery) and a stop eventfd. They never read a store
+//! themselves: the reads go to the I/O threads (`crate::io`). A watchdog
+//! thread gives up store reads that outlive `Config::io_timeout` and
+//! notices a truncated store (`crate::errors`).
 //!
 //! `map` and a mapping's drop hold the process's region-table lock for
 //! their whole operation, as `mmap` and `munmap` hold `mmap_lock`; faults
@@ -31,6 +35,12 @@
 //! Mappings are `MADV_DONTFORK`: a child process does not inherit them
 //! (touching the range in the child is a SIGSEGV), because the child would
 //! have no handler and its faults would fill the shared cache with zeros.
+//!
+//! # munmap and mremap by the application
+//!
+//! A mapping's drop unregisters its range before it unmaps it, so
+//! faultmap's own unmaps raise no event. An application's `munmap` or
+//! `mremap` of a mapping does: see `crate::events`.
 
 use std::io;
 use std::ops::Deref;
@@ -45,9 +55,11 @@ use std::time::{Duration, Instant};
 use crate::cache::{Cache, CacheError};
 use crate::config::MAX_RA_PAGES;
 use crate::config::{Config, ConfigError, Delivery, MapOptions, RegionLookup};
+use crate::errors::{self, IoErrorReport};
+use crate::events;
 use crate::evict::{Budget, Evictor, Memory};
 use crate::fault::{self, FaultEnv};
-use crate::io::{IoQueue, IoThreads};
+use crate::io::{IoQueue, IoShared, IoThreads};
 use crate::object::{IntoObject, InvalidateError, Object, ObjectCore, ObjectPage};
 use crate::readahead::Hint;
 use crate::seqcount::SeqCount;
@@ -59,7 +71,7 @@ use crate::sys::{self, feature, mode, range_ioctl, UffdMsg, UffdSource, PAGE_SIZ
 use crate::wait::Uffd;
 
 /// The kernel features faultmap cannot work without, and why.
-const REQUIRED_FEATURES: [(u64, &str); 4] = [
+const REQUIRED_FEATURES: [(u64, &str); 6] = [
     (
         feature::MISSING_SHMEM,
         "to see the first touch of a page not in the cache",
@@ -72,6 +84,14 @@ const REQUIRED_FEATURES: [(u64, &str); 4] = [
     (
         feature::THREAD_ID,
         "to tell a woken fault's retry from a new fault",
+    ),
+    (
+        feature::EVENT_UNMAP,
+        "to learn that the application unmapped (part of) a mapping",
+    ),
+    (
+        feature::EVENT_REMAP,
+        "to learn that the application moved (part of) a mapping",
     ),
 ];
 
@@ -160,6 +180,9 @@ pub(crate) struct Core {
     mappings: AtomicUsize,
     /// The memory budget of the objects this pager opens.
     budget: Arc<Budget>,
+    /// What the I/O threads and the watchdog share (the error log, the
+    /// reads in flight, the objects whose length is polled).
+    io_shared: Arc<IoShared>,
 }
 
 impl Core {
@@ -265,8 +288,9 @@ impl Pager {
         })?;
         // 3. The I/O threads, then the handler threads.
         let counters = Arc::new(Counters::default());
+        let io_shared = Arc::new(IoShared::new(counters.clone(), config.io_retries));
         let (io_threads, io) =
-            IoThreads::start(config.io_threads, counters.clone()).map_err(|source| {
+            IoThreads::start(config.io_threads, io_shared.clone()).map_err(|source| {
                 PagerError::Sys {
                     op: "spawning an I/O thread",
                     source,
@@ -296,6 +320,7 @@ impl Pager {
             requests,
             mappings: AtomicUsize::new(0),
             budget: Budget::new(config.memory_budget, counters.clone()),
+            io_shared,
         });
         let stop = sys::eventfd().map_err(|source| PagerError::Sys {
             op: "eventfd",
@@ -318,6 +343,27 @@ impl Pager {
             io: Mutex::new(Some(io_threads)),
             evictors: Mutex::new(evictors),
         });
+        // 4. The watchdog (`crate::errors`): store timeouts, truncation.
+        {
+            let shared = core.io_shared.clone();
+            let stop = workers
+                .stop
+                .try_clone()
+                .map_err(|source| PagerError::Sys { op: "dup", source })?;
+            let timeout = config.io_timeout;
+            let handle = std::thread::Builder::new()
+                .name("faultmap-watchdog".into())
+                .spawn(move || errors::watchdog_loop(&shared, &stop, timeout))
+                .map_err(|source| PagerError::Sys {
+                    op: "spawning the watchdog thread",
+                    source,
+                })?;
+            workers
+                .threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(handle);
+        }
         let spin_us = config.handler_spin_us;
         for i in 0..config.handler_threads {
             let core = core.clone();
@@ -375,6 +421,7 @@ impl Pager {
             self.core.budget.clone(),
         ));
         self.core.budget.add_object(&object);
+        self.core.io_shared.watch(&object);
         Ok(Object(object))
     }
 
@@ -400,6 +447,7 @@ impl Pager {
         let cache = Cache::new(store.name(), len)?;
         let object = Arc::new(ObjectCore::new(Box::new(store), cache, len, domain.clone()));
         domain.add_object(&object);
+        self.core.io_shared.watch(&object);
         self.workers
             .evictors
             .lock()
@@ -423,6 +471,9 @@ impl Pager {
     /// slice), not an error.
     pub fn map(&self, source: impl IntoObject, opts: MapOptions) -> Result<Mapping, MapError> {
         let object = source.into_object(self)?;
+        // An object opened by another pager: its errors reach this pager's
+        // log too, and this pager's watchdog polls its length.
+        self.core.io_shared.watch(&object.0);
         let extent = opts.resolve(object.len())?;
         let mut mapping = Mapping {
             region: None,
@@ -488,6 +539,7 @@ impl Pager {
             ra_mode: opts.readahead_mode(),
             hints: AtomicPtr::new(Box::into_raw(Box::default())),
             mapped: MappedPages::new(extent.pages),
+            successors: Mutex::new(Vec::new()),
         });
         table.insert(region.clone());
         object.0.add_mapping(&region);
@@ -510,6 +562,20 @@ impl Pager {
     pub fn ra_stats(&self) -> RaStats {
         self.core.counters.settle();
         self.core.ra.snapshot()
+    }
+
+    /// The last store failures of every object this pager opened or
+    /// mapped (at most [`crate::LOG_CAPACITY`], oldest first): failed
+    /// reads (after their retries), timeouts, failed write-backs. The log
+    /// is kept; see [`Pager::take_io_errors`] to drain it.
+    pub fn io_errors(&self) -> Vec<IoErrorReport> {
+        self.core.io_shared.log.snapshot()
+    }
+
+    /// Like [`Pager::io_errors`], and empties the pager's log (the objects'
+    /// own logs are kept).
+    pub fn take_io_errors(&self) -> Vec<IoErrorReport> {
+        self.core.io_shared.log.take()
     }
 
     /// How many non-empty mappings are live (an empty mapping registers
@@ -537,30 +603,46 @@ fn open_uffd() -> Result<(OwnedFd, UffdSource), PagerError> {
 /// none is pending, keep polling for `spin_us` (see
 /// [`Config::handler_spin_us`]), then sleep in `poll` on the userfaultfd and
 /// the stop eventfd.
-fn handler_loop(core: &Core, stop: &OwnedFd, spin_us: u32) {
+fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
     let env = core.env();
     let mut msgs = [UffdMsg::default(); MSG_BATCH];
     let spin = Duration::from_micros(spin_us.into());
     let mut idle_since = Instant::now();
     // Signal delivery: faults come as forwarded requests, announced on the
-    // doorbell; handler threads: as userfaultfd messages.
+    // doorbell; handler threads: as userfaultfd messages. Either way the
+    // userfaultfd carries the UNMAP and REMAP events (`crate::events`),
+    // whose senders wait until they are read.
     let source: &OwnedFd = core.requests.as_ref().map_or(&core.uffd, |r| r.doorbell());
-    let serve = |msgs: &mut [UffdMsg; MSG_BATCH]| match &core.requests {
-        Some(requests) => requests.serve(|addr, r| {
-            fault::handle(&env, addr, fault::Origin::Request(r));
-        }),
-        None => {
-            let n = sys::uffd_read(&core.uffd, msgs).unwrap_or(0);
-            for msg in &msgs[..n] {
-                if msg.event == sys::UFFD_EVENT_PAGEFAULT {
-                    let origin = fault::Origin::Uffd {
-                        tid: msg.thread_id(),
-                    };
-                    fault::handle(&env, msg.address as usize, origin);
-                }
-            }
-            n
+    let read_uffd = |msgs: &mut [UffdMsg; MSG_BATCH]| {
+        // Read under the table's lock, events handled before it goes: see
+        // `crate::events`.
+        let table = RegionTable::get().lock();
+        let n = sys::uffd_read(&core.uffd, msgs).unwrap_or(0);
+        for msg in msgs[..n]
+            .iter()
+            .filter(|m| m.event != sys::UFFD_EVENT_PAGEFAULT)
+        {
+            events::handle(&table, core, msg);
         }
+        drop(table);
+        for msg in msgs[..n]
+            .iter()
+            .filter(|m| m.event == sys::UFFD_EVENT_PAGEFAULT)
+        {
+            let origin = fault::Origin::Uffd {
+                tid: msg.thread_id(),
+            };
+            fault::handle(&env, msg.address as usize, origin);
+        }
+        n
+    };
+    let serve = |msgs: &mut [UffdMsg; MSG_BATCH]| match &core.requests {
+        Some(requests) => {
+            requests.serve(|addr, r| {
+                fault::handle(&env, addr, fault::Origin::Request(r));
+            }) + read_uffd(msgs)
+        }
+        None => read_uffd(msgs),
     };
     loop {
         if serve(&mut msgs) > 0 {
@@ -580,7 +662,7 @@ fn handler_loop(core: &Core, stop: &OwnedFd, spin_us: u32) {
                 continue;
             }
         }
-        let ready = match sys::poll_readable(&[source, stop], -1) {
+        let ready = match sys::poll_readable(&[source, stop, &core.uffd], -1) {
             Ok(ready) => ready,
             // poll has no other failure we could cause; back off and go on.
             Err(_) => {
@@ -723,6 +805,12 @@ impl Mapping {
             Advice::Random => set_hint(Hint::Random),
             Advice::WillNeed => self.will_need(region, first..end),
             Advice::DontNeed => {
+                // Under the table's lock: a range the application unmapped
+                // (detached, `crate::events`) is not ours to zap.
+                let _table = RegionTable::get().lock();
+                if region.map.is_disowned() {
+                    return Ok(());
+                }
                 let addr = region.page_addr(first);
                 let len = (end - first) as usize * PAGE_SIZE;
                 // Cleared first: a bit set for an unmapped page would keep
@@ -824,8 +912,10 @@ impl Drop for Mapping {
             // wait out the speculative faults that may have found it, and
             // unmap (unless a read job still holds the region).
             let table = RegionTable::get().lock();
-            region.object.remove_mapping(&region);
-            let published = table.remove(region.start());
+            // A region the application unmapped or moved was detached
+            // already (`crate::events`): its range is not ours, and another
+            // region may now start at its address.
+            let published = table.release(&region);
             drop(region);
             drop(published);
             drop(table);

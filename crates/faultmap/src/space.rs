@@ -69,6 +69,10 @@ pub(crate) struct Region {
     pub(crate) hints: AtomicPtr<Vec<(Range<u64>, Hint)>>,
     /// Pages this region has mapped: see [`MappedPages`].
     pub(crate) mapped: MappedPages,
+    /// The regions that took over the parts of this one that the
+    /// application left mapped when it unmapped the rest (`crate::events`);
+    /// released with the [`crate::Mapping`].
+    pub(crate) successors: Mutex<Vec<Arc<Region>>>,
 }
 
 /// One bit per region page: set once the page is known to be mapped here
@@ -172,6 +176,45 @@ impl Region {
         drop(unsafe { Box::from_raw(old) });
     }
 
+    /// A region that takes over `range` (page-aligned, inside this one) of
+    /// this detached region: the same object, options and hints, fresh
+    /// counters. `None` if the range is not inside or cannot be adopted.
+    pub(crate) fn successor(&self, range: Range<usize>) -> Option<Arc<Region>> {
+        if !self.map.is_disowned() || range.start < self.start() || range.end > self.end() {
+            return None;
+        }
+        let skip = ((range.start - self.start()) / PAGE_SIZE) as u64;
+        let pages = ((range.end - range.start) / PAGE_SIZE) as u64;
+        // SAFETY: the range lies inside this region's mapping, which is
+        // disowned (nothing unmaps it on drop), and it was left mapped by
+        // the application; each part is adopted once (the caller detaches
+        // before it splits, and a detached region is never split again).
+        let map = unsafe { sys::MappedRegion::adopt(range.start, range.end - range.start) }?;
+        // SAFETY: as in `ra_params`.
+        let hints = unsafe { &*self.hints.load(Ordering::Acquire) };
+        let hints: Vec<(Range<u64>, Hint)> = hints
+            .iter()
+            .filter(|(r, _)| r.end > skip && r.start < skip + pages)
+            .map(|(r, h)| (r.start.max(skip) - skip..r.end.min(skip + pages) - skip, *h))
+            .collect();
+        Some(Arc::new(Region {
+            map,
+            object: self.object.clone(),
+            first_page: self.first_page.add(skip),
+            pages,
+            order: AtomicU8::new(self.order()),
+            seq: SeqCount::default(),
+            owner: self.owner.clone(),
+            counters: Counters::default(),
+            ra: RaCounters::default(),
+            ra_pages: self.ra_pages,
+            ra_mode: self.ra_mode,
+            hints: AtomicPtr::new(Box::into_raw(Box::new(hints))),
+            mapped: MappedPages::new(pages),
+            successors: Mutex::new(Vec::new()),
+        }))
+    }
+
     /// The fault-around order.
     pub(crate) fn order(&self) -> u8 {
         self.order.load(Ordering::Relaxed)
@@ -180,6 +223,13 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
+        // Unregistered before `map` unmaps it, so that the munmap sends no
+        // UNMAP event (and does not wait for a pager thread to read one:
+        // there may be none left). A detached range is not ours any more:
+        // neither unregistered nor unmapped here.
+        if !self.map.is_disowned() {
+            let _ = sys::uffd_unregister(self.owner.env().uffd, self.start(), self.map.len());
+        }
         // SAFETY: the last owner; the list came from Box::into_raw.
         drop(unsafe { Box::from_raw(*self.hints.get_mut()) });
     }
@@ -465,6 +515,61 @@ impl TableLock<'_> {
         Some(gone)
     }
 
+    /// The published regions that overlap `range`, in address order.
+    pub(crate) fn overlapping(&self, range: Range<usize>) -> Vec<Arc<Region>> {
+        self.current()
+            .0
+            .iter()
+            .flat_map(|leaf| leaf.0.iter())
+            .filter(|r| r.start() < range.end && range.start < r.end())
+            .cloned()
+            .collect()
+    }
+
+    /// Detaches `region`, whose address range the application unmapped or
+    /// moved (in part or whole): unpublished as a drop unpublishes it (a
+    /// speculative fault that found it aborts), forgotten by its object (no
+    /// invalidation or eviction touches its range again), and its range
+    /// disowned (the [`Region`]'s drop neither unregisters nor unmaps it).
+    /// The caller deals with what is left at the range (see
+    /// `crate::events`).
+    pub(crate) fn detach(&self, region: &Arc<Region>) {
+        if region.map.is_disowned() {
+            return;
+        }
+        region.map.disown();
+        region.object.remove_mapping(region);
+        if self
+            .lookup(region.start())
+            .is_some_and(|r| Arc::ptr_eq(r, region))
+        {
+            drop(self.remove(region.start()));
+        }
+    }
+
+    /// Unpublishes `region` as a mapping's drop does, or, if it was
+    /// detached, the regions that took over its remaining parts. Returns
+    /// them, for the caller to drop (after the lock, or under it).
+    pub(crate) fn release(&self, region: &Arc<Region>) -> Vec<Arc<Region>> {
+        let mut out = Vec::new();
+        if region.map.is_disowned() {
+            let successors = std::mem::take(&mut *lock(&region.successors));
+            for s in &successors {
+                out.extend(self.release(s));
+            }
+            out.extend(successors);
+        } else {
+            region.object.remove_mapping(region);
+            if self
+                .lookup(region.start())
+                .is_some_and(|r| Arc::ptr_eq(r, region))
+            {
+                out.extend(self.remove(region.start()));
+            }
+        }
+        out
+    }
+
     /// Changes a region's options (`f`), bracketed by its sequence count so
     /// that a speculative fault that read the old options aborts.
     pub(crate) fn change(&self, region: &Region, f: impl FnOnce()) {
@@ -472,6 +577,10 @@ impl TableLock<'_> {
         f();
         region.seq.write_end();
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The process's table: created on first use, never freed.

@@ -41,8 +41,8 @@
 //! every mode: `O_DIRECT` needs both aligned (to the logical block; a page
 //! covers every device with blocks up to 4 KiB), and the fault path always
 //! aligns them. A short read is resubmitted; 0 bytes before the length seen
-//! at open (the file shrank) is a [`StoreError::Read`] with
-//! `UnexpectedEof`, never stale bytes.
+//! at open (the file shrank) is a [`StoreError::Short`], never stale
+//! bytes.
 //!
 //! Fallbacks are decided once, at open, and [`FileStore::io`] tells the mode
 //! in force: a filesystem that refuses `O_DIRECT` (`EINVAL` at open: procfs,
@@ -142,6 +142,21 @@ pub enum StoreError {
         /// The underlying error (`UnexpectedEof` for a short read).
         source: io::Error,
     },
+    /// A read came back with fewer bytes than asked for, inside the object
+    /// (the backing file shrank): never zeros or stale bytes in their place.
+    #[error(
+        "{name}: short read at offset {offset}: {got} of {expected} bytes (the object shrank?)"
+    )]
+    Short {
+        /// The store's name.
+        name: String,
+        /// The first byte asked for.
+        offset: u64,
+        /// How many bytes were asked for.
+        expected: u64,
+        /// How many the store had.
+        got: u64,
+    },
     /// A read asked for bytes outside the object.
     #[error(
         "{name}: read of {len} bytes at offset {offset} is outside the object ({object_len} bytes)"
@@ -195,11 +210,23 @@ pub trait Store: Send + Sync + 'static {
     /// the object's end), covering a contiguous run of pages, so one call is
     /// one request to the backend. A short read is an error.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError>;
+
+    /// The object's length now, if the store can tell cheaply (a file:
+    /// `fstat`); `None` (the default) if it cannot. The pager's watchdog
+    /// polls it about once a second: a length below [`Store::len`] means
+    /// the object was truncated, and the pages beyond the new end stop
+    /// being served (SIGBUS, as with a truncated kernel mapping).
+    fn len_now(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl<S: Store + ?Sized> Store for Arc<S> {
     fn name(&self) -> &str {
         (**self).name()
+    }
+    fn len_now(&self) -> Option<u64> {
+        (**self).len_now()
     }
     fn len(&self) -> u64 {
         (**self).len()
@@ -218,6 +245,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
 impl<S: Store + ?Sized> Store for Box<S> {
     fn name(&self) -> &str {
         (**self).name()
+    }
+    fn len_now(&self) -> Option<u64> {
+        (**self).len_now()
     }
     fn len(&self) -> u64 {
         (**self).len()
@@ -534,12 +564,28 @@ impl Store for FileStore {
             (Some(direct), FileIo::Direct) if aligned => self.read_direct(direct, offset, buf),
             _ => self.read_buffered(offset, buf),
         };
-        result.map_err(|source| StoreError::Read {
-            name: self.name.clone(),
-            offset,
-            len: buf.len(),
-            source,
+        result.map_err(|source| match source.kind() {
+            // The file ended early: it shrank since it was opened.
+            io::ErrorKind::UnexpectedEof => StoreError::Short {
+                name: self.name.clone(),
+                offset,
+                expected: buf.len() as u64,
+                got: self
+                    .len_now()
+                    .map_or(0, |now| now.saturating_sub(offset).min(buf.len() as u64)),
+            },
+            _ => StoreError::Read {
+                name: self.name.clone(),
+                offset,
+                len: buf.len(),
+                source,
+            },
         })
+    }
+
+    /// `fstat` of the open file.
+    fn len_now(&self) -> Option<u64> {
+        self.file.metadata().ok().map(|m| m.len())
     }
 }
 

@@ -241,7 +241,8 @@ fn dropped_mappings_are_unmapped() {
 }
 
 /// Threads of this process named `faultmap-N` (handler threads) and
-/// `faultmap-io-N` (I/O threads); the process-wide chunk-pool refiller
+/// `faultmap-watchdog` (counted with them), and `faultmap-io-N` (I/O
+/// threads); the process-wide chunk-pool refiller
 /// (`faultmap-pool`) belongs to no pager and is not counted.
 fn pager_threads() -> (usize, usize) {
     let names: Vec<String> = std::fs::read_dir("/proc/self/task")
@@ -267,7 +268,8 @@ fn handler_threads_stop_with_the_last_mapping() {
         assert_eq!(pager_threads(), (0, 0));
         let data = pattern(8 * PAGE, 907);
         let pager = Pager::new(Config::default().handler_threads(3).io_threads(2)).unwrap();
-        let running = (3, 2);
+        // 3 handler threads and the store-timeout watchdog; 2 I/O threads.
+        let running = (3 + 1, 2);
         // A new thread names itself once it runs: wait for that.
         wait_until(Duration::from_secs(10), || pager_threads() == running);
         assert_eq!(pager_threads(), running);

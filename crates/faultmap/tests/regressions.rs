@@ -174,7 +174,9 @@ fn a_waiter_survives_its_page_failing_and_being_claimed_again() {
         // Call 0: the read-around window [0..16) of the fault on page 0,
         // held, then failed. Calls after it: the pages alone, at once.
         let store = Scripted::new(&data, &[0], &[0]);
-        let pager = Pager::new(Config::default().handler_threads(2)).unwrap();
+        // No retries: the window's one failure must be its end (a retry
+        // would be call 1, which succeeds).
+        let pager = Pager::new(Config::default().handler_threads(2).io_retries(0)).unwrap();
         let object = pager.open(store.clone()).unwrap();
         let around = MapOptions::new()
             .ra_pages(16)

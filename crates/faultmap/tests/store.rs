@@ -330,8 +330,13 @@ fn a_file_that_shrank_is_a_read_error_not_stale_bytes() {
             shrunk.set_len((2 << 20) + 100).expect("truncate");
             let mut mem = Aligned::new(4 << 20);
             match store.read_at(0, mem.buf()) {
-                Err(StoreError::Read { offset: 0, len, .. }) => assert_eq!(len, 4 << 20),
-                other => panic!("{mode}: expected a read error, got {other:?}"),
+                Err(StoreError::Short {
+                    offset: 0,
+                    expected,
+                    got,
+                    ..
+                }) => assert_eq!((expected, got), (4 << 20, (2 << 20) + 100)),
+                other => panic!("{mode}: expected a short read error, got {other:?}"),
             }
             // What is still there reads fine, and the store is still usable.
             check_read(&store, &file.data, 0, 2 << 20, mode);

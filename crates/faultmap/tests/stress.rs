@@ -154,7 +154,17 @@ fn everything_at_once_reads_the_right_bytes() {
     watchdog(Duration::from_secs(120), || {
         let data = Arc::new(pattern(4096 * PAGE + 1234, 99));
         let pager =
-            Arc::new(Pager::new(Config::default().handler_threads(2).io_threads(3)).unwrap());
+            // No retries: the store's transient failures must reach the
+            // fault path (retries would hide them, see tests/inject.rs).
+            Arc::new(
+                Pager::new(
+                    Config::default()
+                        .handler_threads(2)
+                        .io_threads(3)
+                        .io_retries(0),
+                )
+                .unwrap(),
+            );
         let object = pager.open(jittery(&data)).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let readers: Vec<_> = (0..4)

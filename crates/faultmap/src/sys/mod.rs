@@ -86,6 +86,12 @@ pub mod range_ioctl {
 
 /// `uffd_msg.event` of a page fault.
 pub const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
+/// `uffd_msg.event` of an `mremap` of a registered range
+/// (`UFFD_FEATURE_EVENT_REMAP`): `arg.remap` is `{from, to, len}`.
+pub const UFFD_EVENT_REMAP: u8 = 0x14;
+/// `uffd_msg.event` of an `munmap` of (part of) a registered range
+/// (`UFFD_FEATURE_EVENT_UNMAP`): `arg.remove` is `{start, end}`.
+pub const UFFD_EVENT_UNMAP: u8 = 0x16;
 
 const CONTINUE_MODE_DONTWAKE: u64 = 1 << 0;
 
@@ -147,6 +153,22 @@ impl UffdMsg {
         // x86-64 (like every little-endian target) keeps it in the low half.
         self.feat as u32
     }
+
+    /// `arg.remove` of an UNMAP event: the unmapped range `start..end`.
+    pub fn unmapped(&self) -> std::ops::Range<usize> {
+        // The union's first two u64s, which the pagefault member names
+        // flags and address.
+        self.flags as usize..self.address as usize
+    }
+
+    /// `arg.remap` of a REMAP event: `(from, to, len)`.
+    pub fn remapped(&self) -> (usize, usize, usize) {
+        (
+            self.flags as usize,
+            self.address as usize,
+            self.feat as usize,
+        )
+    }
 }
 
 const _: () = assert!(std::mem::size_of::<UffdMsg>() == 32);
@@ -163,6 +185,7 @@ const fn ior(nr: u64, size: usize) -> u64 {
 
 const UFFDIO_API: u64 = iowr(0x3F, std::mem::size_of::<UffdioApi>());
 const UFFDIO_REGISTER: u64 = iowr(0x00, std::mem::size_of::<UffdioRegister>());
+const UFFDIO_UNREGISTER: u64 = ior(0x01, std::mem::size_of::<UffdioRange>());
 const UFFDIO_WAKE: u64 = ior(0x02, std::mem::size_of::<UffdioRange>());
 const UFFDIO_CONTINUE: u64 = iowr(0x07, std::mem::size_of::<UffdioContinue>());
 const UFFDIO_POISON: u64 = iowr(0x08, std::mem::size_of::<UffdioPoison>());
@@ -172,6 +195,7 @@ const USERFAULTFD_IOC_NEW: u64 = 0xAA << 8;
 const _: () = assert!(UFFDIO_API == 0xC018_AA3F);
 const _: () = assert!(UFFDIO_REGISTER == 0xC020_AA00);
 const _: () = assert!(UFFDIO_WAKE == 0x8010_AA02);
+const _: () = assert!(UFFDIO_UNREGISTER == 0x8010_AA01);
 const _: () = assert!(UFFDIO_CONTINUE == 0xC020_AA07);
 
 /// How a userfaultfd was obtained.
@@ -275,6 +299,23 @@ pub fn uffd_register(uffd: &OwnedFd, start: usize, len: usize, modes: u64) -> io
         return Err(io::Error::last_os_error());
     }
     Ok(reg.ioctls)
+}
+
+/// Unregisters `[start, start+len)` from `uffd`: the kernel sends no more
+/// events for it (an `munmap` of it then neither sends an UNMAP event nor
+/// waits for one to be read) and faults in it no longer reach `uffd`.
+pub fn uffd_unregister(uffd: &OwnedFd, start: usize, len: usize) -> io::Result<()> {
+    let mut range = UffdioRange {
+        start: start as u64,
+        len: len as u64,
+    };
+    // SAFETY: UFFDIO_UNREGISTER reads one `struct uffdio_range`; the range
+    // is only an address range, the kernel validates it.
+    let rc = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_UNREGISTER as _, &mut range) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The outcome of one `UFFDIO_CONTINUE` call.
@@ -459,11 +500,15 @@ pub fn page_size_matches() -> bool {
 // Memory mappings.
 // ---------------------------------------------------------------------------
 
-/// An owned memory mapping, unmapped on drop.
+/// An owned memory mapping, unmapped on drop (unless given up with
+/// [`MappedRegion::disown`]).
 #[derive(Debug)]
 pub struct MappedRegion {
     ptr: NonNull<u8>,
     len: usize,
+    /// The range is no longer ours (the application unmapped or moved
+    /// it): dropping must not unmap it.
+    disowned: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: a MappedRegion is an address range; it owns no thread-local state
@@ -488,10 +533,42 @@ impl MappedRegion {
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
+
+    /// Takes ownership of `[addr, addr+len)`, part of a mapping whose
+    /// owner gave it up ([`MappedRegion::disown`]): the part the application
+    /// left mapped after unmapping the rest.
+    ///
+    /// # Safety
+    ///
+    /// The range must be mapped, inside a [`MappedRegion`] that was
+    /// disowned, and not be owned by any other `MappedRegion`.
+    pub unsafe fn adopt(addr: usize, len: usize) -> Option<MappedRegion> {
+        Some(MappedRegion {
+            ptr: NonNull::new(addr as *mut u8)?,
+            len,
+            disowned: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Gives the range up: dropping `self` will not unmap it. For a range
+    /// the application unmapped or moved itself: what is there now is not
+    /// ours to unmap.
+    pub fn disown(&self) {
+        self.disowned
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether [`MappedRegion::disown`] was called.
+    pub fn is_disowned(&self) -> bool {
+        self.disowned.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 impl Drop for MappedRegion {
     fn drop(&mut self) {
+        if self.is_disowned() {
+            return;
+        }
         // SAFETY: `ptr`/`len` came from a successful mmap that this value owns;
         // nothing else unmaps it. Its users hold borrows of `self`, so none is
         // live here.
@@ -593,7 +670,36 @@ fn mmap_at(
     }
     let ptr =
         NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-    Ok(MappedRegion { ptr, len })
+    Ok(MappedRegion {
+        ptr,
+        len,
+        disowned: std::sync::atomic::AtomicBool::new(false),
+    })
+}
+
+/// Replaces `[addr, addr+len)` with an anonymous `PROT_NONE` mapping (an
+/// access is SIGSEGV), whatever was mapped there. Only for a range that is
+/// faultmap's own (the part of a region the application left mapped, or an
+/// mremap destination of a region), unregistered first.
+pub fn replace_with_prot_none(addr: usize, len: usize) -> io::Result<()> {
+    // SAFETY: MAP_FIXED replaces what is at [addr, addr+len); the caller
+    // guarantees that range is a faultmap mapping the application gave up
+    // (it unmapped or moved part of it), which no Rust reference of
+    // faultmap's reads any more.
+    let ptr = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// `madvise(MADV_DONTFORK)`: a child of `fork` does not inherit the range.

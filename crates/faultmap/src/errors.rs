@@ -1,0 +1,378 @@
+//! Store errors the way the kernel reports them: retries, the error log,
+//! the store-timeout watchdog, and truncation of the backing object.
+//!
+//! # What a failed read becomes
+//!
+//! ```text
+//!   I/O thread: read ──err──► retry after 1, 2, 4 .. 64 ms (io_retries times)
+//!                 │                    │ all failed
+//!                 ok                   ▼
+//!                 ▼             pages ABSENT+FAILED, report Read
+//!             UPTODATE          the faulting page is read alone once more
+//!                               (fault.rs), and if that fails: SIGBUS
+//! ```
+//!
+//! - **Retries.** A store request that fails is tried again up to
+//!   [`crate::Config::io_retries`] times by the I/O thread that runs it,
+//!   after a short exponential backoff ([`backoff`]), counting
+//!   `io_retries`. Its pages stay READING meanwhile, so the faults waiting
+//!   for them keep waiting: a transient error is invisible. Only when every
+//!   try failed do its pages fail (`io_errors`, a [`IoErrorKind::Read`]
+//!   report). The kernel itself does not retry a failed `->read_folio` but
+//!   the block layer below it does; a remote store has no block layer, so
+//!   faultmap retries for it.
+//! - **Short reads.** The [`crate::Store`] contract is all-or-error: a store
+//!   that cannot fill the whole buffer returns an error
+//!   ([`crate::StoreError::Short`] from [`crate::FileStore`] when the file
+//!   shrank), never zeros or stale bytes. Such a failure ends like any other
+//!   read error: SIGBUS on the faulting pages that could not be read.
+//! - **Reports.** Every failure is logged on the object and on every pager
+//!   that opened or mapped it: a bounded log of the last [`LOG_CAPACITY`]
+//!   [`IoErrorReport`]s ([`crate::Object::io_errors`],
+//!   [`crate::Pager::io_errors`]; `take_io_errors` drains). Older reports
+//!   are dropped and counted (`dropped`).
+//!
+//! # The watchdog
+//!
+//! One thread per pager (joined with its other threads) wakes every
+//! [`tick`] and looks at every read job submitted and not yet ended, queued
+//! or running (`crate::io::Inflight`):
+//!
+//! 1. A job older than [`crate::Config::io_timeout`] is *stalled*: its pages
+//!    get the STALLED flag (they stay READING: the hung store call may still
+//!    write into the cache's alias of them, so nobody else may read them),
+//!    `io_timeouts` counts it, a [`IoErrorKind::Timeout`] report names it,
+//!    and the faults parked on its pages fail (SIGBUS). A later fault on a
+//!    READING+STALLED page fails at once instead of parking. When the hung
+//!    call returns, the job ends its reads as usual (UPTODATE, or ABSENT and
+//!    FAILED), which clears STALLED: the next access works again.
+//! 2. About once a second, every object this pager maps is asked for its
+//!    current length ([`crate::Store::len_now`]). If it shrank, the object
+//!    remembers the new end (a fault on a page wholly beyond it fails at
+//!    once) and its cached pages beyond the end are dropped from the cache
+//!    and from every mapping (`Object::invalidate`, on a helper thread,
+//!    because invalidation waits for reads in flight, which may be hung).
+//!
+//! # Known deviations
+//!
+//! - The kernel truncates its page cache synchronously in `truncate(2)`;
+//!   faultmap notices a shrink within one length poll (about a second) or
+//!   at the first read that comes back short, whichever comes first. Until
+//!   then cached pages beyond the new end are still served.
+//! - The page that holds the new end keeps its cached bytes beyond the end
+//!   (the kernel zeroes them); only pages wholly beyond the end are dropped.
+//! - A timeout does not cancel the store call (a `Store` has no way to be
+//!   cancelled): the I/O thread running it stays busy until it returns.
+
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use crate::fault;
+use crate::io::IoShared;
+use crate::object::{ObjectCore, ObjectPage};
+use crate::stats::Stats;
+use crate::sys::{self, PAGE_SIZE};
+
+/// Reports kept per log (object or pager).
+pub const LOG_CAPACITY: usize = 64;
+
+/// The first retry's delay.
+const BACKOFF_FIRST: Duration = Duration::from_millis(1);
+/// The longest delay between two tries.
+const BACKOFF_MAX: Duration = Duration::from_millis(64);
+
+/// How often the watchdog polls the objects' lengths.
+pub(crate) const LENGTH_POLL: Duration = Duration::from_secs(1);
+
+/// What failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoErrorKind {
+    /// A store read failed (after its retries), or came back short.
+    Read,
+    /// A store read outlived [`crate::Config::io_timeout`].
+    Timeout,
+    /// Writing dirty pages back to the store failed.
+    WriteBack,
+}
+
+/// One store failure, as the logs keep it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IoErrorReport {
+    /// The object's name (the store's).
+    pub object: String,
+    /// The first byte of the failed request.
+    pub offset: u64,
+    /// The request's length in bytes.
+    pub len: u64,
+    /// What failed.
+    pub kind: IoErrorKind,
+    /// The store's error, as text.
+    pub message: String,
+}
+
+/// A bounded log of the last [`LOG_CAPACITY`] reports.
+#[derive(Debug, Default)]
+pub(crate) struct ErrorLog {
+    entries: Mutex<VecDeque<IoErrorReport>>,
+    /// Reports dropped because the log was full.
+    dropped: AtomicU64,
+}
+
+impl ErrorLog {
+    /// Appends `report`, dropping the oldest if the log is full.
+    pub(crate) fn push(&self, report: IoErrorReport) {
+        let mut entries = lock(&self.entries);
+        if entries.len() >= LOG_CAPACITY {
+            entries.pop_front();
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        entries.push_back(report);
+    }
+
+    /// The reports, oldest first.
+    pub(crate) fn snapshot(&self) -> Vec<IoErrorReport> {
+        lock(&self.entries).iter().cloned().collect()
+    }
+
+    /// Takes the reports, oldest first, leaving the log empty.
+    pub(crate) fn take(&self) -> Vec<IoErrorReport> {
+        lock(&self.entries).drain(..).collect()
+    }
+}
+
+/// An object's error state: its log, the pager logs its reports also go
+/// to, and its current end (it shrinks when the store is truncated).
+#[derive(Debug)]
+pub(crate) struct ObjectErrors {
+    log: ErrorLog,
+    sinks: Mutex<Vec<Weak<ErrorLog>>>,
+    /// The object's end as last known, in bytes.
+    end: AtomicU64,
+}
+
+impl ObjectErrors {
+    pub(crate) fn new(len: u64) -> Self {
+        Self {
+            log: ErrorLog::default(),
+            sinks: Mutex::new(Vec::new()),
+            end: AtomicU64::new(len),
+        }
+    }
+
+    /// Logs `report` on the object and on every live pager log attached.
+    pub(crate) fn report(&self, report: IoErrorReport) {
+        let sinks: Vec<Arc<ErrorLog>> = {
+            let mut sinks = lock(&self.sinks);
+            sinks.retain(|s| s.strong_count() > 0);
+            sinks.iter().filter_map(Weak::upgrade).collect()
+        };
+        for s in sinks {
+            s.push(report.clone());
+        }
+        self.log.push(report);
+    }
+
+    /// Sends this object's later reports to `log` too (once per log).
+    pub(crate) fn attach(&self, log: &Arc<ErrorLog>) {
+        let mut sinks = lock(&self.sinks);
+        if !sinks
+            .iter()
+            .any(|s| std::ptr::eq(s.as_ptr(), Arc::as_ptr(log)))
+        {
+            sinks.push(Arc::downgrade(log));
+        }
+    }
+
+    pub(crate) fn log(&self) -> &ErrorLog {
+        &self.log
+    }
+
+    /// The object's end as last known.
+    pub(crate) fn end(&self) -> u64 {
+        self.end.load(Ordering::Acquire)
+    }
+
+    /// Records that the object now ends at `len`, if that is below the end
+    /// known so far. Returns the previous end if it shrank.
+    pub(crate) fn shrink_to(&self, len: u64) -> Option<u64> {
+        let old = self.end.fetch_min(len, Ordering::AcqRel);
+        (len < old).then_some(old)
+    }
+}
+
+/// The delay before try `attempt + 1` (`attempt` 0 is the first retry):
+/// 1 ms, doubling, at most 64 ms.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    BACKOFF_FIRST
+        .checked_mul(1u32.checked_shl(attempt).unwrap_or(u32::MAX))
+        .unwrap_or(BACKOFF_MAX)
+        .min(BACKOFF_MAX)
+}
+
+/// The watchdog's period for a store timeout of `timeout`: a quarter of it,
+/// between 10 ms and the length poll's period.
+pub(crate) fn tick(timeout: Duration) -> Duration {
+    (timeout / 4).clamp(Duration::from_millis(10), LENGTH_POLL)
+}
+
+/// The watchdog thread of a pager: every [`tick`], stalls the read jobs
+/// older than `timeout` and fails the faults parked on them; every
+/// [`LENGTH_POLL`], polls the lengths of the objects the pager maps. Returns
+/// when `stop` becomes readable.
+pub(crate) fn watchdog_loop(shared: &IoShared, stop: &OwnedFd, timeout: Duration) {
+    let period = tick(timeout);
+    let period_ms = i32::try_from(period.as_millis()).unwrap_or(i32::MAX);
+    let mut polled = Instant::now();
+    loop {
+        match sys::poll_readable(&[stop], period_ms) {
+            Ok(ready) if ready & 1 != 0 => return,
+            Ok(_) => {}
+            // poll has no failure we could cause: sleep instead.
+            Err(_) => std::thread::sleep(period),
+        }
+        stall_overdue(shared, timeout);
+        if polled.elapsed() >= LENGTH_POLL {
+            polled = Instant::now();
+            poll_lengths(shared);
+        }
+    }
+}
+
+/// Step 1 of the watchdog (module documentation).
+fn stall_overdue(shared: &IoShared, timeout: Duration) {
+    for job in shared.inflight.stall_overdue(timeout) {
+        let object = &*job.object;
+        let tally = Stats {
+            io_timeouts: 1,
+            ..Stats::default()
+        };
+        object.counters.add(&tally);
+        shared.counters.add(&tally);
+        let start = job.pages.start.offset().min(object.len);
+        let end = job.pages.end.offset().min(object.len);
+        object.report(
+            IoErrorKind::Timeout,
+            start..end,
+            format!(
+                "the store has not answered after {} ms (io_timeout {} ms)",
+                job.age.as_millis(),
+                timeout.as_millis()
+            ),
+        );
+        // The faults parked on stalled pages fail; the others look again.
+        fault::settle_parked(object, None);
+    }
+}
+
+/// Step 2 of the watchdog (module documentation).
+fn poll_lengths(shared: &IoShared) {
+    let objects: Vec<Arc<ObjectCore>> = {
+        let mut list = lock(&shared.objects);
+        list.retain(|o| o.strong_count() > 0);
+        list.iter().filter_map(Weak::upgrade).collect()
+    };
+    for object in objects {
+        let Some(now) = object.store.len_now() else {
+            continue;
+        };
+        if object.errors.shrink_to(now).is_none() {
+            continue;
+        }
+        // Pages wholly beyond the new end leave the cache and every
+        // mapping. Invalidation waits for reads in flight, which may be
+        // hung: a helper thread does it, so the watchdog keeps watching.
+        let first = ObjectPage(now.div_ceil(PAGE_SIZE as u64));
+        let end = ObjectPage(object.cache.states.pages());
+        if first >= end {
+            continue;
+        }
+        let drop_pages = {
+            let object = object.clone();
+            move || {
+                let _ = crate::invalidate::invalidate(&object, first..end);
+            }
+        };
+        let spawned = std::thread::Builder::new()
+            .name("faultmap-truncate".into())
+            .spawn(drop_pages.clone());
+        if spawned.is_err() {
+            drop_pages();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(offset: u64) -> IoErrorReport {
+        IoErrorReport {
+            object: "o".into(),
+            offset,
+            len: 4096,
+            kind: IoErrorKind::Read,
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        assert_eq!(backoff(0), Duration::from_millis(1));
+        assert_eq!(backoff(1), Duration::from_millis(2));
+        assert_eq!(backoff(6), Duration::from_millis(64));
+        assert_eq!(backoff(7), Duration::from_millis(64));
+        assert_eq!(backoff(40), Duration::from_millis(64));
+        assert_eq!(backoff(u32::MAX), Duration::from_millis(64));
+    }
+
+    #[test]
+    fn tick_is_bounded() {
+        assert_eq!(tick(Duration::from_millis(1)), Duration::from_millis(10));
+        assert_eq!(tick(Duration::from_millis(200)), Duration::from_millis(50));
+        assert_eq!(tick(Duration::from_secs(30)), LENGTH_POLL);
+    }
+
+    #[test]
+    fn the_log_keeps_the_newest_and_counts_the_dropped() {
+        let log = ErrorLog::default();
+        for i in 0..(LOG_CAPACITY as u64 + 5) {
+            log.push(report(i));
+        }
+        let all = log.snapshot();
+        assert_eq!(all.len(), LOG_CAPACITY);
+        assert_eq!(all[0].offset, 5);
+        assert_eq!(log.dropped.load(Ordering::Relaxed), 5);
+        assert_eq!(log.take().len(), LOG_CAPACITY);
+        assert!(log.snapshot().is_empty());
+    }
+
+    #[test]
+    fn reports_reach_live_sinks_once() {
+        let o = ObjectErrors::new(100);
+        let pager = Arc::new(ErrorLog::default());
+        o.attach(&pager);
+        o.attach(&pager);
+        o.report(report(1));
+        assert_eq!(pager.snapshot().len(), 1);
+        assert_eq!(o.log().snapshot().len(), 1);
+        drop(pager);
+        o.report(report(2));
+        assert_eq!(o.log().snapshot().len(), 2);
+    }
+
+    #[test]
+    fn the_end_only_shrinks() {
+        let o = ObjectErrors::new(100);
+        assert_eq!(o.shrink_to(200), None);
+        assert_eq!(o.shrink_to(50), Some(100));
+        assert_eq!(o.shrink_to(60), None);
+        assert_eq!(o.end(), 50);
+    }
+}

@@ -1,0 +1,289 @@
+//! The application unmaps or moves (part of) a mapping itself: faultmap
+//! learns it from userfaultfd UNMAP/REMAP events, never touches that range
+//! again, keeps serving what is left, and a fault there never hangs.
+//!
+//! Each scenario runs with both deliveries. Outcomes that are signals run
+//! in a child process (`common::run_child`).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use faultmap::{Config, Delivery, MapOptions, Mapping, MemStore, Pager};
+
+fn pager(delivery: Delivery) -> Pager {
+    Pager::new(Config::default().delivery(delivery)).expect("Pager::new")
+}
+
+/// The mapping's page-aligned address range.
+fn range_of(map: &Mapping) -> (usize, usize) {
+    (map.as_ptr() as usize - lead(map), mapped_pages(map) * PAGE)
+}
+
+fn munmap(addr: usize, len: usize) {
+    // SAFETY: the test gives up this part of its own mapping and never
+    // reads it through the Mapping again.
+    let rc = unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+    assert_eq!(rc, 0, "munmap: {}", std::io::Error::last_os_error());
+}
+
+/// Maps anonymous read-write memory exactly at `addr` (which must be free),
+/// filled with `fill`.
+fn mmap_anon_at(addr: usize, len: usize, fill: u8) {
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    assert_eq!(
+        p as usize,
+        addr,
+        "mmap: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: just mapped, read-write, `len` bytes.
+    unsafe { std::ptr::write_bytes(addr as *mut u8, fill, len) };
+}
+
+fn all_bytes_are(addr: usize, len: usize, fill: u8) -> bool {
+    // SAFETY: the caller's own anonymous mapping of `len` bytes.
+    let s = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+    s.iter().all(|&b| b == fill)
+}
+
+fn read_at(addr: usize) -> u8 {
+    // SAFETY: the child reads an address it knows to be gone or PROT_NONE:
+    // the access faults, which is what the test asserts.
+    unsafe { std::ptr::read_volatile(addr as *const u8) }
+}
+
+const BEFORE: &str = "CHILD: touching the range that is gone";
+
+#[track_caller]
+fn assert_child_dies_of(name: &str, signal: i32) {
+    let limit = Duration::from_secs(30);
+    let end = run_child(name, limit);
+    let what = format!(
+        "child {name}: {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        end.status, end.stdout, end.stderr
+    );
+    assert!(end.status.is_some(), "hung: killed after {limit:?}; {what}");
+    assert!(
+        end.stdout.contains(BEFORE),
+        "the child did not get there; {what}"
+    );
+    assert_eq!(end.signal(), Some(signal), "{what}");
+}
+
+/// Two tests per scenario: signal delivery and handler threads.
+macro_rules! both_deliveries {
+    ($scenario:ident: $signal:ident, $handler:ident) => {
+        #[test]
+        fn $signal() {
+            $scenario(Delivery::Signal, stringify!($signal));
+        }
+        #[test]
+        fn $handler() {
+            $scenario(Delivery::Handler, stringify!($handler));
+        }
+    };
+}
+
+/// After an event, the pager still serves a new mapping.
+fn still_serves(pager: &Pager, seed: u64) {
+    let data = pattern(24 * PAGE, seed);
+    let map = pager
+        .map(MemStore::new("after", data.clone()), MapOptions::new())
+        .unwrap();
+    assert_bytes(&map, &data, "a mapping made after the event");
+}
+
+fn whole_unmap(delivery: Delivery, _name: &str) {
+    watchdog(WATCHDOG, move || {
+        let pager = pager(delivery);
+        let data = pattern(16 * PAGE, 950);
+        let map = pager
+            .map(MemStore::new("whole", data.clone()), MapOptions::new())
+            .unwrap();
+        assert_bytes(&map, &data, "before");
+        let (addr, len) = range_of(&map);
+        munmap(addr, len);
+        mmap_anon_at(addr, len, 0x3C);
+        // Invalidating the object must not zap the application's memory.
+        map.object().invalidate(0..data.len() as u64).unwrap();
+        assert!(all_bytes_are(addr, len, 0x3C), "invalidation zapped it");
+        drop(map);
+        assert!(all_bytes_are(addr, len, 0x3C), "the drop unmapped it");
+        still_serves(&pager, 951);
+        // SAFETY: the test's own anonymous mapping.
+        unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+    });
+}
+
+both_deliveries!(whole_unmap: an_unmapped_range_reused_by_the_app_survives_the_drop_signal, an_unmapped_range_reused_by_the_app_survives_the_drop_handler);
+
+fn partial_unmap(delivery: Delivery, name: &str) {
+    let data = pattern(16 * PAGE, 952);
+    if is_child(name) {
+        let pager = pager(delivery);
+        let map = pager
+            .map(MemStore::new("partial", data.clone()), MapOptions::new())
+            .unwrap();
+        let (addr, _) = range_of(&map);
+        munmap(addr + 4 * PAGE, 4 * PAGE);
+        println!("{BEFORE}");
+        let v = read_at(addr + 5 * PAGE);
+        println!("CHILD: read {v} from an unmapped page");
+        return;
+    }
+    assert_child_dies_of(name, libc::SIGSEGV);
+    watchdog(WATCHDOG, move || {
+        let pager = pager(delivery);
+        let object = pager.open(MemStore::new("partial", data.clone())).unwrap();
+        let map = pager
+            .map(&object, MapOptions::new().fault_around_order(4))
+            .unwrap();
+        let (addr, len) = range_of(&map);
+        // Pages 0..2 touched before, the rest after the munmap.
+        for p in 0..2 {
+            touch(&map, p);
+        }
+        munmap(addr + 4 * PAGE, 4 * PAGE);
+        mmap_anon_at(addr + 4 * PAGE, 4 * PAGE, 0x5D);
+        // What is left of the mapping keeps working, as a kernel mapping's.
+        let keep = |m: &Mapping| {
+            for p in (0..16).filter(|p| !(4..8).contains(p)) {
+                let r = page_range(m, p);
+                assert_bytes(&m[r.clone()], &data[r], &format!("page {p}"));
+            }
+        };
+        keep(&map);
+        // Invalidation drops the kept pages (they read again) and never
+        // touches the application's pages.
+        object.invalidate(0..data.len() as u64).unwrap();
+        assert!(all_bytes_are(addr + 4 * PAGE, 4 * PAGE, 0x5D));
+        keep(&map);
+        drop(map);
+        assert!(
+            all_bytes_are(addr + 4 * PAGE, 4 * PAGE, 0x5D),
+            "the drop unmapped the application's memory"
+        );
+        let _ = len;
+        still_serves(&pager, 953);
+        // SAFETY: the test's own anonymous mapping.
+        unsafe { libc::munmap((addr + 4 * PAGE) as *mut libc::c_void, 4 * PAGE) };
+    });
+}
+
+both_deliveries!(partial_unmap: a_partly_unmapped_mapping_serves_the_rest_signal, a_partly_unmapped_mapping_serves_the_rest_handler);
+
+/// Moves `len` bytes at `addr` to a fresh address; returns it.
+fn mremap_away(addr: usize, len: usize) -> usize {
+    // SAFETY: reserves a new range, then moves the test's own mapping over
+    // it (MREMAP_FIXED replaces the reservation only).
+    unsafe {
+        let dest = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(dest, libc::MAP_FAILED);
+        let moved = libc::mremap(
+            addr as *mut libc::c_void,
+            len,
+            len,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            dest,
+        );
+        assert_eq!(moved, dest, "mremap: {}", std::io::Error::last_os_error());
+        moved as usize
+    }
+}
+
+fn moved(delivery: Delivery, name: &str) {
+    let data = pattern(16 * PAGE, 954);
+    if is_child(name) {
+        let pager = pager(delivery);
+        let map = pager
+            .map(MemStore::new("moved", data.clone()), MapOptions::new())
+            .unwrap();
+        touch(&map, 0);
+        let (addr, len) = range_of(&map);
+        let dest = mremap_away(addr, len);
+        println!("{BEFORE}");
+        // A page cached before, then one never read: neither may hang.
+        let v = read_at(dest + 9 * PAGE) ^ read_at(dest);
+        println!("CHILD: read {v} at the mremap destination");
+        return;
+    }
+    assert_child_dies_of(name, libc::SIGSEGV);
+    watchdog(WATCHDOG, move || {
+        let pager = pager(delivery);
+        let map = pager
+            .map(MemStore::new("moved", data.clone()), MapOptions::new())
+            .unwrap();
+        touch(&map, 0);
+        let (addr, len) = range_of(&map);
+        let dest = mremap_away(addr, len);
+        still_serves(&pager, 955);
+        drop(map);
+        still_serves(&pager, 956);
+        assert_eq!(pager.mappings(), 0);
+        // SAFETY: the placeholder at the destination is the application's.
+        unsafe { libc::munmap(dest as *mut libc::c_void, len) };
+    });
+}
+
+both_deliveries!(moved: an_mremap_destination_raises_sigsegv_not_a_hang_signal, an_mremap_destination_raises_sigsegv_not_a_hang_handler);
+
+fn forked(delivery: Delivery, name: &str) {
+    // Mappings are MADV_DONTFORK: a forked child has no such range.
+    if is_child(name) {
+        let pager = pager(delivery);
+        let data = pattern(8 * PAGE, 957);
+        let map = pager
+            .map(MemStore::new("forked", data.clone()), MapOptions::new())
+            .unwrap();
+        assert_bytes(&map, &data, "before the fork");
+        let (addr, _) = range_of(&map);
+        println!("{BEFORE}");
+        // SAFETY: the child only reads one byte and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let v = read_at(addr + PAGE);
+            // SAFETY: leaves the forked child at once.
+            unsafe { libc::_exit(i32::from(v) + 1) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFSIGNALED(status),
+            "the fork child exited: {status:#x}"
+        );
+        assert_eq!(libc::WTERMSIG(status), libc::SIGSEGV);
+        // The parent's mapping is unaffected.
+        assert_bytes(&map, &data, "after the fork");
+        println!("{FORK_OK}");
+        return;
+    }
+    let end = run_child(name, Duration::from_secs(30));
+    assert!(
+        end.status.is_some_and(|s| s.success()) && end.stdout.contains(FORK_OK),
+        "{end:?}"
+    );
+}
+
+const FORK_OK: &str = "CHILD: the fork child died of SIGSEGV, the parent reads on";
+
+both_deliveries!(forked: a_fork_child_touching_a_mapping_gets_sigsegv_signal, a_fork_child_touching_a_mapping_gets_sigsegv_handler);
