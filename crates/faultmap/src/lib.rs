@@ -63,6 +63,7 @@ mod store;
 mod sync;
 pub(crate) mod sys;
 mod wait;
+mod writeback;
 
 pub mod measure;
 
@@ -74,3 +75,4 @@ pub use readahead::Mode as ReadaheadMode;
 pub use stats::{RaRow, RaStats, Stats};
 pub use store::{FileIo, FileStore, MemStore, ParseFileIoError, Store, StoreError};
 pub use sys::PAGE_SIZE;
+pub use writeback::WriteBackError;

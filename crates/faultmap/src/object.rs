@@ -18,6 +18,7 @@ use crate::stats::{Counters, RaCounters, RaStats, Stats};
 use crate::store::Store;
 use crate::sys::PAGE_SIZE;
 use crate::wait::WaitList;
+use crate::writeback::WriteBackError;
 
 pub(crate) struct ObjectCore {
     pub(crate) store: Box<dyn Store>,
@@ -43,6 +44,16 @@ pub(crate) struct ObjectCore {
     /// The regions that map this object, by start address (issue 5's
     /// interval tree replaces it), for invalidation.
     mappings: Mutex<HashMap<usize, Weak<Region>>>,
+    /// Dirty count, error sequence, sync state (`crate::writeback`).
+    pub(crate) wb: crate::writeback::ObjectWb,
+}
+
+impl Drop for ObjectCore {
+    /// The last handle went: dirty pages are written back, best effort
+    /// (`crate::writeback::on_drop`).
+    fn drop(&mut self) {
+        crate::writeback::on_drop(self);
+    }
 }
 
 impl ObjectCore {
@@ -60,6 +71,7 @@ impl ObjectCore {
             prev: AtomicU64::new(u64::MAX),
             queued: Mutex::new(Vec::new()),
             mappings: Mutex::new(HashMap::new()),
+            wb: crate::writeback::ObjectWb::default(),
         }
     }
 
@@ -238,6 +250,23 @@ impl Object {
                 source,
             },
         )
+    }
+
+    /// Writes every dirty page of the object back to its store, waits for
+    /// write-backs in flight, and syncs the store: when it returns `Ok`,
+    /// every byte written through any mapping of the object before the call
+    /// is in the store (`msync(MS_SYNC)` over the whole object). An error
+    /// of an earlier write-back of the object (the background flusher's)
+    /// is reported by the next flush: see [`WriteBackError`]. Returns the
+    /// pages this call wrote.
+    pub fn flush(&self) -> Result<u64, WriteBackError> {
+        crate::writeback::flush(&self.0, 0..self.0.cache.states.pages(), &[])
+    }
+
+    /// Bytes of the object written and not yet written back (a multiple of
+    /// the page size; pages being written back are not counted).
+    pub fn dirty_bytes(&self) -> u64 {
+        self.0.wb.dirty_pages.load(Ordering::Relaxed) * PAGE_SIZE as u64
     }
 
     /// Counters summed over every mapping of this object.

@@ -69,6 +69,9 @@ pub(crate) struct Region {
     pub(crate) hints: AtomicPtr<Vec<(Range<u64>, Hint)>>,
     /// Pages this region has mapped: see [`MappedPages`].
     pub(crate) mapped: MappedPages,
+    /// Mapped read-write, registered WP: pages are mapped write-protected
+    /// and writes tracked (`crate::writeback`).
+    pub(crate) writable: bool,
 }
 
 /// One bit per region page: set once the page is known to be mapped here
