@@ -887,53 +887,69 @@ mod loom_models {
     /// the store or the page DIRTY.
     #[test]
     fn no_write_is_lost() {
-        loom::model(|| {
-            let page = Arc::new(PageState::new());
-            assert!(page.begin_read());
-            page.finish_read(false);
-            let pte = Arc::new(Mutex::new(Pte {
-                writable: false,
-                data: 0,
-            }));
-            let stored = Arc::new(AtomicU64::new(0));
-            let (p, t) = (page.clone(), pte.clone());
-            let writer = thread::spawn(move || {
-                for value in 1..=2u64 {
-                    loop {
-                        {
-                            let mut pte = t.lock().unwrap();
-                            if pte.writable {
-                                pte.data = value;
-                                break;
-                            }
-                        }
-                        // The WP fault.
-                        while p.try_pin_io(p.load()).is_err() {
-                            thread::yield_now();
-                        }
-                        t.lock().unwrap().writable = true;
-                        p.set_dirty();
-                        p.unpin();
+        loom::model(|| writer_vs_write_back(false));
+    }
+
+    /// The same with the writer's steps swapped (set_dirty, then
+    /// unprotect): loom finds the lost write, which is why the order is
+    /// what it is.
+    #[test]
+    #[should_panic(expected = "neither written back nor left dirty")]
+    fn dirty_before_unprotect_loses_a_write() {
+        loom::model(|| writer_vs_write_back(true));
+    }
+
+    fn writer_vs_write_back(dirty_first: bool) {
+        let page = Arc::new(PageState::new());
+        assert!(page.begin_read());
+        page.finish_read(false);
+        let pte = Arc::new(Mutex::new(Pte {
+            writable: false,
+            data: 0,
+        }));
+        let stored = Arc::new(AtomicU64::new(0));
+        let (p, t, st) = (page.clone(), pte.clone(), stored.clone());
+        // One write-back.
+        let flusher = thread::spawn(move || {
+            let seen = p.load();
+            if p.try_pin_io(seen).is_ok() {
+                if p.begin_writeback() {
+                    t.lock().unwrap().writable = false;
+                    let copy = t.lock().unwrap().data;
+                    st.store(copy, Ordering::Relaxed);
+                    p.end_writeback(true);
+                }
+                p.unpin();
+            }
+        });
+        for value in 1..=2u64 {
+            loop {
+                {
+                    let mut pte = pte.lock().unwrap();
+                    if pte.writable {
+                        pte.data = value;
+                        break;
                     }
                 }
-            });
-            // One write-back.
-            let seen = page.load();
-            if page.try_pin_io(seen).is_ok() {
-                if page.begin_writeback() {
-                    pte.lock().unwrap().writable = false;
-                    let copy = pte.lock().unwrap().data;
-                    stored.store(copy, Ordering::Relaxed);
-                    page.end_writeback(true);
+                // The WP fault.
+                while page.try_pin_io(page.load()).is_err() {
+                    thread::yield_now();
+                }
+                if dirty_first {
+                    page.set_dirty();
+                    pte.lock().unwrap().writable = true;
+                } else {
+                    pte.lock().unwrap().writable = true;
+                    page.set_dirty();
                 }
                 page.unpin();
             }
-            writer.join().unwrap();
-            let w = page.load();
-            assert!(
-                stored.load(Ordering::Relaxed) == 2 || w.is_dirty(),
-                "the last write was neither written back nor left dirty"
-            );
-        });
+        }
+        flusher.join().unwrap();
+        let w = page.load();
+        assert!(
+            stored.load(Ordering::Relaxed) == 2 || w.is_dirty(),
+            "the last write was neither written back nor left dirty"
+        );
     }
 }
