@@ -54,6 +54,17 @@
 //!                                    (1 wakes the faulting thread)
 //! ```
 //!
+//! # Writable regions
+//!
+//! In a writable region every `UFFDIO_CONTINUE` maps write-protected
+//! (`UFFDIO_CONTINUE_MODE_WP`), so the first write to a page after it was
+//! mapped (or written back) raises a write-protect fault. With handler
+//! delivery the message says so (`UFFD_PAGEFAULT_FLAG_WP`: [`handle_wp`]);
+//! with signal delivery the SIGBUS does not, and a fault whose page is
+//! already mapped (`EEXIST` on the faulting page) is taken as one. Either
+//! way [`write_fault`] pins the page, unprotects it, *then* sets DIRTY
+//! (the order `crate::writeback` proves correct), and lets the thread go.
+//!
 //! # What `UFFDIO_CONTINUE` can say
 //!
 //! - `EEXIST`: the page is already mapped (another fault's window, or a
@@ -94,7 +105,8 @@
 //! for the policy decision; parking takes the object's wait list; the
 //! classic path holds the region table's lock. Never blocks on a store and
 //! never panics on anything a store, the application or the kernel can do.
-//! [`fast`] runs in a SIGBUS handler: atomics and `UFFDIO_CONTINUE` only.
+//! [`fast`] runs in a SIGBUS handler: atomics, `UFFDIO_CONTINUE` and (for
+//! a write fault) `UFFDIO_WRITEPROTECT` only.
 //!
 //! A fault ends in one of four ways ([`Ending`]): mapped by a call that
 //! woke its thread, parked on a read in flight, resolved (the thread is let

@@ -26,6 +26,10 @@
 //! unpublishes its region, and the address range is unmapped when the last
 //! handler that looked the region up lets go of it (see [`crate::space`]).
 //!
+//! The background flusher (`crate::writeback`) is started by the first
+//! writable mapping and stopped first when the last holder of `Workers`
+//! goes: it writes back what is dirty as it stops.
+//!
 //! # fork
 //!
 //! Mappings are `MADV_DONTFORK`: a child process does not inherit them

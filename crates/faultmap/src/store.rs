@@ -1,8 +1,14 @@
 //! Stores: where an object's bytes come from.
 //!
-//! A [`Store`] is a read-only, random-access byte source of fixed length: a
-//! local file ([`FileStore`]), a buffer ([`MemStore`]), and later an HTTP URL
-//! or an S3 object. The fault path asks for a contiguous run of pages in one
+//! A [`Store`] is a random-access byte source of fixed length: a local file
+//! ([`FileStore`]), a buffer ([`MemStore`]), and later an HTTP URL or an S3
+//! object. A store may also take writes ([`Store::writable`],
+//! [`Store::write_at`], [`Store::sync`]): write-back of writable mappings
+//! (`crate::writeback`) hands it runs of whole pages straight from the
+//! cache's alias mapping, and syncs it when a flush asks.
+//! [`FileStore::open_rw`] writes with `pwrite` on its buffered descriptor
+//! (short writes resubmitted, `EINTR` retried) and syncs with `fdatasync`;
+//! a [`MemStore`] writes into its buffer. The fault path asks for a contiguous run of pages in one
 //! call ([`Store::read_at`]) and hands the store the final destination (the
 //! cache's alias mapping), so a store that can read straight into it (pread,
 //! a socket read) copies nothing twice.
