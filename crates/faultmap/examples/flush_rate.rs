@@ -60,9 +60,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     file.sync_all()?;
     let mb = len as f64 / 1e6;
     let (mut flush, mut pwrite, mut dirty) = (Vec::new(), Vec::new(), Vec::new());
-    let mut first_write: Vec<(Delivery, Vec<f64>)> = vec![
-        (Delivery::Signal, Vec::new()),
-        (Delivery::Handler, Vec::new()),
+    let mut first_write: Vec<(Delivery, Vec<f64>, Vec<f64>)> = vec![
+        (Delivery::Signal, Vec::new(), Vec::new()),
+        (Delivery::Handler, Vec::new(), Vec::new()),
     ];
     for rep in 0..reps {
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -89,17 +89,26 @@ fn main() -> Result<(), Box<dyn Error>> {
             pwrite.push(mb / t.elapsed().as_secs_f64());
         }
         // First write to a clean, mapped page.
-        for (delivery, samples) in &mut first_write {
+        for (delivery, samples, minor) in &mut first_write {
             let pager = Pager::new(Config::default().delivery(*delivery))?;
-            let mut map = pager.map(
-                FileStore::open_rw(&path)?,
-                MapOptions::new().writable().fault_around_order(9),
-            )?;
+            let object = pager.open(FileStore::open_rw(&path)?)?;
+            let mut map = pager.map(&object, MapOptions::new().writable().fault_around_order(9))?;
             let mut sum = 0u64;
             for p in (0..len).step_by(PAGE_SIZE) {
                 sum += u64::from(map[p]);
             }
             std::hint::black_box(sum);
+            // The same machine's read fault, for scale: a second mapping
+            // of the cached object, one MINOR fault per page (order 0).
+            {
+                let ro = pager.map(&object, MapOptions::new().fault_around_order(0))?;
+                let t = Instant::now();
+                for p in (0..len).step_by(PAGE_SIZE) {
+                    sum += u64::from(ro[p]);
+                }
+                std::hint::black_box(sum);
+                minor.push(t.elapsed().as_secs_f64() * 1e6 / (len / PAGE_SIZE) as f64);
+            }
             let before = map.stats().write_faults;
             let t = Instant::now();
             for p in (0..len).step_by(PAGE_SIZE) {
@@ -116,8 +125,13 @@ fn main() -> Result<(), Box<dyn Error>> {
     fmt("flush (faultmap, pwrite runs+fsync)", "MB/s", flush);
     fmt("pwrite + fdatasync", "MB/s", pwrite);
     fmt("dirtying: memset through mapping", "ns/page", dirty);
-    for (d, v) in first_write {
+    for (d, v, minor) in first_write {
         fmt(&format!("first write, WP fault, {d:?}"), "us/page", v);
+        fmt(
+            &format!("read, MINOR fault (scale), {d:?}"),
+            "us/page",
+            minor,
+        );
     }
     drop(file);
     let _ = std::fs::remove_file(&path);
