@@ -142,6 +142,24 @@ impl PageStates {
         self.pages
     }
 
+    /// Calls `f` with every DIRTY page (and its word), skipping chunks
+    /// never installed: O(installed chunks' pages). For the flusher.
+    pub(crate) fn for_each_dirty(&self, mut f: impl FnMut(ObjectPage, Word)) {
+        for (c, slot) in self.dir.iter().enumerate() {
+            let chunk = slot.load(Ordering::Acquire);
+            // SAFETY: as in `get`: a published chunk lives until Drop.
+            let Some(chunk) = (unsafe { chunk.as_ref() }) else {
+                continue;
+            };
+            for (i, state) in chunk.0.iter().enumerate() {
+                let word = state.load();
+                if word.is_dirty() {
+                    f(ObjectPage((c * CHUNK_PAGES + i) as u64), word);
+                }
+            }
+        }
+    }
+
     /// How many pages are UPTODATE. O(pages); for statistics and tests.
     pub(crate) fn count_uptodate(&self) -> u64 {
         (0..self.pages)
@@ -338,6 +356,36 @@ impl Cache {
         // a failed read.
         tail.fill(0);
         Ok(data.len())
+    }
+}
+
+impl Cache {
+    /// The bytes of object pages `pages` in the cache (through the alias),
+    /// cut at the object's end: what write-back hands the store. Empty for
+    /// an empty object or range.
+    ///
+    /// The caller must hold a pin on every page of the range (so each is
+    /// UPTODATE and in the memfd: page_state invariant 2). Writable
+    /// mappings may store into these bytes while the slice lives; the
+    /// write-back protocol (`crate::writeback`) makes such a page DIRTY
+    /// again, so a copy torn by a concurrent write is written again later.
+    pub(crate) fn bytes(&self, pages: Range<ObjectPage>) -> &[u8] {
+        let Some(alias) = &self.alias else {
+            return &[];
+        };
+        let start = pages.start.offset().min(self.len);
+        let end = ObjectPage(pages.end.0.min(self.pages))
+            .offset()
+            .min(self.len)
+            .max(start);
+        // In range: end <= len <= alias.len(), so these fit in usize.
+        let (start, end) = (start as usize, end as usize);
+        // SAFETY: [start, end) lies inside the alias mapping, which lives as
+        // long as `self`. The pages are pinned, so no hole is punched under
+        // the slice; the bytes are only ever changed by stores through
+        // writable mappings (never by a read: the pages are UPTODATE), which
+        // the write-back protocol tolerates as described above.
+        unsafe { std::slice::from_raw_parts(alias.as_ptr().add(start), end - start) }
     }
 }
 

@@ -408,6 +408,18 @@ impl Budget {
         }
         self.activated(activated);
         self.deactivated(deactivated);
+        // 2. Write back what is dirty (evicted on a later visit if still
+        //    clean), before the table's lock: a store write may be slow. A
+        //    failed write-back leaves the pages dirty; the next flush
+        //    reports it (`crate::writeback`).
+        for run in crate::invalidate::runs_of(&write) {
+            if let Ok(n) = crate::writeback::write_back(object, run) {
+                self.counters.add(&Stats {
+                    written_back: n,
+                    ..Stats::default()
+                });
+            }
+        }
         // Under the region table's lock, as the kernel's rmap walk holds
         // i_mmap_rwsem: a region the application unmapped is detached
         // (and disowned) before its range can be reused (`crate::events`),
@@ -421,8 +433,6 @@ impl Budget {
             }
         }
         tally.clock_unmapped += unmap.len() as u64;
-        // 2. Write back what is dirty (read-only objects never are).
-        let _ = write;
         // 3. Evict.
         let frozen: Vec<u64> = evict
             .into_iter()

@@ -58,6 +58,17 @@
 //!                                    (1 wakes the faulting thread)
 //! ```
 //!
+//! # Writable regions
+//!
+//! In a writable region every `UFFDIO_CONTINUE` maps write-protected
+//! (`UFFDIO_CONTINUE_MODE_WP`), so the first write to a page after it was
+//! mapped (or written back) raises a write-protect fault. With handler
+//! delivery the message says so (`UFFD_PAGEFAULT_FLAG_WP`: [`handle_wp`]);
+//! with signal delivery the SIGBUS does not, and a fault whose page is
+//! already mapped (`EEXIST` on the faulting page) is taken as one. Either
+//! way [`write_fault`] pins the page, unprotects it, *then* sets DIRTY
+//! (the order `crate::writeback` proves correct), and lets the thread go.
+//!
 //! # What `UFFDIO_CONTINUE` can say
 //!
 //! - `EEXIST`: the page is already mapped (another fault's window, or a
@@ -99,7 +110,8 @@
 //! for the policy decision; parking takes the object's wait list; the
 //! classic path holds the region table's lock. Never blocks on a store and
 //! never panics on anything a store, the application or the kernel can do.
-//! [`fast`] runs in a SIGBUS handler: atomics and `UFFDIO_CONTINUE` only.
+//! [`fast`] runs in a SIGBUS handler: atomics, `UFFDIO_CONTINUE` and (for
+//! a write fault) `UFFDIO_WRITEPROTECT` only.
 //!
 //! A fault ends in one of four ways ([`Ending`]): mapped by a call that
 //! woke its thread, parked on a read in flight, resolved (the thread is let
@@ -308,6 +320,39 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize, origin: Origin<'_>) {
     env.counters.end(&tally);
 }
 
+/// A write-protect fault read from the userfaultfd
+/// (`UFFD_PAGEFAULT_FLAG_WP`, handler delivery): the page is mapped, so
+/// there is no cache lookup and no window, only [`write_fault`], then the
+/// thread is woken. A region that is not found at once (or a page that
+/// cannot be pinned) takes the full path, [`handle`].
+pub(crate) fn handle_wp(env: &FaultEnv<'_>, addr: usize, tid: u32) {
+    let page_addr = addr & !(PAGE_SIZE - 1);
+    if let Speculated::Found(spec) = RegionTable::get().speculate(page_addr) {
+        let region = spec.region;
+        if region.writable {
+            let page = ((page_addr - region.start()) / PAGE_SIZE) as u64;
+            let mut tally = Stats::default();
+            let object = &region.object;
+            for c in [env.counters, &region.counters, &object.counters] {
+                c.begin();
+            }
+            let done = write_fault(env, region, page, &mut tally);
+            if done {
+                tally.pgfault = 1;
+                tally.spf_success = 1;
+                let _ = sys::uffd_wake(env.uffd, page_addr, PAGE_SIZE);
+            }
+            for c in [env.counters, &region.counters, &object.counters] {
+                c.end(&tally);
+            }
+            if done {
+                return;
+            }
+        }
+    }
+    handle(env, addr, Origin::Uffd { tid });
+}
+
 /// Lets the faulting thread go as `ending` says.
 fn finish(env: &FaultEnv<'_>, origin: Origin<'_>, page_addr: usize, ending: Ending) {
     match (origin, ending) {
@@ -425,6 +470,11 @@ fn resolve(
         // 4. Map the window's ready pages.
         match map_window(env, region, &window, page, &mut tally, &mut ra, spec) {
             MapOutcome::Woken => ending = Some(Ending::Woken),
+            // The page was mapped already: in a writable region, a write
+            // to a write-protected page. Let go after it (`Resolved`).
+            MapOutcome::NotWoken if region.writable => {
+                write_fault(env, region, page, &mut tally);
+            }
             MapOutcome::NotWoken | MapOutcome::NotMapped => {}
             MapOutcome::Unmappable => ending = Some(Ending::Failed),
             MapOutcome::PageGone => continue,
@@ -481,7 +531,17 @@ pub(crate) fn fast(
     env.counters.begin();
     region.counters.begin();
     object.counters.begin();
-    let out = match map_window(env, region, &window, page, &mut tally, &mut ra, spec) {
+    let mut outcome = map_window(env, region, &window, page, &mut tally, &mut ra, spec);
+    // Mapped already, in a writable region: a write to a write-protected
+    // page (SIGBUS gives no reason; a spurious one only costs a
+    // write-back). A page that cannot be pinned goes to a pager thread.
+    if matches!(outcome, MapOutcome::NotWoken)
+        && region.writable
+        && !write_fault(env, region, page, &mut tally)
+    {
+        outcome = MapOutcome::PageGone;
+    }
+    let out = match outcome {
         MapOutcome::Woken | MapOutcome::NotWoken => {
             if !retry {
                 // No marker here, so this hit submits nothing.
@@ -503,6 +563,64 @@ pub(crate) fn fast(
     object.counters.end(&tally);
     env.counters.end(&tally);
     out
+}
+
+/// A write-protect fault on region page `page` of a writable region,
+/// already mapped (write-protected): the protocol of `crate::writeback`.
+/// In the write-fault SRCU section: pin (the page must be UPTODATE),
+/// **first** unprotect (`DONTWAKE`: the caller lets the thread go after),
+/// **then** `set_dirty`, unpin. Returns false if the page could not be
+/// pinned (being evicted, or not cached): the caller lets the access fault
+/// again. Async-signal-safe: atomics and one ioctl.
+///
+/// Why this order: the flusher clears DIRTY (`begin_writeback`) before it
+/// write-protects. If our unprotect comes after the flusher's protect, our
+/// `set_dirty` comes after its clear and the page stays DIRTY; if before,
+/// the flusher's protect ends the writes it can miss before it copies.
+pub(crate) fn write_fault(
+    env: &FaultEnv<'_>,
+    region: &Region,
+    page: u64,
+    tally: &mut Stats,
+) -> bool {
+    let object = &*region.object;
+    let Some(state) = object.cache.states.get(region.object_page(page)) else {
+        return false;
+    };
+    let _section = crate::writeback::write_section();
+    let mut seen = state.load();
+    let mut pinned = false;
+    for _ in 0..MAX_LOOKUPS {
+        if seen.state() != State::UpToDate {
+            break;
+        }
+        match state.try_pin_io(seen) {
+            Ok(()) => {
+                pinned = true;
+                break;
+            }
+            Err(now) => {
+                tally.lookup_retry += 1;
+                seen = now;
+            }
+        }
+    }
+    if !pinned {
+        return false;
+    }
+    // An error (the mapping is going, the address space is changing)
+    // leaves the page protected: the write faults again. DIRTY is set
+    // anyway: at worst an extra write-back.
+    let _ = sys::uffd_writeprotect(env.uffd, region.page_addr(page), PAGE_SIZE, false, true);
+    if state.set_dirty() {
+        tally.write_faults += 1;
+        object
+            .wb
+            .dirty_pages
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    state.unpin();
+    true
 }
 
 /// Step 3, a hit on region page `page` (word `word`): the readahead
@@ -1037,11 +1155,14 @@ fn continue_run(
     while cur < run.end {
         let len = if one_by_one { 1 } else { run.end - cur };
         tally.map_calls += 1;
+        // A writable region maps every page write-protected: its first
+        // write faults (`crate::writeback`).
         let result = sys::uffd_continue(
             env.uffd,
             region.page_addr(base + cur as u64),
             len * PAGE_SIZE,
             wake,
+            region.writable,
         );
         let done = match result {
             ContinueResult::Done => len,

@@ -4,8 +4,9 @@
 //! The removal side of the lock-free cache (`crate::page_state`). For each
 //! page of the range, in batches of at most one PTE table:
 //!
-//! 1. **Freeze.** `begin_evict`: UPTODATE with no pins → EVICTING, one CAS
-//!    from the loaded word. A pinned page (a fault is mapping it), or one
+//! 1. **Freeze.** `begin_evict`: UPTODATE with no pins, clean → EVICTING,
+//!    one CAS from the loaded word. A dirty page is written back first
+//!    (`crate::writeback`) and frozen in a later pass. A pinned page (a fault is mapping it), or one
 //!    being read, is left for a later pass of the batch, after the pages
 //!    frozen now are dropped (so no frozen page waits on another page's
 //!    read, as the kernel handles one folio at a time); an ABSENT page has
@@ -73,6 +74,13 @@ fn invalidate_batch(object: &ObjectCore, pages: Range<u64>) -> std::io::Result<u
             Freeze::Busy => true,
         });
         dropped += drop_frozen(object, &frozen)?;
+        // Dirty pages are written back first, as `invalidate_inode_pages2`
+        // launders them: their data must not be lost. A store that cannot
+        // take them ends the invalidation (the pages stay cached, dirty).
+        for run in runs_of(&dirty_of(object, &pending)) {
+            crate::writeback::write_back(object, run)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+        }
         if !pending.is_empty() {
             // Pinned (a fault is mapping it), being read, or another
             // invalidation's: wait, briefly at first.
@@ -85,6 +93,18 @@ fn invalidate_batch(object: &ObjectCore, pages: Range<u64>) -> std::io::Result<u
         }
     }
     Ok(dropped)
+}
+
+/// The pages of `pending` that are dirty or being written back.
+fn dirty_of(object: &ObjectCore, pending: &[u64]) -> Vec<u64> {
+    pending
+        .iter()
+        .copied()
+        .filter(|&p| {
+            let w = object.cache.states.load(ObjectPage(p));
+            w.state() == State::UpToDate && (w.is_dirty() || w.is_writeback())
+        })
+        .collect()
 }
 
 /// Steps 2 to 4 for frozen pages (sorted): unmapped from every region that

@@ -73,6 +73,7 @@ mod sync;
 pub(crate) mod sys;
 mod wait;
 pub mod workingset;
+mod writeback;
 
 pub mod measure;
 
@@ -86,3 +87,4 @@ pub use readahead::Mode as ReadaheadMode;
 pub use stats::{RaRow, RaStats, Stats};
 pub use store::{FileIo, FileStore, MemStore, ParseFileIoError, Store, StoreError};
 pub use sys::PAGE_SIZE;
+pub use writeback::WriteBackError;

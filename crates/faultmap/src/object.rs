@@ -21,6 +21,7 @@ use crate::store::Store;
 use crate::sys::PAGE_SIZE;
 use crate::wait::WaitList;
 use crate::workingset::Shadows;
+use crate::writeback::WriteBackError;
 
 pub(crate) struct ObjectCore {
     pub(crate) store: Box<dyn Store>,
@@ -55,11 +56,16 @@ pub(crate) struct ObjectCore {
     /// Store failures: the error log, the pager logs it feeds, the end
     /// after a truncation (`crate::errors`).
     pub(crate) errors: ObjectErrors,
+    /// Dirty count, error sequence, sync state (`crate::writeback`).
+    pub(crate) wb: crate::writeback::ObjectWb,
 }
 
 impl Drop for ObjectCore {
+    /// The last handle went: dirty pages are written back, best effort
+    /// (`crate::writeback::on_drop`); the memfd goes with the object, so
+    /// its pages leave the budget.
     fn drop(&mut self) {
-        // The memfd goes with the object: its pages leave the budget.
+        crate::writeback::on_drop(self);
         let n = self.charged.load(Ordering::Relaxed);
         self.budget.uncharge(self, n);
     }
@@ -84,6 +90,7 @@ impl ObjectCore {
             charged: AtomicU64::new(0),
             shadows: Shadows::default(),
             errors: ObjectErrors::new(len),
+            wb: crate::writeback::ObjectWb::default(),
         }
     }
 
@@ -244,10 +251,14 @@ impl Object {
     /// one reads it from the store again. Waits for pages being read or
     /// mapped at the moment. Returns how many cached pages were dropped.
     ///
+    /// Dirty pages are written back first (as the kernel launders them);
+    /// if the store refuses the write, the invalidation fails and the
+    /// pages stay cached and dirty.
+    ///
     /// The store must return the same bytes when the pages are read again:
-    /// a `Mapping` hands out `&[u8]`, which must not change under its
-    /// holder. Invalidation is for giving memory back, not for picking up
-    /// changed data (writable mappings and truncation are a later issue).
+    /// a read-only `Mapping` hands out `&[u8]`, which must not change under
+    /// its holder. Invalidation is for giving memory back, not for picking
+    /// up data changed behind faultmap's back.
     pub fn invalidate(&self, range: Range<u64>) -> Result<u64, InvalidateError> {
         if range.start > range.end || range.end > self.0.len {
             return Err(InvalidateError::Range {
@@ -292,6 +303,23 @@ impl Object {
     /// Like [`Object::io_errors`], and empties the log.
     pub fn take_io_errors(&self) -> Vec<IoErrorReport> {
         self.0.errors.log().take()
+    }
+
+    /// Writes every dirty page of the object back to its store, waits for
+    /// write-backs in flight, and syncs the store: when it returns `Ok`,
+    /// every byte written through any mapping of the object before the call
+    /// is in the store (`msync(MS_SYNC)` over the whole object). An error
+    /// of an earlier write-back of the object (the background flusher's)
+    /// is reported by the next flush: see [`WriteBackError`]. Returns the
+    /// pages this call wrote.
+    pub fn flush(&self) -> Result<u64, WriteBackError> {
+        crate::writeback::flush(&self.0, 0..self.0.cache.states.pages(), &[])
+    }
+
+    /// Bytes of the object written and not yet written back (a multiple of
+    /// the page size; pages being written back are not counted).
+    pub fn dirty_bytes(&self) -> u64 {
+        self.0.wb.dirty_pages.load(Ordering::Relaxed) * PAGE_SIZE as u64
     }
 
     /// Counters summed over every mapping of this object.

@@ -381,14 +381,15 @@ impl PageState {
 
     /// Ends a write-back: clears WRITEBACK, and if it failed sets DIRTY
     /// again (the data must be written later, as the kernel redirties a
-    /// page whose write-back failed).
-    pub fn end_writeback(&self, ok: bool) {
+    /// page whose write-back failed). Returns whether this call set DIRTY
+    /// (a failed write-back of a page no write dirtied meanwhile).
+    pub fn end_writeback(&self, ok: bool) -> bool {
         let mut cur = self.load();
         loop {
             debug_assert!(cur.0 & WRITEBACK != 0);
             let new = Word((cur.0 & !WRITEBACK) | if ok { 0 } else { DIRTY });
             match self.cas(cur, new) {
-                Ok(_) => return,
+                Ok(old) => return !ok && old.0 & DIRTY == 0,
                 Err(now) => cur = now,
             }
         }

@@ -30,6 +30,10 @@
 //! unpublishes its region, and the address range is unmapped when the last
 //! handler that looked the region up lets go of it (see [`crate::space`]).
 //!
+//! The background flusher (`crate::writeback`) is started by the first
+//! writable mapping and stopped first when the last holder of `Workers`
+//! goes: it writes back what is dirty as it stops.
+//!
 //! # fork
 //!
 //! Mappings are `MADV_DONTFORK`: a child process does not inherit them
@@ -43,10 +47,10 @@
 //! `mremap` of a mapping does: see `crate::events`.
 
 use std::io;
-use std::ops::Deref;
+use std::ops::{Deref, DerefMut};
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -69,6 +73,7 @@ use crate::stats::{Counters, RaCounters, RaStats, RaTally, Stats};
 use crate::store::{Store, StoreError};
 use crate::sys::{self, feature, mode, range_ioctl, UffdMsg, UffdSource, PAGE_SIZE, PTRS_PER_PTE};
 use crate::wait::Uffd;
+use crate::writeback::{self, Flusher, FlusherEnv, WriteBackError};
 
 /// The kernel features faultmap cannot work without, and why.
 const REQUIRED_FEATURES: [(u64, &str); 6] = [
@@ -163,13 +168,19 @@ pub enum MapError {
         /// The ioctl.
         ioctl: &'static str,
     },
+    /// A writable mapping of an object whose store does not take writes.
+    #[error("cannot map {name} writable: its store is read-only")]
+    ReadOnlyStore {
+        /// The object's name.
+        name: String,
+    },
 }
 
 /// What the handler threads share with the pager and its mappings (and a
 /// SIGBUS handler reaches through a region's `owner`).
 pub(crate) struct Core {
     uffd: Arc<Uffd>,
-    counters: Arc<Counters>,
+    pub(crate) counters: Arc<Counters>,
     ra: RaCounters,
     io: IoQueue,
     speculative: bool,
@@ -183,9 +194,22 @@ pub(crate) struct Core {
     /// What the I/O threads and the watchdog share (the error log, the
     /// reads in flight, the objects whose length is polled).
     io_shared: Arc<IoShared>,
+    /// The objects this pager opened (the flusher's, and the evictor's,
+    /// list); dead entries are pruned as it is walked.
+    pub(crate) objects: Mutex<Vec<Weak<ObjectCore>>>,
+    /// The userfaultfd has `UFFD_FEATURE_WP_HUGETLBFS_SHMEM`: mappings can
+    /// be writable.
+    write_protect: bool,
 }
 
 impl Core {
+    /// Lists `object` among the pager's objects (the flusher's list).
+    fn add_object(&self, object: &Arc<ObjectCore>) {
+        let mut objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
+        objects.retain(|o| o.strong_count() > 0);
+        objects.push(Arc::downgrade(object));
+    }
+
     pub(crate) fn env(&self) -> FaultEnv<'_> {
         FaultEnv {
             uffd: &self.uffd,
@@ -212,10 +236,33 @@ struct Workers {
     io: Mutex<Option<IoThreads>>,
     /// The evictor threads (the pager's budget, objects' own budgets).
     evictors: Mutex<Vec<Evictor>>,
+    /// The background flusher, started with the first writable mapping;
+    /// stopped first (it writes back what is dirty as it stops).
+    flusher: Mutex<Option<Flusher>>,
+}
+
+impl Workers {
+    /// Starts the flusher if it is not running.
+    fn start_flusher(&self, core: &Arc<Core>, expire: Duration) -> io::Result<()> {
+        let mut flusher = self.flusher.lock().unwrap_or_else(|e| e.into_inner());
+        if flusher.is_none() {
+            *flusher = Some(Flusher::start(FlusherEnv {
+                core: core.clone(),
+                expire,
+            })?);
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Workers {
     fn drop(&mut self) {
+        drop(
+            self.flusher
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         // The eventfd stays readable once signalled: every thread sees it.
         let _ = sys::eventfd_signal(&self.stop);
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
@@ -276,11 +323,16 @@ impl Pager {
                 why: "for signal delivery (use Delivery::Handler)",
             });
         }
-        // 2. The real userfaultfd, with exactly those features.
+        // 2. The real userfaultfd, with exactly those features (and WP on
+        //    shmem if the kernel has it: writable mappings need it).
         let (uffd, source) = open_uffd()?;
         let mut wanted = REQUIRED_FEATURES.iter().fold(0, |acc, (bit, _)| acc | bit);
         if signal {
             wanted |= feature::SIGBUS;
+        }
+        let write_protect = have & feature::WP_HUGETLBFS_SHMEM != 0;
+        if write_protect {
+            wanted |= feature::WP_HUGETLBFS_SHMEM;
         }
         sys::uffd_api(&uffd, wanted).map_err(|source| PagerError::Sys {
             op: "UFFDIO_API",
@@ -321,6 +373,8 @@ impl Pager {
             mappings: AtomicUsize::new(0),
             budget: Budget::new(config.memory_budget, counters.clone()),
             io_shared,
+            objects: Mutex::new(Vec::new()),
+            write_protect,
         });
         let stop = sys::eventfd().map_err(|source| PagerError::Sys {
             op: "eventfd",
@@ -342,6 +396,7 @@ impl Pager {
             threads: Mutex::new(Vec::new()),
             io: Mutex::new(Some(io_threads)),
             evictors: Mutex::new(evictors),
+            flusher: Mutex::new(None),
         });
         // 4. The watchdog (`crate::errors`): store timeouts, truncation.
         {
@@ -422,6 +477,7 @@ impl Pager {
         ));
         self.core.budget.add_object(&object);
         self.core.io_shared.watch(&object);
+        self.core.add_object(&object);
         Ok(Object(object))
     }
 
@@ -448,6 +504,7 @@ impl Pager {
         let object = Arc::new(ObjectCore::new(Box::new(store), cache, len, domain.clone()));
         domain.add_object(&object);
         self.core.io_shared.watch(&object);
+        self.core.add_object(&object);
         self.workers
             .evictors
             .lock()
@@ -481,12 +538,34 @@ impl Pager {
             len: 0,
             object: object.clone(),
             core: self.core.clone(),
-            _workers: self.workers.clone(),
+            workers: self.workers.clone(),
         };
         if extent.pages == 0 {
             return Ok(mapping);
         }
         let name = object.name().to_string();
+        let writable = opts.is_writable();
+        // 0. A writable mapping needs a store that takes writes, a kernel
+        //    with WP on shmem, and the flusher.
+        if writable {
+            if !object.0.store.writable() {
+                return Err(MapError::ReadOnlyStore { name });
+            }
+            if !self.core.write_protect {
+                return Err(MapError::MissingIoctl {
+                    name,
+                    ioctl: "UFFDIO_WRITEPROTECT (UFFD_FEATURE_WP_HUGETLBFS_SHMEM)",
+                });
+            }
+            crate::writeback::init();
+            self.workers
+                .start_flusher(&self.core, self.config.dirty_expire)
+                .map_err(|source| MapError::Map {
+                    name: name.clone(),
+                    op: "spawning the flusher thread",
+                    source,
+                })?;
+        }
         let map_err = |op, source| MapError::Map {
             name: name.clone(),
             op,
@@ -494,31 +573,35 @@ impl Pager {
         };
         // The table's lock for the whole operation, as mmap holds mmap_lock.
         let table = RegionTable::get().lock();
-        // 1. Map the memfd read-only, congruent to its offset modulo 2 MiB.
+        // 1. Map the memfd (read-only unless writable), congruent to its
+        //    offset modulo 2 MiB.
         let bytes = extent.pages as usize * PAGE_SIZE;
-        let map = sys::mmap_shared_ro_aligned(
+        let map = sys::mmap_shared_aligned(
             object.0.cache.memfd(),
             bytes,
             extent.first_page * PAGE_SIZE as u64,
             PTRS_PER_PTE * PAGE_SIZE,
+            writable,
         )
         .map_err(|e| map_err("mmap", e))?;
         // 2. A forked child must not fault on it: nobody would serve it.
         sys::madvise_dontfork(&map).map_err(|e| map_err("madvise(MADV_DONTFORK)", e))?;
-        // 3. Register MISSING|MINOR; CONTINUE, WAKE and POISON must be allowed.
-        let ioctls = sys::uffd_register(
-            &self.core.uffd,
-            map.addr(),
-            map.len(),
-            mode::MISSING | mode::MINOR,
-        )
-        .map_err(|e| map_err("UFFDIO_REGISTER", e))?;
-        for (bit, ioctl) in [
-            (range_ioctl::CONTINUE, "UFFDIO_CONTINUE"),
-            (range_ioctl::WAKE, "UFFDIO_WAKE"),
-            (range_ioctl::POISON, "UFFDIO_POISON"),
+        // 3. Register MISSING|MINOR (|WP); CONTINUE, WAKE and POISON (and
+        //    WRITEPROTECT) must be allowed.
+        let modes = if writable {
+            mode::MISSING | mode::MINOR | mode::WP
+        } else {
+            mode::MISSING | mode::MINOR
+        };
+        let ioctls = sys::uffd_register(&self.core.uffd, map.addr(), map.len(), modes)
+            .map_err(|e| map_err("UFFDIO_REGISTER", e))?;
+        for (bit, ioctl, needed) in [
+            (range_ioctl::CONTINUE, "UFFDIO_CONTINUE", true),
+            (range_ioctl::WAKE, "UFFDIO_WAKE", true),
+            (range_ioctl::POISON, "UFFDIO_POISON", true),
+            (range_ioctl::WRITEPROTECT, "UFFDIO_WRITEPROTECT", writable),
         ] {
-            if ioctls & bit == 0 {
+            if needed && ioctls & bit == 0 {
                 return Err(MapError::MissingIoctl { name, ioctl });
             }
         }
@@ -540,9 +623,12 @@ impl Pager {
             hints: AtomicPtr::new(Box::into_raw(Box::default())),
             mapped: MappedPages::new(extent.pages),
             successors: Mutex::new(Vec::new()),
+            writable,
         });
-        table.insert(region.clone());
+        // Listed in the object before it is published: write-back finds
+        // (and write-protects) every region that a fault can make writable.
         object.0.add_mapping(&region);
+        table.insert(region.clone());
         drop(table);
         self.core.mappings.fetch_add(1, Ordering::Relaxed);
         // SAFETY: lead < PAGE_SIZE <= the mapping's length, so the pointer is
@@ -629,10 +715,12 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
             .iter()
             .filter(|m| m.event == sys::UFFD_EVENT_PAGEFAULT)
         {
-            let origin = fault::Origin::Uffd {
-                tid: msg.thread_id(),
-            };
-            fault::handle(&env, msg.address as usize, origin);
+            let tid = msg.thread_id();
+            if msg.flags & sys::UFFD_PAGEFAULT_FLAG_WP != 0 {
+                fault::handle_wp(&env, msg.address as usize, tid);
+            } else {
+                fault::handle(&env, msg.address as usize, fault::Origin::Uffd { tid });
+            }
         }
         n
     };
@@ -693,26 +781,47 @@ pub enum Advice {
     DontNeed,
 }
 
-/// A mapping of (part of) an object: reads like a `&[u8]`.
+/// A mapping of (part of) an object: reads like a `&[u8]`; a writable one
+/// ([`MapOptions::writable`]) also writes like a `&mut [u8]`.
 ///
 /// Dropping it unmaps it; the threads that serve it stop when the last
 /// mapping and the pager are gone.
+///
+/// # Aliasing
+///
+/// Writes through a writable mapping land in the object's cache, which
+/// every mapping of the object maps: they are visible through the others
+/// at once, as with two `MAP_SHARED` mappings of one file. A `&mut [u8]`
+/// (from [`DerefMut`]) borrows this `Mapping` mutably, so no `&[u8]` of
+/// the same `Mapping` coexists with it; but a `&[u8]` of *another* mapping
+/// of the same object (in another thread) may see its bytes change while
+/// it is held, which Rust's rules for shared references do not allow. An
+/// application that writes an object through one mapping while other
+/// threads read it through another must synchronise them itself (as with
+/// memory shared between processes), or read the other mapping through
+/// raw pointers ([`Mapping::as_ptr`]) with volatile or atomic accesses.
+/// Writing through [`Mapping::as_mut_ptr`] is the caller's `unsafe`.
 pub struct Mapping {
     region: Option<Arc<Region>>,
     ptr: NonNull<u8>,
     len: usize,
     object: Object,
     core: Arc<Core>,
-    _workers: Arc<Workers>,
+    workers: Arc<Workers>,
 }
 
-// SAFETY: a Mapping is a read-only view of shared memory whose pages are
-// served by the pager's threads, whichever thread touches them; it has no
+// SAFETY: a Mapping is a view of shared memory whose pages are served by
+// the pager's threads, whichever thread touches them; it has no
 // thread-affine state.
 unsafe impl Send for Mapping {}
-// SAFETY: `&Mapping` only gives out `&[u8]` of memory that is never written
-// while mapped (pages are filled before they are mapped, through another
-// mapping), so shared access from several threads is sound.
+// SAFETY: `&Mapping` gives out `&[u8]` and raw pointers. Safe code changes
+// the bytes only through `&mut [u8]` (DerefMut), which needs `&mut
+// Mapping`, so no `&[u8]` of this Mapping is live meanwhile; writes through
+// `as_mut_ptr` are the caller's `unsafe`, and writes through another
+// mapping of the same object are shared-memory writes the application
+// synchronises (see "Aliasing" above). faultmap itself never writes a
+// mapped page (pages are filled before they are mapped, through the
+// alias), so shared access from several threads adds no race of its own.
 unsafe impl Sync for Mapping {}
 
 impl std::fmt::Debug for Mapping {
@@ -739,6 +848,80 @@ impl Mapping {
     /// The first byte.
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
+    }
+
+    /// The first byte, for writing. Writing through it is allowed only on a
+    /// writable mapping ([`Mapping::is_writable`]; elsewhere the write is a
+    /// SIGSEGV), and is subject to the aliasing rules in the type's
+    /// documentation.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Whether the mapping was made writable ([`MapOptions::writable`]).
+    pub fn is_writable(&self) -> bool {
+        self.region.as_ref().is_some_and(|r| r.writable)
+    }
+
+    /// Writes the pages that hold bytes `range` of the mapping (offsets
+    /// into the slice) back to the store, like `msync(MS_SYNC)`: when it
+    /// returns `Ok`, every byte of the range written before the call
+    /// (through any mapping of the object) is in the store and
+    /// [`Store::sync`] has run. Waits for write-backs of those pages
+    /// already in flight. An earlier failed write-back of the object (the
+    /// background flusher's) is reported here once: see
+    /// [`WriteBackError`]. Returns the pages this call wrote. A read-only
+    /// mapping has nothing to flush.
+    pub fn flush(&self, range: std::ops::Range<usize>) -> Result<u64, WriteBackError> {
+        let Some(pages) = self.object_pages(&range)? else {
+            return Ok(0);
+        };
+        let region = self.region.as_ref().map(|r| &r.counters);
+        let extra: Vec<&Counters> = region.into_iter().chain([&*self.core.counters]).collect();
+        writeback::flush(&self.object.0, pages, &extra)
+    }
+
+    /// Queues the pages that hold bytes `range` of the mapping for the
+    /// background flusher and returns (`msync(MS_ASYNC)`, which Linux
+    /// turned into a no-op; faultmap starts the write-back). No sync.
+    pub fn flush_async(&self, range: std::ops::Range<usize>) -> Result<(), WriteBackError> {
+        let Some(pages) = self.object_pages(&range)? else {
+            return Ok(());
+        };
+        let flusher = self
+            .workers
+            .flusher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = flusher.as_ref() {
+            f.queue(&self.object.0, pages);
+        }
+        Ok(())
+    }
+
+    /// The object pages that hold bytes `range` of the mapping; `None`
+    /// for an empty range or mapping.
+    fn object_pages(
+        &self,
+        range: &std::ops::Range<usize>,
+    ) -> Result<Option<std::ops::Range<u64>>, WriteBackError> {
+        if range.start > range.end || range.end > self.len {
+            return Err(WriteBackError::Range {
+                start: range.start as u64,
+                end: range.end as u64,
+                len: self.len as u64,
+            });
+        }
+        let Some(region) = &self.region else {
+            return Ok(None);
+        };
+        if range.is_empty() {
+            return Ok(None);
+        }
+        let lead = self.ptr.as_ptr() as usize - region.start();
+        let first = region.first_page.0 + ((lead + range.start) / PAGE_SIZE) as u64;
+        let end = region.first_page.0 + (lead + range.end).div_ceil(PAGE_SIZE) as u64;
+        Ok(Some(first..end))
     }
 
     /// The object it maps.
@@ -893,9 +1076,29 @@ impl Deref for Mapping {
         // SAFETY: `ptr` is `len` readable bytes inside the region's mapping
         // (or dangling with len 0), which lives as long as `self` holds the
         // region. Every access to a page not yet mapped faults and is served
-        // by the handler threads, which `self` keeps alive; the bytes never
-        // change while mapped (pages are filled before they are mapped).
+        // by the handler threads, which `self` keeps alive. faultmap never
+        // changes a mapped page's bytes (pages are filled before they are
+        // mapped); only the application's writes through a writable mapping
+        // do: through this one only with `&mut self` (DerefMut), through
+        // others under the aliasing rules of the type's documentation.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for Mapping {
+    /// The mapping's bytes, writable. On a mapping that is not writable
+    /// ([`Mapping::is_writable`]) the slice is empty: indexing it fails in
+    /// the caller instead of a SIGSEGV on the first store.
+    fn deref_mut(&mut self) -> &mut [u8] {
+        if !self.is_writable() {
+            return &mut [];
+        }
+        // SAFETY: as in `deref`, and the mapping is PROT_READ|PROT_WRITE
+        // (writable). `&mut self` excludes every other slice of this
+        // Mapping for the borrow's life. Writes are served by the fault
+        // path: the first store to a page raises a write-protect fault that
+        // marks it dirty (`crate::writeback`) and lets the store proceed.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 

@@ -73,6 +73,9 @@ pub(crate) struct Region {
     /// application left mapped when it unmapped the rest (`crate::events`);
     /// released with the [`crate::Mapping`].
     pub(crate) successors: Mutex<Vec<Arc<Region>>>,
+    /// Mapped read-write, registered WP: pages are mapped write-protected
+    /// and writes tracked (`crate::writeback`).
+    pub(crate) writable: bool,
 }
 
 /// One bit per region page: set once the page is known to be mapped here
@@ -212,6 +215,7 @@ impl Region {
             hints: AtomicPtr::new(Box::into_raw(Box::new(hints))),
             mapped: MappedPages::new(pages),
             successors: Mutex::new(Vec::new()),
+            writable: self.writable,
         }))
     }
 

@@ -1,8 +1,14 @@
 //! Stores: where an object's bytes come from.
 //!
-//! A [`Store`] is a read-only, random-access byte source of fixed length: a
-//! local file ([`FileStore`]), a buffer ([`MemStore`]), and later an HTTP URL
-//! or an S3 object. The fault path asks for a contiguous run of pages in one
+//! A [`Store`] is a random-access byte source of fixed length: a local file
+//! ([`FileStore`]), a buffer ([`MemStore`]), and later an HTTP URL or an S3
+//! object. A store may also take writes ([`Store::writable`],
+//! [`Store::write_at`], [`Store::sync`]): write-back of writable mappings
+//! (`crate::writeback`) hands it runs of whole pages straight from the
+//! cache's alias mapping, and syncs it when a flush asks.
+//! [`FileStore::open_rw`] writes with `pwrite` on its buffered descriptor
+//! (short writes resubmitted, `EINTR` retried) and syncs with `fdatasync`;
+//! a [`MemStore`] writes into its buffer. The fault path asks for a contiguous run of pages in one
 //! call ([`Store::read_at`]) and hands the store the final destination (the
 //! cache's alias mapping), so a store that can read straight into it (pread,
 //! a socket read) copies nothing twice.
@@ -106,7 +112,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use crate::sys::{self, uring, uring::UringError, PAGE_SIZE};
@@ -157,6 +163,33 @@ pub enum StoreError {
         /// How many the store had.
         got: u64,
     },
+    /// A write failed.
+    #[error("writing {len} bytes at offset {offset} of {name}")]
+    Write {
+        /// The store's name.
+        name: String,
+        /// The first byte written.
+        offset: u64,
+        /// How many bytes were to be written.
+        len: usize,
+        /// The underlying error (`WriteZero` for a write that made no
+        /// progress).
+        source: io::Error,
+    },
+    /// Making the writes durable (`fdatasync`) failed.
+    #[error("syncing {name}")]
+    Sync {
+        /// The store's name.
+        name: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// A write to a store that does not take writes.
+    #[error("{name} is read-only")]
+    ReadOnly {
+        /// The store's name.
+        name: String,
+    },
     /// A read asked for bytes outside the object.
     #[error(
         "{name}: read of {len} bytes at offset {offset} is outside the object ({object_len} bytes)"
@@ -173,10 +206,11 @@ pub enum StoreError {
     },
 }
 
-/// A read-only object of fixed length that faultmap pages in.
+/// An object of fixed length that faultmap pages in (and, if the store
+/// takes writes, writes back: [`Store::writable`]).
 ///
 /// Implementations must be thread-safe: several handler threads may read
-/// different ranges at once.
+/// different ranges at once, and the flusher may write while they read.
 pub trait Store: Send + Sync + 'static {
     /// A short name for statistics and errors (a path, a URL).
     fn name(&self) -> &str;
@@ -219,6 +253,29 @@ pub trait Store: Send + Sync + 'static {
     fn len_now(&self) -> Option<u64> {
         None
     }
+
+    /// Whether the store takes writes ([`Store::write_at`]): only such a
+    /// store can be mapped writable. Default: false.
+    fn writable(&self) -> bool {
+        false
+    }
+
+    /// Writes all of `buf` at `[offset, offset + buf.len())`. Write-back
+    /// calls it with a page-aligned `offset` and a run of whole pages (the
+    /// last cut at the object's end), inside the object. The bytes need not
+    /// be durable until [`Store::sync`]. Default: [`StoreError::ReadOnly`].
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+        let _ = (offset, buf);
+        Err(StoreError::ReadOnly {
+            name: self.name().to_string(),
+        })
+    }
+
+    /// Makes every write that returned `Ok` durable (`fdatasync`). A flush
+    /// calls it after its writes. Default: nothing to do.
+    fn sync(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 impl<S: Store + ?Sized> Store for Arc<S> {
@@ -240,6 +297,15 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         (**self).read_at(offset, buf)
     }
+    fn writable(&self) -> bool {
+        (**self).writable()
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+        (**self).write_at(offset, buf)
+    }
+    fn sync(&self) -> Result<(), StoreError> {
+        (**self).sync()
+    }
 }
 
 impl<S: Store + ?Sized> Store for Box<S> {
@@ -260,6 +326,15 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         (**self).read_at(offset, buf)
+    }
+    fn writable(&self) -> bool {
+        (**self).writable()
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+        (**self).write_at(offset, buf)
+    }
+    fn sync(&self) -> Result<(), StoreError> {
+        (**self).sync()
     }
 }
 
@@ -348,6 +423,8 @@ pub struct FileStore {
     len: u64,
     ra_pages: u64,
     name: String,
+    /// Opened read-write ([`FileStore::open_rw`]).
+    writable: bool,
 }
 
 impl fmt::Debug for FileStore {
@@ -376,7 +453,23 @@ impl FileStore {
     /// needs alignment beyond a page. [`FileStore::io`] says which mode is
     /// in force.
     pub fn open_with(path: impl AsRef<Path>, io: FileIo) -> Result<Self, StoreError> {
-        let path = path.as_ref();
+        Self::open_mode(path.as_ref(), io, false)
+    }
+
+    /// Opens a regular file read-write, in the default mode: it can be
+    /// mapped writable ([`crate::MapOptions::writable`]). Writes go through
+    /// `pwrite` on the buffered descriptor, [`Store::sync`] is `fdatasync`.
+    pub fn open_rw(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_rw_with(path, FileIo::default())
+    }
+
+    /// [`FileStore::open_rw`], reading in mode `io` (writes are buffered in
+    /// every mode; the kernel keeps `O_DIRECT` reads coherent with them).
+    pub fn open_rw_with(path: impl AsRef<Path>, io: FileIo) -> Result<Self, StoreError> {
+        Self::open_mode(path.as_ref(), io, true)
+    }
+
+    fn open_mode(path: &Path, io: FileIo, writable: bool) -> Result<Self, StoreError> {
         let open_err = |source| StoreError::Open {
             path: path.to_path_buf(),
             source,
@@ -401,7 +494,11 @@ impl FileStore {
             return Err(not_a_file("device"));
         }
         // 2. The buffered descriptor, and what it is.
-        let file = File::open(path).map_err(open_err)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .open(path)
+            .map_err(open_err)?;
         let meta = file.metadata().map_err(open_err)?;
         let len = meta.len();
         let ra_pages = device_ra_pages(Path::new("/sys"), meta.dev())
@@ -424,6 +521,7 @@ impl FileStore {
             len,
             ra_pages,
             name: path.display().to_string(),
+            writable,
         })
     }
 
@@ -587,6 +685,40 @@ impl Store for FileStore {
     fn len_now(&self) -> Option<u64> {
         self.file.metadata().ok().map(|m| m.len())
     }
+
+    fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// `pwrite` on the buffered descriptor: short writes resubmitted,
+    /// `EINTR` retried (`write_all_at`).
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+        if !self.writable {
+            return Err(StoreError::ReadOnly {
+                name: self.name.clone(),
+            });
+        }
+        check_range(self.name(), self.len, offset, buf.len())?;
+        self.file
+            .write_all_at(buf, offset)
+            .map_err(|source| StoreError::Write {
+                name: self.name.clone(),
+                offset,
+                len: buf.len(),
+                source,
+            })
+    }
+
+    /// `fdatasync`, when the file is open for writing.
+    fn sync(&self) -> Result<(), StoreError> {
+        if !self.writable {
+            return Ok(());
+        }
+        self.file.sync_data().map_err(|source| StoreError::Sync {
+            name: self.name.clone(),
+            source,
+        })
+    }
 }
 
 /// Opens `path` again with O_DIRECT, if its filesystem does direct I/O at
@@ -688,25 +820,29 @@ fn dev_major_minor(dev: u64) -> (u64, u64) {
 }
 
 /// An object held in memory: for tests, and for data an application already
-/// has in a buffer.
+/// has in a buffer. Writable: write-back lands in the buffer, which clones
+/// share (keep a clone to look at what was written back).
 #[derive(Clone, Debug)]
 pub struct MemStore {
     name: String,
-    data: Arc<[u8]>,
+    data: Arc<RwLock<Vec<u8>>>,
+    len: u64,
 }
 
 impl MemStore {
     /// A store over `data`, named `name`.
     pub fn new(name: impl Into<String>, data: impl Into<Arc<[u8]>>) -> Self {
+        let data: Arc<[u8]> = data.into();
         Self {
             name: name.into(),
-            data: data.into(),
+            len: data.len() as u64,
+            data: Arc::new(RwLock::new(data.to_vec())),
         }
     }
 
-    /// The bytes.
-    pub fn data(&self) -> &[u8] {
-        &self.data
+    /// A copy of the bytes as they are now (with every write-back so far).
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.data.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }
 
@@ -716,14 +852,27 @@ impl Store for MemStore {
     }
 
     fn len(&self) -> u64 {
-        self.data.len() as u64
+        self.len
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
-        check_range(&self.name, self.len(), offset, buf.len())?;
+        check_range(&self.name, self.len, offset, buf.len())?;
         // check_range proved offset + len <= data.len(), which is a usize.
         let start = offset as usize;
-        buf.copy_from_slice(&self.data[start..start + buf.len()]);
+        let data = self.data.read().unwrap_or_else(|e| e.into_inner());
+        buf.copy_from_slice(&data[start..start + buf.len()]);
+        Ok(())
+    }
+
+    fn writable(&self) -> bool {
+        true
+    }
+
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+        check_range(&self.name, self.len, offset, buf.len())?;
+        let start = offset as usize;
+        let mut data = self.data.write().unwrap_or_else(|e| e.into_inner());
+        data[start..start + buf.len()].copy_from_slice(buf);
         Ok(())
     }
 }

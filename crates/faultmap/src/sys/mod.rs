@@ -74,12 +74,15 @@ pub mod feature {
 /// Registration modes of `uffdio_register.mode`.
 pub mod mode {
     pub const MISSING: u64 = 1 << 0;
+    /// Write-protect tracking (`UFFDIO_REGISTER_MODE_WP`).
+    pub const WP: u64 = 1 << 1;
     pub const MINOR: u64 = 1 << 2;
 }
 
 /// Bits of `uffdio_register.ioctls`: which range ioctls the range supports.
 pub mod range_ioctl {
     pub const WAKE: u64 = 1 << 0x02;
+    pub const WRITEPROTECT: u64 = 1 << 0x06;
     pub const CONTINUE: u64 = 1 << 0x07;
     pub const POISON: u64 = 1 << 0x08;
 }
@@ -93,7 +96,14 @@ pub const UFFD_EVENT_REMAP: u8 = 0x14;
 /// (`UFFD_FEATURE_EVENT_UNMAP`): `arg.remove` is `{start, end}`.
 pub const UFFD_EVENT_UNMAP: u8 = 0x16;
 
+/// `uffd_msg.arg.pagefault.flags`: a write to a write-protected page.
+pub const UFFD_PAGEFAULT_FLAG_WP: u64 = 1 << 1;
+
 const CONTINUE_MODE_DONTWAKE: u64 = 1 << 0;
+/// `UFFDIO_CONTINUE_MODE_WP`: map the pages write-protected.
+const CONTINUE_MODE_WP: u64 = 1 << 1;
+const WRITEPROTECT_MODE_WP: u64 = 1 << 0;
+const WRITEPROTECT_MODE_DONTWAKE: u64 = 1 << 1;
 
 #[repr(C)]
 struct UffdioApi {
@@ -121,6 +131,12 @@ struct UffdioContinue {
     range: UffdioRange,
     mode: u64,
     mapped: i64,
+}
+
+#[repr(C)]
+struct UffdioWriteprotect {
+    range: UffdioRange,
+    mode: u64,
 }
 
 #[repr(C)]
@@ -189,6 +205,7 @@ const UFFDIO_UNREGISTER: u64 = ior(0x01, std::mem::size_of::<UffdioRange>());
 const UFFDIO_WAKE: u64 = ior(0x02, std::mem::size_of::<UffdioRange>());
 const UFFDIO_CONTINUE: u64 = iowr(0x07, std::mem::size_of::<UffdioContinue>());
 const UFFDIO_POISON: u64 = iowr(0x08, std::mem::size_of::<UffdioPoison>());
+const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, std::mem::size_of::<UffdioWriteprotect>());
 /// `USERFAULTFD_IOC_NEW` on `/dev/userfaultfd`: `_IO(0xAA, 0x00)`.
 const USERFAULTFD_IOC_NEW: u64 = 0xAA << 8;
 
@@ -197,6 +214,7 @@ const _: () = assert!(UFFDIO_REGISTER == 0xC020_AA00);
 const _: () = assert!(UFFDIO_WAKE == 0x8010_AA02);
 const _: () = assert!(UFFDIO_UNREGISTER == 0x8010_AA01);
 const _: () = assert!(UFFDIO_CONTINUE == 0xC020_AA07);
+const _: () = assert!(UFFDIO_WRITEPROTECT == 0xC018_AA06);
 
 /// How a userfaultfd was obtained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -333,14 +351,26 @@ pub enum ContinueResult {
 }
 
 /// `UFFDIO_CONTINUE` over `[start, start+len)`: map the memfd's cached pages
-/// there. `wake` wakes the threads waiting in the range when it succeeds.
-pub fn uffd_continue(uffd: &OwnedFd, start: usize, len: usize, wake: bool) -> ContinueResult {
+/// there. `wake` wakes the threads waiting in the range when it succeeds;
+/// `write_protect` maps them write-protected (`UFFDIO_CONTINUE_MODE_WP`:
+/// the first write to each raises a WP fault).
+pub fn uffd_continue(
+    uffd: &OwnedFd,
+    start: usize,
+    len: usize,
+    wake: bool,
+    write_protect: bool,
+) -> ContinueResult {
+    let mut mode = if wake { 0 } else { CONTINUE_MODE_DONTWAKE };
+    if write_protect {
+        mode |= CONTINUE_MODE_WP;
+    }
     let mut arg = UffdioContinue {
         range: UffdioRange {
             start: start as u64,
             len: len as u64,
         },
-        mode: if wake { 0 } else { CONTINUE_MODE_DONTWAKE },
+        mode,
         mapped: 0,
     };
     // SAFETY: UFFDIO_CONTINUE reads and writes one `struct uffdio_continue`.
@@ -370,6 +400,39 @@ pub fn uffd_wake(uffd: &OwnedFd, start: usize, len: usize) -> io::Result<()> {
     };
     // SAFETY: UFFDIO_WAKE reads one `struct uffdio_range`.
     let rc = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_WAKE as _, &mut range) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `UFFDIO_WRITEPROTECT` over `[start, start+len)` of a range registered
+/// in WP mode: `protect` write-protects the pages (a write then faults;
+/// pages not mapped get the kernel's uffd-wp marker, so they are protected
+/// when mapped again), else removes the protection and, unless
+/// `dont_wake`, wakes the threads that wait in the range.
+pub fn uffd_writeprotect(
+    uffd: &OwnedFd,
+    start: usize,
+    len: usize,
+    protect: bool,
+    dont_wake: bool,
+) -> io::Result<()> {
+    let mut mode = if protect { WRITEPROTECT_MODE_WP } else { 0 };
+    if dont_wake {
+        mode |= WRITEPROTECT_MODE_DONTWAKE;
+    }
+    let mut arg = UffdioWriteprotect {
+        range: UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        },
+        mode,
+    };
+    // SAFETY: UFFDIO_WRITEPROTECT reads one `struct uffdio_writeprotect`; it
+    // changes the protection of PTEs of the registered range only, never
+    // the contents of memory.
+    let rc = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_WRITEPROTECT as _, &mut arg) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -589,16 +652,23 @@ pub fn mmap_shared_rw(fd: &OwnedFd, len: usize, offset: u64) -> io::Result<Mappe
     )
 }
 
-/// Maps `len` bytes of `fd` at file offset `offset`, `MAP_SHARED`, read-only,
-/// at an address congruent to `offset` modulo `align` (a power of two), so
-/// that the VA-aligned fault-around window is aligned in the file too, as the
-/// kernel arranges for large-folio file mappings.
-pub fn mmap_shared_ro_aligned(
+/// Maps `len` bytes of `fd` at file offset `offset`, `MAP_SHARED`,
+/// read-only (read-write if `writable`), at an address congruent to
+/// `offset` modulo `align` (a power of two), so that the VA-aligned
+/// fault-around window is aligned in the file too, as the kernel arranges
+/// for large-folio file mappings.
+pub fn mmap_shared_aligned(
     fd: &OwnedFd,
     len: usize,
     offset: u64,
     align: usize,
+    writable: bool,
 ) -> io::Result<MappedRegion> {
+    let prot = if writable {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_READ
+    };
     // 1. Reserve len + align bytes of address space, inaccessible.
     let reserve_len = len
         .checked_add(align)
@@ -628,7 +698,7 @@ pub fn mmap_shared_ro_aligned(
         fd,
         len,
         offset,
-        libc::PROT_READ,
+        prot,
         libc::MAP_SHARED | libc::MAP_FIXED,
     );
     // 4. Give back the unused head and tail of the reservation.
@@ -662,7 +732,7 @@ fn mmap_at(
         libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let hint = at.map_or(std::ptr::null_mut(), |a| a as *mut libc::c_void);
     // SAFETY: maps a file; with MAP_FIXED the caller guarantees `at` lies in a
-    // reservation it owns (see mmap_shared_ro_aligned), otherwise the kernel
+    // reservation it owns (see mmap_shared_aligned), otherwise the kernel
     // picks an unused range.
     let ptr = unsafe { libc::mmap(hint, len, prot, flags, fd.as_raw_fd(), offset) };
     if ptr == libc::MAP_FAILED {
