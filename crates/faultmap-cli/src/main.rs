@@ -11,7 +11,8 @@
 //!   run (seed 000's fault-around table, per fault delivery mode; with
 //!   `--cold`, seed 001's readahead comparison against kernel `mmap` and the
 //!   device; with `--parts`, seed 003's lockless page cache; with `--churn`,
-//!   seed 004's speculative region lookup);
+//!   seed 004's speculative region lookup; with `--budget`, a memory budget
+//!   against the kernel under a cgroup memory limit);
 //! - [`access`] (the access patterns), [`timed`] (threads started together,
 //!   timed), [`kernel`] (drop_caches, block-device counters), [`ra_table`],
 //!   [`output`], [`units`] and [`table`]: helpers shared by the commands.
@@ -162,7 +163,45 @@ enum Command {
     /// I/O size and the readahead miss ratio (medians of 3 repetitions by
     /// default), with the ratios of the goals; then seed 001's readahead
     /// table of the readahead runs.
+    ///
+    /// With --budget: a memory budget (--budget-mib, default 256) on an
+    /// object 4 times its size (the generated file is 4 × the budget; a
+    /// --file or --size smaller than that shrinks the budget to a quarter of
+    /// it, and the report says so). Workloads, one byte per touch: seq
+    /// (every page in order, twice), rand (uniformly random pages, as many
+    /// touches as pages) and hotcold (90% of the touches on a hot set of 10%
+    /// of the budget, 10% uniformly over the object). Engines: faultmap (a
+    /// new pager per sample with Config::memory_budget, the default
+    /// delivery, fault-around order 4, its store reading with O_DIRECT) and
+    /// kernel-file (the kernel's mmap of the file in a child process inside
+    /// a new cgroup v1 memory cgroup, /sys/fs/cgroup/memory/faultmap-bench-PID,
+    /// with memory.limit_in_bytes = the budget; skipped, with one line
+    /// saying why, when cgroups cannot be used). The kernel's page cache of
+    /// the file is dropped before every sample. Columns: seconds, touches/s,
+    /// hit ratio (1 - major faults / touches), evictions/s, refaults, peak
+    /// cached (faultmap's Pager::memory().peak; the cgroup's
+    /// memory.max_usage_in_bytes), peak RSS (RssFile + RssShmem sampled
+    /// every 5 ms), the budget, and whether the peak stayed within the
+    /// budget + 1%. One sample per cell by default (--repetitions).
     Bench(BenchArgs),
+    /// Internal: the kernel-file child of `bench --budget`.
+    #[command(name = "__budget-kernel", hide = true)]
+    BudgetKernel(BudgetChildArgs),
+}
+
+/// Options of the hidden `faultmap __budget-kernel` (the kernel-file child
+/// of `bench --budget`): it makes the page list, waits for `go` on stdin,
+/// maps FILE, walks, and prints one JSON line.
+#[derive(Debug, Args)]
+pub struct BudgetChildArgs {
+    /// The workload.
+    #[arg(long, value_enum)]
+    pub workload: bench::budget::touch::BudgetWorkload,
+    /// The budget in bytes (sizes hotcold's hot set).
+    #[arg(long)]
+    pub budget_bytes: u64,
+    /// The data file.
+    pub file: PathBuf,
 }
 
 /// Options of `faultmap scan`.
@@ -379,7 +418,7 @@ struct BenchArgs {
     threads: Vec<u16>,
     /// Size of the generated data file: bytes, or with a K, M or G suffix
     /// (powers of 1024), e.g. 512M. Default: 1G; with --parts 256M; with
-    /// --churn 64M.
+    /// --churn 64M; with --budget 4 times the budget.
     #[arg(long, short, value_parser = units::parse_size,
           conflicts_with = "file", value_name = "SIZE")]
     size: Option<u64>,
@@ -413,6 +452,18 @@ struct BenchArgs {
     /// classic and kernel mmap of a memfd.
     #[arg(long, conflicts_with_all = ["cold", "orders", "workload"])]
     churn: bool,
+    /// A memory budget on an object 4 times its size (see above): faultmap
+    /// with Config::memory_budget against kernel mmap under a cgroup v1
+    /// memory limit of the same size, on seq, rand and hotcold.
+    #[arg(long, conflicts_with_all = [
+        "cold", "parts", "churn", "orders", "workload", "threads", "delivery"
+    ])]
+    budget: bool,
+    /// With --budget: the budget in MiB (default 256; at least 1). The
+    /// generated file is 4 times as large.
+    #[arg(long, requires = "budget", value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=(1 << 30)))]
+    budget_mib: Option<u64>,
     /// With --churn: how long the threads fault in each sample, in seconds
     /// (default 1; at most 3600).
     #[arg(long, requires = "churn", value_parser = parse_seconds, value_name = "SECONDS")]
@@ -468,6 +519,7 @@ fn main() -> ExitCode {
         Command::Scan(args) => scan::run(&args),
         Command::Stats(args) => stats::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::BudgetKernel(args) => bench::budget::child(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

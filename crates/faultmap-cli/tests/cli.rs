@@ -1093,3 +1093,147 @@ fn bench_churn_prints_the_table_with_the_counters() {
         assert!(text.contains(needle), "report lacks {needle:?}:\n{text}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// faultmap bench --budget
+// ---------------------------------------------------------------------------
+
+#[test]
+fn bench_budget_refuses_bad_combinations() {
+    let conflict = "cannot be used with";
+    assert_fails_cleanly(&faultmap(&["bench", "--budget", "--cold"]), conflict);
+    assert_fails_cleanly(&faultmap(&["bench", "--budget", "--parts"]), conflict);
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--budget", "--workload", "seq"]),
+        conflict,
+    );
+    assert_fails_cleanly(&faultmap(&["bench", "--budget-mib", "4"]), "--budget");
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--budget", "--budget-mib", "0"]),
+        "budget-mib",
+    );
+    // Too small for a budget of at least 1 MiB on an object 4 times larger.
+    let dir = tempfile::tempdir().unwrap();
+    let small = write(dir.path(), "small", &[7u8; 1 << 20]);
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--budget", "--file", small.to_str().unwrap()]),
+        "too small",
+    );
+}
+
+/// A file of `len` bytes whose pages differ, cheap to make in a debug build.
+fn patterned(dir: &Path, len: usize) -> PathBuf {
+    let data: Vec<u8> = (0..len)
+        .map(|i| (i / 4096 % 251) as u8 + (i % 3) as u8 + 1)
+        .collect();
+    write(dir, "data", &data)
+}
+
+#[test]
+fn bench_budget_json_has_a_row_per_cell_within_the_budget() {
+    // 16 MiB asked: the file is 8 MiB, so the budget shrinks to 2 MiB.
+    let dir = tempfile::tempdir().unwrap();
+    let file = patterned(dir.path(), 8 << 20);
+    let doc = stdout_json(&faultmap(&[
+        "bench",
+        "--budget",
+        "--budget-mib",
+        "16",
+        "--file",
+        file.to_str().unwrap(),
+        "--json",
+    ]));
+    let machine = &doc["machine"];
+    assert_eq!(machine["benchmark"], "budget", "{machine}");
+    assert_eq!(machine["budget_bytes"], 2 << 20, "{machine}");
+    assert_eq!(machine["budget_asked_bytes"], 16 << 20, "{machine}");
+    assert_eq!(machine["pages"], 2048, "{machine}");
+    let results = doc["results"].as_array().unwrap();
+    let faultmap_rows: Vec<&Value> = results
+        .iter()
+        .filter(|r| r["engine"] == "faultmap")
+        .collect();
+    let workloads: Vec<&str> = faultmap_rows
+        .iter()
+        .map(|r| r["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(workloads, ["seq", "rand", "hotcold"]);
+    for row in results {
+        for field in [
+            "workload",
+            "engine",
+            "variant",
+            "seconds",
+            "touches",
+            "hit_ratio",
+            "evicted",
+            "refault",
+            "peak_bytes",
+            "budget_bytes",
+            "within_budget",
+        ] {
+            assert!(row.get(field).is_some(), "row lacks {field}: {row}");
+        }
+        assert_eq!(row["variant"], "budget=2MiB", "{row}");
+        assert_eq!(row["budget_bytes"], 2 << 20, "{row}");
+        let touches = if row["workload"] == "seq" { 4096 } else { 2048 };
+        assert_eq!(row["touches"], touches, "{row}");
+        let hit = row["hit_ratio"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&hit), "{row}");
+        let engine = row["engine"].as_str().unwrap();
+        assert!(engine == "faultmap" || engine == "kernel-file", "{row}");
+        if engine == "kernel-file" {
+            assert!(row["evicted"].is_null(), "{row}");
+        }
+    }
+    for row in faultmap_rows {
+        assert_eq!(row["within_budget"], true, "{row}");
+        let peak = row["peak_bytes"].as_u64().unwrap();
+        assert!(peak > 0 && peak <= (2 << 20) + (2 << 20) / 100, "{row}");
+        assert!(row["evicted"].as_u64().is_some(), "{row}");
+        assert!(row["refault"].as_u64().is_some(), "{row}");
+    }
+    // Every page of the object is read at least once through a 2 MiB
+    // budget: seq must evict.
+    let seq = results
+        .iter()
+        .find(|r| r["engine"] == "faultmap" && r["workload"] == "seq")
+        .unwrap();
+    assert!(seq["evicted"].as_u64().unwrap() > 0, "{seq}");
+}
+
+#[test]
+fn bench_budget_prints_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = patterned(dir.path(), 8 << 20);
+    let out = faultmap(&[
+        "bench",
+        "--budget",
+        "--budget-mib",
+        "2",
+        "--file",
+        file.to_str().unwrap(),
+    ]);
+    let text = stdout_text(&out);
+    for needle in [
+        "faultmap bench --budget",
+        "8.00 MiB (2,048 pages), given with --file",
+        "RSS bound: peak cached must stay within budget + 1%",
+        "touches/s",
+        "hit ratio",
+        "evictions/s",
+        "refaults",
+        "peak cached",
+        "peak RSS",
+        "≤ budget+1%",
+    ] {
+        assert!(text.contains(needle), "report lacks {needle:?}:\n{text}");
+    }
+    for workload in ["seq", "rand", "hotcold"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(workload) && l.contains("faultmap"))
+            .unwrap_or_else(|| panic!("no faultmap row for {workload}:\n{text}"));
+        assert!(line.trim_end().ends_with("yes"), "{line}");
+    }
+}

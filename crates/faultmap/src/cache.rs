@@ -160,6 +160,22 @@ impl PageStates {
         }
     }
 
+    /// How many pages are in the active set (`crate::clock`), skipping
+    /// chunks never allocated.
+    pub(crate) fn count_active(&self) -> u64 {
+        let mut n = 0;
+        let mut p = 0;
+        while p < self.pages {
+            if self.get(ObjectPage(p)).is_none() {
+                p += CHUNK_PAGES as u64;
+                continue;
+            }
+            n += u64::from(self.load(ObjectPage(p)).is_active());
+            p += 1;
+        }
+        n
+    }
+
     /// How many pages are UPTODATE. O(pages); for statistics and tests.
     pub(crate) fn count_uptodate(&self) -> u64 {
         (0..self.pages)
@@ -355,7 +371,26 @@ impl Cache {
         // page is normally fresh (zeroed by shmem), but may have been left by
         // a failed read.
         tail.fill(0);
+        // The alias's PTEs go (the pages stay in the memfd): else every
+        // cached page would be mapped, and counted in the process's RSS,
+        // twice, and the alias's page tables would grow with the cache.
+        let _ = sys::madvise_dontneed(alias.as_ptr() as usize + start, end_pages - start);
         Ok(data.len())
+    }
+
+    /// Drops the alias's PTEs over object pages `pages` (write-back read
+    /// them through it); the pages stay in the memfd.
+    pub(crate) fn unmap_alias(&self, pages: Range<ObjectPage>) {
+        let Some(alias) = &self.alias else {
+            return;
+        };
+        let start = pages.start.offset().min(alias.len() as u64) as usize;
+        let end = ObjectPage(pages.end.0.min(self.pages))
+            .offset()
+            .min(alias.len() as u64) as usize;
+        if start < end {
+            let _ = sys::madvise_dontneed(alias.as_ptr() as usize + start, end - start);
+        }
     }
 }
 

@@ -275,7 +275,11 @@ fn poll_lengths(shared: &IoShared) {
         list.iter().filter_map(Weak::upgrade).collect()
     };
     for object in objects {
-        let Some(now) = object.store.len_now() else {
+        // A store that panics here must not take the watchdog (and every
+        // store timeout) down with it.
+        let len_now =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| object.store.len_now()));
+        let Ok(Some(now)) = len_now else {
             continue;
         };
         if object.errors.shrink_to(now).is_none() {
@@ -292,7 +296,7 @@ fn poll_lengths(shared: &IoShared) {
         let drop_pages = {
             let object = object.clone();
             move || {
-                let _ = crate::invalidate::invalidate(&object, first..end);
+                let _ = crate::invalidate::truncate(&object, first..end);
             }
         };
         let spawned = std::thread::Builder::new()

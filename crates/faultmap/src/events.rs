@@ -119,7 +119,14 @@ fn detach_overlapping(table: &TableLock<'_>, core: &Arc<Core>, gone: Range<usize
         if !Arc::ptr_eq(&region.owner, core) {
             continue;
         }
-        table.detach(&region);
+        // The parts the application left mapped are still registered
+        // mappings of the object: a region of its own serves each. They
+        // join the object's list of mappings *before* the region leaves
+        // it, so that a write-back running meanwhile always finds a region
+        // to write-protect a still-mapped page in (else a write through it
+        // after the write-back would never fault, never be marked dirty).
+        region.map.disown();
+        let mut successors = Vec::new();
         for rest in [
             region.start()..gone.start.min(region.end()),
             gone.end.max(region.start())..region.end(),
@@ -127,16 +134,18 @@ fn detach_overlapping(table: &TableLock<'_>, core: &Arc<Core>, gone: Range<usize
             if rest.is_empty() {
                 continue;
             }
-            // The part the application left mapped is still a registered
-            // mapping of the object: a region of its own serves it.
             match region.successor(rest.clone()) {
                 Some(s) => {
-                    table.insert(s.clone());
                     s.object.add_mapping(&s);
-                    lock(&region.successors).push(s);
+                    successors.push(s);
                 }
                 None => placeholder(core, rest),
             }
+        }
+        table.detach(&region);
+        for s in successors {
+            table.insert(s.clone());
+            lock(&region.successors).push(s);
         }
     }
 }

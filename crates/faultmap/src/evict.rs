@@ -268,6 +268,12 @@ impl Budget {
         }
     }
 
+    /// The largest readahead window the budget allows: an eighth of it
+    /// (unlimited without a budget).
+    pub(crate) fn max_ra_pages(&self) -> u64 {
+        (self.limit / 8).max(1)
+    }
+
     /// A snapshot in bytes.
     pub(crate) fn memory(&self) -> Memory {
         let page = PAGE_SIZE as u64;
@@ -304,6 +310,9 @@ impl Budget {
 
     fn evictor_loop(&self) {
         let mut hand = Hand::default();
+        // The charge when the hand last gave up (nothing evictable): it
+        // does not start again on its own until the charge moved.
+        let mut stuck_at = None;
         loop {
             {
                 let mut kicked = self.kick.lock().unwrap_or_else(|e| e.into_inner());
@@ -314,7 +323,8 @@ impl Budget {
                         .wait_timeout(kicked, Duration::from_millis(100))
                         .unwrap_or_else(|e| e.into_inner())
                         .0;
-                    if self.cached.load(Ordering::Relaxed) + self.gap() >= self.limit {
+                    let cached = self.cached.load(Ordering::Relaxed);
+                    if cached + self.gap() >= self.limit && stuck_at != Some(cached) {
                         *kicked = true;
                     }
                 }
@@ -323,13 +333,15 @@ impl Budget {
             if self.stop.load(Ordering::Acquire) {
                 return;
             }
-            self.reclaim(&mut hand, self.limit.saturating_sub(2 * self.gap()));
+            let done = self.reclaim(&mut hand, self.limit.saturating_sub(2 * self.gap()));
+            stuck_at = (!done).then(|| self.cached.load(Ordering::Relaxed));
         }
     }
 
-    /// Runs the hand until at most `target` pages are charged, or two whole
-    /// trips freed nothing.
-    fn reclaim(&self, hand: &mut Hand, target: u64) {
+    /// Runs the hand until at most `target` pages are charged (returns
+    /// true), or two whole trips freed nothing (false: everything cached
+    /// is pinned, in flight or dirty on a store that fails).
+    fn reclaim(&self, hand: &mut Hand, target: u64) -> bool {
         let mut idle_trips = 0;
         let mut freed_this_trip = 0;
         while self.cached.load(Ordering::Relaxed) > target && !self.stop.load(Ordering::Acquire) {
@@ -338,7 +350,7 @@ impl Budget {
                 list.iter().filter_map(Weak::upgrade).collect()
             };
             if objects.is_empty() {
-                return;
+                return true;
             }
             if hand.object >= objects.len() {
                 hand.object = 0;
@@ -359,7 +371,7 @@ impl Budget {
                     };
                     freed_this_trip = 0;
                     if idle_trips >= 2 {
-                        return;
+                        return false;
                     }
                 }
                 continue;
@@ -373,6 +385,7 @@ impl Budget {
                 self.room.notify_all();
             }
         }
+        true
     }
 
     /// The hand over one batch of `object`'s pages. Returns pages freed.

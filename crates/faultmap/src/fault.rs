@@ -182,17 +182,24 @@ enum WakeTarget {
 }
 
 /// Pages of a window: at most one PTE table.
-struct PageSet([u64; PTRS_PER_PTE / 64]);
+struct PageSet {
+    bits: [u64; PTRS_PER_PTE / 64],
+    /// Neighbours pinned that are in the active set (the working set).
+    workingset: u64,
+}
 
 impl PageSet {
     fn new() -> Self {
-        Self([0; PTRS_PER_PTE / 64])
+        Self {
+            bits: [0; PTRS_PER_PTE / 64],
+            workingset: 0,
+        }
     }
     fn insert(&mut self, i: usize) {
-        self.0[i / 64] |= 1 << (i % 64);
+        self.bits[i / 64] |= 1 << (i % 64);
     }
     fn contains(&self, i: usize) -> bool {
-        self.0[i / 64] & (1 << (i % 64)) != 0
+        self.bits[i / 64] & (1 << (i % 64)) != 0
     }
     /// Maximal runs of members in `0..n`, as ranges of window-relative pages.
     fn runs(&self, n: usize) -> impl Iterator<Item = Range<usize>> + '_ {
@@ -336,7 +343,7 @@ pub(crate) fn handle_wp(env: &FaultEnv<'_>, addr: usize, tid: u32) {
             for c in [env.counters, &region.counters, &object.counters] {
                 c.begin();
             }
-            let done = write_fault(env, region, page, &mut tally);
+            let done = write_fault(env, region, page, &mut tally, Some(&spec));
             if done {
                 tally.pgfault = 1;
                 tally.spf_success = 1;
@@ -473,7 +480,10 @@ fn resolve(
             // The page was mapped already: in a writable region, a write
             // to a write-protected page. Let go after it (`Resolved`).
             MapOutcome::NotWoken if region.writable => {
-                write_fault(env, region, page, &mut tally);
+                // A failed speculative attempt goes to the classic path.
+                if !write_fault(env, region, page, &mut tally, spec) && spec.is_some() {
+                    ending = None;
+                }
             }
             MapOutcome::NotWoken | MapOutcome::NotMapped => {}
             MapOutcome::Unmappable => ending = Some(Ending::Failed),
@@ -537,7 +547,7 @@ pub(crate) fn fast(
     // write-back). A page that cannot be pinned goes to a pager thread.
     if matches!(outcome, MapOutcome::NotWoken)
         && region.writable
-        && !write_fault(env, region, page, &mut tally)
+        && !write_fault(env, region, page, &mut tally, spec)
     {
         outcome = MapOutcome::PageGone;
     }
@@ -582,6 +592,7 @@ pub(crate) fn write_fault(
     region: &Region,
     page: u64,
     tally: &mut Stats,
+    spec: Option<&Speculation<'_>>,
 ) -> bool {
     let object = &*region.object;
     let Some(state) = object.cache.states.get(region.object_page(page)) else {
@@ -606,6 +617,13 @@ pub(crate) fn write_fault(
         }
     }
     if !pinned {
+        return false;
+    }
+    // A region found speculatively may have been detached (the
+    // application unmapped it) and its range reused by another mapping
+    // since: never unprotect a page there on this region's behalf.
+    if spec.is_some_and(|s| !s.still_valid()) {
+        state.unpin();
         return false;
     }
     // An error (the mapping is going, the address space is changing)
@@ -1023,12 +1041,17 @@ fn map_window(
     }
     tally.pgfault_around += around;
     unpin_all(region, window, &pinned);
+    // Neighbours in the working set (refaulted, active) do not pay
+    // mmap_miss down: under memory pressure they would keep read-around
+    // going while it thrashes (the kernel's `filemap_map_pages` skips
+    // workingset folios the same way).
+    let around_paying = around.saturating_sub(pinned.workingset);
     // Fault-around hits pay mmap_miss down; the window's end is where a
     // sequential reader's next miss will be.
     let object = &region.object;
     let last = region.object_page(window.start + fault_run.end as u64 - 1);
     object.with_ra_counts(|st| {
-        readahead::on_fault_around(st, around);
+        readahead::on_fault_around(st, around_paying);
         readahead::on_mapped(st, last.0);
     });
     match first.fault {
@@ -1086,6 +1109,9 @@ fn pin_ready(
             match pin {
                 Ok(first_use) => {
                     pinned.insert(i);
+                    if i != fault_i && seen.is_active() {
+                        pinned.workingset += 1;
+                    }
                     if first_use {
                         ra.used(1);
                     }

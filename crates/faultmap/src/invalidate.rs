@@ -44,13 +44,28 @@ const BATCH: u64 = PTRS_PER_PTE as u64;
 /// Drops object pages `pages` from `object`'s cache and from every mapping
 /// of it. Returns how many cached pages were dropped.
 pub(crate) fn invalidate(object: &ObjectCore, pages: Range<ObjectPage>) -> std::io::Result<u64> {
+    drop_range(object, pages, false)
+}
+
+/// [`invalidate`] for pages beyond an object's new end (truncation): dirty
+/// pages are dropped, not written back (the kernel's `truncate_pagecache`
+/// discards them; writing them would extend the file again).
+pub(crate) fn truncate(object: &ObjectCore, pages: Range<ObjectPage>) -> std::io::Result<u64> {
+    drop_range(object, pages, true)
+}
+
+fn drop_range(
+    object: &ObjectCore,
+    pages: Range<ObjectPage>,
+    discard: bool,
+) -> std::io::Result<u64> {
     let end = pages.end.0.min(object.cache.states.pages());
     object.shadows.forget(pages.start.0..end);
     let mut dropped = 0;
     let mut start = pages.start.0;
     while start < end {
         let batch = start..end.min(start + BATCH);
-        dropped += invalidate_batch(object, batch.clone())?;
+        dropped += invalidate_batch(object, batch.clone(), discard)?;
         start = batch.end;
     }
     Ok(dropped)
@@ -59,7 +74,7 @@ pub(crate) fn invalidate(object: &ObjectCore, pages: Range<ObjectPage>) -> std::
 /// Invalidates a batch: freezes what can be frozen at once and drops it,
 /// then comes back for the pages that were pinned or being read. A page is
 /// never kept frozen while the batch waits for another page.
-fn invalidate_batch(object: &ObjectCore, pages: Range<u64>) -> std::io::Result<u64> {
+fn invalidate_batch(object: &ObjectCore, pages: Range<u64>, discard: bool) -> std::io::Result<u64> {
     let mut pending: Vec<u64> = pages.collect();
     let mut dropped = 0;
     let mut waits = 0u32;
@@ -77,9 +92,24 @@ fn invalidate_batch(object: &ObjectCore, pages: Range<u64>) -> std::io::Result<u
         // Dirty pages are written back first, as `invalidate_inode_pages2`
         // launders them: their data must not be lost. A store that cannot
         // take them ends the invalidation (the pages stay cached, dirty).
-        for run in runs_of(&dirty_of(object, &pending)) {
-            crate::writeback::write_back(object, run)
-                .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let dirty = dirty_of(object, &pending);
+        if discard {
+            let mut n = 0;
+            for &p in &dirty {
+                if let Some(state) = object.cache.states.get(ObjectPage(p)) {
+                    n += u64::from(state.discard_dirty());
+                }
+            }
+            let _ = object.wb.dirty_pages.fetch_update(
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+                |c| Some(c.saturating_sub(n)),
+            );
+        } else {
+            for run in runs_of(&dirty) {
+                crate::writeback::write_back(object, run)
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+            }
         }
         if !pending.is_empty() {
             // Pinned (a fault is mapping it), being read, or another

@@ -68,6 +68,7 @@ impl Drop for ObjectCore {
         crate::writeback::on_drop(self);
         let n = self.charged.load(Ordering::Relaxed);
         self.budget.uncharge(self, n);
+        self.budget.deactivated(self.cache.states.count_active());
     }
 }
 

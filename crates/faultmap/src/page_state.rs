@@ -395,6 +395,12 @@ impl PageState {
         }
     }
 
+    /// Drops a page's DIRTY flag without writing it back (truncation: the
+    /// bytes are beyond the object's new end). Returns whether it was set.
+    pub fn discard_dirty(&self) -> bool {
+        self.0.fetch_and(!DIRTY, Ordering::AcqRel) & DIRTY != 0
+    }
+
     /// The CLOCK hand's visit: `decide` maps the page's CLOCK bits to new
     /// ones (and the caller's action), applied in one CAS, retried on
     /// change. Returns `None` if the page is not UPTODATE (nothing to do).

@@ -558,6 +558,9 @@ impl Pager {
                 });
             }
             crate::writeback::init();
+            // An object opened by another pager: this pager's flusher
+            // writes it back too.
+            self.core.add_object(&object.0);
             self.workers
                 .start_flusher(&self.core, self.config.dirty_expire)
                 .map_err(|source| MapError::Map {
@@ -700,6 +703,10 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
     // whose senders wait until they are read.
     let source: &OwnedFd = core.requests.as_ref().map_or(&core.uffd, |r| r.doorbell());
     let read_uffd = |msgs: &mut [UffdMsg; MSG_BATCH]| {
+        // Nothing to read (the common case while spinning): no lock.
+        if !matches!(sys::poll_readable(&[&core.uffd], 0), Ok(r) if r != 0) {
+            return 0;
+        }
         // Read under the table's lock, events handled before it goes: see
         // `crate::events`.
         let table = RegionTable::get().lock();

@@ -159,7 +159,10 @@ impl Region {
             .find(|(r, _)| r.contains(&page))
             .map_or(Hint::Normal, |&(_, h)| h);
         Params {
-            ra_pages: self.ra_pages,
+            // Under a budget, a window never takes more than a fraction of
+            // it (the kernel's old `max_sane_readahead`): a read-around
+            // larger than the budget evicts itself before it is used.
+            ra_pages: self.ra_pages.min(self.object.budget.max_ra_pages()),
             object_pages: self.object.cache.states.pages(),
             hint,
             mode: self.ra_mode,
@@ -537,10 +540,9 @@ impl TableLock<'_> {
     /// disowned (the [`Region`]'s drop neither unregisters nor unmaps it).
     /// The caller deals with what is left at the range (see
     /// `crate::events`).
+    /// Idempotent; the caller may disown the range first (to adopt parts
+    /// of it in successors before the region leaves its object's list).
     pub(crate) fn detach(&self, region: &Arc<Region>) {
-        if region.map.is_disowned() {
-            return;
-        }
         region.map.disown();
         region.object.remove_mapping(region);
         if self

@@ -152,9 +152,6 @@ use crate::sys::{self, PAGE_SIZE};
 /// Pages claimed, protected and copied together: 8 MiB.
 pub(crate) const BATCH: u64 = 2048;
 
-/// How many times a claim re-reads a word that moved under its pin.
-const MAX_CLAIM_TRIES: u32 = 8;
-
 /// How many `EAGAIN`s a write-protect tolerates (the address space is
 /// changing) before it gives up on the batch.
 const MAX_EAGAIN: u32 = 16;
@@ -372,8 +369,12 @@ fn write_back_tally(
 /// F0 and F1 for one page: pins it and moves it DIRTY → WRITEBACK. Returns
 /// false (and holds no pin) if it is clean or under write-back already.
 fn claim(state: &PageState) -> bool {
+    // Lock-free: every failed CAS means the word moved (a pin, a CLOCK
+    // visit), so retrying until the page is claimed or no longer claimable
+    // always ends; giving up instead would let a flush return Ok with the
+    // page still dirty.
     let mut seen = state.load();
-    for _ in 0..MAX_CLAIM_TRIES {
+    loop {
         if !seen.is_dirty() || seen.is_writeback() || seen.state() != State::UpToDate {
             return false;
         }
@@ -388,7 +389,6 @@ fn claim(state: &PageState) -> bool {
             Err(now) => seen = now,
         }
     }
-    false
 }
 
 /// Steps F0 to F5 for one batch of pages.
@@ -522,6 +522,10 @@ fn copy_run(object: &ObjectCore, run: Range<u64>) -> Result<(), crate::StoreErro
     // flush) down: the panic is a failed write, and the pages stay dirty.
     let store = &object.store;
     let written = panic::catch_unwind(AssertUnwindSafe(|| store.write_at(offset, bytes)));
+    // The copy mapped the alias's PTEs: drop them (see `Cache::fill`).
+    object
+        .cache
+        .unmap_alias(ObjectPage(run.start)..ObjectPage(run.end));
     written.unwrap_or_else(|_| {
         Err(crate::StoreError::Write {
             name: store.name().to_string(),

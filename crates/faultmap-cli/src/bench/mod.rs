@@ -42,8 +42,10 @@
 //! `--cold` runs another benchmark, seed 001's readahead comparison on cold
 //! caches, with its own orchestrator: see [`cold`]. `--parts` and
 //! `--churn` run seed 003's and seed 004's concurrency benchmarks: see
-//! [`scaling`].
+//! [`scaling`]. `--budget` runs a memory budget against the kernel under a
+//! cgroup memory limit: see [`budget`].
 
+pub mod budget;
 mod cold;
 mod data;
 mod engine;
@@ -172,6 +174,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if args.churn {
         return scaling::run(args, scaling::Kind::Churn);
+    }
+    if args.budget {
+        return budget::run(args);
     }
     let started = Instant::now();
     // 1. The arguments.
