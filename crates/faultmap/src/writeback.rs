@@ -141,6 +141,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
+use crate::invalidate::runs_of;
 use crate::object::{ObjectCore, ObjectPage};
 use crate::page_state::{PageState, State};
 use crate::pager::Core;
@@ -559,18 +560,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
-}
-
-/// Sorted pages as maximal runs.
-fn runs_of(pages: &[u64]) -> Vec<Range<u64>> {
-    let mut runs: Vec<Range<u64>> = Vec::new();
-    for &p in pages {
-        match runs.last_mut() {
-            Some(r) if r.end == p => r.end = p + 1,
-            _ => runs.push(p..p + 1),
-        }
-    }
-    runs
 }
 
 /// Sleeps a little more each time (a write-back being waited for takes a
