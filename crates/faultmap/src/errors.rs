@@ -72,7 +72,7 @@ use std::time::{Duration, Instant};
 
 use crate::fault;
 use crate::io::IoShared;
-use crate::object::{ObjectCore, ObjectPage};
+use crate::object::ObjectPage;
 use crate::stats::Stats;
 use crate::sys::{self, PAGE_SIZE};
 
@@ -269,12 +269,7 @@ fn stall_overdue(shared: &IoShared, timeout: Duration) {
 
 /// Step 2 of the watchdog (module documentation).
 fn poll_lengths(shared: &IoShared) {
-    let objects: Vec<Arc<ObjectCore>> = {
-        let mut list = lock(&shared.objects);
-        list.retain(|o| o.strong_count() > 0);
-        list.iter().filter_map(Weak::upgrade).collect()
-    };
-    for object in objects {
+    for object in shared.objects() {
         // A store that panics here must not take the watchdog (and every
         // store timeout) down with it.
         let len_now =

@@ -16,11 +16,14 @@
 //! ```
 //!
 //! `gap` is 1/32 of the budget, within [64 pages, 2048 pages]: room for a
-//! few readahead windows. A readahead page is claimed only if it fits under
-//! the limit (the window shrinks, as the kernel's readahead gives up pages
-//! its allocation could not get); the page a fault waits for is always
-//! claimed, so the cache may exceed the limit by at most one page per fault
-//! in flight. When the charge crosses `limit - gap` the evictor thread wakes
+//! few readahead windows. A window is at most 1/8 of the budget (the
+//! kernel's old `max_sane_readahead`), and a readahead page is claimed only
+//! if it fits under the limit (the window shrinks, as the kernel's
+//! readahead gives up pages its allocation could not get); the page a
+//! fault waits for is always claimed, so the cache may exceed the limit by
+//! at most one page per fault in flight. While it is over the limit, an
+//! I/O thread waits (at most 100 ms) for the hand before it fills pages
+//! ([`Budget::throttle`], the kernel's direct reclaim). When the charge crosses `limit - gap` the evictor thread wakes
 //! and runs the hand until the charge is back under `limit - 2*gap`.
 //!
 //! # The hand
@@ -31,12 +34,13 @@
 //! CLOCK policy ([`crate::clock::visit`]) in one CAS on the page-state word,
 //! and then, for the whole batch:
 //!
-//! 1. **Unmap** the pages to sample, as maximal runs, from every region
+//! 1. **Write back** the dirty pages that would otherwise be evicted
+//!    (they are evicted on a later visit if still clean); first, and
+//!    outside the region table's lock, since a store write may be slow.
+//! 2. **Unmap** the pages to sample, as maximal runs, from every region
 //!    that maps them: the object's reverse map ([`crate::rmap`]) gives the
 //!    regions that overlap each run (`MADV_DONTNEED` keeps the memfd page,
 //!    so the next use is a MINOR fault that sets REFERENCED).
-//! 2. **Write back** the dirty pages that would otherwise be evicted
-//!    (they are evicted on a later visit if still clean).
 //! 3. **Evict** the rest: freeze (`begin_reclaim`: no pins, clean, and not
 //!    used since the visit), unmap everywhere, punch the hole, release
 //!    ABSENT ([`crate::invalidate::drop_frozen`], the same steps as
@@ -421,7 +425,7 @@ impl Budget {
         }
         self.activated(activated);
         self.deactivated(deactivated);
-        // 2. Write back what is dirty (evicted on a later visit if still
+        // 1. Write back what is dirty (evicted on a later visit if still
         //    clean), before the table's lock: a store write may be slow. A
         //    failed write-back leaves the pages dirty; the next flush
         //    reports it (`crate::writeback`).
@@ -438,7 +442,7 @@ impl Budget {
         // (and disowned) before its range can be reused (`crate::events`),
         // so no MADV_DONTNEED here hits the application's memory.
         let table = RegionTable::get().lock();
-        // 1. Unmap to sample.
+        // 2. Unmap to sample.
         for run in crate::invalidate::runs_of(&unmap) {
             for region in object.rmap.overlapping(run.clone()) {
                 // Best effort: a failed DONTNEED only delays the sampling.

@@ -67,7 +67,7 @@ pub(crate) struct IoShared {
     pub(crate) log: Arc<ErrorLog>,
     /// The objects the pager opened or mapped, for the watchdog's length
     /// poll.
-    pub(crate) objects: Mutex<Vec<std::sync::Weak<ObjectCore>>>,
+    objects: Mutex<Vec<std::sync::Weak<ObjectCore>>>,
 }
 
 impl IoShared {
@@ -81,8 +81,17 @@ impl IoShared {
         }
     }
 
-    /// Lets the watchdog poll `object`'s length, and sends its error
-    /// reports to the pager's log too.
+    /// The live objects the pager opened or mapped (the watchdog's and the
+    /// flusher's list).
+    pub(crate) fn objects(&self) -> Vec<Arc<ObjectCore>> {
+        let mut list = lock(&self.objects);
+        list.retain(|o| o.strong_count() > 0);
+        list.iter().filter_map(std::sync::Weak::upgrade).collect()
+    }
+
+    /// Lists `object` among the pager's objects (the watchdog polls its
+    /// length, the flusher writes it back), and sends its error reports to
+    /// the pager's log too.
     pub(crate) fn watch(&self, object: &Arc<ObjectCore>) {
         object.errors.attach(&self.log);
         let mut objects = lock(&self.objects);

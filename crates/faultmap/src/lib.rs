@@ -26,7 +26,14 @@
 //!   CLOCK hand ([`clock`], `evict`) that unmaps pages from every mapping
 //!   of their object (the object's interval tree of mappings, `rmap`) to
 //!   sample their use, evicts what was not used, and puts pages that
-//!   refault soon after eviction in the active set ([`workingset`]).
+//!   refault soon after eviction in the active set ([`workingset`]);
+//! - writable mappings (`MapOptions::writable`) track dirty pages with
+//!   write-protect faults and write them back on `flush`, from a
+//!   background flusher, or before eviction (`writeback`);
+//! - a store that fails, comes back short or hangs gives SIGBUS on the
+//!   pages it could not read, after retries, and a report naming the
+//!   object and offset (`errors`); an application's `munmap`/`mremap` of a
+//!   mapping is noticed through userfaultfd events (`events`).
 //!
 //! ```no_run
 //! use faultmap::{Config, FileStore, MapOptions, Pager};

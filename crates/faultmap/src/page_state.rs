@@ -67,7 +67,9 @@
 //! | `end_writeback`| WRITEBACK | -WRITEBACK (+DIRTY on error) | the flusher |
 //! | `clock`        | UPTODATE  | CLOCK flags | the evictor's hand        |
 //! | `stall`        | READING   | +STALLED | the store-timeout watchdog       |
-//! | `begin_evict`  | UPTODATE, 0 pins, clean | EVICTING | evictor, invalidation |
+//! | `discard_dirty`| DIRTY     | -DIRTY   | truncation (bytes past the end)  |
+//! | `begin_evict`  | UPTODATE, 0 pins, clean | EVICTING | invalidation    |
+//! | `begin_reclaim`| as `begin_evict`, not used since the visit | EVICTING | the hand |
 //! | `finish_evict` | EVICTING  | ABSENT   | the evictor, hole punched        |
 //!
 //! Every state change (not a pin) bumps the version, so a reader that loaded

@@ -50,7 +50,7 @@ use std::io;
 use std::ops::{Deref, DerefMut};
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -194,20 +194,15 @@ pub(crate) struct Core {
     /// What the I/O threads and the watchdog share (the error log, the
     /// reads in flight, the objects whose length is polled).
     io_shared: Arc<IoShared>,
-    /// The objects this pager opened (the flusher's, and the evictor's,
-    /// list); dead entries are pruned as it is walked.
-    pub(crate) objects: Mutex<Vec<Weak<ObjectCore>>>,
     /// The userfaultfd has `UFFD_FEATURE_WP_HUGETLBFS_SHMEM`: mappings can
     /// be writable.
     write_protect: bool,
 }
 
 impl Core {
-    /// Lists `object` among the pager's objects (the flusher's list).
-    fn add_object(&self, object: &Arc<ObjectCore>) {
-        let mut objects = self.objects.lock().unwrap_or_else(|e| e.into_inner());
-        objects.retain(|o| o.strong_count() > 0);
-        objects.push(Arc::downgrade(object));
+    /// The live objects this pager opened or mapped.
+    pub(crate) fn objects(&self) -> Vec<Arc<ObjectCore>> {
+        self.io_shared.objects()
     }
 
     pub(crate) fn env(&self) -> FaultEnv<'_> {
@@ -373,7 +368,6 @@ impl Pager {
             mappings: AtomicUsize::new(0),
             budget: Budget::new(config.memory_budget, counters.clone()),
             io_shared,
-            objects: Mutex::new(Vec::new()),
             write_protect,
         });
         let stop = sys::eventfd().map_err(|source| PagerError::Sys {
@@ -477,7 +471,6 @@ impl Pager {
         ));
         self.core.budget.add_object(&object);
         self.core.io_shared.watch(&object);
-        self.core.add_object(&object);
         Ok(Object(object))
     }
 
@@ -504,7 +497,6 @@ impl Pager {
         let object = Arc::new(ObjectCore::new(Box::new(store), cache, len, domain.clone()));
         domain.add_object(&object);
         self.core.io_shared.watch(&object);
-        self.core.add_object(&object);
         self.workers
             .evictors
             .lock()
@@ -529,7 +521,8 @@ impl Pager {
     pub fn map(&self, source: impl IntoObject, opts: MapOptions) -> Result<Mapping, MapError> {
         let object = source.into_object(self)?;
         // An object opened by another pager: its errors reach this pager's
-        // log too, and this pager's watchdog polls its length.
+        // log too, this pager's watchdog polls its length, and its flusher
+        // writes it back.
         self.core.io_shared.watch(&object.0);
         let extent = opts.resolve(object.len())?;
         let mut mapping = Mapping {
@@ -558,9 +551,6 @@ impl Pager {
                 });
             }
             crate::writeback::init();
-            // An object opened by another pager: this pager's flusher
-            // writes it back too.
-            self.core.add_object(&object.0);
             self.workers
                 .start_flusher(&self.core, self.config.dirty_expire)
                 .map_err(|source| MapError::Map {
@@ -703,8 +693,13 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
     // whose senders wait until they are read.
     let source: &OwnedFd = core.requests.as_ref().map_or(&core.uffd, |r| r.doorbell());
     let read_uffd = |msgs: &mut [UffdMsg; MSG_BATCH]| {
-        // Nothing to read (the common case while spinning): no lock.
-        if !matches!(sys::poll_readable(&[&core.uffd], 0), Ok(r) if r != 0) {
+        // With signal delivery the userfaultfd carries only events, which
+        // are rare: look before taking the lock (the SIGBUS handler's
+        // classic path waits on it). Handler threads read it for every
+        // fault: the read itself says whether there is anything.
+        if core.requests.is_some()
+            && !matches!(sys::poll_readable(&[&core.uffd], 0), Ok(r) if r != 0)
+        {
             return 0;
         }
         // Read under the table's lock, events handled before it goes: see

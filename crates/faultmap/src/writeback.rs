@@ -773,9 +773,7 @@ fn run(env: &FlusherEnv, rx: &Receiver<Msg>) {
 
 /// The pager's live objects (dropping the dead from its list).
 fn live_objects(env: &FlusherEnv) -> Vec<Arc<ObjectCore>> {
-    let mut list = env.core.objects.lock().unwrap_or_else(|e| e.into_inner());
-    list.retain(|w| w.strong_count() > 0);
-    list.iter().filter_map(Weak::upgrade).collect()
+    env.core.objects()
 }
 
 /// One tick: record newly dirty pages, write back the expired ones.
