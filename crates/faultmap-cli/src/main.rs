@@ -208,7 +208,8 @@ pub struct BudgetChildArgs {
 #[derive(Debug, Args)]
 struct ScanArgs {
     /// The file to read (a regular file; directories, FIFOs and devices are
-    /// refused).
+    /// refused). It is read as memory, like `mmap`: do not write it while
+    /// the command runs.
     file: PathBuf,
     /// Fault-around order: each fault maps a window of 2^N pages (0..=9).
     #[arg(long, short, default_value_t = 4, value_name = "N")]
@@ -318,6 +319,26 @@ impl DeliveryArg {
     }
 }
 
+/// Maps `source` read-only through `pager`: the one place the CLI makes a
+/// faultmap mapping.
+///
+/// `Pager::map` is `unsafe` because the bytes behind a `&[u8]` must not
+/// change: the store must return the same bytes every time and nothing may
+/// write the object meanwhile. The CLI maps only read-only, and only files
+/// it generated itself (the benchmarks) or that the user named (`scan`,
+/// `stats`, `bench --file`); like every tool that reads files through
+/// `mmap` (ripgrep, memmap2's users), it relies on the user not to write
+/// such a file while the command runs, and its `--help` says so.
+pub fn map_readonly(
+    pager: &faultmap::Pager,
+    source: impl faultmap::IntoObject,
+    opts: faultmap::MapOptions,
+) -> Result<faultmap::Mapping, faultmap::MapError> {
+    // SAFETY: see above: the file is not written while the command runs,
+    // and the CLI never maps anything writable.
+    unsafe { pager.map(source, opts) }
+}
+
 /// The name of a delivery mode on the command line and in JSON.
 pub fn delivery_name(delivery: faultmap::Delivery) -> &'static str {
     match delivery {
@@ -330,7 +351,8 @@ pub fn delivery_name(delivery: faultmap::Delivery) -> &'static str {
 #[derive(Debug, Args)]
 struct StatsArgs {
     /// The file to read (a regular file; directories, FIFOs and devices are
-    /// refused).
+    /// refused). It is read as memory, like `mmap`: do not write it while
+    /// the command runs.
     file: PathBuf,
     /// The access pattern. The file's pages are cut into T contiguous
     /// parts (on 64 KiB boundaries), one per thread, and each thread runs

@@ -54,8 +54,7 @@ pub fn run(args: &ScanArgs) -> Result<()> {
     let pager = Pager::new(Config::default().handler_threads(usize::from(args.handler_threads)))
         .context("cannot start the pager")?;
     let object = pager.open(FileStore::open(&args.file)?)?;
-    let map = pager
-        .map(&object, opts)
+    let map = crate::map_readonly(&pager, &object, opts)
         .with_context(|| format!("cannot map {}", args.file.display()))?;
     let start = Instant::now();
     let crc = parallel_crc(&map, usize::from(args.threads))?;

@@ -73,8 +73,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     let ra_pages = args.ra_pages.unwrap_or_else(|| store.ra_pages());
     let file_io = store.io().as_str();
     let object = pager.open(store)?;
-    let map = pager
-        .map(&object, opts)
+    let map = crate::map_readonly(&pager, &object, opts)
         .with_context(|| format!("cannot map {}", args.file.display()))?;
     // 3. The plan.
     let threads = usize::from(args.threads);

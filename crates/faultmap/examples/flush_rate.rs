@@ -71,7 +71,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         // flush.
         {
             let pager = Pager::new(Config::default())?;
-            let mut map = pager.map(FileStore::open_rw(&path)?, MapOptions::new().writable())?;
+            let store = FileStore::open_rw(&path)?;
+            // SAFETY: the example's own scratch file; nothing else writes it
+            // while it is mapped.
+            let mut map = unsafe { pager.map_mut(store, MapOptions::new())? };
             let t = Instant::now();
             map.fill(byte);
             dirty.push(t.elapsed().as_secs_f64() * 1e9 / (len / PAGE_SIZE) as f64);
@@ -92,7 +95,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         for (delivery, samples, minor) in &mut first_write {
             let pager = Pager::new(Config::default().delivery(*delivery))?;
             let object = pager.open(FileStore::open_rw(&path)?)?;
-            let mut map = pager.map(&object, MapOptions::new().writable().fault_around_order(9))?;
+            // SAFETY: as above; this is the object's only mapping.
+            let mut map =
+                unsafe { pager.map_mut(&object, MapOptions::new().fault_around_order(9))? };
             let mut sum = 0u64;
             for p in (0..len).step_by(PAGE_SIZE) {
                 sum += u64::from(map[p]);
@@ -101,7 +106,8 @@ fn main() -> Result<(), Box<dyn Error>> {
             // The same machine's read fault, for scale: a second mapping
             // of the cached object, one MINOR fault per page (order 0).
             {
-                let ro = pager.map(&object, MapOptions::new().fault_around_order(0))?;
+                // SAFETY: as above; the writable mapping is dropped by now.
+                let ro = unsafe { pager.map(&object, MapOptions::new().fault_around_order(0))? };
                 let t = Instant::now();
                 for p in (0..len).step_by(PAGE_SIZE) {
                     sum += u64::from(ro[p]);

@@ -395,32 +395,74 @@ impl Cache {
 }
 
 impl Cache {
-    /// The bytes of object pages `pages` in the cache (through the alias),
-    /// cut at the object's end: what write-back hands the store. Empty for
-    /// an empty object or range.
-    ///
-    /// The caller must hold a pin on every page of the range (so each is
-    /// UPTODATE and in the memfd: page_state invariant 2). Writable
-    /// mappings may store into these bytes while the slice lives; the
-    /// write-back protocol (`crate::writeback`) makes such a page DIRTY
-    /// again, so a copy torn by a concurrent write is written again later.
-    pub(crate) fn bytes(&self, pages: Range<ObjectPage>) -> &[u8] {
-        let Some(alias) = &self.alias else {
-            return &[];
-        };
+    /// The byte range of object pages `pages` in the object, cut at the
+    /// object's end (empty for an empty object or range): what write-back
+    /// hands the store.
+    pub(crate) fn data_range(&self, pages: Range<ObjectPage>) -> Range<u64> {
+        if self.alias.is_none() {
+            return 0..0;
+        }
         let start = pages.start.offset().min(self.len);
         let end = ObjectPage(pages.end.0.min(self.pages))
             .offset()
             .min(self.len)
             .max(start);
+        start..end
+    }
+
+    /// Copies the bytes of object pages `pages` (cut at the object's end,
+    /// [`Cache::data_range`]) out of the cache, through the alias, into
+    /// `out` (replacing its contents): what write-back hands the store.
+    ///
+    /// The caller must hold a pin on every page of the range (so each is
+    /// UPTODATE and in the memfd: page_state invariant 2). Writable
+    /// mappings may store into these bytes during the copy, so the copy is
+    /// made with volatile loads through a raw pointer, never through a
+    /// `&[u8]` (which would promise the compiler that the bytes do not
+    /// change; see "Soundness" on `crate::Mapping`). A copy torn by a
+    /// concurrent write is harmless: the write-back protocol
+    /// (`crate::writeback`) leaves such a page DIRTY, and it is written
+    /// again.
+    pub(crate) fn copy_out(&self, pages: Range<ObjectPage>, out: &mut Vec<u8>) {
+        out.clear();
+        let Some(alias) = &self.alias else {
+            return;
+        };
+        let range = self.data_range(pages);
         // In range: end <= len <= alias.len(), so these fit in usize.
-        let (start, end) = (start as usize, end as usize);
-        // SAFETY: [start, end) lies inside the alias mapping, which lives as
-        // long as `self`. The pages are pinned, so no hole is punched under
-        // the slice; the bytes are only ever changed by stores through
-        // writable mappings (never by a read: the pages are UPTODATE), which
-        // the write-back protocol tolerates as described above.
-        unsafe { std::slice::from_raw_parts(alias.as_ptr().add(start), end - start) }
+        let (start, end) = (range.start as usize, range.end as usize);
+        out.resize(end - start, 0);
+        // SAFETY: [start, end) lies inside the alias mapping (data_range cuts
+        // at the object's length, which the alias spans), which lives as
+        // long as `self`; the pages are pinned, so no hole is punched under
+        // the copy. `out` is our own buffer, disjoint from the alias.
+        unsafe { volatile_copy(alias.as_ptr().add(start), out) };
+    }
+}
+
+/// Copies `dst.len()` bytes from `src` with volatile loads: eight bytes at
+/// a time while `src` is 8-aligned (pages are), then byte by byte. For
+/// memory that other threads may be writing through other mappings.
+///
+/// # Safety
+///
+/// `src..src + dst.len()` must be readable for the whole call.
+unsafe fn volatile_copy(src: *const u8, dst: &mut [u8]) {
+    const WORD: usize = std::mem::size_of::<u64>();
+    let mut done = 0;
+    if src as usize % WORD == 0 {
+        for chunk in dst.chunks_exact_mut(WORD) {
+            // SAFETY: done + WORD <= dst.len(), so the word is inside the
+            // readable range (the caller's promise), and it is aligned
+            // (src is, and done is a multiple of WORD).
+            let word = unsafe { std::ptr::read_volatile(src.add(done).cast::<u64>()) };
+            chunk.copy_from_slice(&word.to_ne_bytes());
+            done += WORD;
+        }
+    }
+    for (i, byte) in dst.iter_mut().enumerate().skip(done) {
+        // SAFETY: i < dst.len(): inside the readable range.
+        *byte = unsafe { std::ptr::read_volatile(src.add(i)) };
     }
 }
 
@@ -446,6 +488,40 @@ mod tests {
         assert_eq!(memfd_name("a\0b").to_str().unwrap(), "faultmap:a?b");
         // The kernel accepts it.
         assert!(Cache::new(&long, 4096).is_ok());
+    }
+
+    #[test]
+    fn volatile_copy_copies_every_byte_at_any_alignment() {
+        let src: Vec<u8> = (0..100u8).collect();
+        for start in 0..9 {
+            for len in [0, 1, 7, 8, 9, 31, 64, 91 - start] {
+                let mut dst = vec![0xEE; len];
+                // SAFETY: start + len <= 100: inside `src`.
+                unsafe { volatile_copy(src.as_ptr().add(start), &mut dst) };
+                assert_eq!(dst, &src[start..start + len], "start {start} len {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn copy_out_cuts_at_the_object_end() {
+        let len = 2 * PAGE_SIZE as u64 + 100;
+        let cache = Cache::new("copy_out", len).unwrap();
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let store = crate::MemStore::new("m", data.clone());
+        let pages = ObjectPage(0)..ObjectPage(3);
+        assert_eq!(cache.fill(&store, pages.clone()).unwrap(), data.len());
+        let mut out = vec![1, 2, 3];
+        cache.copy_out(pages.clone(), &mut out);
+        assert_eq!(out, data);
+        cache.copy_out(ObjectPage(1)..ObjectPage(2), &mut out);
+        assert_eq!(out, &data[PAGE_SIZE..2 * PAGE_SIZE]);
+        cache.copy_out(ObjectPage(3)..ObjectPage(9), &mut out);
+        assert!(out.is_empty());
+        assert_eq!(
+            cache.data_range(ObjectPage(2)..ObjectPage(9)),
+            2 * PAGE_SIZE as u64..len
+        );
     }
 
     #[test]

@@ -292,7 +292,6 @@ pub struct MapOptions {
     order: u8,
     ra_pages: Option<u64>,
     readahead: Mode,
-    writable: bool,
 }
 
 impl Default for MapOptions {
@@ -303,7 +302,6 @@ impl Default for MapOptions {
             order: DEFAULT_ORDER,
             ra_pages: None,
             readahead: Mode::Full,
-            writable: false,
         }
     }
 }
@@ -372,21 +370,6 @@ impl MapOptions {
     /// The readahead algorithm.
     pub fn readahead_mode(&self) -> Mode {
         self.readahead
-    }
-
-    /// Maps the object read-write (`MAP_SHARED`): writes land in the
-    /// object's cache, are seen at once by every mapping of the object, and
-    /// go back to the store on [`crate::Mapping::flush`] or from the
-    /// background flusher (`crate::writeback`). The store must take writes
-    /// ([`crate::Store::writable`]).
-    pub fn writable(mut self) -> Self {
-        self.writable = true;
-        self
-    }
-
-    /// Whether the mapping is to be writable.
-    pub fn is_writable(&self) -> bool {
-        self.writable
     }
 
     /// Checks the bounds that do not depend on the object (the order);

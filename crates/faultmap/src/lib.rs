@@ -27,7 +27,7 @@
 //!   of their object (the object's interval tree of mappings, `rmap`) to
 //!   sample their use, evicts what was not used, and puts pages that
 //!   refault soon after eviction in the active set ([`workingset`]);
-//! - writable mappings (`MapOptions::writable`) track dirty pages with
+//! - writable mappings ([`Pager::map_mut`]) track dirty pages with
 //!   write-protect faults and write them back on `flush`, from a
 //!   background flusher, or before eviction (`writeback`);
 //! - a store that fails, comes back short or hangs gives SIGBUS on the
@@ -40,12 +40,19 @@
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let pager = Pager::new(Config::default())?;
-//! let map = pager.map(FileStore::open("data.bin")?, MapOptions::new().fault_around_order(9))?;
+//! let store = FileStore::open("data.bin")?;
+//! // SAFETY: nobody changes data.bin while it is mapped (see `Pager::map`).
+//! let map = unsafe { pager.map(store, MapOptions::new().fault_around_order(9))? };
 //! let sum: u64 = map.iter().map(|&b| u64::from(b)).sum();
 //! println!("{sum} {:?}", map.stats());
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Creating a mapping is `unsafe`, as with memmap2: the caller promises
+//! that the store's bytes do not change and that nobody writes a mapping's
+//! bytes through another mapping while a slice of it lives; see
+//! "Soundness" on [`Mapping`].
 //!
 //! Requirements: Linux 6.6 or later; [`Pager::new`] checks the kernel's
 //! userfaultfd features and names any that is missing. Any user can create a
@@ -89,7 +96,9 @@ pub use config::{Config, ConfigError, Delivery, MapOptions, RegionLookup, MIN_BU
 pub use errors::{IoErrorKind, IoErrorReport, LOG_CAPACITY};
 pub use evict::Memory;
 pub use object::{IntoObject, InvalidateError, Object};
-pub use pager::{Advice, MapError, Mapping, Pager, PagerError};
+pub use pager::{
+    Access, Advice, MapError, Mapping, MappingMut, Pager, PagerError, ReadOnly, ReadWrite,
+};
 pub use readahead::Mode as ReadaheadMode;
 pub use stats::{RaRow, RaStats, Stats};
 pub use store::{FileIo, FileStore, MemStore, ParseFileIoError, Store, StoreError};

@@ -47,6 +47,7 @@
 //! `mremap` of a mapping does: see `crate::events`.
 
 use std::io;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
@@ -514,11 +515,70 @@ impl Pager {
     }
 
     /// Maps `source` (an [`Object`], whose cache the mapping shares, or a
-    /// [`Store`], opened as a new object) as `opts` says.
+    /// [`Store`], opened as a new object) read-only, as `opts` says. The
+    /// mapping reads like a `&[u8]`.
     ///
     /// An empty object, or a zero length, gives an empty mapping (a zero-length
     /// slice), not an error.
-    pub fn map(&self, source: impl IntoObject, opts: MapOptions) -> Result<Mapping, MapError> {
+    ///
+    /// # Safety
+    ///
+    /// The mapping hands out `&[u8]` over memory that faultmap fills from
+    /// the store, and Rust lets no byte behind a `&[u8]` change while it
+    /// lives. faultmap itself never changes a mapped byte, but it cannot
+    /// see what others do, so the caller promises, for as long as the
+    /// mapping lives (the contract of memmap2's `Mmap::map`, for the same
+    /// reason; see "Soundness" on [`Mapping`]):
+    ///
+    /// 1. **The store's bytes do not change.** faultmap may drop a page
+    ///    (memory budget, [`Mapping::invalidate`], a timed-out read) and
+    ///    read it again; the store must return the same bytes. A
+    ///    [`crate::FileStore`] over a file that another process writes
+    ///    breaks this, as it breaks `mmap` of that file. (A store that
+    ///    shrinks is fine: pages past the new end give SIGBUS, never other
+    ///    bytes.)
+    /// 2. **Nobody writes these bytes through another mapping while a
+    ///    reference into this one lives**: no [`MappingMut`] of the same
+    ///    object, no raw pointer, no other process. Writes that happen
+    ///    while no `&[u8]` of this mapping is held are fine, and are seen
+    ///    by the next one.
+    pub unsafe fn map(
+        &self,
+        source: impl IntoObject,
+        opts: MapOptions,
+    ) -> Result<Mapping, MapError> {
+        self.map_with(source, opts)
+    }
+
+    /// Maps `source` read-write (`MAP_SHARED`), as `opts` says: the mapping
+    /// reads like a `&[u8]` and writes like a `&mut [u8]`. Writes land in
+    /// the object's cache, are seen at once by every mapping of the object,
+    /// and go back to the store on [`MappingMut::flush`], [`Object::flush`]
+    /// or from the background flusher (`crate::writeback`). The store must
+    /// take writes ([`Store::writable`]); else [`MapError::ReadOnlyStore`].
+    ///
+    /// # Safety
+    ///
+    /// As for [`Pager::map`], and in both directions: while a `&[u8]` or
+    /// `&mut [u8]` of this mapping lives, no other mapping of the object
+    /// (read-only or writable), raw pointer or process writes its bytes,
+    /// and while a `&mut [u8]` of it lives, nothing else reads them
+    /// through a reference either. Two writable mappings of one object are
+    /// allowed; their slices must not be live at once over the same bytes.
+    pub unsafe fn map_mut(
+        &self,
+        source: impl IntoObject,
+        opts: MapOptions,
+    ) -> Result<MappingMut, MapError> {
+        self.map_with(source, opts)
+    }
+
+    /// [`Pager::map`] and [`Pager::map_mut`]: the access comes from `A`.
+    fn map_with<A: Access>(
+        &self,
+        source: impl IntoObject,
+        opts: MapOptions,
+    ) -> Result<Mapping<A>, MapError> {
         let object = source.into_object(self)?;
         // An object opened by another pager: its errors reach this pager's
         // log too, this pager's watchdog polls its length, and its flusher
@@ -532,12 +592,13 @@ impl Pager {
             object: object.clone(),
             core: self.core.clone(),
             workers: self.workers.clone(),
+            access: PhantomData,
         };
         if extent.pages == 0 {
             return Ok(mapping);
         }
         let name = object.name().to_string();
-        let writable = opts.is_writable();
+        let writable = A::WRITABLE;
         // 0. A writable mapping needs a store that takes writes, a kernel
         //    with WP on shmem, and the flusher.
         if writable {
@@ -783,60 +844,145 @@ pub enum Advice {
     DontNeed,
 }
 
-/// A mapping of (part of) an object: reads like a `&[u8]`; a writable one
-/// ([`MapOptions::writable`]) also writes like a `&mut [u8]`.
+/// How a mapping may be accessed: [`ReadOnly`] or [`ReadWrite`]. Sealed.
+pub trait Access: sealed::Sealed + Send + Sync + 'static {
+    /// Whether the mapping is `PROT_WRITE` and tracks dirty pages.
+    const WRITABLE: bool;
+}
+
+/// The access of a [`Mapping`]: reads only. No `&mut [u8]` can be had.
+#[derive(Debug)]
+pub enum ReadOnly {}
+
+/// The access of a [`MappingMut`]: reads and writes.
+#[derive(Debug)]
+pub enum ReadWrite {}
+
+impl Access for ReadOnly {
+    const WRITABLE: bool = false;
+}
+
+impl Access for ReadWrite {
+    const WRITABLE: bool = true;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::ReadOnly {}
+    impl Sealed for super::ReadWrite {}
+}
+
+/// A writable mapping ([`Pager::map_mut`]): reads like a `&[u8]`, writes
+/// like a `&mut [u8]`.
+pub type MappingMut = Mapping<ReadWrite>;
+
+/// A mapping of (part of) an object ([`Pager::map`]): reads like a
+/// `&[u8]`. A [`MappingMut`] ([`Pager::map_mut`]) also writes like a
+/// `&mut [u8]`; a read-only one has no mutable access at all.
 ///
 /// Dropping it unmaps it; the threads that serve it stop when the last
 /// mapping and the pager are gone.
 ///
-/// # Aliasing
+/// # Soundness
 ///
-/// Writes through a writable mapping land in the object's cache, which
-/// every mapping of the object maps: they are visible through the others
-/// at once, as with two `MAP_SHARED` mappings of one file. A `&mut [u8]`
-/// (from [`DerefMut`]) borrows this `Mapping` mutably, so no `&[u8]` of
-/// the same `Mapping` coexists with it; but a `&[u8]` of *another* mapping
-/// of the same object (in another thread) may see its bytes change while
-/// it is held, which Rust's rules for shared references do not allow. An
-/// application that writes an object through one mapping while other
-/// threads read it through another must synchronise them itself (as with
-/// memory shared between processes), or read the other mapping through
-/// raw pointers ([`Mapping::as_ptr`]) with volatile or atomic accesses.
-/// Writing through [`Mapping::as_mut_ptr`] is the caller's `unsafe`.
-pub struct Mapping {
+/// A mapping's bytes are shared memory: the object's cache, which every
+/// mapping of the object maps, filled from a store that faultmap does not
+/// control. Rust's references promise more than shared memory can keep by
+/// itself (no byte behind a `&[u8]` changes while it lives; nothing else
+/// touches the bytes behind a `&mut [u8]`). The Rust ecosystem answers
+/// this in one of two ways: memmap2 makes *creating* a mapping `unsafe`,
+/// with a contract on what others may do, and then hands out plain
+/// slices; vm-memory, for guest memory that a VM changes at will, hands
+/// out no references at all, only volatile accessors. faultmap's users
+/// want slices (`&map[..]`, `bytemuck`, zero-copy numpy arrays), and the
+/// hazards all come from outside the library, so faultmap takes memmap2's
+/// way:
+///
+/// - [`Pager::map`] and [`Pager::map_mut`] are `unsafe`: the caller
+///   promises that the store's bytes do not change (a dropped page is read
+///   again and must come back the same) and that nobody writes a mapping's
+///   bytes through another mapping while a reference into it lives. Their
+///   `# Safety` sections say exactly what.
+/// - Given that, safe code cannot break the rules: a read-only [`Mapping`]
+///   implements only `Deref<Target = [u8]>`; a [`MappingMut`] hands out
+///   `&mut [u8]` through `DerefMut`, which borrows it mutably, so no other
+///   slice of *it* lives meanwhile.
+/// - faultmap never changes a mapped byte: pages are filled through the
+///   object's private alias mapping before any mapping maps them (the
+///   page-state word's invariant 1), so that fill writes through a `&mut
+///   [u8]` nobody else can reach. Write-back reads pages that the
+///   application may be writing at that moment, so it copies them out with
+///   volatile loads through raw pointers, never through a reference
+///   (`Cache::copy_out`), and a copy torn by such a write is written again
+///   (the page is dirty again).
+///
+/// So a read-only mapping cannot be written, not even by mistake: these do
+/// not compile,
+///
+/// ```compile_fail,E0594
+/// fn zero(map: &mut faultmap::Mapping) {
+///     map[0] = 0;
+/// }
+/// ```
+///
+/// ```compile_fail,E0599
+/// fn flush(map: &faultmap::Mapping) {
+///     let _ = map.flush(0..1);
+/// }
+/// ```
+///
+/// and neither does a mapping made without `unsafe`:
+///
+/// ```compile_fail,E0133
+/// fn map(pager: &faultmap::Pager, store: faultmap::MemStore) {
+///     let _ = pager.map(store, faultmap::MapOptions::new());
+/// }
+/// ```
+///
+/// while a [`MappingMut`] writes like a slice:
+///
+/// ```
+/// fn zero(map: &mut faultmap::MappingMut) -> Result<(), faultmap::WriteBackError> {
+///     map[0] = 0;
+///     map.flush(0..1)?;
+///     Ok(())
+/// }
+/// ```
+pub struct Mapping<A: Access = ReadOnly> {
     region: Option<Arc<Region>>,
     ptr: NonNull<u8>,
     len: usize,
     object: Object,
     core: Arc<Core>,
     workers: Arc<Workers>,
+    access: PhantomData<A>,
 }
 
 // SAFETY: a Mapping is a view of shared memory whose pages are served by
 // the pager's threads, whichever thread touches them; it has no
 // thread-affine state.
-unsafe impl Send for Mapping {}
-// SAFETY: `&Mapping` gives out `&[u8]` and raw pointers. Safe code changes
-// the bytes only through `&mut [u8]` (DerefMut), which needs `&mut
-// Mapping`, so no `&[u8]` of this Mapping is live meanwhile; writes through
-// `as_mut_ptr` are the caller's `unsafe`, and writes through another
-// mapping of the same object are shared-memory writes the application
-// synchronises (see "Aliasing" above). faultmap itself never writes a
-// mapped page (pages are filled before they are mapped, through the
-// alias), so shared access from several threads adds no race of its own.
-unsafe impl Sync for Mapping {}
+unsafe impl<A: Access> Send for Mapping<A> {}
+// SAFETY: `&Mapping` gives out `&[u8]` and raw pointers only. The bytes
+// change only through `&mut [u8]` of a MappingMut (DerefMut needs `&mut
+// Mapping`, so no `&[u8]` of the same Mapping is live meanwhile) or through
+// other mappings, which the `unsafe` contract of `Pager::map`/`map_mut`
+// rules out while a reference lives. faultmap itself never writes a
+// mapped page (see "Soundness"), so shared access from several threads
+// adds no race of its own.
+unsafe impl<A: Access> Sync for Mapping<A> {}
 
-impl std::fmt::Debug for Mapping {
+impl<A: Access> std::fmt::Debug for Mapping<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Mapping")
             .field("object", &self.object)
             .field("addr", &self.ptr)
             .field("len", &self.len)
+            .field("writable", &A::WRITABLE)
             .finish()
     }
 }
 
-impl Mapping {
+impl<A: Access> Mapping<A> {
     /// The mapping's length in bytes.
     pub fn len(&self) -> usize {
         self.len
@@ -852,53 +998,9 @@ impl Mapping {
         self.ptr.as_ptr()
     }
 
-    /// The first byte, for writing. Writing through it is allowed only on a
-    /// writable mapping ([`Mapping::is_writable`]; elsewhere the write is a
-    /// SIGSEGV), and is subject to the aliasing rules in the type's
-    /// documentation.
-    pub fn as_mut_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// Whether the mapping was made writable ([`MapOptions::writable`]).
+    /// Whether the mapping is writable (a [`MappingMut`]).
     pub fn is_writable(&self) -> bool {
-        self.region.as_ref().is_some_and(|r| r.writable)
-    }
-
-    /// Writes the pages that hold bytes `range` of the mapping (offsets
-    /// into the slice) back to the store, like `msync(MS_SYNC)`: when it
-    /// returns `Ok`, every byte of the range written before the call
-    /// (through any mapping of the object) is in the store and
-    /// [`Store::sync`] has run. Waits for write-backs of those pages
-    /// already in flight. An earlier failed write-back of the object (the
-    /// background flusher's) is reported here once: see
-    /// [`WriteBackError`]. Returns the pages this call wrote. A read-only
-    /// mapping has nothing to flush.
-    pub fn flush(&self, range: std::ops::Range<usize>) -> Result<u64, WriteBackError> {
-        let Some(pages) = self.object_pages(&range)? else {
-            return Ok(0);
-        };
-        let region = self.region.as_ref().map(|r| &r.counters);
-        let extra: Vec<&Counters> = region.into_iter().chain([&*self.core.counters]).collect();
-        writeback::flush(&self.object.0, pages, &extra)
-    }
-
-    /// Queues the pages that hold bytes `range` of the mapping for the
-    /// background flusher and returns (`msync(MS_ASYNC)`, which Linux
-    /// turned into a no-op; faultmap starts the write-back). No sync.
-    pub fn flush_async(&self, range: std::ops::Range<usize>) -> Result<(), WriteBackError> {
-        let Some(pages) = self.object_pages(&range)? else {
-            return Ok(());
-        };
-        let flusher = self
-            .workers
-            .flusher
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = flusher.as_ref() {
-            f.queue(&self.object.0, pages);
-        }
-        Ok(())
+        A::WRITABLE
     }
 
     /// The object pages that hold bytes `range` of the mapping; `None`
@@ -1071,7 +1173,52 @@ impl Mapping {
     }
 }
 
-impl Deref for Mapping {
+impl Mapping<ReadWrite> {
+    /// The first byte, for writing through raw pointers (from several
+    /// threads, say). Such writes are `unsafe` and must keep the contract of
+    /// [`Pager::map_mut`]: no `&[u8]` or `&mut [u8]` of any mapping of the
+    /// object may be live over the bytes written.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Writes the pages that hold bytes `range` of the mapping (offsets
+    /// into the slice) back to the store, like `msync(MS_SYNC)`: when it
+    /// returns `Ok`, every byte of the range written before the call
+    /// (through any mapping of the object) is in the store and
+    /// [`Store::sync`] has run. Waits for write-backs of those pages
+    /// already in flight. An earlier failed write-back of the object (the
+    /// background flusher's) is reported here once: see
+    /// [`WriteBackError`]. Returns the pages this call wrote.
+    pub fn flush(&self, range: std::ops::Range<usize>) -> Result<u64, WriteBackError> {
+        let Some(pages) = self.object_pages(&range)? else {
+            return Ok(0);
+        };
+        let region = self.region.as_ref().map(|r| &r.counters);
+        let extra: Vec<&Counters> = region.into_iter().chain([&*self.core.counters]).collect();
+        writeback::flush(&self.object.0, pages, &extra)
+    }
+
+    /// Queues the pages that hold bytes `range` of the mapping for the
+    /// background flusher and returns (`msync(MS_ASYNC)`, which Linux
+    /// turned into a no-op; faultmap starts the write-back). No sync.
+    pub fn flush_async(&self, range: std::ops::Range<usize>) -> Result<(), WriteBackError> {
+        let Some(pages) = self.object_pages(&range)? else {
+            return Ok(());
+        };
+        let flusher = self
+            .workers
+            .flusher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = flusher.as_ref() {
+            f.queue(&self.object.0, pages);
+        }
+        Ok(())
+    }
+}
+
+impl<A: Access> Deref for Mapping<A> {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
@@ -1080,37 +1227,33 @@ impl Deref for Mapping {
         // region. Every access to a page not yet mapped faults and is served
         // by the handler threads, which `self` keeps alive. faultmap never
         // changes a mapped page's bytes (pages are filled before they are
-        // mapped); only the application's writes through a writable mapping
-        // do: through this one only with `&mut self` (DerefMut), through
-        // others under the aliasing rules of the type's documentation.
+        // mapped); the application changes them through this mapping only
+        // with `&mut self` (DerefMut), and through others not while this
+        // slice lives: the contract of `Pager::map`/`Pager::map_mut`.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
 
-impl DerefMut for Mapping {
-    /// The mapping's bytes, writable. On a mapping that is not writable
-    /// ([`Mapping::is_writable`]) the slice is empty: indexing it fails in
-    /// the caller instead of a SIGSEGV on the first store.
+impl DerefMut for Mapping<ReadWrite> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        if !self.is_writable() {
-            return &mut [];
-        }
         // SAFETY: as in `deref`, and the mapping is PROT_READ|PROT_WRITE
-        // (writable). `&mut self` excludes every other slice of this
-        // Mapping for the borrow's life. Writes are served by the fault
-        // path: the first store to a page raises a write-protect fault that
-        // marks it dirty (`crate::writeback`) and lets the store proceed.
+        // (`Pager::map_mut`). `&mut self` excludes every other slice of this
+        // Mapping for the borrow's life; other mappings keep off these
+        // bytes meanwhile by `Pager::map_mut`'s contract. Writes are served
+        // by the fault path: the first store to a page raises a
+        // write-protect fault that marks it dirty (`crate::writeback`) and
+        // lets the store proceed.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 
-impl AsRef<[u8]> for Mapping {
+impl<A: Access> AsRef<[u8]> for Mapping<A> {
     fn as_ref(&self) -> &[u8] {
         self
     }
 }
 
-impl Drop for Mapping {
+impl<A: Access> Drop for Mapping<A> {
     fn drop(&mut self) {
         if let Some(region) = self.region.take() {
             // Under the table's lock, as munmap holds mmap_lock: unpublish,

@@ -457,7 +457,7 @@ impl FileStore {
     }
 
     /// Opens a regular file read-write, in the default mode: it can be
-    /// mapped writable ([`crate::MapOptions::writable`]). Writes go through
+    /// mapped writable ([`crate::Pager::map_mut`]). Writes go through
     /// `pwrite` on the buffered descriptor, [`Store::sync`] is `fdatasync`.
     pub fn open_rw(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         Self::open_rw_with(path, FileIo::default())

@@ -1,7 +1,7 @@
 //! Write-back: dirty tracking of writable mappings, `flush`, and the
 //! background flusher.
 //!
-//! A writable mapping (`MapOptions::writable`) maps the object's memfd
+//! A writable mapping ([`crate::Pager::map_mut`]) maps the object's memfd
 //! read-write, registered MISSING|MINOR|WP. Writes land in the cache (the
 //! memfd), so every mapping of the object sees them at once; this module
 //! gets them back to the store.
@@ -38,7 +38,8 @@
 //!   F0 try_pin_io
 //!   F1 begin_writeback: DIRTY -> WRITEBACK
 //!   F2 write-protect it in every writable region that maps it
-//!   F3 copy its bytes from the cache (the alias) to Store::write_at
+//!   F3 copy its bytes out of the cache (the alias, volatile loads) into a
+//!      bounce buffer, and hand that to Store::write_at
 //!   F4 end_writeback(ok)  (a failure sets DIRTY again)
 //!   F5 unpin
 //! ```
@@ -424,10 +425,10 @@ fn write_back_batch(
                 Ok(()) => true,
                 Err(e) => {
                     let offset = run.start * PAGE_SIZE as u64;
-                    let len = object
+                    let bytes = object
                         .cache
-                        .bytes(ObjectPage(run.start)..ObjectPage(run.end))
-                        .len();
+                        .data_range(ObjectPage(run.start)..ObjectPage(run.end));
+                    let len = (bytes.end - bytes.start) as usize;
                     let failure = Failure::Write {
                         offset,
                         len,
@@ -510,31 +511,42 @@ fn protect(object: &ObjectCore, runs: &[Range<u64>]) -> Result<(), Failure> {
     Ok(())
 }
 
-/// F3 for one run of pinned pages under write-back.
+/// The most bytes write-back copies out of the cache, and hands the store,
+/// at once: the bounce buffer's size (see `copy_run`).
+const COPY_CHUNK_PAGES: u64 = 512;
+
+/// F3 for one run of pinned pages under write-back: copied out of the
+/// cache into a bounce buffer (`Cache::copy_out`: the application may be
+/// writing these pages meanwhile, so no `&[u8]` over them may exist), then
+/// handed to `Store::write_at`, at most `COPY_CHUNK_PAGES` at a time.
 fn copy_run(object: &ObjectCore, run: Range<u64>) -> Result<(), crate::StoreError> {
-    let bytes = object
-        .cache
-        .bytes(ObjectPage(run.start)..ObjectPage(run.end));
-    if bytes.is_empty() {
-        return Ok(());
+    let mut buf = Vec::new();
+    let mut first = run.start;
+    while first < run.end {
+        let end = run.end.min(first + COPY_CHUNK_PAGES);
+        let pages = ObjectPage(first)..ObjectPage(end);
+        object.cache.copy_out(pages.clone(), &mut buf);
+        // The copy mapped the alias's PTEs: drop them (see `Cache::fill`).
+        object.cache.unmap_alias(pages);
+        if buf.is_empty() {
+            break;
+        }
+        let offset = first * PAGE_SIZE as u64;
+        // A store that panics must not take the flusher (or the
+        // application's flush) down: the panic is a failed write, and the
+        // pages stay dirty.
+        let store = &object.store;
+        let written = panic::catch_unwind(AssertUnwindSafe(|| store.write_at(offset, &buf)));
+        written.unwrap_or_else(|_| {
+            Err(crate::StoreError::Write {
+                name: store.name().to_string(),
+                offset,
+                len: buf.len(),
+                source: io::Error::other("the store panicked"),
+            })
+        })?;
+        first = end;
     }
-    let offset = run.start * PAGE_SIZE as u64;
-    // A store that panics must not take the flusher (or the application's
-    // flush) down: the panic is a failed write, and the pages stay dirty.
-    let store = &object.store;
-    let written = panic::catch_unwind(AssertUnwindSafe(|| store.write_at(offset, bytes)));
-    // The copy mapped the alias's PTEs: drop them (see `Cache::fill`).
-    object
-        .cache
-        .unmap_alias(ObjectPage(run.start)..ObjectPage(run.end));
-    written.unwrap_or_else(|_| {
-        Err(crate::StoreError::Write {
-            name: store.name().to_string(),
-            offset,
-            len: bytes.len(),
-            source: io::Error::other("the store panicked"),
-        })
-    })?;
     // Release: a flush that sees the page's write-back ended (its word,
     // Acquire) sees this too, and syncs.
     object.wb.unsynced.store(true, Ordering::Release);

@@ -3,6 +3,7 @@
 //! one-pass scans (refault detection).
 
 mod common;
+use common::MapTrusted;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +36,7 @@ fn a_scan_four_times_the_budget_stays_within_it_and_reads_right() {
             let data: Arc<[u8]> = pattern(len, 5).into();
             let pager = pager(delivery);
             let map = pager
-                .map(MemStore::new("scan", data.clone()), MapOptions::new())
+                .map_trusted(MemStore::new("scan", data.clone()), MapOptions::new())
                 .expect("map");
             for chunk in (0..len).step_by(1 << 20) {
                 let end = (chunk + (1 << 20)).min(len);
@@ -68,7 +69,7 @@ fn random_reads_from_two_threads_under_a_budget_are_right() {
         let pager = pager(Delivery::Signal);
         let map = Arc::new(
             pager
-                .map(
+                .map_trusted(
                     MemStore::new("rand", data.clone()),
                     MapOptions::new().fault_around_order(2),
                 )
@@ -110,13 +111,13 @@ fn the_hot_set_survives_one_pass_scans() {
             let hot_pages = 64;
             let hot_data: Arc<[u8]> = pattern(hot_pages * PAGE, 1).into();
             let hot = pager
-                .map(MemStore::new("hot", hot_data.clone()), MapOptions::new())
+                .map_trusted(MemStore::new("hot", hot_data.clone()), MapOptions::new())
                 .expect("map hot");
             let rounds = 6;
             let scan_len = 2 * BUDGET as usize;
             let scan_data: Arc<[u8]> = pattern(rounds * scan_len, 2).into();
             let scan = pager
-                .map(MemStore::new("scan", scan_data.clone()), MapOptions::new())
+                .map_trusted(MemStore::new("scan", scan_data.clone()), MapOptions::new())
                 .expect("map scan");
             let use_hot = || {
                 for p in 0..hot_pages {
@@ -162,7 +163,7 @@ fn an_object_can_have_a_budget_of_its_own() {
         let object = pager
             .open_with_budget(MemStore::new("own", data.clone()), MIN_BUDGET)
             .expect("open");
-        let map = pager.map(&object, MapOptions::new()).expect("map");
+        let map = pager.map_trusted(&object, MapOptions::new()).expect("map");
         assert_bytes(&map[..], &data[..], "own budget");
         let mem = object.memory();
         assert_eq!(mem.budget, Some(MIN_BUDGET));
@@ -191,7 +192,7 @@ fn dropped_objects_leave_the_budget() {
         let pager = pager(Delivery::Signal);
         let data: Arc<[u8]> = pattern(BUDGET as usize / 2, 4).into();
         let map = pager
-            .map(MemStore::new("drop", data.clone()), MapOptions::new())
+            .map_trusted(MemStore::new("drop", data.clone()), MapOptions::new())
             .expect("map");
         assert_bytes(&map[..], &data[..], "read");
         std::thread::sleep(Duration::from_millis(10));

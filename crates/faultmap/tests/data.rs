@@ -3,6 +3,7 @@
 //! threads, the mapping's offset and length, and the object's size.
 
 mod common;
+use common::MapTrusted;
 
 use std::io::Write;
 
@@ -34,7 +35,7 @@ fn sequential_read_matches_the_file_at_every_order() {
             for order in 0..=9u8 {
                 let store = Instrumented::new(file.store(), Faults::default());
                 let map = pager
-                    .map(store.clone(), MapOptions::new().fault_around_order(order))
+                    .map_trusted(store.clone(), MapOptions::new().fault_around_order(order))
                     .unwrap();
                 assert_eq!(map.len(), BIG);
                 assert_eq!(map.fault_around_order(), order);
@@ -65,7 +66,7 @@ fn random_page_order_matches_the_file() {
             let pager = pager(threads);
             for order in [0u8, 3, 4, 9] {
                 let map = pager
-                    .map(file.store(), MapOptions::new().fault_around_order(order))
+                    .map_trusted(file.store(), MapOptions::new().fault_around_order(order))
                     .unwrap();
                 for page in shuffled_pages(pages, u64::from(order)) {
                     let r = page_range(&map, page);
@@ -101,7 +102,7 @@ fn reader_threads_share_one_mapping() {
                 for order in [0u8, 4, 9] {
                     let store = Instrumented::new(file.store(), Faults::default());
                     let map = pager
-                        .map(store.clone(), MapOptions::new().fault_around_order(order))
+                        .map_trusted(store.clone(), MapOptions::new().fault_around_order(order))
                         .unwrap();
                     std::thread::scope(|s| {
                         for r in 0..readers {
@@ -138,7 +139,7 @@ fn reader_threads_on_separate_mappings_of_one_object() {
                     .map(|r| {
                         let order = [0u8, 4, 9, 2][r as usize];
                         pager
-                            .map(&object, MapOptions::new().fault_around_order(order))
+                            .map_trusted(&object, MapOptions::new().fault_around_order(order))
                             .unwrap()
                     })
                     .collect();
@@ -169,7 +170,7 @@ fn reader_threads_on_separate_objects() {
                     .map(|r| {
                         let order = [9u8, 0, 4, 6][r as usize];
                         pager
-                            .map(file.store(), MapOptions::new().fault_around_order(order))
+                            .map_trusted(file.store(), MapOptions::new().fault_around_order(order))
                             .unwrap()
                     })
                     .collect();
@@ -214,7 +215,7 @@ fn unaligned_offsets_start_exactly_there() {
                 let what = format!("offset {offset}, order {order}");
                 let store = Instrumented::new(file.store(), Faults::default());
                 let map = pager
-                    .map(
+                    .map_trusted(
                         store.clone(),
                         MapOptions::new()
                             .offset(offset as u64)
@@ -262,7 +263,7 @@ fn sizes_not_a_multiple_of_the_page() {
             for order in [0u8, 4, 9] {
                 let store = Instrumented::new(file.store(), Faults::default());
                 let map = pager
-                    .map(store.clone(), MapOptions::new().fault_around_order(order))
+                    .map_trusted(store.clone(), MapOptions::new().fault_around_order(order))
                     .unwrap();
                 let what = format!("size {size}, order {order}");
                 assert_eq!(map.len(), size, "{what}");
@@ -282,7 +283,7 @@ fn empty_file_gives_an_empty_mapping() {
         let file = TestFile::new(0, 7);
         for order in [0u8, 4, 9] {
             let map = pager
-                .map(file.store(), MapOptions::new().fault_around_order(order))
+                .map_trusted(file.store(), MapOptions::new().fault_around_order(order))
                 .expect("a 0-byte file maps as an empty mapping");
             assert_eq!(map.len(), 0);
             assert!(map.is_empty());
@@ -295,11 +296,11 @@ fn empty_file_gives_an_empty_mapping() {
         // The same through an Object, with an explicit offset 0 and len 0.
         let object = pager.open(file.store()).unwrap();
         let map = pager
-            .map(&object, MapOptions::new().offset(0).len(0))
+            .map_trusted(&object, MapOptions::new().offset(0).len(0))
             .unwrap();
         assert!(map.is_empty());
         let mem = pager
-            .map(MemStore::new("empty", Vec::new()), MapOptions::new())
+            .map_trusted(MemStore::new("empty", Vec::new()), MapOptions::new())
             .unwrap();
         assert!(mem.is_empty());
         assert_eq!(pager.stats().pgfault, 0);
@@ -314,7 +315,7 @@ fn zero_length_windows_of_a_file_are_empty() {
         let object = pager.open(file.store()).unwrap();
         for offset in [0u64, 1, 123, PAGE as u64, 5 * PAGE as u64 + 16] {
             let map = pager
-                .map(&object, MapOptions::new().offset(offset).len(0))
+                .map_trusted(&object, MapOptions::new().offset(offset).len(0))
                 .unwrap_or_else(|e| panic!("offset {offset}, len 0: {e}"));
             assert!(map.is_empty(), "offset {offset}");
             assert_eq!(&map[..], &[] as &[u8]);
@@ -352,7 +353,7 @@ fn windows_inside_a_file_larger_than_a_page_table() {
             let what = format!("window {offset}+{len}, order {order}");
             let store = Instrumented::new(file.store(), Faults::default());
             let map = pager
-                .map(
+                .map_trusted(
                     store.clone(),
                     MapOptions::new()
                         .offset(offset as u64)
@@ -399,7 +400,7 @@ fn bytes_past_a_window_end_in_its_last_page_are_the_objects_own() {
         // mapping maps whole pages, as mmap does), and holds the object's bytes.
         let (offset, len) = (PAGE + 5, PAGE + 100);
         let map = pager
-            .map(
+            .map_trusted(
                 file.store(),
                 MapOptions::new().offset(offset as u64).len(len as u64),
             )
@@ -418,7 +419,7 @@ fn a_mem_store_reads_back() {
         let pager = pager(2);
         for order in [0u8, 4, 9] {
             let map = pager
-                .map(
+                .map_trusted(
                     MemStore::new("mem", data.clone()),
                     MapOptions::new().fault_around_order(order),
                 )
@@ -438,7 +439,7 @@ fn write_syscall_from_a_cold_mapping_copies_the_file() {
     watchdog(WATCHDOG, || {
         let file = TestFile::new(64 * PAGE + 9, 12);
         let pager = Pager::new(Config::default().delivery(Delivery::Handler)).unwrap();
-        let map = pager.map(file.store(), MapOptions::new()).unwrap();
+        let map = pager.map_trusted(file.store(), MapOptions::new()).unwrap();
         let out_path = file.dir.path().join("copy.bin");
         let mut out = std::fs::File::create(&out_path).unwrap();
         out.write_all(&map).expect(
@@ -459,7 +460,7 @@ fn write_syscall_from_a_signal_mapping_needs_touched_pages() {
         let file = TestFile::new(64 * PAGE + 9, 13);
         let pager = Pager::new(Config::default().delivery(Delivery::Signal)).unwrap();
         let map = pager
-            .map(file.store(), MapOptions::new().fault_around_order(0))
+            .map_trusted(file.store(), MapOptions::new().fault_around_order(0))
             .unwrap();
         let out_path = file.dir.path().join("copy.bin");
         let mut out = std::fs::File::create(&out_path).unwrap();

@@ -7,6 +7,7 @@
 //! parent asserts how it died.
 
 mod common;
+use common::MapTrusted;
 
 use std::time::Duration;
 
@@ -87,11 +88,13 @@ fn offsets_and_lengths_past_the_end_are_refused() {
         let file = TestFile::new(size as usize, 800);
         let object = pager.open(file.store()).unwrap();
         // At the end is an empty mapping (like a zero length); past it is refused.
-        let at_end = pager.map(&object, MapOptions::new().offset(size)).unwrap();
+        let at_end = pager
+            .map_trusted(&object, MapOptions::new().offset(size))
+            .unwrap();
         assert!(at_end.is_empty());
         drop(at_end);
         for offset in [size + 1, 1 << 40, u64::MAX] {
-            match pager.map(&object, MapOptions::new().offset(offset)) {
+            match pager.map_trusted(&object, MapOptions::new().offset(offset)) {
                 Err(MapError::Options(ConfigError::OffsetPastEnd {
                     offset: o,
                     object_len,
@@ -107,7 +110,7 @@ fn offsets_and_lengths_past_the_end_are_refused() {
             (size - 1, 2),
             (PAGE as u64, u64::MAX),
         ] {
-            match pager.map(&object, MapOptions::new().offset(offset).len(len)) {
+            match pager.map_trusted(&object, MapOptions::new().offset(offset).len(len)) {
                 Err(MapError::Options(ConfigError::LengthPastEnd {
                     offset: o,
                     len: l,
@@ -120,16 +123,16 @@ fn offsets_and_lengths_past_the_end_are_refused() {
         }
         // Through a store (a new object) too, and for an empty object.
         assert!(matches!(
-            pager.map(file.store(), MapOptions::new().offset(size + 5)),
+            pager.map_trusted(file.store(), MapOptions::new().offset(size + 5)),
             Err(MapError::Options(ConfigError::OffsetPastEnd { .. }))
         ));
         let empty = TestFile::new(0, 801);
         assert!(matches!(
-            pager.map(empty.store(), MapOptions::new().offset(1)),
+            pager.map_trusted(empty.store(), MapOptions::new().offset(1)),
             Err(MapError::Options(ConfigError::OffsetPastEnd { .. }))
         ));
         assert!(matches!(
-            pager.map(empty.store(), MapOptions::new().len(1)),
+            pager.map_trusted(empty.store(), MapOptions::new().len(1)),
             Err(MapError::Options(ConfigError::LengthPastEnd { .. }))
         ));
         assert_eq!(pager.mappings(), 0, "a refused mapping was left mapped");
@@ -143,7 +146,7 @@ fn fault_around_order_above_9_is_refused() {
         let pager = pager();
         let file = TestFile::new(PAGE, 802);
         for order in [10u8, 11, 64, u8::MAX] {
-            match pager.map(file.store(), MapOptions::new().fault_around_order(order)) {
+            match pager.map_trusted(file.store(), MapOptions::new().fault_around_order(order)) {
                 Err(MapError::Options(ConfigError::FaultAroundOrder(o))) => assert_eq!(o, order),
                 other => panic!("order {order}: expected FaultAroundOrder, got {other:?}"),
             }
@@ -151,13 +154,13 @@ fn fault_around_order_above_9_is_refused() {
         // Even for an empty object, where nothing would be mapped anyway.
         let empty = TestFile::new(0, 803);
         assert!(matches!(
-            pager.map(empty.store(), MapOptions::new().fault_around_order(10)),
+            pager.map_trusted(empty.store(), MapOptions::new().fault_around_order(10)),
             Err(MapError::Options(ConfigError::FaultAroundOrder(10)))
         ));
         assert_eq!(pager.mappings(), 0);
         // The largest valid order still maps.
         let ok = pager
-            .map(file.store(), MapOptions::new().fault_around_order(9))
+            .map_trusted(file.store(), MapOptions::new().fault_around_order(9))
             .unwrap();
         assert_eq!(pager.mappings(), 1);
         assert_bytes(&ok, &file.data, "order 9");
@@ -216,7 +219,7 @@ fn assert_child_dies_of_sigbus(name: &str, limit: Duration) {
 fn child_reads_bad_page(store: impl faultmap::Store, order: u8, good: &[usize], bad: usize) {
     let pager = pager();
     let map = pager
-        .map(store, MapOptions::new().fault_around_order(order))
+        .map_trusted(store, MapOptions::new().fault_around_order(order))
         .unwrap();
     for &p in good {
         touch(&map, p);
@@ -293,7 +296,7 @@ fn good_pages_of_a_failing_store_read_correctly_in_process() {
         let store = Instrumented::mem(&data, Faults::bad([21]));
         let pager = pager();
         let map = pager
-            .map(store.clone(), MapOptions::new().fault_around_order(9))
+            .map_trusted(store.clone(), MapOptions::new().fault_around_order(9))
             .unwrap();
         for p in (0..64).filter(|&p| p != 21) {
             let r = page_range(&map, p);

@@ -6,6 +6,7 @@
 //! in a child process (`common::run_child`).
 
 mod common;
+use common::MapTrusted;
 
 use std::time::Duration;
 
@@ -100,7 +101,7 @@ macro_rules! both_deliveries {
 fn still_serves(pager: &Pager, seed: u64) {
     let data = pattern(24 * PAGE, seed);
     let map = pager
-        .map(MemStore::new("after", data.clone()), MapOptions::new())
+        .map_trusted(MemStore::new("after", data.clone()), MapOptions::new())
         .unwrap();
     assert_bytes(&map, &data, "a mapping made after the event");
 }
@@ -110,7 +111,7 @@ fn whole_unmap(delivery: Delivery, _name: &str) {
         let pager = pager(delivery);
         let data = pattern(16 * PAGE, 950);
         let map = pager
-            .map(MemStore::new("whole", data.clone()), MapOptions::new())
+            .map_trusted(MemStore::new("whole", data.clone()), MapOptions::new())
             .unwrap();
         assert_bytes(&map, &data, "before");
         let (addr, len) = range_of(&map);
@@ -134,7 +135,7 @@ fn partial_unmap(delivery: Delivery, name: &str) {
     if is_child(name) {
         let pager = pager(delivery);
         let map = pager
-            .map(MemStore::new("partial", data.clone()), MapOptions::new())
+            .map_trusted(MemStore::new("partial", data.clone()), MapOptions::new())
             .unwrap();
         let (addr, _) = range_of(&map);
         munmap(addr + 4 * PAGE, 4 * PAGE);
@@ -148,7 +149,7 @@ fn partial_unmap(delivery: Delivery, name: &str) {
         let pager = pager(delivery);
         let object = pager.open(MemStore::new("partial", data.clone())).unwrap();
         let map = pager
-            .map(&object, MapOptions::new().fault_around_order(4))
+            .map_trusted(&object, MapOptions::new().fault_around_order(4))
             .unwrap();
         let (addr, len) = range_of(&map);
         // Pages 0..2 touched before, the rest after the munmap.
@@ -215,7 +216,7 @@ fn moved(delivery: Delivery, name: &str) {
     if is_child(name) {
         let pager = pager(delivery);
         let map = pager
-            .map(MemStore::new("moved", data.clone()), MapOptions::new())
+            .map_trusted(MemStore::new("moved", data.clone()), MapOptions::new())
             .unwrap();
         touch(&map, 0);
         let (addr, len) = range_of(&map);
@@ -230,7 +231,7 @@ fn moved(delivery: Delivery, name: &str) {
     watchdog(WATCHDOG, move || {
         let pager = pager(delivery);
         let map = pager
-            .map(MemStore::new("moved", data.clone()), MapOptions::new())
+            .map_trusted(MemStore::new("moved", data.clone()), MapOptions::new())
             .unwrap();
         touch(&map, 0);
         let (addr, len) = range_of(&map);
@@ -252,7 +253,7 @@ fn forked(delivery: Delivery, name: &str) {
         let pager = pager(delivery);
         let data = pattern(8 * PAGE, 957);
         let map = pager
-            .map(MemStore::new("forked", data.clone()), MapOptions::new())
+            .map_trusted(MemStore::new("forked", data.clone()), MapOptions::new())
             .unwrap();
         assert_bytes(&map, &data, "before the fork");
         let (addr, _) = range_of(&map);

@@ -9,6 +9,7 @@
 //! ready when the fault-around under test runs are exactly those chosen.
 
 mod common;
+use common::MapTrusted;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -35,7 +36,7 @@ fn a_hit_maps_only_the_ready_pages_of_its_window() {
         let warmed = [0usize, 2, 5, 9];
         // Warm some pages through mapping A at order 0: one page per fault.
         let a = pager
-            .map(&object, MapOptions::new().fault_around_order(0).ra_pages(0))
+            .map_trusted(&object, MapOptions::new().fault_around_order(0).ra_pages(0))
             .unwrap();
         for &p in &warmed {
             assert_eq!(touch(&a, p), data[p * PAGE]);
@@ -52,7 +53,7 @@ fn a_hit_maps_only_the_ready_pages_of_its_window() {
         );
         // Mapping B at order 4 touches a warmed page: a hit.
         let b = pager
-            .map(&object, MapOptions::new().fault_around_order(4))
+            .map_trusted(&object, MapOptions::new().fault_around_order(4))
             .unwrap();
         assert!(
             present_set(&b, 40).is_empty(),
@@ -100,7 +101,7 @@ fn a_hit_maps_only_the_ready_pages_of_its_window() {
         // Now a hit anywhere in the window maps all of it (in a fresh
         // mapping, where nothing is mapped yet).
         let c = pager
-            .map(object, MapOptions::new().fault_around_order(4))
+            .map_trusted(object, MapOptions::new().fault_around_order(4))
             .unwrap();
         assert_eq!(touch(&c, 3), data[3 * PAGE]);
         let s = settle(&c, 1);
@@ -129,7 +130,7 @@ fn a_page_being_read_is_not_mapped_around() {
         let object = pager.open(store.clone()).unwrap();
         let a = Arc::new(
             pager
-                .map(&object, MapOptions::new().fault_around_order(0).ra_pages(0))
+                .map_trusted(&object, MapOptions::new().fault_around_order(0).ra_pages(0))
                 .unwrap(),
         );
         for p in [0, 2, 9] {
@@ -145,7 +146,7 @@ fn a_page_being_read_is_not_mapped_around() {
             "page 5's read never started"
         );
         let b = pager
-            .map(&object, MapOptions::new().fault_around_order(4))
+            .map_trusted(&object, MapOptions::new().fault_around_order(4))
             .unwrap();
         assert_eq!(touch(&b, 2), data[2 * PAGE]);
         let s = settle(&b, 1);
@@ -178,7 +179,7 @@ fn pages_that_fail_to_read_are_never_mapped() {
             let store = Instrumented::mem(&data, Faults::bad(bad.iter().map(|&p| p as u64)));
             let pager = pager(1);
             let map = pager
-                .map(
+                .map_trusted(
                     store.clone(),
                     MapOptions::new()
                         .fault_around_order(order)
@@ -223,7 +224,7 @@ fn pages_that_fail_to_read_are_never_mapped() {
             );
             // A second mapping of the object maps the good pages around, never the bad.
             let again = pager
-                .map(map.object(), MapOptions::new().fault_around_order(9))
+                .map_trusted(map.object(), MapOptions::new().fault_around_order(9))
                 .unwrap();
             touch(&again, 0);
             let s = settle(&again, 1);
@@ -246,7 +247,7 @@ fn a_failed_window_read_is_retried_for_the_faulting_page() {
         let store = Instrumented::mem(&data, Faults::flaky([6]));
         let pager = pager(1);
         let map = pager
-            .map(store.clone(), MapOptions::new().fault_around_order(4))
+            .map_trusted(store.clone(), MapOptions::new().fault_around_order(4))
             .unwrap();
         let r = page_range(&map, 6);
         assert_bytes(&map[r.clone()], &data[r], "page 6 after the retry");

@@ -13,6 +13,7 @@
 //! the counts are those of a second mapping.
 
 mod common;
+use common::MapTrusted;
 
 use common::*;
 use faultmap::{Config, MapOptions, Object, Pager};
@@ -28,7 +29,7 @@ fn warmed() -> (TestFile, Pager, Object) {
     let object = pager.open(file.store()).unwrap();
     {
         let warm = pager
-            .map(&object, MapOptions::new().fault_around_order(9))
+            .map_trusted(&object, MapOptions::new().fault_around_order(9))
             .unwrap();
         assert_bytes(&warm, &file.data, "warming read");
     }
@@ -83,7 +84,7 @@ fn mappings_are_placed_congruent_to_their_offset_modulo_2mib() {
             TABLE + 77 * PAGE,
         ] {
             let map = pager
-                .map(&object, MapOptions::new().offset(offset as u64))
+                .map_trusted(&object, MapOptions::new().offset(offset as u64))
                 .unwrap();
             assert_eq!(
                 map.as_ptr() as usize % TABLE,
@@ -103,7 +104,7 @@ fn aligned_sequential_read_takes_ceil_p_over_n_faults() {
             for order in 0..=9u8 {
                 let len = (pages * PAGE).min(SIZE);
                 let map = pager
-                    .map(
+                    .map_trusted(
                         &object,
                         MapOptions::new().len(len as u64).fault_around_order(order),
                     )
@@ -155,7 +156,7 @@ fn unaligned_sequential_read_takes_at_most_one_fault_more() {
                 let offset = start * PAGE + extra;
                 let end = ((start + pages) * PAGE).min(SIZE);
                 let map = pager
-                    .map(
+                    .map_trusted(
                         &object,
                         MapOptions::new()
                             .offset(offset as u64)
@@ -190,10 +191,10 @@ fn faults_are_counted_per_mapping_object_and_pager() {
         let before_object = object.stats();
         let before_pager = pager.stats();
         let a = pager
-            .map(&object, MapOptions::new().fault_around_order(2))
+            .map_trusted(&object, MapOptions::new().fault_around_order(2))
             .unwrap();
         let b = pager
-            .map(
+            .map_trusted(
                 &object,
                 MapOptions::new().offset(TABLE as u64).fault_around_order(5),
             )

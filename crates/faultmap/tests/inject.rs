@@ -12,6 +12,7 @@
 //! deliveries.
 
 mod common;
+use common::MapTrusted;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -207,7 +208,7 @@ fn eio_page(delivery: Delivery, name: &str) {
     if is_child(name) {
         let pager = pager(delivery);
         let map = pager
-            .map(store, MapOptions::new().fault_around_order(4))
+            .map_trusted(store, MapOptions::new().fault_around_order(4))
             .unwrap();
         return child_touches(&map, &data, &[0, 20, 22, 63], 21);
     }
@@ -216,7 +217,7 @@ fn eio_page(delivery: Delivery, name: &str) {
         let pager = pager(delivery);
         let object = pager.open(store).unwrap();
         let map = pager
-            .map(&object, MapOptions::new().fault_around_order(4))
+            .map_trusted(&object, MapOptions::new().fault_around_order(4))
             .unwrap();
         for p in (0..64).filter(|&p| p != 21) {
             let r = page_range(&map, p);
@@ -266,7 +267,7 @@ fn retried(delivery: Delivery, _name: &str) {
         let pager = Pager::new(Config::default().delivery(delivery).io_retries(3)).unwrap();
         let object = pager.open(store).unwrap();
         let map = pager
-            .map(&object, MapOptions::new().fault_around_order(0))
+            .map_trusted(&object, MapOptions::new().fault_around_order(0))
             .unwrap();
         assert_bytes(&map, &data, "every page, two of them retried");
         let s = map.stats();
@@ -287,7 +288,7 @@ fn no_retries(delivery: Delivery, name: &str) {
     if is_child(name) {
         let pager = Pager::new(Config::default().delivery(delivery).io_retries(0)).unwrap();
         let map = pager
-            .map(store, MapOptions::new().fault_around_order(0))
+            .map_trusted(store, MapOptions::new().fault_around_order(0))
             .unwrap();
         return child_touches(&map, &data, &[0, 4, 6], 5);
     }
@@ -306,7 +307,7 @@ fn short(delivery: Delivery, name: &str) {
     if is_child(name) {
         let pager = pager(delivery);
         let map = pager
-            .map(store, MapOptions::new().fault_around_order(3))
+            .map_trusted(store, MapOptions::new().fault_around_order(3))
             .unwrap();
         return child_touches(&map, &data, &[0, 9, 11, 31], 10);
     }
@@ -315,7 +316,7 @@ fn short(delivery: Delivery, name: &str) {
         let pager = pager(delivery);
         let object = pager.open(store).unwrap();
         let map = pager
-            .map(&object, MapOptions::new().fault_around_order(3))
+            .map_trusted(&object, MapOptions::new().fault_around_order(3))
             .unwrap();
         for p in (0..32).filter(|&p| p != 10) {
             let r = page_range(&map, p);
@@ -348,7 +349,7 @@ fn slow(delivery: Delivery, _name: &str) {
         let (store, data) = Faulty::mem(&data, [(2, Behaviour::Delay(Duration::from_millis(50)))]);
         let pager = pager(delivery);
         let object = pager.open(store).unwrap();
-        let map = pager.map(&object, MapOptions::new()).unwrap();
+        let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
         assert_bytes(&map, &data, "a slow store");
         let s = pager.stats();
         assert_eq!((s.io_errors, s.io_timeouts), (0, 0), "{s:?}");
@@ -370,7 +371,7 @@ fn hung(delivery: Delivery, name: &str) {
     if is_child(name) {
         let pager = Pager::new(hung_config(delivery)).unwrap();
         let map = pager
-            .map(store, MapOptions::new().fault_around_order(0))
+            .map_trusted(store, MapOptions::new().fault_around_order(0))
             .unwrap();
         // One page per miss: no readahead window of a good page holds the
         // hanging one.
@@ -385,7 +386,7 @@ fn hung(delivery: Delivery, name: &str) {
         let pager = Pager::new(hung_config(delivery)).unwrap();
         let object = pager.open(store.clone()).unwrap();
         let map = pager
-            .map(&object, MapOptions::new().fault_around_order(0))
+            .map_trusted(&object, MapOptions::new().fault_around_order(0))
             .unwrap();
         map.advise(Advice::Random, 0..map.len()).unwrap();
         let r = page_range(&map, 7);
@@ -439,7 +440,7 @@ fn truncated(delivery: Delivery, name: &str) {
         let pager = pager(delivery);
         let object = pager.open(file.store()).unwrap();
         let map = pager
-            .map(&object, MapOptions::new().fault_around_order(4))
+            .map_trusted(&object, MapOptions::new().fault_around_order(4))
             .unwrap();
         // Everything cached and mapped first, then the file shrinks.
         assert_bytes(&map, &file.data, "before the truncation");
@@ -454,7 +455,7 @@ fn truncated(delivery: Delivery, name: &str) {
         let pager = pager(delivery);
         let object = pager.open(file.store()).unwrap();
         let map = pager
-            .map(&object, MapOptions::new().fault_around_order(4))
+            .map_trusted(&object, MapOptions::new().fault_around_order(4))
             .unwrap();
         assert_bytes(&map, &file.data, "before the truncation");
         shrink(&file);
@@ -485,7 +486,7 @@ fn truncated_uncached(delivery: Delivery, name: &str) {
             .unwrap();
         let pager = pager(delivery);
         let map = pager
-            .map(store, MapOptions::new().fault_around_order(4))
+            .map_trusted(store, MapOptions::new().fault_around_order(4))
             .unwrap();
         return child_touches(&map, &file.data, &[0, TRUNC_PAGES / 4 - 1], TRUNC_PAGES - 2);
     }

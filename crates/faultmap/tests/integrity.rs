@@ -5,6 +5,7 @@
 //! compare the file byte for byte.
 
 mod common;
+use common::MapTrusted;
 
 use std::sync::{Arc, Mutex};
 
@@ -25,7 +26,7 @@ fn run(delivery: Delivery) {
         let store = FileStore::open_rw(&file.path).expect("open rw");
         let map = Arc::new(
             pager
-                .map(store, MapOptions::new().writable().fault_around_order(2))
+                .map_mut_trusted(store, MapOptions::new().fault_around_order(2))
                 .expect("map"),
         );
         let pages = len / PAGE;

@@ -3,6 +3,7 @@
 //! hangs or stays mapped.
 
 mod common;
+use common::MapTrusted;
 
 use std::time::Duration;
 
@@ -19,12 +20,12 @@ fn dropping_a_mapping_leaves_the_others_working() {
         let file = TestFile::new(TABLE + 40 * PAGE + 3, 900);
         let pager = pager(2);
         let object = pager.open(file.store()).unwrap();
-        let a = pager.map(&object, MapOptions::new()).unwrap();
+        let a = pager.map_trusted(&object, MapOptions::new()).unwrap();
         let b = pager
-            .map(&object, MapOptions::new().offset(PAGE as u64 * 3))
+            .map_trusted(&object, MapOptions::new().offset(PAGE as u64 * 3))
             .unwrap();
         let c = pager
-            .map(
+            .map_trusted(
                 &object,
                 MapOptions::new().offset(TABLE as u64).fault_around_order(0),
             )
@@ -41,7 +42,7 @@ fn dropping_a_mapping_leaves_the_others_working() {
         assert_eq!(pager.mappings(), 1);
         // A new mapping, possibly at a reused address, is served correctly.
         let d = pager
-            .map(&object, MapOptions::new().fault_around_order(9))
+            .map_trusted(&object, MapOptions::new().fault_around_order(9))
             .unwrap();
         assert_bytes(&d, &file.data, "d");
         assert_bytes(&c, &file.data[TABLE..], "c again");
@@ -55,10 +56,10 @@ fn mappings_outlive_the_pager() {
     watchdog(WATCHDOG, || {
         let file = TestFile::new(TABLE + 5 * PAGE + 1, 901);
         let pager = pager(3);
-        let cold = pager.map(file.store(), MapOptions::new()).unwrap();
+        let cold = pager.map_trusted(file.store(), MapOptions::new()).unwrap();
         let object = pager.open(file.store()).unwrap();
         let shared = pager
-            .map(&object, MapOptions::new().fault_around_order(0))
+            .map_trusted(&object, MapOptions::new().fault_around_order(0))
             .unwrap();
         drop(pager);
         // Every page of `cold` is still unread: its faults need the threads.
@@ -105,7 +106,7 @@ fn a_thousand_small_mappings_come_and_go() {
             let offset = (i * 7919) % (data.len() - 1);
             let len = 1 + (i * 31) % (data.len() - offset).min(3 * PAGE);
             let map = pager
-                .map(
+                .map_trusted(
                     &object,
                     MapOptions::new()
                         .offset(offset as u64)
@@ -137,7 +138,7 @@ fn a_thousand_small_mappings_come_and_go() {
         });
         assert!(unmapped, "dropped mappings left in the address space");
         // The pager still serves new mappings.
-        let last = pager.map(&object, MapOptions::new()).unwrap();
+        let last = pager.map_trusted(&object, MapOptions::new()).unwrap();
         assert_bytes(&last, &data, "after a thousand mappings");
         drop(last);
         assert_eq!(pager.mappings(), 0);
@@ -152,7 +153,7 @@ fn many_pagers_come_and_go() {
         for i in 0..50usize {
             let pager = pager(1 + i % 3);
             let map = pager
-                .map(MemStore::new("p", data.clone()), MapOptions::new())
+                .map_trusted(MemStore::new("p", data.clone()), MapOptions::new())
                 .unwrap();
             assert_eq!(read_byte(&map, i * PAGE / 3), data[i * PAGE / 3]);
             if i % 2 == 0 {
@@ -173,7 +174,7 @@ fn mappings_are_read_only_shared_registered_and_not_inherited_by_fork() {
         let data = pattern(40 * PAGE + 3, 905);
         let pager = pager(1);
         let map = pager
-            .map(
+            .map_trusted(
                 MemStore::new(name, data.clone()),
                 MapOptions::new().offset(PAGE as u64 + 1),
             )
@@ -214,7 +215,7 @@ fn dropped_mappings_are_unmapped() {
         let maps: Vec<_> = (0..30)
             .map(|i| {
                 let map = pager
-                    .map(&object, MapOptions::new().fault_around_order(i % 10))
+                    .map_trusted(&object, MapOptions::new().fault_around_order(i % 10))
                     .unwrap();
                 assert_eq!(read_byte(&map, i as usize * 100), data[i as usize * 100]);
                 map
@@ -274,10 +275,10 @@ fn handler_threads_stop_with_the_last_mapping() {
         wait_until(Duration::from_secs(10), || pager_threads() == running);
         assert_eq!(pager_threads(), running);
         let a = pager
-            .map(MemStore::new("a", data.clone()), MapOptions::new())
+            .map_trusted(MemStore::new("a", data.clone()), MapOptions::new())
             .unwrap();
         let b = pager
-            .map(MemStore::new("b", data.clone()), MapOptions::new())
+            .map_trusted(MemStore::new("b", data.clone()), MapOptions::new())
             .unwrap();
         drop(pager);
         assert_eq!(
@@ -323,7 +324,7 @@ fn faults_race_with_mapping_and_unmapping() {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let offset = (i * 37 * PAGE + i) % (file.data.len() - 1);
                     let map = pager
-                        .map(
+                        .map_trusted(
                             &object,
                             MapOptions::new()
                                 .offset(offset as u64)
@@ -343,7 +344,7 @@ fn faults_race_with_mapping_and_unmapping() {
                     s.spawn(move || {
                         for round in 0..4u64 {
                             let map = pager
-                                .map(
+                                .map_trusted(
                                     object,
                                     MapOptions::new().fault_around_order((round * 3) as u8),
                                 )

@@ -8,6 +8,7 @@
 //! each touch is one fault.
 
 mod common;
+use common::MapTrusted;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,7 +49,7 @@ fn read_around_then_async_readahead_at_the_marker() {
         let file = common::TestFile::new(1024 * PAGE, 31);
         let pager = Pager::new(Config::default()).unwrap();
         let object = pager.open(file.store()).unwrap();
-        let map = pager.map(&object, opts(0)).unwrap();
+        let map = pager.map_trusted(&object, opts(0)).unwrap();
         // A miss at page 300, no history: read-around [284..315], marker 308.
         assert_eq!(touch(&map, 300), file.data[300 * PAGE]);
         expect_cached(&object, 200..400, &span(284..316));
@@ -75,7 +76,7 @@ fn a_sequential_scan_ramps_the_window_up() {
         let file = common::TestFile::new(512 * PAGE, 32);
         let pager = Pager::new(Config::default()).unwrap();
         let object = pager.open(file.store()).unwrap();
-        let map = pager.map(&object, opts(0)).unwrap();
+        let map = pager.map_trusted(&object, opts(0)).unwrap();
         let mut sizes = Vec::new();
         for p in 0..200 {
             assert_eq!(touch(&map, p), file.data[p * PAGE], "page {p}");
@@ -111,7 +112,7 @@ fn random_advice_reads_one_page_per_miss() {
         let data = pattern(256 * PAGE, 33);
         let store = Instrumented::mem(&data, Faults::default());
         let pager = Pager::new(Config::default()).unwrap();
-        let map = pager.map(store.clone(), opts(4)).unwrap();
+        let map = pager.map_trusted(store.clone(), opts(4)).unwrap();
         map.advise(Advice::Random, 0..map.len()).unwrap();
         for p in [200, 3, 77, 150] {
             assert_eq!(read_byte(&map, p * PAGE + 1), data[p * PAGE + 1]);
@@ -130,7 +131,7 @@ fn sequential_advice_reads_full_windows_without_a_marker() {
         let store = Instrumented::mem(&data, Faults::default());
         let pager = Pager::new(Config::default()).unwrap();
         let object = pager.open(store.clone()).unwrap();
-        let map = pager.map(&object, opts(0)).unwrap();
+        let map = pager.map_trusted(&object, opts(0)).unwrap();
         map.advise(Advice::Sequential, 0..map.len()).unwrap();
         for (p, window) in [(300, 300..332), (340, 340..372), (380, 380..412)] {
             touch(&map, p);
@@ -149,7 +150,7 @@ fn the_mmap_miss_throttle_stops_read_around() {
         let store = Instrumented::mem(&data, Faults::default());
         let pager = Pager::new(Config::default()).unwrap();
         let object = pager.open(store.clone()).unwrap();
-        let map = pager.map(&object, opts(0)).unwrap();
+        let map = pager.map_trusted(&object, opts(0)).unwrap();
         // Misses 64 pages apart: every read-around window is new, no hits.
         for i in 1..150u64 {
             let p = (i * 97 % 250 + 1) * 64;
@@ -172,7 +173,7 @@ fn around_only_mode_never_reads_ahead_asynchronously() {
             .open(faultmap::MemStore::new("m", data.clone()))
             .unwrap();
         let map = pager
-            .map(&object, opts(4).readahead(ReadaheadMode::AroundOnly))
+            .map_trusted(&object, opts(4).readahead(ReadaheadMode::AroundOnly))
             .unwrap();
         common::assert_bytes(&map[..], &data, "the whole object");
         let ra = object.ra_stats();
@@ -198,8 +199,8 @@ fn faults_on_a_window_in_flight_issue_one_read() {
         let store = Instrumented::mem(&data, Faults::gated([100]));
         let pager = Pager::new(Config::default().handler_threads(2)).unwrap();
         let object = pager.open(store.clone()).unwrap();
-        let a = Arc::new(pager.map(&object, opts(0)).unwrap());
-        let b = Arc::new(pager.map(&object, opts(0)).unwrap());
+        let a = Arc::new(pager.map_trusted(&object, opts(0)).unwrap());
+        let b = Arc::new(pager.map_trusted(&object, opts(0)).unwrap());
         let ta = spawn_touch(&a, 100);
         assert!(store.gate.wait_entered(1, SETTLE));
         let tb = spawn_touch(&b, 101);
@@ -256,7 +257,7 @@ fn async_readahead_hides_a_slow_stores_latency() {
                 inner: faultmap::MemStore::new("m", data.clone()),
                 delay: Duration::from_millis(2),
             };
-            let map = pager.map(store, opts(4).readahead(mode)).unwrap();
+            let map = pager.map_trusted(store, opts(4).readahead(mode)).unwrap();
             for p in 0..2048 {
                 assert_eq!(touch(&map, p), data[p * PAGE]);
                 // The reader does some work per page, as readers do.
@@ -282,7 +283,7 @@ fn will_need_reads_the_range_in_the_background() {
         let object = pager
             .open(faultmap::MemStore::new("m", data.clone()))
             .unwrap();
-        let map = pager.map(&object, opts(4)).unwrap();
+        let map = pager.map_trusted(&object, opts(4)).unwrap();
         map.advise(Advice::WillNeed, 100 * PAGE..200 * PAGE)
             .unwrap();
         expect_cached(&object, 0..512, &span(100..200));
@@ -302,7 +303,7 @@ fn dont_need_unmaps_but_keeps_the_cache() {
         let data = pattern(64 * PAGE, 40);
         let store = Instrumented::mem(&data, Faults::default());
         let pager = Pager::new(Config::default()).unwrap();
-        let map = pager.map(store.clone(), opts(4)).unwrap();
+        let map = pager.map_trusted(store.clone(), opts(4)).unwrap();
         common::assert_bytes(&map[..], &data, "first read");
         let reads = store.reads.lock().unwrap().len();
         map.advise(Advice::DontNeed, 0..map.len()).unwrap();
@@ -322,7 +323,7 @@ fn dont_need_unmaps_but_keeps_the_cache() {
 fn advice_outside_the_mapping_is_refused() {
     let pager = Pager::new(Config::default()).unwrap();
     let map = pager
-        .map(faultmap::MemStore::new("m", vec![1u8; 3 * PAGE]), opts(4))
+        .map_trusted(faultmap::MemStore::new("m", vec![1u8; 3 * PAGE]), opts(4))
         .unwrap();
     assert!(map.advise(Advice::Random, 0..3 * PAGE + 1).is_err());
     #[allow(clippy::reversed_empty_ranges)]
@@ -358,7 +359,7 @@ fn a_store_with_no_request_limit_is_served() {
         let data = pattern(1024 * PAGE, 41);
         let pager = Pager::new(Config::default()).unwrap();
         let store = Unlimited(faultmap::MemStore::new("m", data.clone()));
-        let map = pager.map(store, opts(4)).unwrap();
+        let map = pager.map_trusted(store, opts(4)).unwrap();
         assert_eq!(touch(&map, 300), data[300 * PAGE]);
         common::assert_bytes(&map[..], &data, "everything");
     });
@@ -374,8 +375,8 @@ fn a_random_mapping_leaves_the_marker_to_the_stream() {
         let object = pager
             .open(faultmap::MemStore::new("m", data.clone()))
             .unwrap();
-        let a = pager.map(&object, opts(0)).unwrap();
-        let b = pager.map(&object, opts(0)).unwrap();
+        let a = pager.map_trusted(&object, opts(0)).unwrap();
+        let b = pager.map_trusted(&object, opts(0)).unwrap();
         b.advise(Advice::Random, 0..b.len()).unwrap();
         touch(&a, 300);
         expect_cached(&object, 200..400, &span(284..316));
@@ -430,7 +431,7 @@ fn a_reader_waiting_on_the_marker_starts_the_next_window() {
             most: 0.into(),
         });
         let pager = Pager::new(Config::default()).unwrap();
-        let map = pager.map(store.clone(), opts(4)).unwrap();
+        let map = pager.map_trusted(store.clone(), opts(4)).unwrap();
         for p in 0..1024 {
             assert_eq!(touch(&map, p), data[p * PAGE]);
         }
@@ -478,7 +479,7 @@ fn a_fault_promotes_its_queued_read() {
         });
         let pager = Pager::new(Config::default()).unwrap();
         let opts = MapOptions::new().fault_around_order(0).ra_pages(1024);
-        let map = pager.map(store.clone(), opts).unwrap();
+        let map = pager.map_trusted(store.clone(), opts).unwrap();
         // 128 requests of 8 pages queued at once.
         map.advise(Advice::WillNeed, 0..map.len()).unwrap();
         assert_eq!(touch(&map, 1020), data[1020 * PAGE]);

@@ -8,6 +8,7 @@
 //! of hanging the suite.
 
 mod common;
+use common::MapTrusted;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
@@ -120,8 +121,8 @@ fn a_waiter_of_another_pager_is_woken() {
         let b = Pager::new(Config::default()).unwrap();
         let object = a.open(store.clone()).unwrap();
         let order0 = || MapOptions::new().fault_around_order(0);
-        let ma = Arc::new(a.map(&object, order0()).unwrap());
-        let mb = Arc::new(b.map(&object, order0()).unwrap());
+        let ma = Arc::new(a.map_trusted(&object, order0()).unwrap());
+        let mb = Arc::new(b.map_trusted(&object, order0()).unwrap());
         let ra = touch_async(&ma, 5 * PAGE);
         store.wait_entered(0);
         let rb = touch_async(&mb, 5 * PAGE + 1);
@@ -141,7 +142,11 @@ fn a_split_mapping_still_resolves_faults() {
         let data = pattern(64 * PAGE, 2);
         let pager = Pager::new(Config::default()).unwrap();
         let order4 = MapOptions::new().fault_around_order(4);
-        let map = Arc::new(pager.map(MemStore::new("m", data.clone()), order4).unwrap());
+        let map = Arc::new(
+            pager
+                .map_trusted(MemStore::new("m", data.clone()), order4)
+                .unwrap(),
+        );
         // SAFETY: madvise(MADV_RANDOM) on one page inside our own mapping
         // changes only its VMA flags (splitting the VMA), never its content.
         let rc = unsafe {
@@ -183,10 +188,14 @@ fn a_waiter_survives_its_page_failing_and_being_claimed_again() {
             .readahead(faultmap::ReadaheadMode::AroundOnly);
         let map = Arc::new(
             pager
-                .map(&object, around.clone().fault_around_order(4))
+                .map_trusted(&object, around.clone().fault_around_order(4))
                 .unwrap(),
         );
-        let other = Arc::new(pager.map(&object, around.fault_around_order(0)).unwrap());
+        let other = Arc::new(
+            pager
+                .map_trusted(&object, around.fault_around_order(0))
+                .unwrap(),
+        );
         let first = touch_async(&map, 0);
         store.wait_entered(0);
         let parked = touch_async(&other, 5 * PAGE);
@@ -210,16 +219,16 @@ fn a_stale_fault_message_costs_no_ioctl_per_page() {
         let pager = Pager::new(Config::default()).unwrap();
         let object = pager.open(MemStore::new("m", data.clone())).unwrap();
         let order9 = || MapOptions::new().fault_around_order(9);
-        let warm = pager.map(&object, order9()).unwrap();
+        let warm = pager.map_trusted(&object, order9()).unwrap();
         common::touch(&warm, 0);
         drop(warm);
         // Hold the only handler thread in a read, so that both faults below
         // queue up before either is handled.
         let blocker = Scripted::new(&data, &[0], &[]);
-        let held = Arc::new(pager.map(blocker.clone(), order9()).unwrap());
+        let held = Arc::new(pager.map_trusted(blocker.clone(), order9()).unwrap());
         let unblock = touch_async(&held, 0);
         blocker.wait_entered(0);
-        let map = Arc::new(pager.map(&object, order9()).unwrap());
+        let map = Arc::new(pager.map_trusted(&object, order9()).unwrap());
         let a = touch_async(&map, 0);
         let b = touch_async(&map, PAGE);
         blocker.open(0);
@@ -243,7 +252,7 @@ fn a_long_store_name_maps() {
     let pager = Pager::new(Config::default()).unwrap();
     let name = "d/".repeat(200) + "file.bin";
     let map = pager
-        .map(MemStore::new(name, vec![7u8; 100]), MapOptions::new())
+        .map_trusted(MemStore::new(name, vec![7u8; 100]), MapOptions::new())
         .unwrap();
     assert_eq!(&map[..], &[7u8; 100][..]);
 }

@@ -4,6 +4,7 @@
 //! of reading it again.
 
 mod common;
+use common::MapTrusted;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +30,7 @@ fn a_second_mapping_of_an_object_does_no_io() {
         let pager = pager(1);
         let object = pager.open(file.store()).unwrap();
         {
-            let first = pager.map(&object, MapOptions::new()).unwrap();
+            let first = pager.map_trusted(&object, MapOptions::new()).unwrap();
             assert_bytes(&first, &file.data, "first mapping");
             let s = stats_when(|| first.stats(), |s| s.io_bytes >= SIZE as u64);
             assert!(s.pgmajfault > 0, "the first mapping read the store: {s:?}");
@@ -37,7 +38,7 @@ fn a_second_mapping_of_an_object_does_no_io() {
         }
         for order in [0u8, 4, 9] {
             let second = pager
-                .map(&object, MapOptions::new().fault_around_order(order))
+                .map_trusted(&object, MapOptions::new().fault_around_order(order))
                 .unwrap();
             assert_bytes(
                 &second,
@@ -73,12 +74,14 @@ fn concurrently_held_mappings_share_the_cache() {
         let pager = pager(2);
         let object = pager.open(file.store()).unwrap();
         // Readahead off: what each mapping reads is what it touches.
-        let a = pager.map(&object, MapOptions::new().ra_pages(0)).unwrap();
+        let a = pager
+            .map_trusted(&object, MapOptions::new().ra_pages(0))
+            .unwrap();
         let b = pager
-            .map(&object, MapOptions::new().fault_around_order(9).ra_pages(0))
+            .map_trusted(&object, MapOptions::new().fault_around_order(9).ra_pages(0))
             .unwrap();
         let c = pager
-            .map(
+            .map_trusted(
                 &object,
                 MapOptions::new()
                     .offset(TABLE as u64 + 3)
@@ -126,7 +129,7 @@ fn four_threads_on_one_cold_object_read_each_page_once() {
                 .iter()
                 .map(|&o| {
                     pager
-                        .map(&object, MapOptions::new().fault_around_order(o))
+                        .map_trusted(&object, MapOptions::new().fault_around_order(o))
                         .unwrap()
                 })
                 .collect();
@@ -191,12 +194,12 @@ fn a_page_in_flight_is_waited_for_not_reread() {
         let object = pager.open(store.clone()).unwrap();
         let a = Arc::new(
             pager
-                .map(&object, MapOptions::new().fault_around_order(0).ra_pages(0))
+                .map_trusted(&object, MapOptions::new().fault_around_order(0).ra_pages(0))
                 .unwrap(),
         );
         let b = Arc::new(
             pager
-                .map(&object, MapOptions::new().fault_around_order(0).ra_pages(0))
+                .map_trusted(&object, MapOptions::new().fault_around_order(0).ra_pages(0))
                 .unwrap(),
         );
         let reader = {
@@ -239,10 +242,10 @@ fn an_object_is_shared_across_pagers() {
         let second = pager(2);
         let object = first.open(file.store()).unwrap();
         {
-            let warm = first.map(&object, MapOptions::new()).unwrap();
+            let warm = first.map_trusted(&object, MapOptions::new()).unwrap();
             assert_bytes(&warm, &file.data, "through the first pager");
         }
-        let other = second.map(&object, MapOptions::new()).unwrap();
+        let other = second.map_trusted(&object, MapOptions::new()).unwrap();
         assert_bytes(&other, &file.data, "through the second pager");
         // 49 pages at order 4: four faults.
         let s = stats_when(|| other.stats(), |s| s.pgfault >= 4);

@@ -14,6 +14,7 @@
 //! access runs again and reads zeros.
 
 mod common;
+use common::MapTrusted;
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
@@ -123,7 +124,7 @@ fn signal_pager_replacing(before: libc::sighandler_t) -> Pager {
 fn mapped_and_checked(pager: &Pager, pages: usize, seed: u64, what: &str) -> (Mapping, Vec<u8>) {
     let data = pattern(pages * PAGE - 10, seed);
     let map = pager
-        .map(
+        .map_trusted(
             MemStore::new("sig", data.clone()),
             MapOptions::new().fault_around_order(2),
         )
@@ -313,7 +314,7 @@ fn a_thread_that_blocks_every_other_signal_is_served() {
                 // and a read that waits for another's read.
                 for order in [0u8, 4] {
                     let map = pager
-                        .map(&object, MapOptions::new().fault_around_order(order))
+                        .map_trusted(&object, MapOptions::new().fault_around_order(order))
                         .unwrap();
                     for p in (0..301).rev().step_by(7) {
                         let r = page_range(&map, p);
@@ -339,7 +340,7 @@ fn a_thread_that_blocks_sigbus_dies_of_it_rather_than_hang() {
         let pager = pager(Delivery::Signal);
         let data = pattern(8 * PAGE, 9011);
         let map = pager
-            .map(MemStore::new("blocked", data), MapOptions::new())
+            .map_trusted(MemStore::new("blocked", data), MapOptions::new())
             .unwrap();
         std::thread::scope(|s| {
             s.spawn(|| {
@@ -368,7 +369,7 @@ fn a_failed_read_reaches_the_app_handler_with_the_faulting_address() {
         let data = pattern(16 * PAGE, 9020);
         let store = Instrumented::mem(&data, Faults::bad([5]));
         let map = pager
-            .map(store.clone(), MapOptions::new().fault_around_order(0))
+            .map_trusted(store.clone(), MapOptions::new().fault_around_order(0))
             .unwrap();
         for p in [0, 4, 6, 15] {
             let r = page_range(&map, p);
@@ -418,7 +419,7 @@ fn a_failed_read_without_an_app_handler_kills_by_sigbus() {
         let pager = signal_pager_replacing(libc::SIG_DFL);
         let data = pattern(16 * PAGE, 9022);
         let map = pager
-            .map(
+            .map_trusted(
                 Instrumented::mem(&data, Faults::bad([5])),
                 MapOptions::new().fault_around_order(3),
             )
@@ -452,10 +453,10 @@ fn handler_and_signal_pagers_work_side_by_side() {
                 let (shared, data) = (shared.clone(), data.clone());
                 std::thread::spawn(move || {
                     let own = pager
-                        .map(MemStore::new("own", data.to_vec()), MapOptions::new())
+                        .map_trusted(MemStore::new("own", data.to_vec()), MapOptions::new())
                         .unwrap();
                     let both = pager
-                        .map(&shared, MapOptions::new().fault_around_order(3 * i as u8))
+                        .map_trusted(&shared, MapOptions::new().fault_around_order(3 * i as u8))
                         .unwrap();
                     for p in (0..513).step_by(5 + i) {
                         let r = page_range(&both, p);
@@ -538,7 +539,7 @@ fn a_failed_read_of_a_handler_delivery_pager_reaches_the_app_handler() {
         let handler = pager(Delivery::Handler);
         let data = pattern(8 * PAGE, 9042);
         let map = handler
-            .map(
+            .map_trusted(
                 Instrumented::mem(&data, Faults::bad([2])),
                 MapOptions::new().fault_around_order(0),
             )
@@ -695,7 +696,7 @@ fn errno_survives_faults() {
                 let (pager, object, data) = (pager.clone(), object.clone(), data.clone());
                 std::thread::spawn(move || {
                     for round in 0..4 {
-                        let map = pager.map(&object, MapOptions::new()).unwrap();
+                        let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
                         for p in 0..512 {
                             let sentinel = 1000 + t * 100 + round;
                             // SAFETY: sets this thread's errno.

@@ -18,6 +18,7 @@
 //! Every test runs under a watchdog: a hang is a failure.
 
 mod common;
+use common::MapTrusted;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -166,7 +167,7 @@ impl World {
             .readahead(modes[rng.random_range(0..modes.len())]);
         let map = self.pagers[pager]
             .pager
-            .map(&self.objects[obj].object, opts)
+            .map_trusted(&self.objects[obj].object, opts)
             .expect("map");
         Entry {
             map,
@@ -384,7 +385,7 @@ fn readers_see_the_right_bytes_while_mappings_churn_and_pages_are_invalidated() 
                     Entry {
                         map: world.pagers[p]
                             .pager
-                            .map(&world.objects[o].object, opts)
+                            .map_trusted(&world.objects[o].object, opts)
                             .expect("map"),
                         obj: o,
                         pager: p,
@@ -484,7 +485,7 @@ fn readers_see_the_right_bytes_while_mappings_churn_and_pages_are_invalidated() 
 fn fault_twice(pager: &Pager, object: &Object, data: &[u8]) -> Stats {
     for order in [0u8, 2] {
         let map = pager
-            .map(object, MapOptions::new().fault_around_order(order))
+            .map_trusted(object, MapOptions::new().fault_around_order(order))
             .unwrap();
         assert_bytes(&map, data, &format!("order {order}"));
     }
@@ -569,11 +570,11 @@ fn invalidate_drops_the_pages_everywhere_and_the_next_touch_reads_them_again() {
             let object = pager.open(store.clone()).unwrap();
             // Readahead off: what is read is what is touched.
             let whole = pager
-                .map(&object, MapOptions::new().ra_pages(0).fault_around_order(4))
+                .map_trusted(&object, MapOptions::new().ra_pages(0).fault_around_order(4))
                 .unwrap();
             // Bytes PAGE + 100 .. 5 * PAGE + 100 of the object: pages 1..=5.
             let part = other
-                .map(
+                .map_trusted(
                     &object,
                     MapOptions::new()
                         .offset(PAGE as u64 + 100)
@@ -698,7 +699,7 @@ fn invalidate_refuses_a_range_outside_the_object_or_the_mapping() {
             .unwrap();
         let len = data.len() as u64;
         let map = pager
-            .map(&object, MapOptions::new().offset(3000).len(2 * PAGE as u64))
+            .map_trusted(&object, MapOptions::new().offset(3000).len(2 * PAGE as u64))
             .unwrap();
         assert_bytes(&map, &data[3000..3000 + 2 * PAGE], "read");
         let cached_before = object.cached_bytes();
@@ -742,7 +743,9 @@ fn invalidate_refuses_a_range_outside_the_object_or_the_mapping() {
         assert!(object.invalidate(len..len).is_ok());
         assert!(map.invalidate(mlen..mlen).is_ok());
         // An empty mapping has nothing to drop.
-        let empty = pager.map(&object, MapOptions::new().offset(len)).unwrap();
+        let empty = pager
+            .map_trusted(&object, MapOptions::new().offset(len))
+            .unwrap();
         assert_eq!(empty.invalidate(0..0).unwrap(), 0);
         assert!(matches!(
             empty.invalidate(0..1),
@@ -762,7 +765,7 @@ fn invalidate_of_an_empty_range_drops_nothing() {
             .open(faultmap::MemStore::new("e", data.clone()))
             .unwrap();
         let map = pager
-            .map(&object, MapOptions::new().offset(100).ra_pages(0))
+            .map_trusted(&object, MapOptions::new().offset(100).ra_pages(0))
             .unwrap();
         assert_bytes(&map, &data[100..], "read");
         let all: Vec<u64> = (0..9).collect();
@@ -800,7 +803,7 @@ fn invalidate_waits_for_a_read_in_flight_then_drops_the_page() {
             let object = pager.open(store.clone()).unwrap();
             let map = Arc::new(
                 pager
-                    .map(&object, MapOptions::new().ra_pages(0).fault_around_order(0))
+                    .map_trusted(&object, MapOptions::new().ra_pages(0).fault_around_order(0))
                     .unwrap(),
             );
             // Page 4 is cached; page 5's read is held at the gate.
@@ -843,7 +846,7 @@ fn invalidate_waits_for_a_read_in_flight_then_drops_the_page() {
             let toucher4 = {
                 // Another mapping, where page 4 is not mapped yet.
                 let map = pager
-                    .map(&object, MapOptions::new().ra_pages(0).fault_around_order(0))
+                    .map_trusted(&object, MapOptions::new().ra_pages(0).fault_around_order(0))
                     .unwrap();
                 std::thread::spawn(move || map[4 * PAGE..5 * PAGE].to_vec())
             };

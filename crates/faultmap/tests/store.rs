@@ -10,6 +10,7 @@
 //! say that they skip.
 
 mod common;
+use common::MapTrusted;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -251,7 +252,7 @@ fn every_mode_fills_a_pagers_mapping() {
         let pager = Pager::new(Config::default()).expect("Pager::new");
         for mode in MODES {
             let map = pager
-                .map(file.open(mode), MapOptions::new().fault_around_order(4))
+                .map_trusted(file.open(mode), MapOptions::new().fault_around_order(4))
                 .expect("map");
             assert_bytes(&map, &file.data, mode);
             assert!(read_tail(&map).iter().all(|&b| b == 0), "{mode}: tail");

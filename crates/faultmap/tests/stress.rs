@@ -9,6 +9,7 @@
 //! path's single-page retry always succeeds: no access may see SIGBUS.
 
 mod common;
+use common::MapTrusted;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -107,7 +108,7 @@ fn reader(
         let offset = first * PAGE + rng.random_range(0..PAGE.min(len));
         let len = len - (offset - first * PAGE);
         let opts = options(&mut rng).offset(offset as u64).len(len as u64);
-        let map = pager.map(&object, opts).expect("map");
+        let map = pager.map_trusted(&object, opts).expect("map");
         for _ in 0..rng.random_range(1..200) {
             match rng.random_range(0..100) {
                 // Mostly reads: a random byte, or a sequential stretch.

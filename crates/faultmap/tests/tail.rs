@@ -4,6 +4,7 @@
 //! `as_ptr()` (see `common::read_tail` for why that stays inside the mapping).
 
 mod common;
+use common::MapTrusted;
 
 use common::*;
 use faultmap::{Config, MapOptions, Pager};
@@ -22,7 +23,7 @@ fn tail_read_first_is_zero() {
             let file = TestFile::new(size, 200 + i as u64);
             for order in [0u8, 4, 9] {
                 let map = pager
-                    .map(file.store(), MapOptions::new().fault_around_order(order))
+                    .map_trusted(file.store(), MapOptions::new().fault_around_order(order))
                     .unwrap();
                 let what = format!("size {size}, order {order}");
                 // The tail is the first thing touched: its fault reads the page.
@@ -53,7 +54,7 @@ fn tail_after_a_sequential_read_is_zero() {
             // Through an offset mapping too: its last page is the object's.
             for offset in [0, size / 2, size - 1] {
                 let map = pager
-                    .map(&object, MapOptions::new().offset(offset as u64))
+                    .map_trusted(&object, MapOptions::new().offset(offset as u64))
                     .unwrap();
                 let what = format!("size {size}, offset {offset}");
                 assert_bytes(&map, &file.data[offset..], &what);
@@ -78,7 +79,7 @@ fn tail_after_a_failed_read_of_the_last_page_is_zero() {
         let file = TestFile::new(size, 400);
         let last = (size / PAGE) as u64;
         let store = Instrumented::new(file.store(), Faults::flaky([last]));
-        let map = pager.map(store.clone(), MapOptions::new()).unwrap();
+        let map = pager.map_trusted(store.clone(), MapOptions::new()).unwrap();
         let tail = read_tail(&map);
         assert!(tail.iter().all(|&b| b == 0), "tail not zero: {tail:02x?}");
         assert_bytes(&map, &file.data, "after a failed window read");

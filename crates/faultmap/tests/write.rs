@@ -6,6 +6,7 @@
 //! deliveries.
 
 mod common;
+use common::MapTrusted;
 
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -37,7 +38,7 @@ fn rw_store(file: &TestFile) -> FileStore {
 
 /// Writes `byte` at a spread of offsets (every 3rd page, the last byte)
 /// through `map` and into `expected`.
-fn scribble(map: &mut faultmap::Mapping, expected: &mut [u8], byte: u8) {
+fn scribble(map: &mut faultmap::MappingMut, expected: &mut [u8], byte: u8) {
     let len = map.len();
     let mut offsets: Vec<usize> = (0..len).step_by(3 * PAGE + 17).collect();
     offsets.push(len - 1);
@@ -54,7 +55,7 @@ fn writes_reach_the_file_on_flush() {
             let file = TestFile::new(SIZE, 700);
             let pager = pager(delivery);
             let mut map = pager
-                .map(rw_store(&file), MapOptions::new().writable())
+                .map_mut_trusted(rw_store(&file), MapOptions::new())
                 .unwrap();
             assert!(map.is_writable());
             let mut expected = file.data.clone();
@@ -97,11 +98,11 @@ fn mappings_of_one_object_see_each_others_writes_at_once() {
             let file = TestFile::new(SIZE, 701);
             let pager = pager(delivery);
             let object = pager.open(rw_store(&file)).unwrap();
-            let mut a = pager.map(&object, MapOptions::new().writable()).unwrap();
-            let mut b = pager.map(&object, MapOptions::new().writable()).unwrap();
-            let ro = pager.map(&object, MapOptions::new()).unwrap();
+            let mut a = pager.map_mut_trusted(&object, MapOptions::new()).unwrap();
+            let mut b = pager.map_mut_trusted(&object, MapOptions::new()).unwrap();
+            let ro = pager.map_trusted(&object, MapOptions::new()).unwrap();
             let part = pager
-                .map(
+                .map_trusted(
                     &object,
                     MapOptions::new()
                         .offset(PAGE as u64 + 5)
@@ -138,7 +139,7 @@ fn flush_with_nothing_dirty_is_a_no_op() {
         let file = TestFile::new(SIZE, 702);
         let pager = pager(Delivery::Signal);
         let map = pager
-            .map(rw_store(&file), MapOptions::new().writable())
+            .map_mut_trusted(rw_store(&file), MapOptions::new())
             .unwrap();
         assert_bytes(&map, &file.data, "read only");
         assert_eq!(map.flush(0..map.len()).unwrap(), 0);
@@ -150,9 +151,9 @@ fn flush_with_nothing_dirty_is_a_no_op() {
             map.flush(5..map.len() + 1),
             Err(WriteBackError::Range { .. })
         ));
-        // A read-only mapping has nothing to flush.
-        let ro = pager.map(file.store(), MapOptions::new()).unwrap();
-        assert_eq!(ro.flush(0..ro.len()).unwrap(), 0);
+        // A read-only object has nothing to flush.
+        let ro = pager.map_trusted(file.store(), MapOptions::new()).unwrap();
+        assert_eq!(ro.object().flush().unwrap(), 0);
     });
 }
 
@@ -164,7 +165,7 @@ fn mem_store_takes_writes() {
             let store = MemStore::new("mem", data.clone());
             let pager = pager(delivery);
             let mut map = pager
-                .map(store.clone(), MapOptions::new().writable())
+                .map_mut_trusted(store.clone(), MapOptions::new())
                 .unwrap();
             let mut expected = data.clone();
             scribble(&mut map, &mut expected, 0x77);
@@ -195,7 +196,7 @@ fn a_read_only_store_cannot_be_mapped_writable() {
     let file = TestFile::new(SIZE, 704);
     let pager = pager(Delivery::Signal);
     let err = pager
-        .map(file.store(), MapOptions::new().writable())
+        .map_mut_trusted(file.store(), MapOptions::new())
         .unwrap_err();
     assert!(matches!(err, MapError::ReadOnlyStore { .. }), "{err}");
     assert!(err.to_string().contains("read-only"), "{err}");
@@ -206,13 +207,13 @@ fn a_read_only_store_cannot_be_mapped_writable() {
         Err(StoreError::ReadOnly { .. })
     ));
     assert!(matches!(
-        pager.map(store, MapOptions::new().writable()),
+        pager.map_mut_trusted(store, MapOptions::new()),
         Err(MapError::ReadOnlyStore { .. })
     ));
-    // The mapping's DerefMut of a read-only mapping is empty.
-    let mut ro = pager.map(file.store(), MapOptions::new()).unwrap();
+    // A read-only mapping has no mutable access at all (the compile_fail
+    // examples on `faultmap::Mapping` check that it does not compile).
+    let ro = pager.map_trusted(file.store(), MapOptions::new()).unwrap();
     assert!(!ro.is_writable());
-    assert!(std::ops::DerefMut::deref_mut(&mut ro).is_empty());
 }
 
 /// A writable file store whose writes can be made to fail, or to wait at a
@@ -310,7 +311,7 @@ fn a_failed_write_back_keeps_pages_dirty_and_is_reported_once() {
             let store = Flaky::new(&file);
             let pager = pager(delivery);
             let mut map = pager
-                .map(store.clone(), MapOptions::new().writable())
+                .map_mut_trusted(store.clone(), MapOptions::new())
                 .unwrap();
             let mut expected = file.data.clone();
             let off = 2 * PAGE + 100;
@@ -373,8 +374,8 @@ fn a_page_written_during_its_write_back_stays_dirty() {
             let store = Flaky::new(&file);
             let pager = pager(delivery);
             let object = pager.open(store.clone()).unwrap();
-            let mut map = pager.map(&object, MapOptions::new().writable()).unwrap();
-            let writer_map = pager.map(&object, MapOptions::new().writable()).unwrap();
+            let mut map = pager.map_mut_trusted(&object, MapOptions::new()).unwrap();
+            let writer_map = pager.map_mut_trusted(&object, MapOptions::new()).unwrap();
             let mut expected = file.data.clone();
             let off = 5 * PAGE + 1;
             map[off] = 1;
@@ -421,7 +422,7 @@ fn the_background_flusher_writes_pages_after_dirty_expire() {
                 .dirty_expire(Duration::from_millis(200));
             let pager = Pager::new(config).unwrap();
             let mut map = pager
-                .map(rw_store(&file), MapOptions::new().writable())
+                .map_mut_trusted(rw_store(&file), MapOptions::new())
                 .unwrap();
             let mut expected = file.data.clone();
             scribble(&mut map, &mut expected, 0x42);
@@ -441,7 +442,7 @@ fn dirty_pages_are_written_back_when_the_object_goes() {
     {
         let pager = pager(Delivery::Signal);
         let mut map = pager
-            .map(rw_store(&file), MapOptions::new().writable())
+            .map_mut_trusted(rw_store(&file), MapOptions::new())
             .unwrap();
         scribble(&mut map, &mut expected, 0x99);
     }
@@ -471,10 +472,7 @@ fn crash_child() {
     };
     let pager = Pager::new(Config::default().delivery(delivery)).unwrap();
     let mut map = pager
-        .map(
-            FileStore::open_rw(&data).unwrap(),
-            MapOptions::new().writable(),
-        )
+        .map_mut_trusted(FileStore::open_rw(&data).unwrap(), MapOptions::new())
         .unwrap();
     let mut gen = u64::from_le_bytes(map[..8].try_into().unwrap());
     loop {

@@ -254,11 +254,13 @@ impl Engines {
             .map(|_| match engine {
                 Engine::KernelFile => kernel_map(&self.file).map(View::Kernel),
                 Engine::KernelMemfd => kernel_map(&self.memfd).map(View::Kernel),
-                Engine::Faultmap { order, delivery } => self
-                    .pager(delivery)?
-                    .map(&self.object, MapOptions::new().fault_around_order(order))
-                    .map(View::Faultmap)
-                    .context("mapping the data through faultmap"),
+                Engine::Faultmap { order, delivery } => crate::map_readonly(
+                    self.pager(delivery)?,
+                    &self.object,
+                    MapOptions::new().fault_around_order(order),
+                )
+                .map(View::Faultmap)
+                .context("mapping the data through faultmap"),
             })
             .collect()
     }
@@ -319,9 +321,12 @@ fn read_all(file: &File, buf: &mut [u8]) -> std::io::Result<()> {
 /// per page.
 pub(super) fn warm_object(pager: &Pager, object: &Object) -> Result<WarmUp> {
     let start = Instant::now();
-    let map = pager
-        .map(object, MapOptions::new().fault_around_order(MAX_ORDER))
-        .context("mapping the data through faultmap")?;
+    let map = crate::map_readonly(
+        pager,
+        object,
+        MapOptions::new().fault_around_order(MAX_ORDER),
+    )
+    .context("mapping the data through faultmap")?;
     let mut x = 0u8;
     for i in (0..map.len()).step_by(PAGE_SIZE) {
         x ^= map[i];

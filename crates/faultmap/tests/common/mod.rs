@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use faultmap::{Mapping, MemStore, Store, StoreError};
+use faultmap::{
+    IntoObject, MapError, MapOptions, Mapping, MappingMut, MemStore, Pager, Store, StoreError,
+};
 
 /// The page size faultmap works in.
 pub const PAGE: usize = 4096;
@@ -27,6 +29,46 @@ pub const SIGBUS: i32 = libc::SIGBUS;
 /// How long any single test body may run before the watchdog calls it hung.
 /// Generous: the slowest body takes well under a second in release builds.
 pub const WATCHDOG: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------
+// Mapping test data.
+// ---------------------------------------------------------------------------
+
+/// `Pager::map` and `Pager::map_mut` for the tests' own data.
+///
+/// Their contract (`Pager::map`'s `# Safety`) holds for every test that uses
+/// these: each test's store is a file in its own temporary folder or a
+/// buffer that only it holds, which nothing else writes while mapped (tests
+/// that change a file under a mapping do it to check SIGBUS or
+/// invalidation, and hold no slice across the change); and tests that
+/// write through one mapping and read through another do it one after the
+/// other, never with a slice of the other mapping live across the write.
+pub trait MapTrusted {
+    /// `Pager::map` of test-private data.
+    fn map_trusted(&self, source: impl IntoObject, opts: MapOptions) -> Result<Mapping, MapError>;
+    /// `Pager::map_mut` of test-private data.
+    fn map_mut_trusted(
+        &self,
+        source: impl IntoObject,
+        opts: MapOptions,
+    ) -> Result<MappingMut, MapError>;
+}
+
+impl MapTrusted for Pager {
+    fn map_trusted(&self, source: impl IntoObject, opts: MapOptions) -> Result<Mapping, MapError> {
+        // SAFETY: test-private data; see the trait's documentation.
+        unsafe { self.map(source, opts) }
+    }
+
+    fn map_mut_trusted(
+        &self,
+        source: impl IntoObject,
+        opts: MapOptions,
+    ) -> Result<MappingMut, MapError> {
+        // SAFETY: test-private data; see the trait's documentation.
+        unsafe { self.map_mut(source, opts) }
+    }
+}
 
 // ---------------------------------------------------------------------------
 // Data.

@@ -318,8 +318,7 @@ fn measure_faultmap(config: &faultmap::Config, path: &Path, plan: &[u32]) -> Res
     }
     let pager = super::start_pager(config.clone())?;
     let object = pager.open(FileStore::open_with(path, FileIo::Direct)?)?;
-    let map = pager
-        .map(&object, MapOptions::new().fault_around_order(ORDER))
+    let map = crate::map_readonly(&pager, &object, MapOptions::new().fault_around_order(ORDER))
         .context("mapping the data through faultmap")?;
     let sampler = RssSampler::start();
     let started = Instant::now();

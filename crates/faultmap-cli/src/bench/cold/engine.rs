@@ -204,8 +204,7 @@ impl Bench<'_> {
         let opts = crate::stats::map_options(self.order, self.ra_pages, readahead);
         let pager = Pager::new(self.config.clone()).context("cannot start the pager")?;
         let object = pager.open(FileStore::open_with(self.path, self.file_io)?)?;
-        let map = pager
-            .map(&object, opts)
+        let map = crate::map_readonly(&pager, &object, opts)
             .context("mapping the data through faultmap")?;
         let (timed, block) = self.timed_walk(plan, &map)?;
         // Step 4.

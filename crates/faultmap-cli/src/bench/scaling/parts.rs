@@ -86,9 +86,7 @@ pub(super) fn map_faultmap(
         .fault_around_order(0)
         .offset(offset)
         .len(len);
-    pager
-        .map(object, opts)
-        .context("mapping a part of the data through faultmap")
+    crate::map_readonly(pager, object, opts).context("mapping a part of the data through faultmap")
 }
 
 /// One kernel mapping of the memfd per part (`None` for an empty part).
