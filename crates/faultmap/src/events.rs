@@ -22,34 +22,50 @@
 //!   region        [=========================)          one Region
 //!   munmap                 [-------)
 //!   afterwards    [========)       [========)          two successor Regions
-//!                          (the application's)         (still served)
+//!                          (the application's)
 //!
-//!   mremap        [=========================)  ──►  [=============)  to
-//!   afterwards    (successors for any rest)          [PROT_NONE    )
+//!   mremap        [=========================)
+//!   afterwards    [========)       [========)   and   [-------)  at the new
+//!                                                      address: a third
 //! ```
 //!
-//! 1. Under the region table's lock (as `munmap` holds `mmap_lock`), every
-//!    region of this pager that overlaps the unmapped (or moved) range is
-//!    **detached** (`TableLock::detach`): unpublished like a dropped
-//!    mapping, removed from its object's list of mappings, and its range
-//!    disowned, so nothing of faultmap touches that range again (no
-//!    eviction or invalidation `MADV_DONTNEED`, no `munmap` at the
-//!    [`crate::Mapping`]'s drop).
-//! 2. The parts of the region the application left mapped are still
-//!    registered mappings of the object, and they keep working as the
-//!    kernel's would after a partial `munmap`: each is taken over by a
-//!    **successor** region (same object, options and hints; fresh
-//!    counters), published and listed on the object like any mapping. The
-//!    [`crate::Mapping`]'s drop releases its successors (and theirs, after
-//!    further unmaps), and nothing else.
-//! 3. An **mremap destination** (which the kernel keeps registered with the
-//!    userfaultfd) is unregistered and replaced by an anonymous `PROT_NONE`
-//!    mapping: an access there is SIGSEGV, never wrong data (an
-//!    unregistered memfd mapping would fill the object's cache with zero
-//!    pages) and never a hang (a fault with no region). The placeholder is
-//!    the application's: faultmap never unmaps it; `munmap` it to give the
-//!    address space back. The moved [`crate::Mapping`] is not followed: its
-//!    slice still names the old range, which is no longer mapped.
+//! Under the region table's lock (as `munmap` holds `mmap_lock`), for every
+//! region of this pager that overlaps the unmapped (or moved) range:
+//!
+//! 1. **Successors.** The parts of the region the application left in
+//!    place are still registered mappings of the object, and so is a part
+//!    it moved (the kernel moves the VMA, its PTEs and its registration).
+//!    Each keeps working as the kernel's mapping would: a successor region
+//!    (same object, options, hints and mapped bits; fresh counters) takes
+//!    it over, at its address, old or new.
+//! 2. **The rmap first.** The successors join the object's list of
+//!    mappings *before* the region leaves it, so a write-back running
+//!    meanwhile always finds a region that write-protects every
+//!    still-mapped page (else a write through it after that write-back
+//!    would never fault, and never be written back).
+//! 3. **One snapshot.** `TableLock::replace` unpublishes the region and
+//!    publishes its successors in one snapshot, and marks the region dead
+//!    (its sequence count odd for good). A fault on a part that stays
+//!    mapped finds either the old region, aborts and retries under the
+//!    lock (which this handler holds, so it then finds the successor), or
+//!    the successor; never nothing, which with signal delivery would chain
+//!    the SIGBUS to the previous handler and, by default, kill the
+//!    process. The region is disowned (its drop neither unregisters nor
+//!    unmaps what is at its old range now) and forgotten by its object (no
+//!    eviction or invalidation `MADV_DONTNEED` touches that range again).
+//! 4. **A moved writable part** had its PTEs moved by the kernel before
+//!    faultmap heard of the move, and a write-back that write-protected the
+//!    old range in between missed them: the new range is write-protected
+//!    again and its cached pages are taken as dirty
+//!    (`writeback::adopt_moved`).
+//!
+//! A [`crate::Mapping`]'s drop releases its successors (and theirs, after
+//! further unmaps): the moved parts are unregistered and unmapped at their
+//! new address too, as the mapping's memory. Its settings (`advise`,
+//! `set_fault_around_order`) reach the successors (`Region::live`).
+//! faultmap never maps anything over an address the application may own:
+//! there is no placeholder at an `mremap` destination, which keeps being
+//! served.
 //!
 //! # Reading events under the table's lock
 //!
@@ -78,17 +94,25 @@
 //! - A [`crate::Mapping`]'s counters (`Mapping::stats`) are its first
 //!   region's: faults served by its successors count on the pager and the
 //!   object, not on the mapping.
+//! - The moved [`crate::Mapping`]'s slice still names the old range, which
+//!   is no longer mapped: the application reaches the moved pages through
+//!   the address `mremap` returned.
 //! - `mremap` with `MREMAP_DONTUNMAP` leaves the old range mapped and
-//!   registered; the region is detached and that range then raises faults
-//!   with no region (a hang of the accessing thread). Growing a mapping in place raises no event at all:
-//!   the grown part's faults find no region either.
+//!   registered; the region is replaced by the moved part's successor and
+//!   the old range then raises faults with no region. Growing a mapping
+//!   (in place or moved) raises no event for the grown part, whose faults
+//!   find no region either: with signal delivery the SIGBUS goes to the
+//!   previous handler (by default the process dies of SIGBUS); with
+//!   handler delivery the faulting thread is woken to retry, and retries
+//!   until the range goes.
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use crate::pager::Core;
-use crate::space::TableLock;
+use crate::space::{Region, TableLock};
 use crate::sys::{self, UffdMsg};
+use crate::writeback;
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -100,60 +124,76 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) fn handle(table: &TableLock<'_>, core: &Arc<Core>, msg: &UffdMsg) {
     match msg.event {
         sys::UFFD_EVENT_UNMAP => {
-            detach_overlapping(table, core, msg.unmapped());
+            let gone = msg.unmapped();
+            for region in ours_overlapping(table, core, gone.clone()) {
+                split(table, &region, gone.clone(), None);
+            }
         }
         sys::UFFD_EVENT_REMAP => {
             let (from, to, len) = msg.remapped();
-            detach_overlapping(table, core, from..from.saturating_add(len));
-            // Only a registered range raises the event, and the kernel keeps
-            // the destination registered with this userfaultfd.
-            placeholder(core, to..to.saturating_add(len));
+            let moved = from..from.saturating_add(len);
+            for region in ours_overlapping(table, core, moved.clone()) {
+                split(table, &region, moved.clone(), Some(to));
+            }
         }
         _ => {}
     }
 }
 
-/// Steps 1 and 2 for every region of `core` overlapping `gone`.
-fn detach_overlapping(table: &TableLock<'_>, core: &Arc<Core>, gone: Range<usize>) {
-    for region in table.overlapping(gone.clone()) {
-        if !Arc::ptr_eq(&region.owner, core) {
-            continue;
-        }
-        // The parts the application left mapped are still registered
-        // mappings of the object: a region of its own serves each. They
-        // join the object's list of mappings *before* the region leaves
-        // it, so that a write-back running meanwhile always finds a region
-        // to write-protect a still-mapped page in (else a write through it
-        // after the write-back would never fault, never be marked dirty).
-        region.map.disown();
-        let mut successors = Vec::new();
-        for rest in [
-            region.start()..gone.start.min(region.end()),
-            gone.end.max(region.start())..region.end(),
-        ] {
-            if rest.is_empty() {
-                continue;
-            }
-            match region.successor(rest.clone()) {
-                Some(s) => {
-                    s.object.add_mapping(&s);
-                    successors.push(s);
-                }
-                None => placeholder(core, rest),
-            }
-        }
-        table.detach(&region);
-        for s in successors {
-            table.insert(s.clone());
-            lock(&region.successors).push(s);
-        }
-    }
+/// The regions of `core` that overlap `range`.
+fn ours_overlapping(
+    table: &TableLock<'_>,
+    core: &Arc<Core>,
+    range: Range<usize>,
+) -> Vec<Arc<Region>> {
+    let mut regions = table.overlapping(range);
+    regions.retain(|r| Arc::ptr_eq(&r.owner, core));
+    regions
 }
 
-/// Step 3: unregisters `range` and maps the `PROT_NONE` placeholder over
-/// it (also the fallback for a remaining part that cannot be adopted).
-fn placeholder(core: &Core, range: Range<usize>) {
-    let len = range.end - range.start;
-    let _ = sys::uffd_unregister(core.env().uffd, range.start, len);
-    let _ = sys::replace_with_prot_none(range.start, len);
+/// Steps 1 to 3 for `region`, whose part `gone` the application unmapped
+/// (`moved_to: None`) or moved to `moved_to` (the new address of
+/// `gone.start`).
+fn split(table: &TableLock<'_>, region: &Arc<Region>, gone: Range<usize>, moved_to: Option<usize>) {
+    let cut = gone.start.max(region.start())..gone.end.min(region.end());
+    // 1. The successors: the parts left in place, and the moved part at
+    //    its new address.
+    let mut parts = vec![
+        (region.start()..cut.start, region.start()),
+        (cut.end..region.end(), cut.end),
+    ];
+    let moved = moved_to.map(|to| to + (cut.start - gone.start));
+    if let Some(at) = moved {
+        parts.push((cut.clone(), at));
+    }
+    let mut successors = Vec::new();
+    let mut moved_successor = None;
+    for (part, at) in parts {
+        let Some(s) = region.successor(part, at) else {
+            continue;
+        };
+        // 2. Each joins the object's rmap *before* the region leaves it:
+        //    a write-back running meanwhile always finds a region that
+        //    write-protects a still-mapped page (else a write through it
+        //    after the write-back would never fault, never be marked
+        //    dirty).
+        s.object.add_mapping(&s);
+        if Some(at) == moved {
+            moved_successor = Some(s.clone());
+        }
+        successors.push(s);
+    }
+    // 3. One snapshot replaces the region with its successors.
+    let (kept, refused) = table.replace(region, successors);
+    drop(refused);
+    // 4. A moved writable part: the kernel moved its PTEs before we heard
+    //    of it, and a write-back that write-protected the old range in
+    //    between missed them. Protect the new range, then take every
+    //    cached page of it as dirty (see `writeback::adopt_moved`).
+    if let Some(s) = moved_successor.filter(|s| kept.iter().any(|k| Arc::ptr_eq(k, s))) {
+        if s.writable {
+            writeback::adopt_moved(&s);
+        }
+    }
+    lock(&region.successors).extend(kept);
 }

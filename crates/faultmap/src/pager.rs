@@ -1077,37 +1077,44 @@ impl<A: Access> Mapping<A> {
         if range.is_empty() {
             return Ok(());
         }
-        // Region pages touched by the range (the slice starts `lead` bytes
+        // Object pages touched by the range (the slice starts `lead` bytes
         // into the region's first page).
         let lead = self.ptr.as_ptr() as usize - region.start();
-        let first = ((lead + range.start) / PAGE_SIZE) as u64;
-        let end = (lead + range.end).div_ceil(PAGE_SIZE) as u64;
-        let set_hint = |hint| {
-            let table = RegionTable::get().lock();
-            table.change(region, || region.set_hint(&table, first..end, hint));
-        };
-        match advice {
-            Advice::Normal => set_hint(Hint::Normal),
-            Advice::Sequential => set_hint(Hint::Sequential),
-            Advice::Random => set_hint(Hint::Random),
-            Advice::WillNeed => self.will_need(region, first..end),
-            Advice::DontNeed => {
-                // Under the table's lock: a range the application unmapped
-                // (detached, `crate::events`) is not ours to zap.
-                let _table = RegionTable::get().lock();
-                if region.map.is_disowned() {
-                    return Ok(());
+        let first = region.first_page.0 + ((lead + range.start) / PAGE_SIZE) as u64;
+        let end = region.first_page.0 + (lead + range.end).div_ceil(PAGE_SIZE) as u64;
+        // The regions that serve the range now: the mapping's own, or, after
+        // the application unmapped or moved part of it, the successors that
+        // serve what is left (`crate::events`); each with the region pages
+        // of the range it holds. Under the table's lock, so that no event
+        // changes them meanwhile (and a part the application unmapped is
+        // never zapped).
+        let table = RegionTable::get().lock();
+        for live in region.live(&table) {
+            let ours = live.object_pages();
+            let (start, stop) = (first.max(ours.start), end.min(ours.end));
+            if start >= stop {
+                continue;
+            }
+            let pages = start - ours.start..stop - ours.start;
+            let set_hint =
+                |hint| table.change(&live, || live.set_hint(&table, pages.clone(), hint));
+            match advice {
+                Advice::Normal => set_hint(Hint::Normal),
+                Advice::Sequential => set_hint(Hint::Sequential),
+                Advice::Random => set_hint(Hint::Random),
+                Advice::WillNeed => self.will_need(&live, pages.clone()),
+                Advice::DontNeed => {
+                    let addr = live.page_addr(pages.start);
+                    let len = (pages.end - pages.start) as usize * PAGE_SIZE;
+                    // Cleared first: a bit set for an unmapped page would
+                    // keep fault-around from mapping it.
+                    live.mapped.mark(pages.clone(), false);
+                    sys::madvise_dontneed(addr, len).map_err(|source| MapError::Map {
+                        name: self.object.name().to_string(),
+                        op: "madvise(MADV_DONTNEED)",
+                        source,
+                    })?;
                 }
-                let addr = region.page_addr(first);
-                let len = (end - first) as usize * PAGE_SIZE;
-                // Cleared first: a bit set for an unmapped page would keep
-                // fault-around from mapping it.
-                region.mapped.mark(first..end, false);
-                sys::madvise_dontneed(addr, len).map_err(|source| MapError::Map {
-                    name: self.object.name().to_string(),
-                    op: "madvise(MADV_DONTNEED)",
-                    source,
-                })?;
             }
         }
         Ok(())
@@ -1147,8 +1154,12 @@ impl<A: Access> Mapping<A> {
             return Err(ConfigError::FaultAroundOrder(order));
         }
         if let Some(region) = &self.region {
+            // The mapping's region, or the successors that serve what the
+            // application left of it (`crate::events`).
             let table = RegionTable::get().lock();
-            table.change(region, || region.order.store(order, Ordering::Relaxed));
+            for live in region.live(&table) {
+                table.change(&live, || live.order.store(order, Ordering::Relaxed));
+            }
         }
         Ok(())
     }

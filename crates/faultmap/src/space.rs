@@ -182,20 +182,28 @@ impl Region {
         drop(unsafe { Box::from_raw(old) });
     }
 
-    /// A region that takes over `range` (page-aligned, inside this one) of
-    /// this detached region: the same object, options and hints, fresh
-    /// counters. `None` if the range is not inside or cannot be adopted.
-    pub(crate) fn successor(&self, range: Range<usize>) -> Option<Arc<Region>> {
-        if !self.map.is_disowned() || range.start < self.start() || range.end > self.end() {
+    /// A region that takes over the pages at `part` (page-aligned, inside
+    /// this one), which now live at address `at`: `at == part.start` for a
+    /// part the application left in place (a partial `munmap`), another
+    /// address for a part it moved (`mremap`). The same object, options,
+    /// hints and mapped bits; fresh counters. `None` if `part` is not
+    /// inside this region or `at` is null.
+    ///
+    /// The caller (`crate::events`, under the table's lock) disowns this
+    /// region before the lock is let go, so each part has one owner: the
+    /// successor, whose drop unregisters and unmaps it.
+    pub(crate) fn successor(&self, part: Range<usize>, at: usize) -> Option<Arc<Region>> {
+        if part.start < self.start() || part.end > self.end() || part.is_empty() {
             return None;
         }
-        let skip = ((range.start - self.start()) / PAGE_SIZE) as u64;
-        let pages = ((range.end - range.start) / PAGE_SIZE) as u64;
-        // SAFETY: the range lies inside this region's mapping, which is
-        // disowned (nothing unmaps it on drop), and it was left mapped by
-        // the application; each part is adopted once (the caller detaches
-        // before it splits, and a detached region is never split again).
-        let map = unsafe { sys::MappedRegion::adopt(range.start, range.end - range.start) }?;
+        let skip = ((part.start - self.start()) / PAGE_SIZE) as u64;
+        let pages = ((part.end - part.start) / PAGE_SIZE) as u64;
+        // SAFETY: `part` is mapped at `at` (the application left it there or
+        // moved it there, and the kernel told us so), and only this
+        // successor will own it: this region is disowned before the table's
+        // lock is let go (see above), and a disowned region is never split
+        // again.
+        let map = unsafe { sys::MappedRegion::adopt(at, part.end - part.start) }?;
         // SAFETY: as in `ra_params`.
         let hints = unsafe { &*self.hints.load(Ordering::Acquire) };
         let hints: Vec<(Range<u64>, Hint)> = hints
@@ -203,6 +211,12 @@ impl Region {
             .filter(|(r, _)| r.end > skip && r.start < skip + pages)
             .map(|(r, h)| (r.start.max(skip) - skip..r.end.min(skip + pages) - skip, *h))
             .collect();
+        let mapped = MappedPages::new(pages);
+        for p in 0..pages {
+            if self.mapped.contains(skip + p) {
+                mapped.mark(p..p + 1, true);
+            }
+        }
         Some(Arc::new(Region {
             map,
             object: self.object.clone(),
@@ -216,10 +230,28 @@ impl Region {
             ra_pages: self.ra_pages,
             ra_mode: self.ra_mode,
             hints: AtomicPtr::new(Box::into_raw(Box::new(hints))),
-            mapped: MappedPages::new(pages),
+            mapped,
             successors: Mutex::new(Vec::new()),
             writable: self.writable,
         }))
+    }
+
+    /// The regions that serve what is left of this one: itself if it is
+    /// still attached, else its successors' (recursively). For settings
+    /// made through a [`crate::Mapping`] after the application unmapped or
+    /// moved part of it. The caller holds the table's lock (successors
+    /// change only under it).
+    pub(crate) fn live(self: &Arc<Self>, _lock: &TableLock<'_>) -> Vec<Arc<Region>> {
+        let mut out = Vec::new();
+        let mut todo = vec![self.clone()];
+        while let Some(r) = todo.pop() {
+            if r.map.is_disowned() {
+                todo.extend(lock(&r.successors).iter().cloned());
+            } else {
+                out.push(r);
+            }
+        }
+        out
     }
 
     /// The fault-around order.
@@ -302,6 +334,22 @@ impl Snapshot {
         let leaf = self.0.get(i.checked_sub(1)?)?;
         let j = leaf.0.partition_point(|r| r.start() <= addr);
         leaf.0.get(j.checked_sub(1)?).filter(|r| addr < r.end())
+    }
+
+    /// Whether a region overlaps `range` (not empty).
+    fn overlaps(&self, range: Range<usize>) -> bool {
+        if self.find(range.start).is_some() {
+            return true;
+        }
+        // Else the first region that starts after range.start must start
+        // at or after its end.
+        let i = self.0.partition_point(|l| l.0[0].start() <= range.start);
+        let in_leaf = i.checked_sub(1).and_then(|i| {
+            let leaf = &self.0[i].0;
+            leaf.get(leaf.partition_point(|r| r.start() <= range.start))
+        });
+        let next = in_leaf.or_else(|| self.0.get(i).map(|l| &l.0[0]));
+        next.is_some_and(|r| r.start() < range.end)
     }
 
     fn with(&self, region: Arc<Region>) -> Snapshot {
@@ -534,23 +582,53 @@ impl TableLock<'_> {
     }
 
     /// Detaches `region`, whose address range the application unmapped or
-    /// moved (in part or whole): unpublished as a drop unpublishes it (a
-    /// speculative fault that found it aborts), forgotten by its object (no
-    /// invalidation or eviction touches its range again), and its range
-    /// disowned (the [`Region`]'s drop neither unregisters nor unmaps it).
-    /// The caller deals with what is left at the range (see
-    /// `crate::events`).
-    /// Idempotent; the caller may disown the range first (to adopt parts
-    /// of it in successors before the region leaves its object's list).
-    pub(crate) fn detach(&self, region: &Arc<Region>) {
+    /// moved (in part or whole), and publishes `successors` (which serve
+    /// what is left of it, `Region::successor`) in its place, in one
+    /// snapshot: a fault on a part that stays mapped finds either `region`
+    /// (and aborts: its count is odd for good, so it retries under this
+    /// lock, and then finds the successor) or a successor, never nothing.
+    ///
+    /// The successors must already be listed in the object's rmap (so that
+    /// a write-back running meanwhile always finds a region to
+    /// write-protect a still-mapped page in). `region` is disowned (the
+    /// [`Region`]'s drop neither unregisters nor unmaps its range: what is
+    /// there now is not ours) and forgotten by its object (no invalidation
+    /// or eviction touches its range again). A successor that would
+    /// overlap another published region is not published (and returned
+    /// in the `Err` list, for the caller to drop: it must not be kept).
+    /// Idempotent for `region`.
+    pub(crate) fn replace(
+        &self,
+        region: &Arc<Region>,
+        successors: Vec<Arc<Region>>,
+    ) -> (Vec<Arc<Region>>, Vec<Arc<Region>>) {
         region.map.disown();
         region.object.remove_mapping(region);
-        if self
-            .lookup(region.start())
-            .is_some_and(|r| Arc::ptr_eq(r, region))
-        {
-            drop(self.remove(region.start()));
+        let current = self.current();
+        let mut next = match current.find(region.start()) {
+            Some(r) if Arc::ptr_eq(r, region) => current.without(region.start()).map(|(s, _)| s),
+            _ => None,
+        };
+        if next.is_some() {
+            // Odd for good: a speculative fault that found it aborts.
+            region.seq.write_begin();
         }
+        let (mut kept, mut refused) = (Vec::new(), Vec::new());
+        for s in successors {
+            let snap = next.as_ref().unwrap_or(current);
+            if snap.overlaps(s.start()..s.end()) {
+                s.object.remove_mapping(&s);
+                s.map.disown();
+                refused.push(s);
+            } else {
+                next = Some(snap.with(s.clone()));
+                kept.push(s);
+            }
+        }
+        if let Some(next) = next {
+            self.table.publish(next);
+        }
+        (kept, refused)
     }
 
     /// Unpublishes `region` as a mapping's drop does, or, if it was

@@ -158,6 +158,11 @@ pub(crate) const BATCH: u64 = 2048;
 /// changing) before it gives up on the batch.
 const MAX_EAGAIN: u32 = 16;
 
+/// How long write-back waits for pending UNMAP/REMAP events to be read
+/// (`EAGAIN`: see `protect_range`) before it gives up and leaves the pages
+/// dirty.
+const EAGAIN_PATIENCE: Duration = Duration::from_secs(10);
+
 /// The longest flusher tick.
 const MAX_TICK: Duration = Duration::from_secs(5);
 
@@ -487,28 +492,116 @@ fn protect(object: &ObjectCore, runs: &[Range<u64>]) -> Result<(), Failure> {
             }
             let addr = region.page_addr(start - rfirst);
             let len = (end - start) as usize * PAGE_SIZE;
-            let mut eagain = 0;
-            loop {
-                match sys::uffd_writeprotect(env.uffd, addr, len, true, false) {
-                    Ok(()) => break,
-                    // The mapping is gone: nobody writes through it.
-                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => break,
-                    Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && eagain < MAX_EAGAIN => {
-                        eagain += 1;
-                        std::thread::yield_now();
-                    }
-                    Err(e) => {
-                        return Err(Failure::Protect {
-                            offset: start * PAGE_SIZE as u64,
-                            kind: e.kind(),
-                            message: e.to_string(),
-                        })
-                    }
-                }
-            }
+            protect_range(env.uffd, addr, len, true).map_err(|e| Failure::Protect {
+                offset: start * PAGE_SIZE as u64,
+                kind: e.kind(),
+                message: e.to_string(),
+            })?;
         }
     }
     Ok(())
+}
+
+/// Write-protects every page of `[addr, addr + len)` that is registered
+/// with `uffd` (`UFFDIO_WRITEPROTECT`), retrying `EAGAIN` (the address
+/// space is changing).
+///
+/// The kernel stops at the first VMA in the range that is not registered
+/// for WP with this userfaultfd and answers `ENOENT` (also for a range with
+/// no VMA at all), leaving the VMAs after it unprotected: a range that the
+/// application partly unmapped, or that another mapping now partly
+/// covers. So on `ENOENT` the range is split in halves and each is
+/// protected on its own, down to single pages: a page that still answers
+/// `ENOENT` is not ours (nobody writes it through a faultmap mapping), and
+/// every page that is gets protected.
+///
+/// `EAGAIN` means an UNMAP or REMAP event is waiting to be read (the
+/// kernel refuses userfaultfd ioctls while the address space changes).
+/// Pager threads read events under the region table's lock, so a caller
+/// that does not hold it (`patient`: write-back) waits for them, up to
+/// `EAGAIN_PATIENCE`; one that holds it (the event handler itself) tries a
+/// few times only: waiting would wait for itself.
+fn protect_range(
+    uffd: &std::os::fd::OwnedFd,
+    addr: usize,
+    len: usize,
+    patient: bool,
+) -> io::Result<()> {
+    let mut eagain = 0;
+    let mut since = None;
+    loop {
+        match sys::uffd_writeprotect(uffd, addr, len, true, false) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                if len <= PAGE_SIZE {
+                    return Ok(());
+                }
+                let half = (len / PAGE_SIZE).div_ceil(2) * PAGE_SIZE;
+                protect_range(uffd, addr, half, patient)?;
+                return protect_range(uffd, addr + half, len - half, patient);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && eagain < MAX_EAGAIN => {
+                eagain += 1;
+                std::thread::yield_now();
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && patient => {
+                let since = *since.get_or_insert_with(Instant::now);
+                if since.elapsed() > EAGAIN_PATIENCE {
+                    return Err(e);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A writable region that took over a part of a mapping the application
+/// moved (`mremap`, `crate::events`): the kernel moved the part's PTEs,
+/// writable ones included, before faultmap heard of the move, and a
+/// write-back that write-protected the old range meanwhile (F2) missed
+/// them, so a write through the new range may have landed after that
+/// write-back cleared DIRTY, with no fault to mark it. So: protect the
+/// whole new range (later writes fault as usual), then mark every cached
+/// page of it DIRTY, as a write fault would (the next write-back copies
+/// whatever was written, at worst a page that was clean).
+pub(crate) fn adopt_moved(region: &Region) {
+    let env = region.owner.env();
+    if protect_range(env.uffd, region.start(), region.map.len(), false).is_err() {
+        // The protection failed (the range is going away again): the
+        // pages are still marked dirty below, and any later write-back
+        // protects them again.
+    }
+    let _section = write_section();
+    let object = &*region.object;
+    for page in 0..region.pages {
+        let Some(state) = object.cache.states.get(region.object_page(page)) else {
+            continue;
+        };
+        // Pin it while it is UPTODATE, however long the CAS takes: a page
+        // left out here could lose a write. A page that is not UPTODATE
+        // (absent, being read or evicted) has no PTE to write through.
+        let mut seen = state.load();
+        let pinned = loop {
+            if seen.state() != State::UpToDate {
+                break false;
+            }
+            match state.try_pin_io(seen) {
+                Ok(()) => break true,
+                Err(_) => {
+                    std::hint::spin_loop();
+                    seen = state.load();
+                }
+            }
+        };
+        if !pinned {
+            continue;
+        }
+        if state.set_dirty() {
+            object.wb.dirty_pages.fetch_add(1, Ordering::Relaxed);
+        }
+        state.unpin();
+    }
 }
 
 /// The most bytes write-back copies out of the cache, and hands the store,

@@ -747,31 +747,6 @@ fn mmap_at(
     })
 }
 
-/// Replaces `[addr, addr+len)` with an anonymous `PROT_NONE` mapping (an
-/// access is SIGSEGV), whatever was mapped there. Only for a range that is
-/// faultmap's own (the part of a region the application left mapped, or an
-/// mremap destination of a region), unregistered first.
-pub fn replace_with_prot_none(addr: usize, len: usize) -> io::Result<()> {
-    // SAFETY: MAP_FIXED replaces what is at [addr, addr+len); the caller
-    // guarantees that range is a faultmap mapping the application gave up
-    // (it unmapped or moved part of it), which no Rust reference of
-    // faultmap's reads any more.
-    let ptr = unsafe {
-        libc::mmap(
-            addr as *mut libc::c_void,
-            len,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
-            -1,
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// `madvise(MADV_DONTFORK)`: a child of `fork` does not inherit the range.
 pub fn madvise_dontfork(region: &MappedRegion) -> io::Result<()> {
     // SAFETY: advises on a range this process mapped and owns; DONTFORK
