@@ -184,16 +184,13 @@ fn split(table: &TableLock<'_>, region: &Arc<Region>, gone: Range<usize>, moved_
         successors.push(s);
     }
     // 3. One snapshot replaces the region with its successors.
-    let (kept, refused) = table.replace(region, successors);
-    drop(refused);
+    table.replace(region, &successors);
     // 4. A moved writable part: the kernel moved its PTEs before we heard
     //    of it, and a write-back that write-protected the old range in
     //    between missed them. Protect the new range, then take every
     //    cached page of it as dirty (see `writeback::adopt_moved`).
-    if let Some(s) = moved_successor.filter(|s| kept.iter().any(|k| Arc::ptr_eq(k, s))) {
-        if s.writable {
-            writeback::adopt_moved(&s);
-        }
+    if let Some(s) = moved_successor.filter(|s| s.writable) {
+        writeback::adopt_moved(&s);
     }
-    lock(&region.successors).extend(kept);
+    lock(&region.successors).extend(successors);
 }

@@ -323,15 +323,22 @@ const LEAF_MAX: usize = 4;
 struct Leaf(Vec<Arc<Region>>);
 
 /// One published version of the table: leaves sorted by their first
-/// region's start. Immutable once published.
+/// region's start, and the successors waiting for a stale region to go
+/// (`TableLock::replace`). Immutable once published.
 #[derive(Default)]
-struct Snapshot(Vec<Arc<Leaf>>);
+struct Snapshot {
+    leaves: Vec<Arc<Leaf>>,
+    /// Successors not published yet: their range is still covered by a
+    /// region of another pager whose UNMAP or REMAP event that pager has
+    /// not handled yet. A fault there is told to retry (`Busy`).
+    pending: Vec<Arc<Region>>,
+}
 
 impl Snapshot {
     fn find(&self, addr: usize) -> Option<&Arc<Region>> {
         // The last leaf whose first region starts at or below addr.
-        let i = self.0.partition_point(|l| l.0[0].start() <= addr);
-        let leaf = self.0.get(i.checked_sub(1)?)?;
+        let i = self.leaves.partition_point(|l| l.0[0].start() <= addr);
+        let leaf = self.leaves.get(i.checked_sub(1)?)?;
         let j = leaf.0.partition_point(|r| r.start() <= addr);
         leaf.0.get(j.checked_sub(1)?).filter(|r| addr < r.end())
     }
@@ -343,17 +350,47 @@ impl Snapshot {
         }
         // Else the first region that starts after range.start must start
         // at or after its end.
-        let i = self.0.partition_point(|l| l.0[0].start() <= range.start);
+        let i = self
+            .leaves
+            .partition_point(|l| l.0[0].start() <= range.start);
         let in_leaf = i.checked_sub(1).and_then(|i| {
-            let leaf = &self.0[i].0;
+            let leaf = &self.leaves[i].0;
             leaf.get(leaf.partition_point(|r| r.start() <= range.start))
         });
-        let next = in_leaf.or_else(|| self.0.get(i).map(|l| &l.0[0]));
+        let next = in_leaf.or_else(|| self.leaves.get(i).map(|l| &l.0[0]));
         next.is_some_and(|r| r.start() < range.end)
     }
 
+    /// A copy of the snapshot (its leaves shared).
+    fn clone_shallow(&self) -> Snapshot {
+        Snapshot {
+            leaves: self.leaves.clone(),
+            pending: self.pending.clone(),
+        }
+    }
+
+    /// This snapshot with every pending successor that overlaps no region
+    /// moved into the leaves.
+    fn promoted(mut self) -> Snapshot {
+        for s in std::mem::take(&mut self.pending) {
+            if self.overlaps(s.start()..s.end()) {
+                self.pending.push(s);
+            } else {
+                self = self.with(s);
+            }
+        }
+        self
+    }
+
+    /// A pending successor that contains `addr`.
+    fn find_pending(&self, addr: usize) -> Option<&Arc<Region>> {
+        self.pending
+            .iter()
+            .find(|r| r.start() <= addr && addr < r.end())
+    }
+
     fn with(&self, region: Arc<Region>) -> Snapshot {
-        let mut leaves = self.0.clone();
+        let mut leaves = self.leaves.clone();
         let i = leaves
             .partition_point(|l| l.0[0].start() <= region.start())
             .saturating_sub(1);
@@ -368,11 +405,14 @@ impl Snapshot {
         };
         let end = (i + 1).min(leaves.len());
         leaves.splice(i..end, replaced);
-        Snapshot(leaves)
+        Snapshot {
+            leaves,
+            pending: self.pending.clone(),
+        }
     }
 
     fn without(&self, start: usize) -> Option<(Snapshot, Arc<Region>)> {
-        let mut leaves = self.0.clone();
+        let mut leaves = self.leaves.clone();
         let i = leaves
             .partition_point(|l| l.0[0].start() <= start)
             .checked_sub(1)?;
@@ -384,7 +424,8 @@ impl Snapshot {
         } else {
             leaves[i] = Arc::new(Leaf(regions));
         }
-        Some((Snapshot(leaves), gone))
+        let pending = self.pending.clone();
+        Some((Snapshot { leaves, pending }, gone))
     }
 }
 
@@ -510,7 +551,11 @@ impl RegionTable {
         // read section that could have loaded it (this one included).
         let snap = unsafe { &*self.snapshot.load(Ordering::Acquire) };
         let Some(region) = snap.find(addr) else {
-            return Speculated::None;
+            // A successor waiting to be published: the fault retries.
+            return match snap.find_pending(addr) {
+                Some(region) => Speculated::Busy(region, section),
+                None => Speculated::None,
+            };
         };
         let Some(seq) = region.seq.begin() else {
             return Speculated::Busy(region, section);
@@ -566,14 +611,14 @@ impl TableLock<'_> {
         let (next, gone) = self.current().without(start)?;
         // Odd for good: a speculative fault that found it aborts.
         gone.seq.write_begin();
-        self.table.publish(next);
+        self.publish_promoted(next);
         Some(gone)
     }
 
     /// The published regions that overlap `range`, in address order.
     pub(crate) fn overlapping(&self, range: Range<usize>) -> Vec<Arc<Region>> {
         self.current()
-            .0
+            .leaves
             .iter()
             .flat_map(|leaf| leaf.0.iter())
             .filter(|r| r.start() < range.end && range.start < r.end())
@@ -593,42 +638,34 @@ impl TableLock<'_> {
     /// write-protect a still-mapped page in). `region` is disowned (the
     /// [`Region`]'s drop neither unregisters nor unmaps its range: what is
     /// there now is not ours) and forgotten by its object (no invalidation
-    /// or eviction touches its range again). A successor that would
-    /// overlap another published region is not published (and returned
-    /// in the `Err` list, for the caller to drop: it must not be kept).
-    /// Idempotent for `region`.
-    pub(crate) fn replace(
-        &self,
-        region: &Arc<Region>,
-        successors: Vec<Arc<Region>>,
-    ) -> (Vec<Arc<Region>>, Vec<Arc<Region>>) {
+    /// or eviction touches its range again). Idempotent for `region`.
+    ///
+    /// A successor whose range a published region still covers (a moved
+    /// part that landed where another pager's region was, whose own UNMAP
+    /// or REMAP event that pager has not handled yet: pagers read their
+    /// events in no common order) waits in the snapshot's pending list,
+    /// where a fault finds it busy and retries, until that region goes.
+    pub(crate) fn replace(&self, region: &Arc<Region>, successors: &[Arc<Region>]) {
         region.map.disown();
         region.object.remove_mapping(region);
         let current = self.current();
         let mut next = match current.find(region.start()) {
-            Some(r) if Arc::ptr_eq(r, region) => current.without(region.start()).map(|(s, _)| s),
-            _ => None,
-        };
-        if next.is_some() {
-            // Odd for good: a speculative fault that found it aborts.
-            region.seq.write_begin();
-        }
-        let (mut kept, mut refused) = (Vec::new(), Vec::new());
-        for s in successors {
-            let snap = next.as_ref().unwrap_or(current);
-            if snap.overlaps(s.start()..s.end()) {
-                s.object.remove_mapping(&s);
-                s.map.disown();
-                refused.push(s);
-            } else {
-                next = Some(snap.with(s.clone()));
-                kept.push(s);
+            Some(r) if Arc::ptr_eq(r, region) => {
+                // Odd for good: a speculative fault that found it aborts.
+                region.seq.write_begin();
+                current.without(region.start()).map(|(s, _)| s)
             }
+            _ => None,
         }
-        if let Some(next) = next {
-            self.table.publish(next);
-        }
-        (kept, refused)
+        .unwrap_or_else(|| current.clone_shallow());
+        next.pending.extend(successors.iter().cloned());
+        self.table.publish(next.promoted());
+    }
+
+    /// Publishes `next` with every pending successor that no region covers
+    /// any more moved into the table.
+    fn publish_promoted(&self, next: Snapshot) {
+        self.table.publish(next.promoted());
     }
 
     /// Unpublishes `region` as a mapping's drop does, or, if it was
@@ -649,6 +686,17 @@ impl TableLock<'_> {
                 .is_some_and(|r| Arc::ptr_eq(r, region))
             {
                 out.extend(self.remove(region.start()));
+            } else if self
+                .current()
+                .pending
+                .iter()
+                .any(|r| Arc::ptr_eq(r, region))
+            {
+                let mut next = self.current().clone_shallow();
+                next.pending.retain(|r| !Arc::ptr_eq(r, region));
+                region.seq.write_begin();
+                self.publish_promoted(next);
+                out.push(region.clone());
             }
         }
         out
