@@ -169,7 +169,10 @@ impl Budget {
     pub(crate) fn try_charge(&self, object: &ObjectCore) -> bool {
         let mut cur = self.cached.load(Ordering::Relaxed);
         loop {
-            if cur >= self.limit {
+            // A budget whose evictor stopped (its pager is gone, another
+            // pager still maps the object) is no longer enforced: nothing
+            // would ever make room, and readahead would stop for good.
+            if cur >= self.limit && !self.stop.load(Ordering::Acquire) {
                 self.kick_if_needed(cur);
                 return false;
             }
@@ -493,6 +496,15 @@ struct Hand {
 pub(crate) struct Evictor {
     budget: Arc<Budget>,
     thread: Option<JoinHandle<()>>,
+}
+
+impl Evictor {
+    /// Tells the thread to stop and returns it, for the caller to join (or
+    /// give up on: a write-back into a store that never returns keeps it).
+    pub(crate) fn stop(mut self) -> Option<JoinHandle<()>> {
+        self.budget.stop();
+        self.thread.take()
+    }
 }
 
 impl Drop for Evictor {

@@ -122,7 +122,6 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::config::MAX_RA_PAGES;
 use crate::fault_around;
 use crate::io::{IoQueue, ReadJob, Urgency};
 use crate::object::{ObjectCore, ObjectPage};
@@ -798,7 +797,7 @@ fn submit_window(
     budget.activated(refaults.len() as u64);
     // 2. Cut them into requests; the demand page's first.
     // Whatever the store says, a request is 1..=MAX_RA_PAGES pages.
-    let io_pages = object.store.io_pages().clamp(1, MAX_RA_PAGES);
+    let io_pages = object.io_pages;
     let mut requests: Vec<Range<ObjectPage>> = Vec::new();
     for run in runs {
         let mut start = run.start;
@@ -860,7 +859,7 @@ pub(crate) fn read_ahead(
     pages: Range<u64>,
     ra: &mut RaTally,
 ) -> (u64, u64) {
-    let most = region.object.store.io_pages().max(region.ra_pages).max(1);
+    let most = region.object.io_pages.max(region.ra_pages).max(1);
     let end = pages
         .end
         .min(region.pages)

@@ -41,6 +41,12 @@ use crate::sys::{self, PAGE_SIZE, PTRS_PER_PTE};
 /// Pages frozen, unmapped and punched together.
 const BATCH: u64 = PTRS_PER_PTE as u64;
 
+/// The longest an invalidation waits for the busy pages of one batch
+/// (pinned by a fault, being read) before it gives up on them. Reads that
+/// outlive the store timeout are given up at once, once the watchdog has
+/// marked them STALLED; this bound is for a read no watchdog watches.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
 /// Drops object pages `pages` from `object`'s cache and from every mapping
 /// of it. Returns how many cached pages were dropped.
 pub(crate) fn invalidate(object: &ObjectCore, pages: Range<ObjectPage>) -> std::io::Result<u64> {
@@ -62,13 +68,21 @@ fn drop_range(
     let end = pages.end.0.min(object.cache.states.pages());
     object.shadows.forget(pages.start.0..end);
     let mut dropped = 0;
+    let mut stalled = None;
     let mut start = pages.start.0;
     while start < end {
         let batch = start..end.min(start + BATCH);
-        dropped += invalidate_batch(object, batch.clone(), discard)?;
+        match invalidate_batch(object, batch.clone(), discard) {
+            Ok(n) => dropped += n,
+            // Pages of a hung read: the other batches are still dropped.
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                stalled.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
         start = batch.end;
     }
-    Ok(dropped)
+    stalled.map_or(Ok(dropped), Err)
 }
 
 /// Invalidates a batch: freezes what can be frozen at once and drops it,
@@ -78,6 +92,8 @@ fn invalidate_batch(object: &ObjectCore, pages: Range<u64>, discard: bool) -> st
     let mut pending: Vec<u64> = pages.collect();
     let mut dropped = 0;
     let mut waits = 0u32;
+    let mut stalled = 0u64;
+    let started = std::time::Instant::now();
     while !pending.is_empty() {
         let mut frozen = Vec::new();
         pending.retain(|&p| match freeze(object, ObjectPage(p)) {
@@ -86,7 +102,17 @@ fn invalidate_batch(object: &ObjectCore, pages: Range<u64>, discard: bool) -> st
                 false
             }
             Freeze::Gone => false,
-            Freeze::Busy => true,
+            Freeze::Busy => {
+                // A read that outlived the store timeout (the watchdog
+                // marked it STALLED) may never end: not waited for.
+                let w = object.cache.states.load(ObjectPage(p));
+                if w.state() == State::Reading && w.is_stalled() {
+                    stalled += 1;
+                    false
+                } else {
+                    true
+                }
+            }
         });
         dropped += drop_frozen(object, &frozen)?;
         // Dirty pages are written back first, as `invalidate_inode_pages2`
@@ -113,7 +139,13 @@ fn invalidate_batch(object: &ObjectCore, pages: Range<u64>, discard: bool) -> st
         }
         if !pending.is_empty() {
             // Pinned (a fault is mapping it), being read, or another
-            // invalidation's: wait, briefly at first.
+            // invalidation's: wait, briefly at first; but not for ever: a
+            // read that no watchdog marks STALLED (its pagers are gone)
+            // may hang too.
+            if started.elapsed() > MAX_WAIT {
+                stalled += pending.len() as u64;
+                break;
+            }
             waits += 1;
             if waits < 64 {
                 std::thread::yield_now();
@@ -121,6 +153,15 @@ fn invalidate_batch(object: &ObjectCore, pages: Range<u64>, discard: bool) -> st
                 std::thread::sleep(Duration::from_micros(100));
             }
         }
+    }
+    if stalled > 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "{stalled} pages are being read by a store call that has not returned; \
+                 they were not dropped"
+            ),
+        ));
     }
     Ok(dropped)
 }

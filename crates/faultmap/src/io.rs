@@ -302,6 +302,21 @@ impl IoThreads {
     }
 }
 
+impl IoThreads {
+    /// Tells every thread to stop (each runs the jobs still queued first)
+    /// and returns them, for the caller to join, or to give up on: a
+    /// thread inside a store call that never returns is left to finish on
+    /// its own. It owns (through `Arc`s) everything its job touches (the
+    /// object, its cache and alias, the region and its pager's
+    /// userfaultfd), so a late completion touches nothing that is gone.
+    pub(crate) fn stop(mut self) -> Vec<JoinHandle<()>> {
+        for _ in &self.threads {
+            let _ = self.sync.send(Msg::Stop);
+        }
+        std::mem::take(&mut self.threads)
+    }
+}
+
 impl Drop for IoThreads {
     fn drop(&mut self) {
         for _ in &self.threads {

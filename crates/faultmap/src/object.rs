@@ -56,6 +56,13 @@ pub(crate) struct ObjectCore {
     /// Store failures: the error log, the pager logs it feeds, the end
     /// after a truncation (`crate::errors`).
     pub(crate) errors: ObjectErrors,
+    /// The store's `io_pages`, asked once (a panic there is the default).
+    pub(crate) io_pages: u64,
+    /// The store's `ra_pages`, asked once (a panic there is the default).
+    pub(crate) ra_pages: u64,
+    /// The evictor of the object's own budget (`Pager::open_with_budget`):
+    /// it stops when the object goes.
+    pub(crate) evictor: std::sync::Mutex<Option<crate::evict::Evictor>>,
     /// Dirty count, error sequence, sync state (`crate::writeback`).
     pub(crate) wb: crate::writeback::ObjectWb,
 }
@@ -65,6 +72,16 @@ impl Drop for ObjectCore {
     /// (`crate::writeback::on_drop`); the memfd goes with the object, so
     /// its pages leave the budget.
     fn drop(&mut self) {
+        // The object's own evictor stops (not joined: this may be its own
+        // thread, which held the last handle; it exits at its next look).
+        if let Some(evictor) = self
+            .evictor
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            drop(evictor.stop());
+        }
         crate::writeback::on_drop(self);
         let n = self.charged.load(Ordering::Relaxed);
         self.budget.uncharge(self, n);
@@ -75,7 +92,18 @@ impl Drop for ObjectCore {
 impl ObjectCore {
     /// A new object over `store` with its cache.
     pub(crate) fn new(store: Box<dyn Store>, cache: Cache, len: u64, budget: Arc<Budget>) -> Self {
+        // A store that panics must not take the caller down; its answers
+        // are asked here once, each caught.
+        let ask = |f: &dyn Fn() -> u64, default: u64| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(default)
+        };
+        let io_pages = ask(&|| store.io_pages(), 256).clamp(1, crate::config::MAX_RA_PAGES);
+        let ra_pages = ask(&|| store.ra_pages(), crate::readahead::DEFAULT_RA_PAGES)
+            .min(crate::config::MAX_RA_PAGES);
         Self {
+            io_pages,
+            ra_pages,
+            evictor: std::sync::Mutex::new(None),
             store,
             cache,
             len,

@@ -24,15 +24,24 @@
 //!
 //! The handler and I/O threads live as long as the [`Pager`] *or any
 //! [`Mapping`]* it made: each holds the `Workers` guard, whose drop (the
-//! last one) stops and joins the handler threads, then the I/O threads
-//! (which first run every read still queued). A mapping therefore never outlives the threads that
+//! last one) stops the flusher and the evictor, then the handler threads,
+//! then the I/O threads (which first run every read still queued), and
+//! waits for them, but never longer than `Config::io_timeout` plus a
+//! second: a thread inside a store call that never returns is left
+//! behind, detached, and owns (through `Arc`s) everything its late
+//! completion touches. A mapping therefore never outlives the threads that
 //! serve its faults, and dropping a mapping never waits for a handler: it
 //! unpublishes its region, and the address range is unmapped when the last
 //! handler that looked the region up lets go of it (see [`crate::space`]).
 //!
+//! An object opened with a budget of its own (`Pager::open_with_budget`)
+//! owns its evictor, which stops when the object goes. A pager's budget
+//! whose evictor stopped (the pager is gone, another pager still maps one
+//! of its objects) is no longer enforced, rather than block reads.
+//!
 //! The background flusher (`crate::writeback`) is started by the first
-//! writable mapping and stopped first when the last holder of `Workers`
-//! goes: it writes back what is dirty as it stops.
+//! writable mapping and told to stop first when the last holder of
+//! `Workers` goes: it writes back what is dirty as it stops.
 //!
 //! # fork
 //!
@@ -58,7 +67,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::cache::{Cache, CacheError};
-use crate::config::MAX_RA_PAGES;
 use crate::config::{Config, ConfigError, Delivery, MapOptions, RegionLookup};
 use crate::errors::{self, IoErrorReport};
 use crate::events;
@@ -235,6 +243,9 @@ struct Workers {
     /// The background flusher, started with the first writable mapping;
     /// stopped first (it writes back what is dirty as it stops).
     flusher: Mutex<Option<Flusher>>,
+    /// How long the drop waits for the threads: `Config::io_timeout` plus
+    /// a second.
+    grace: Duration,
 }
 
 impl Workers {
@@ -252,23 +263,77 @@ impl Workers {
 }
 
 impl Drop for Workers {
+    /// Stops every thread of the pager and waits for them, but never longer
+    /// than `grace` (`Config::io_timeout` plus a second): a thread still
+    /// inside a store call that never returns (a hung read, write or sync)
+    /// is left to finish on its own, detached. Such a thread owns what it
+    /// touches through `Arc`s (see `IoThreads::stop`), so its late
+    /// completion is harmless; the pages it was reading stay READING until
+    /// then, and faults on them are given up by the watchdog's timeout
+    /// only while a pager lives.
     fn drop(&mut self) {
-        drop(
-            self.flusher
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
-        // The eventfd stays readable once signalled: every thread sees it.
+        let deadline = Instant::now() + self.grace;
+        let mut later = Vec::new();
+        // 1. The flusher and the evictors: told to stop (the flusher writes
+        //    back what is dirty first).
+        if let Some(f) = self
+            .flusher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            later.extend(f.stop());
+        }
+        for e in std::mem::take(&mut *self.evictors.lock().unwrap_or_else(|e| e.into_inner())) {
+            later.extend(e.stop());
+        }
+        // 2. The handler threads, before the I/O threads: they submit jobs.
+        //    The eventfd stays readable once signalled: every thread sees
+        //    it.
         let _ = sys::eventfd_signal(&self.stop);
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
-        for t in threads {
+        let handlers = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        join_until(handlers, deadline);
+        // 3. The I/O threads (each runs the jobs still queued first).
+        if let Some(io) = self.io.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            later.extend(io.stop());
+        }
+        join_until(later, deadline);
+    }
+}
+
+// Tests make `map` fail right after `UFFDIO_REGISTER` (as a kernel
+// without one of the ioctls would) to check its failure path.
+#[cfg(all(test, not(loom)))]
+thread_local! {
+    static FAIL_AFTER_REGISTER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(all(test, not(loom)))]
+fn fail_after_register() -> bool {
+    FAIL_AFTER_REGISTER.with(|f| f.get())
+}
+
+#[cfg(not(all(test, not(loom))))]
+fn fail_after_register() -> bool {
+    false
+}
+
+/// Joins `threads`, waiting until `deadline` at the latest; the ones still
+/// running then are detached (their handles dropped). Returns how many.
+fn join_until(threads: Vec<JoinHandle<()>>, deadline: Instant) -> usize {
+    let mut running = threads;
+    let mut pause = Duration::from_micros(50);
+    loop {
+        let (done, rest): (Vec<_>, Vec<_>) = running.into_iter().partition(|t| t.is_finished());
+        for t in done {
             let _ = t.join();
         }
-        drop(self.io.lock().unwrap_or_else(|e| e.into_inner()).take());
-        drop(std::mem::take(
-            &mut *self.evictors.lock().unwrap_or_else(|e| e.into_inner()),
-        ));
+        running = rest;
+        if running.is_empty() || Instant::now() >= deadline {
+            return running.len();
+        }
+        std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+        pause = (pause * 2).min(Duration::from_millis(10));
     }
 }
 
@@ -392,6 +457,7 @@ impl Pager {
             io: Mutex::new(Some(io_threads)),
             evictors: Mutex::new(evictors),
             flusher: Mutex::new(None),
+            grace: config.io_timeout.saturating_add(Duration::from_secs(1)),
         });
         // 4. The watchdog (`crate::errors`): store timeouts, truncation.
         {
@@ -498,11 +564,8 @@ impl Pager {
         let object = Arc::new(ObjectCore::new(Box::new(store), cache, len, domain.clone()));
         domain.add_object(&object);
         self.core.io_shared.watch(&object);
-        self.workers
-            .evictors
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(evictor);
+        // The evictor ends with the object (not with the pager's workers).
+        *object.evictor.lock().unwrap_or_else(|e| e.into_inner()) = Some(evictor);
         Ok(Object(object))
     }
 
@@ -649,15 +712,21 @@ impl Pager {
         };
         let ioctls = sys::uffd_register(&self.core.uffd, map.addr(), map.len(), modes)
             .map_err(|e| map_err("UFFDIO_REGISTER", e))?;
-        for (bit, ioctl, needed) in [
+        // From here on a failure unregisters the range before `map` unmaps
+        // it: a registered range's munmap raises an UNMAP event and waits
+        // until a pager thread reads it, which needs the table's lock that
+        // this call holds (it would never return).
+        let missing = [
             (range_ioctl::CONTINUE, "UFFDIO_CONTINUE", true),
             (range_ioctl::WAKE, "UFFDIO_WAKE", true),
             (range_ioctl::POISON, "UFFDIO_POISON", true),
             (range_ioctl::WRITEPROTECT, "UFFDIO_WRITEPROTECT", writable),
-        ] {
-            if needed && ioctls & bit == 0 {
-                return Err(MapError::MissingIoctl { name, ioctl });
-            }
+        ]
+        .into_iter()
+        .find(|&(bit, _, needed)| needed && (ioctls & bit == 0 || fail_after_register()));
+        if let Some((_, ioctl, _)) = missing {
+            let _ = sys::uffd_unregister(&self.core.uffd, map.addr(), map.len());
+            return Err(MapError::MissingIoctl { name, ioctl });
         }
         // 4. Publish the region: from here on its faults are served.
         let region = Arc::new(Region {
@@ -670,9 +739,7 @@ impl Pager {
             owner: self.core.clone(),
             counters: Counters::default(),
             ra: RaCounters::default(),
-            ra_pages: opts
-                .ra_pages_override()
-                .unwrap_or_else(|| object.0.store.ra_pages().min(MAX_RA_PAGES)),
+            ra_pages: opts.ra_pages_override().unwrap_or(object.0.ra_pages),
             ra_mode: opts.readahead_mode(),
             hints: AtomicPtr::new(Box::into_raw(Box::default())),
             mapped: MappedPages::new(extent.pages),
@@ -1280,5 +1347,204 @@ impl<A: Access> Drop for Mapping<A> {
             drop(table);
             self.core.mappings.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::MemStore;
+    use std::sync::mpsc;
+
+    /// Runs `f` on a thread and waits for it at most `limit`: `None` if it
+    /// did not return by then (the thread is left behind).
+    fn within<T: Send + 'static>(
+        limit: Duration,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(limit).ok()
+    }
+
+    /// A store whose reads wait at a gate until it opens (never, unless the
+    /// test opens it), and whose `io_pages` may panic.
+    struct Gated {
+        data: Vec<u8>,
+        open: Arc<(Mutex<bool>, std::sync::Condvar)>,
+        panic_io_pages: bool,
+    }
+
+    impl Gated {
+        fn new(
+            len: usize,
+            panic_io_pages: bool,
+        ) -> (Gated, Arc<(Mutex<bool>, std::sync::Condvar)>) {
+            let open = Arc::new((Mutex::new(panic_io_pages), std::sync::Condvar::new()));
+            let store = Gated {
+                data: (0..len).map(|i| (i % 251) as u8).collect(),
+                open: open.clone(),
+                panic_io_pages,
+            };
+            (store, open)
+        }
+    }
+
+    fn release(gate: &(Mutex<bool>, std::sync::Condvar)) {
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+    }
+
+    impl Store for Gated {
+        fn name(&self) -> &str {
+            "gated"
+        }
+        fn len(&self) -> u64 {
+            self.data.len() as u64
+        }
+        fn io_pages(&self) -> u64 {
+            assert!(!self.panic_io_pages, "io_pages panics");
+            16
+        }
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+            let (lock, cv) = &*self.open;
+            let mut open = lock.lock().unwrap();
+            while !*open {
+                open = cv.wait(open).unwrap();
+            }
+            buf.copy_from_slice(&self.data[offset as usize..offset as usize + buf.len()]);
+            Ok(())
+        }
+    }
+
+    fn config() -> Config {
+        Config::default()
+            .delivery(Delivery::Handler)
+            .io_timeout(Duration::from_millis(200))
+    }
+
+    #[test]
+    fn a_map_that_fails_after_register_returns_and_leaves_nothing_registered() {
+        let done = within(Duration::from_secs(30), || {
+            let pager = Pager::new(config()).unwrap();
+            let store = MemStore::new("m", vec![7u8; 64 * PAGE_SIZE]);
+            let object = pager.open(store).unwrap();
+            FAIL_AFTER_REGISTER.with(|f| f.set(true));
+            // SAFETY: a private buffer that nothing writes.
+            let err = unsafe { pager.map(&object, MapOptions::new()) }.unwrap_err();
+            FAIL_AFTER_REGISTER.with(|f| f.set(false));
+            assert!(matches!(err, MapError::MissingIoctl { .. }), "{err}");
+            // SAFETY: as above.
+            let map = unsafe { pager.map(&object, MapOptions::new()) }.unwrap();
+            assert!(map.iter().all(|&b| b == 7));
+            drop(map);
+            drop(pager);
+        });
+        assert!(
+            done.is_some(),
+            "map or the pager's drop hung after a failed map"
+        );
+    }
+
+    #[test]
+    fn dropping_the_pager_returns_while_a_store_read_hangs() {
+        let (store, gate) = Gated::new(64 * PAGE_SIZE, false);
+        let done = within(Duration::from_secs(30), move || {
+            let pager = Pager::new(config()).unwrap();
+            // SAFETY: the store's bytes never change.
+            let map = unsafe { pager.map(store, MapOptions::new()) }.unwrap();
+            // A read that never returns, with nobody faulting on it.
+            map.advise(Advice::WillNeed, 0..map.len()).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            let started = Instant::now();
+            drop(map);
+            drop(pager);
+            started.elapsed()
+        });
+        release(&gate);
+        let took = done.expect("dropping the pager hung on a store read");
+        // io_timeout (200 ms) plus a second, with room for a slow machine.
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+
+    #[test]
+    fn invalidation_gives_up_on_a_read_that_outlived_the_timeout() {
+        let (store, gate) = Gated::new(64 * PAGE_SIZE, false);
+        let done = within(Duration::from_secs(30), move || {
+            let pager = Pager::new(config()).unwrap();
+            let object = pager.open(store).unwrap();
+            // SAFETY: the store's bytes never change.
+            let map = unsafe { pager.map(&object, MapOptions::new()) }.unwrap();
+            map.advise(Advice::WillNeed, 0..map.len()).unwrap();
+            // The watchdog marks the read STALLED after io_timeout.
+            std::thread::sleep(Duration::from_millis(1500));
+            let r = object.invalidate(0..object.len());
+            drop(map);
+            r
+        });
+        let r = done.expect("invalidation spun on a hung read");
+        release(&gate);
+        let err = r.unwrap_err();
+        assert!(err.to_string().contains("invalidating"), "{err}");
+    }
+
+    #[test]
+    fn a_store_whose_io_pages_panics_is_read_with_the_default() {
+        let (store, _gate) = Gated::new(64 * PAGE_SIZE, true);
+        let data = store.data.clone();
+        let done = within(Duration::from_secs(30), move || {
+            let pager = Pager::new(config()).unwrap();
+            // SAFETY: the store's bytes never change.
+            let map = unsafe { pager.map(store, MapOptions::new()) }.unwrap();
+            map.to_vec()
+        });
+        assert_eq!(done.expect("reading hung after io_pages panicked"), data);
+    }
+
+    #[test]
+    fn an_objects_own_evictor_ends_with_the_object() {
+        let pager = Pager::new(config()).unwrap();
+        let object = pager
+            .open_with_budget(
+                MemStore::new("m", vec![1u8; 16 * PAGE_SIZE]),
+                crate::MIN_BUDGET,
+            )
+            .unwrap();
+        let budget = Arc::downgrade(&object.0.budget);
+        drop(object);
+        // The evictor thread held the budget: it lets go when it exits.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while budget.upgrade().is_some() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            budget.upgrade().is_none(),
+            "the evictor outlived its object"
+        );
+        drop(pager);
+    }
+
+    #[test]
+    fn a_budget_whose_evictor_stopped_keeps_readahead_on() {
+        let pages = 4 * (crate::MIN_BUDGET as usize / PAGE_SIZE);
+        let first = Pager::new(config().memory_budget(crate::MIN_BUDGET)).unwrap();
+        let object = first
+            .open(MemStore::new("m", vec![3u8; pages * PAGE_SIZE]))
+            .unwrap();
+        drop(first);
+        let second = Pager::new(config()).unwrap();
+        let done = within(Duration::from_secs(60), move || {
+            // SAFETY: a private buffer that nothing writes.
+            let map =
+                unsafe { second.map(&object, MapOptions::new().fault_around_order(0)) }.unwrap();
+            let sum: u64 = map.iter().step_by(PAGE_SIZE).map(|&b| u64::from(b)).sum();
+            (sum, map.stats())
+        });
+        let (sum, stats) = done.expect("reads blocked under a budget with no evictor");
+        assert_eq!(sum, 3 * pages as u64);
+        // Readahead windows, not one request per page.
+        assert!(stats.io_count * 4 < pages as u64, "{stats:?}");
     }
 }

@@ -825,6 +825,16 @@ impl Flusher {
     }
 }
 
+impl Flusher {
+    /// Tells the thread to stop (it writes back what is dirty first) and
+    /// returns it, for the caller to join (or give up on: a store write
+    /// that never returns keeps it).
+    pub(crate) fn stop(mut self) -> Option<JoinHandle<()>> {
+        let _ = self.tx.send(Msg::Stop);
+        self.thread.take()
+    }
+}
+
 impl Drop for Flusher {
     fn drop(&mut self) {
         let _ = self.tx.send(Msg::Stop);
