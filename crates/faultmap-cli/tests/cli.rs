@@ -6,6 +6,8 @@
 //! shapes, exact fault counts where the fault-around algorithm fixes them,
 //! and clean failures (non-zero exit, a message, no panic) on bad input.
 
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -165,11 +167,38 @@ fn scan_refuses_what_it_cannot_read() {
     let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(made.success());
     assert_fails_cleanly(&faultmap(&["scan", fifo.to_str().unwrap()]), "FIFO");
+    // Files whose size is not their content: never 0 bytes and CRC 0.
+    assert_fails_cleanly(&faultmap(&["scan", "/proc/cpuinfo"]), "procfs");
+    assert_fails_cleanly(&faultmap(&["scan", "/proc/self/status"]), "procfs");
+    assert_fails_cleanly(
+        &faultmap(&["scan", "/sys/kernel/mm/transparent_hugepage/enabled"]),
+        "sysfs",
+    );
+    assert_fails_cleanly(&faultmap(&["scan", "/dev/null"]), "device");
+    assert_fails_cleanly(&faultmap(&["scan", "/dev/zero"]), "device");
     let file = write(dir.path(), "f", b"data");
     let file = file.to_str().unwrap();
     assert_fails_cleanly(&faultmap(&["scan", file, "--order", "10"]), "order");
     assert_fails_cleanly(&faultmap(&["scan", file, "--threads", "0"]), "threads");
     assert_fails_cleanly(&faultmap(&["scan"]), "FILE");
+}
+
+#[test]
+fn scan_without_permission_says_so() {
+    // As root every file is readable: the scan runs as `nobody`, on a file
+    // that only its owner may read.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = write(dir.path(), "secret", b"data");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_faultmap"))
+        .args(["scan", file.to_str().unwrap()])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert_fails_cleanly(&out, "cannot open");
+    assert_fails_cleanly(&out, "Permission denied");
 }
 
 #[test]

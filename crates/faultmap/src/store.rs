@@ -136,6 +136,27 @@ pub enum StoreError {
         /// What it is instead ("directory", "FIFO", ...).
         kind: &'static str,
     },
+    /// The file is on a filesystem whose files report sizes that are not
+    /// their contents (a `/proc` or `/sys` file: size 0 or 4096 whatever
+    /// they hold). Mapping it would give wrong bytes; read it into memory
+    /// (`std::fs::read`) and map a [`MemStore`] instead.
+    #[error(
+        "{path} is on {fs}, whose files do not report their real size: \
+         read it into memory and map a MemStore instead"
+    )]
+    PseudoFile {
+        /// The path as given.
+        path: PathBuf,
+        /// The filesystem ("procfs", "sysfs", ...).
+        fs: &'static str,
+    },
+    /// The file reports a size of 0 but has content (some FUSE and network
+    /// filesystems do that for generated files).
+    #[error("{path} reports a size of 0 but has content: its real size is unknown")]
+    UnknownSize {
+        /// The path as given.
+        path: PathBuf,
+    },
     /// A read failed.
     #[error("reading {len} bytes at offset {offset} of {name}")]
     Read {
@@ -493,17 +514,37 @@ impl FileStore {
         if kind.is_block_device() || kind.is_char_device() {
             return Err(not_a_file("device"));
         }
-        // 2. The buffered descriptor, and what it is.
+        // 2. The buffered descriptor, and what it is. O_NONBLOCK: if the
+        //    path became a FIFO since step 1, the open must not block (and
+        //    step 1's checks are made again on what was opened).
         let file = OpenOptions::new()
             .read(true)
             .write(writable)
+            .custom_flags(libc::O_NONBLOCK)
             .open(path)
             .map_err(open_err)?;
         let meta = file.metadata().map_err(open_err)?;
+        if !meta.file_type().is_file() {
+            return Err(not_a_file("file of another kind"));
+        }
+        sys::clear_nonblock(file.as_fd()).map_err(open_err)?;
         let len = meta.len();
+        // 3. A size that is not the content: pseudo filesystems, and files
+        //    that say 0 but read more.
+        if let Some(fs) = sys::pseudo_fs(file.as_fd()).map_err(open_err)? {
+            return Err(StoreError::PseudoFile {
+                path: path.to_path_buf(),
+                fs,
+            });
+        }
+        if len == 0 && sys::pread_some(file.as_fd(), &mut [0u8; 1], 0).map_err(open_err)? > 0 {
+            return Err(StoreError::UnknownSize {
+                path: path.to_path_buf(),
+            });
+        }
         let ra_pages = device_ra_pages(Path::new("/sys"), meta.dev())
             .unwrap_or(crate::readahead::DEFAULT_RA_PAGES);
-        // 3. The O_DIRECT descriptor, if the mode wants one and the file
+        // 4. The O_DIRECT descriptor, if the mode wants one and the file
         //    takes it; io_uring, if the mode wants it and the kernel has it.
         let direct = match io {
             FileIo::Buffered => None,

@@ -432,3 +432,45 @@ fn direct_read_rate_reads_the_whole_file() {
         ));
     });
 }
+
+#[test]
+fn files_whose_size_is_not_their_content_are_refused() {
+    for (path, fs) in [
+        ("/proc/cpuinfo", "procfs"),
+        ("/proc/self/maps", "procfs"),
+        ("/sys/kernel/mm/transparent_hugepage/enabled", "sysfs"),
+    ] {
+        match FileStore::open(path) {
+            Err(StoreError::PseudoFile { fs: found, .. }) => assert_eq!(found, fs, "{path}"),
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn what_is_not_a_regular_file_is_refused_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let socket = dir.path().join("socket");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    for (path, kind) in [
+        (fifo.as_path(), "FIFO"),
+        (socket.as_path(), "socket"),
+        (Path::new("/dev/null"), "device"),
+        (dir.path(), "directory"),
+    ] {
+        match FileStore::open(path) {
+            Err(StoreError::NotAFile { kind: found, .. }) => assert_eq!(found, kind, "{path:?}"),
+            other => panic!("{path:?}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        FileStore::open(dir.path().join("missing")),
+        Err(StoreError::Open { .. })
+    ));
+}

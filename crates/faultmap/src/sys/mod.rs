@@ -747,6 +747,74 @@ fn mmap_at(
     })
 }
 
+/// The filesystem a file lives on, when it is one whose files report sizes
+/// that are not their contents (`fstatfs`'s magic): procfs, sysfs,
+/// debugfs, tracefs, configfs, securityfs, cgroupfs, bpffs. `None` for any
+/// other filesystem.
+pub fn pseudo_fs(fd: BorrowedFd<'_>) -> io::Result<Option<&'static str>> {
+    // SAFETY: statfs is plain old data; zeroes are a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes one `struct statfs` to `st`, which outlives the
+    // call; `fd` is a live descriptor.
+    let rc = unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    const KNOWN: [(i64, &str); 9] = [
+        (0x9fa0, "procfs"),
+        (0x6265_6572, "sysfs"),
+        (0x6462_6720, "debugfs"),
+        (0x7472_6163, "tracefs"),
+        (0x6265_6570, "configfs"),
+        (0x7363_6673, "securityfs"),
+        (0x0027_e0eb, "cgroupfs"),
+        (0x6367_7270, "cgroup2fs"),
+        (0xcafe_4a11, "bpffs"),
+    ];
+    #[allow(clippy::unnecessary_cast)]
+    let magic = st.f_type as i64;
+    Ok(KNOWN
+        .iter()
+        .find(|&&(m, _)| m == magic)
+        .map(|&(_, name)| name))
+}
+
+/// Clears `O_NONBLOCK` on `fd` (set only to open a path without blocking
+/// on a FIFO; some FUSE filesystems would honour it on reads).
+pub fn clear_nonblock(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: F_GETFL/F_SETFL read and set the descriptor's status flags;
+    // no memory is passed.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    let rc = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads at most `buf.len()` bytes at `offset` (one `pread`), returning how
+/// many it read.
+pub fn pread_some(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    // SAFETY: pread writes at most buf.len() bytes into `buf`, which we hold
+    // mutably for the call.
+    let rc = unsafe {
+        libc::pread(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            offset as libc::off_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc as usize)
+}
+
 /// `madvise(MADV_DONTFORK)`: a child of `fork` does not inherit the range.
 pub fn madvise_dontfork(region: &MappedRegion) -> io::Result<()> {
     // SAFETY: advises on a range this process mapped and owns; DONTFORK
