@@ -172,7 +172,7 @@ fn scan_refuses_what_it_cannot_read() {
     assert_fails_cleanly(&faultmap(&["scan", "/proc/self/status"]), "procfs");
     assert_fails_cleanly(
         &faultmap(&["scan", "/sys/kernel/mm/transparent_hugepage/enabled"]),
-        "sysfs",
+        "reports 4096 bytes",
     );
     assert_fails_cleanly(&faultmap(&["scan", "/dev/null"]), "device");
     assert_fails_cleanly(&faultmap(&["scan", "/dev/zero"]), "device");

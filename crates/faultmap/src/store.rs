@@ -136,10 +136,9 @@ pub enum StoreError {
         /// What it is instead ("directory", "FIFO", ...).
         kind: &'static str,
     },
-    /// The file is on a filesystem whose files report sizes that are not
-    /// their contents (a `/proc` or `/sys` file: size 0 or 4096 whatever
-    /// they hold). Mapping it would give wrong bytes; read it into memory
-    /// (`std::fs::read`) and map a [`MemStore`] instead.
+    /// The file is on procfs, whose files report sizes that are not their
+    /// contents (`/proc/cpuinfo`: 0 bytes). Mapping it would give wrong
+    /// bytes; read it into memory (`std::fs::read`) and map a [`MemStore`].
     #[error(
         "{path} is on {fs}, whose files do not report their real size: \
          read it into memory and map a MemStore instead"
@@ -147,15 +146,21 @@ pub enum StoreError {
     PseudoFile {
         /// The path as given.
         path: PathBuf,
-        /// The filesystem ("procfs", "sysfs", ...).
+        /// The filesystem ("procfs").
         fs: &'static str,
     },
-    /// The file reports a size of 0 but has content (some FUSE and network
-    /// filesystems do that for generated files).
-    #[error("{path} reports a size of 0 but has content: its real size is unknown")]
+    /// The file's reported size is not its content: it reads past it, or
+    /// ends before it (a sysfs attribute reports 4096 bytes whatever it
+    /// holds; some FUSE filesystems report 0 for generated files).
+    #[error(
+        "{path} reports {reported} bytes but holds a different amount: \
+         its real size is unknown; read it into memory and map a MemStore instead"
+    )]
     UnknownSize {
         /// The path as given.
         path: PathBuf,
+        /// The size the file reports.
+        reported: u64,
     },
     /// A read failed.
     #[error("reading {len} bytes at offset {offset} of {name}")]
@@ -529,17 +534,22 @@ impl FileStore {
         }
         sys::clear_nonblock(file.as_fd()).map_err(open_err)?;
         let len = meta.len();
-        // 3. A size that is not the content: pseudo filesystems, and files
-        //    that say 0 but read more.
+        // 3. A size that is not the content: procfs, and any file that reads
+        //    past its size or ends before it (one byte probed on each side).
         if let Some(fs) = sys::pseudo_fs(file.as_fd()).map_err(open_err)? {
             return Err(StoreError::PseudoFile {
                 path: path.to_path_buf(),
                 fs,
             });
         }
-        if len == 0 && sys::pread_some(file.as_fd(), &mut [0u8; 1], 0).map_err(open_err)? > 0 {
+        let mut probe = [0u8; 1];
+        let past_end = sys::pread_some(file.as_fd(), &mut probe, len).map_err(open_err)? > 0;
+        let short =
+            len > 0 && sys::pread_some(file.as_fd(), &mut probe, len - 1).map_err(open_err)? == 0;
+        if past_end || short {
             return Err(StoreError::UnknownSize {
                 path: path.to_path_buf(),
+                reported: len,
             });
         }
         let ra_pages = device_ra_pages(Path::new("/sys"), meta.dev())

@@ -747,10 +747,8 @@ fn mmap_at(
     })
 }
 
-/// The filesystem a file lives on, when it is one whose files report sizes
-/// that are not their contents (`fstatfs`'s magic): procfs, sysfs,
-/// debugfs, tracefs, configfs, securityfs, cgroupfs, bpffs. `None` for any
-/// other filesystem.
+/// `"procfs"` when the file lives on procfs (`fstatfs`'s magic), whose
+/// files report sizes that are not their contents; `None` elsewhere.
 pub fn pseudo_fs(fd: BorrowedFd<'_>) -> io::Result<Option<&'static str>> {
     // SAFETY: statfs is plain old data; zeroes are a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
@@ -760,23 +758,10 @@ pub fn pseudo_fs(fd: BorrowedFd<'_>) -> io::Result<Option<&'static str>> {
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
-    const KNOWN: [(i64, &str); 9] = [
-        (0x9fa0, "procfs"),
-        (0x6265_6572, "sysfs"),
-        (0x6462_6720, "debugfs"),
-        (0x7472_6163, "tracefs"),
-        (0x6265_6570, "configfs"),
-        (0x7363_6673, "securityfs"),
-        (0x0027_e0eb, "cgroupfs"),
-        (0x6367_7270, "cgroup2fs"),
-        (0xcafe_4a11, "bpffs"),
-    ];
+    const PROC_SUPER_MAGIC: i64 = 0x9fa0;
     #[allow(clippy::unnecessary_cast)]
     let magic = st.f_type as i64;
-    Ok(KNOWN
-        .iter()
-        .find(|&&(m, _)| m == magic)
-        .map(|&(_, name)| name))
+    Ok((magic == PROC_SUPER_MAGIC).then_some("procfs"))
 }
 
 /// Clears `O_NONBLOCK` on `fd` (set only to open a path without blocking
