@@ -350,7 +350,7 @@ fn a_filesystem_without_o_direct_falls_back_to_buffered() {
     // sysfs refuses O_DIRECT at open; its binary attributes have real sizes.
     let path = Path::new("/sys/kernel/notes");
     let Ok(data) = std::fs::read(path) else {
-        eprintln!("skipped: {} is not readable here", path.display());
+        missing_feature(&format!("{} is not readable here", path.display()));
         return;
     };
     for mode in MODES {
@@ -365,7 +365,7 @@ fn a_filesystem_without_o_direct_falls_back_to_buffered() {
 #[test]
 fn o_direct_is_used_where_the_filesystem_takes_it() {
     let Some(dir) = direct_dir() else {
-        eprintln!("skipped: neither the temporary directory nor target/ takes O_DIRECT");
+        missing_feature("neither the temporary directory nor target/ takes O_DIRECT");
         return;
     };
     let file = File::new(PAGE, 80);
@@ -385,10 +385,10 @@ fn ra_pages_is_the_devices_read_ahead_kb() {
         .iter()
         .find_map(|rel| std::fs::read_to_string(sysfs.join(rel)).ok());
     let Some(kb) = kb else {
-        eprintln!(
-            "skipped: {} is on no block device ({id})",
+        missing_feature(&format!(
+            "{} is on no block device ({id})",
             file.path.display()
-        );
+        ));
         return;
     };
     let kb: u64 = kb.trim().parse().expect("read_ahead_kb is a number");
@@ -401,7 +401,7 @@ fn ra_pages_is_the_devices_read_ahead_kb() {
 fn ra_pages_falls_back_off_block_devices() {
     // tmpfs has no block device and no bdi of its own in sysfs.
     let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
-        eprintln!("skipped: no /dev/shm");
+        missing_feature("no /dev/shm");
         return;
     };
     let path = dir.path().join("f");
