@@ -628,8 +628,10 @@ pub(crate) fn write_fault(
     // An error (the mapping is going, the address space is changing)
     // leaves the page protected: the write faults again. DIRTY is set
     // anyway: at worst an extra write-back.
-    let _ = sys::uffd_writeprotect(env.uffd, region.page_addr(page), PAGE_SIZE, false, true);
-    if state.set_dirty() {
+    let clean = crate::writeback::dirty_after_unprotect(state, || {
+        let _ = sys::uffd_writeprotect(env.uffd, region.page_addr(page), PAGE_SIZE, false, true);
+    });
+    if clean {
         tally.write_faults += 1;
         object
             .wb

@@ -8,6 +8,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::cache::Cache;
 use crate::errors::{IoErrorKind, IoErrorReport, ObjectErrors};
@@ -65,6 +66,12 @@ pub(crate) struct ObjectCore {
     pub(crate) evictor: std::sync::Mutex<Option<crate::evict::Evictor>>,
     /// Dirty count, error sequence, sync state (`crate::writeback`).
     pub(crate) wb: crate::writeback::ObjectWb,
+    /// Live [`Object`] handles (every [`crate::Mapping`] holds one): when
+    /// the last goes, the final write-back runs (see `Object`'s drop).
+    handles: std::sync::atomic::AtomicUsize,
+    /// How long the last handle's drop waits for the final write-back:
+    /// `Config::io_timeout` plus a second, of the pager that opened it.
+    pub(crate) grace: std::sync::Mutex<Duration>,
 }
 
 impl Drop for ObjectCore {
@@ -101,6 +108,8 @@ impl ObjectCore {
         let ra_pages = ask(&|| store.ra_pages(), crate::readahead::DEFAULT_RA_PAGES)
             .min(crate::config::MAX_RA_PAGES);
         Self {
+            handles: std::sync::atomic::AtomicUsize::new(0),
+            grace: std::sync::Mutex::new(Duration::from_secs(31)),
             io_pages,
             ra_pages,
             evictor: std::sync::Mutex::new(None),
@@ -234,8 +243,56 @@ pub enum InvalidateError {
 }
 
 /// A store and its page cache. Cheap to clone: clones share the cache.
-#[derive(Clone)]
 pub struct Object(pub(crate) Arc<ObjectCore>);
+
+impl Object {
+    /// A handle to `core`, counted (see the drop).
+    pub(crate) fn new(core: Arc<ObjectCore>) -> Object {
+        core.handles.fetch_add(1, Ordering::Relaxed);
+        Object(core)
+    }
+}
+
+impl Clone for Object {
+    fn clone(&self) -> Object {
+        Object::new(self.0.clone())
+    }
+}
+
+impl Drop for Object {
+    /// The last handle (of the application's, and of its mappings') goes:
+    /// the object's dirty pages are written back, best effort, on a thread
+    /// of their own that this drop waits for at most `Config::io_timeout`
+    /// plus a second. A store write that never returns leaves that thread
+    /// behind, holding the object's parts (through its `Arc`) until the
+    /// store answers: the drop returns anyway.
+    fn drop(&mut self) {
+        if self.0.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        if !crate::writeback::has_work(&self.0) {
+            return;
+        }
+        let grace = *self.0.grace.lock().unwrap_or_else(|e| e.into_inner());
+        let core = self.0.clone();
+        let spawned = std::thread::Builder::new()
+            .name("faultmap-final".into())
+            .spawn(move || crate::writeback::on_drop(&core));
+        match spawned {
+            Ok(thread) => {
+                let deadline = std::time::Instant::now() + grace;
+                while !thread.is_finished() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if thread.is_finished() {
+                    let _ = thread.join();
+                }
+            }
+            // No thread to be had: here, unbounded, rather than not at all.
+            Err(_) => crate::writeback::on_drop(&self.0),
+        }
+    }
+}
 
 impl fmt::Debug for Object {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -538,7 +538,11 @@ impl Pager {
         ));
         self.core.budget.add_object(&object);
         self.core.io_shared.watch(&object);
-        Ok(Object(object))
+        *object.grace.lock().unwrap_or_else(|e| e.into_inner()) = self
+            .config
+            .io_timeout
+            .saturating_add(Duration::from_secs(1));
+        Ok(Object::new(object))
     }
 
     /// Opens `store` as an object with a memory budget of its own (at
@@ -566,7 +570,11 @@ impl Pager {
         self.core.io_shared.watch(&object);
         // The evictor ends with the object (not with the pager's workers).
         *object.evictor.lock().unwrap_or_else(|e| e.into_inner()) = Some(evictor);
-        Ok(Object(object))
+        *object.grace.lock().unwrap_or_else(|e| e.into_inner()) = self
+            .config
+            .io_timeout
+            .saturating_add(Duration::from_secs(1));
+        Ok(Object::new(object))
     }
 
     /// The pager's memory: its budget, bytes cached (pages being read
@@ -1546,5 +1554,69 @@ mod tests {
         assert_eq!(sum, 3 * pages as u64);
         // Readahead windows, not one request per page.
         assert!(stats.io_count * 4 < pages as u64, "{stats:?}");
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod drop_tests {
+    use super::*;
+    use crate::MemStore;
+    use std::sync::mpsc;
+
+    /// A writable memory store whose writes wait at a gate, for ever unless
+    /// the test opens it.
+    struct StuckWrites {
+        inner: MemStore,
+        open: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    }
+
+    impl Store for StuckWrites {
+        fn name(&self) -> &str {
+            "stuck-writes"
+        }
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+            self.inner.read_at(offset, buf)
+        }
+        fn writable(&self) -> bool {
+            true
+        }
+        fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+            let (lock, cv) = &*self.open;
+            let mut open = lock.lock().unwrap();
+            while !*open {
+                open = cv.wait(open).unwrap();
+            }
+            self.inner.write_at(offset, buf)
+        }
+    }
+
+    #[test]
+    fn dropping_the_last_handle_returns_while_a_store_write_hangs() {
+        let open = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let store = StuckWrites {
+            inner: MemStore::new("m", vec![0u8; 16 * PAGE_SIZE]),
+            open: open.clone(),
+        };
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let config = Config::default().io_timeout(Duration::from_millis(200));
+            let pager = Pager::new(config).unwrap();
+            // SAFETY: the store's bytes change only through this mapping.
+            let mut map = unsafe { pager.map_mut(store, MapOptions::new()) }.unwrap();
+            map[5] = 1;
+            let started = Instant::now();
+            // The flusher's and the object's final write-backs both hang.
+            drop(pager);
+            drop(map);
+            let _ = tx.send(started.elapsed());
+        });
+        let took = rx.recv_timeout(Duration::from_secs(30));
+        *open.0.lock().unwrap() = true;
+        open.1.notify_all();
+        let took = took.expect("dropping the last handle hung on a store write");
+        assert!(took < Duration::from_secs(6), "{took:?}");
     }
 }

@@ -59,8 +59,9 @@
 //!   signal-delivery pager replaces faultmap's; it must chain to the
 //!   disposition it replaced, as faultmap does.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+
+use crate::sync::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::fault::{self, Fast};
@@ -70,11 +71,16 @@ use crate::sys::{self, Disposition, PAGE_SIZE};
 
 /// Requests a pager can have in flight from SIGBUS handlers; a thread that
 /// finds none free sleeps briefly and faults again.
+#[cfg(not(loom))]
 const SLOTS: usize = 128;
+/// One under loom, so that the model's requests reuse it.
+#[cfg(loom)]
+const SLOTS: usize = 1;
 
 /// How long a forwarding handler polls its slot before it sleeps on it (a
 /// pager thread that is polling answers a hit-after-read in a few µs;
 /// waking a sleeping thread costs about 40 µs on this machine).
+#[cfg_attr(loom, allow(dead_code))]
 const SPIN: Duration = Duration::from_micros(30);
 
 // Slot states.
@@ -147,7 +153,47 @@ impl RequestRef {
             Reply::Failed => DONE_FAILED,
         };
         slot.state.store(state, Ordering::Release);
-        sys::futex_wake(&slot.state, 1);
+        wake(&slot.state);
+    }
+}
+
+/// Wakes the handler sleeping on a slot's state word.
+#[cfg(not(loom))]
+fn wake(state: &AtomicU32) {
+    sys::futex_wake(state, 1);
+}
+
+/// Under loom the handler yields instead of sleeping: nothing to wake.
+#[cfg(loom)]
+fn wake(_state: &AtomicU32) {}
+
+/// Waits until the request in `slot` is done; returns the DONE_ state.
+/// Spins `SPIN` first, then sleeps on the state word (futex).
+#[cfg(not(loom))]
+fn wait_done(slot: &Slot) -> u32 {
+    let spin_until = sys::monotonic_ns().saturating_add(SPIN.as_nanos() as u64);
+    loop {
+        let s = slot.state.load(Ordering::Acquire);
+        if s >= DONE_MAPPED {
+            return s;
+        }
+        if sys::monotonic_ns() < spin_until {
+            std::hint::spin_loop();
+        } else {
+            sys::futex_wait(&slot.state, s, None);
+        }
+    }
+}
+
+/// Under loom: yields until the request is done.
+#[cfg(loom)]
+fn wait_done(slot: &Slot) -> u32 {
+    loop {
+        let s = slot.state.load(Ordering::Acquire);
+        if s >= DONE_MAPPED {
+            return s;
+        }
+        loom::thread::yield_now();
     }
 }
 
@@ -197,41 +243,41 @@ impl Requests {
     /// SIGBUS handler: async-signal-safe). `None`: no slot was free; the
     /// caller returns and the access faults again.
     fn forward(&self, addr: usize, retry: bool) -> Option<Reply> {
+        let Some(slot) = self.post(addr, retry) else {
+            // Every slot is busy: back off a little (a futex wait on a word
+            // that never changes is an async-signal-safe sleep).
+            #[cfg(not(loom))]
+            sys::futex_wait(&AtomicU32::new(0), 0, Some(Duration::from_micros(100)));
+            return None;
+        };
+        let _ = sys::eventfd_signal(&self.doorbell);
+        Some(Self::finish(slot, wait_done(slot)))
+    }
+
+    /// Claims a free slot (FREE → CLAIMED) and posts the request in it
+    /// (→ POSTED, Release: a pager thread that takes it sees `addr` and
+    /// `retry`). `None` if no slot is free.
+    fn post(&self, addr: usize, retry: bool) -> Option<&Slot> {
         let slot = self.slots.iter().find(|s| {
             s.state.load(Ordering::Relaxed) == FREE
                 && s.state
                     .compare_exchange(FREE, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
-        });
-        let Some(slot) = slot else {
-            // Every slot is busy: back off a little (a futex wait on a word
-            // that never changes is an async-signal-safe sleep).
-            let never = AtomicU32::new(0);
-            sys::futex_wait(&never, 0, Some(Duration::from_micros(100)));
-            return None;
-        };
+        })?;
         slot.addr.store(addr, Ordering::Relaxed);
         slot.retry.store(retry, Ordering::Relaxed);
         slot.state.store(POSTED, Ordering::Release);
-        let _ = sys::eventfd_signal(&self.doorbell);
-        let spin_until = sys::monotonic_ns().saturating_add(SPIN.as_nanos() as u64);
-        let done = loop {
-            let s = slot.state.load(Ordering::Acquire);
-            if s >= DONE_MAPPED {
-                break s;
-            }
-            if sys::monotonic_ns() < spin_until {
-                std::hint::spin_loop();
-            } else {
-                sys::futex_wait(&slot.state, s, None);
-            }
-        };
+        Some(slot)
+    }
+
+    /// Frees a done slot (→ FREE) and says how the request ended.
+    fn finish(slot: &Slot, done: u32) -> Reply {
         slot.state.store(FREE, Ordering::Release);
-        Some(match done {
+        match done {
             DONE_RETRY => Reply::Retry,
             DONE_FAILED => Reply::Failed,
             _ => Reply::Mapped,
-        })
+        }
     }
 }
 
@@ -379,5 +425,54 @@ fn resolve(addr: usize) -> Outcome {
             Some(Reply::Retry) => retry = true,
             Some(Reply::Failed) => return Outcome::NotOurs,
         }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::{wait_done, Reply, Requests};
+    // std's Arc: `serve` takes one; its count is no part of the protocol.
+    use loom::thread;
+    use std::sync::Arc;
+
+    /// A SIGBUS handler forwards two faults, one after the other, through
+    /// the production slot protocol (`post`, `wait_done`, `finish`) over
+    /// one slot, while a pager thread serves them (`serve`,
+    /// `RequestRef::complete`): each request is served once, with the
+    /// address it was posted with, the handler gets the reply the server
+    /// gave it, and the slot is reused only once it is free again.
+    #[test]
+    fn loom_models_signal_slots() {
+        loom::model(|| {
+            let requests = Arc::new(Requests::new().expect("eventfd"));
+            let r = requests.clone();
+            let handler = thread::spawn(move || {
+                for (addr, want) in [(4096, Reply::Mapped), (8192, Reply::Retry)] {
+                    let slot = loop {
+                        // The slot is not free yet: the access faults again.
+                        match r.post(addr, false) {
+                            Some(slot) => break slot,
+                            None => thread::yield_now(),
+                        }
+                    };
+                    let reply = Requests::finish(slot, wait_done(slot));
+                    assert_eq!(reply, want, "the reply to {addr:#x}");
+                }
+            });
+            let mut served = Vec::new();
+            while served.len() < 2 {
+                requests.serve(|addr, req| {
+                    served.push(addr);
+                    req.complete(if addr == 4096 {
+                        Reply::Mapped
+                    } else {
+                        Reply::Retry
+                    });
+                });
+                thread::yield_now();
+            }
+            handler.join().unwrap();
+            assert_eq!(served, [4096, 8192]);
+        });
     }
 }

@@ -213,7 +213,7 @@ pub enum WriteBackError {
 
 /// A recorded failure, replayable to every flush that must report it.
 #[derive(Clone, Debug)]
-enum Failure {
+pub(crate) enum Failure {
     Write {
         offset: u64,
         len: usize,
@@ -373,6 +373,15 @@ fn write_back_tally(
     first_err.map_or(Ok(tally.written_back), Err)
 }
 
+/// W1 and W2 for a page the caller pinned (W0), inside a write section
+/// ([`write_section`]): make its PTE writable (`unprotect`), then mark it
+/// DIRTY, in that order (the module documentation says why; the loom
+/// model runs this function). Returns whether the page was clean before.
+pub(crate) fn dirty_after_unprotect(state: &PageState, unprotect: impl FnOnce()) -> bool {
+    unprotect();
+    state.set_dirty()
+}
+
 /// F0 and F1 for one page: pins it and moves it DIRTY → WRITEBACK. Returns
 /// false (and holds no pin) if it is clean or under write-back already.
 fn claim(state: &PageState) -> bool {
@@ -398,81 +407,133 @@ fn claim(state: &PageState) -> bool {
     }
 }
 
-/// Steps F0 to F5 for one batch of pages.
+/// What write-back does outside the page-state words: find a page's word,
+/// write-protect runs of pages in every mapping (F2), copy a run to the
+/// store (F3). The object's (`ObjectIo`) in production; the loom model
+/// (`loom_models`) gives a PTE and a word of memory, and runs the same
+/// [`write_back_pages`].
+pub(crate) trait WbIo {
+    /// The word of page `page`, if it has one.
+    fn state(&self, page: u64) -> Option<&PageState>;
+    /// F2 for `runs`.
+    fn protect(&self, runs: &[Range<u64>]) -> Result<(), Failure>;
+    /// F3 for `run`.
+    fn copy(&self, run: Range<u64>) -> Result<(), Failure>;
+}
+
+/// What [`write_back_pages`] did.
+#[derive(Default)]
+pub(crate) struct Pass {
+    /// Pages claimed (DIRTY → WRITEBACK).
+    pub(crate) claimed: u64,
+    /// Pages written to the store.
+    pub(crate) written: u64,
+    /// Runs that failed.
+    pub(crate) failed_runs: u64,
+    /// Pages left DIRTY again by a failure.
+    pub(crate) redirtied: u64,
+    /// The first failure.
+    pub(crate) failure: Option<Failure>,
+}
+
+/// Steps F0 to F5 for `pages`: claim every dirty page (F0, F1), protect
+/// them all (F2) before any copy, copy each run (F3; not if the protection
+/// failed: the pages stay dirty), end each page's write-back (F4, a
+/// failure sets DIRTY again) and unpin it (F5).
+pub(crate) fn write_back_pages(io: &impl WbIo, pages: Range<u64>) -> Pass {
+    let mut pass = Pass::default();
+    // F0, F1. Claim.
+    let claimed: Vec<u64> = pages.filter(|&p| io.state(p).is_some_and(claim)).collect();
+    if claimed.is_empty() {
+        return pass;
+    }
+    pass.claimed = claimed.len() as u64;
+    let runs = runs_of(&claimed);
+    // F2. Protect everywhere, before any copy.
+    let protected = io.protect(&runs);
+    for run in &runs {
+        // F3. Copy.
+        let copied = match &protected {
+            Ok(()) => io.copy(run.clone()),
+            Err(f) => Err(f.clone()),
+        };
+        let ok = match copied {
+            Ok(()) => {
+                pass.written += run.end - run.start;
+                true
+            }
+            Err(f) => {
+                pass.failed_runs += 1;
+                pass.failure.get_or_insert(f);
+                false
+            }
+        };
+        // F4, F5.
+        for p in run.clone() {
+            if let Some(state) = io.state(p) {
+                pass.redirtied += u64::from(state.end_writeback(ok));
+                state.unpin();
+            }
+        }
+    }
+    pass
+}
+
+/// The object's side of write-back: its page words, its writable
+/// mappings (found through its rmap), its store.
+struct ObjectIo<'a>(&'a ObjectCore);
+
+impl WbIo for ObjectIo<'_> {
+    fn state(&self, page: u64) -> Option<&PageState> {
+        self.0.cache.states.get(ObjectPage(page))
+    }
+
+    fn protect(&self, runs: &[Range<u64>]) -> Result<(), Failure> {
+        protect(self.0, runs)
+    }
+
+    fn copy(&self, run: Range<u64>) -> Result<(), Failure> {
+        let object = self.0;
+        copy_run(object, run.clone()).map_err(|e| {
+            let failure = Failure::Write {
+                offset: run.start * PAGE_SIZE as u64,
+                len: {
+                    let bytes = object
+                        .cache
+                        .data_range(ObjectPage(run.start)..ObjectPage(run.end));
+                    (bytes.end - bytes.start) as usize
+                },
+                kind: store_error_kind(&e),
+                message: error_chain(&e),
+            };
+            // Recorded per run: every failed run is reported.
+            object.wb.record(failure.clone());
+            failure
+        })
+    }
+}
+
+/// Steps F0 to F5 for one batch of pages of `object`, with its counts.
 fn write_back_batch(
     object: &ObjectCore,
     pages: Range<u64>,
     tally: &mut Stats,
 ) -> Result<(), WriteBackError> {
-    let states = &object.cache.states;
-    // F0, F1. Claim.
-    let mut claimed = Vec::new();
-    for p in pages {
-        if states.get(ObjectPage(p)).is_some_and(claim) {
-            claimed.push(p);
-        }
-    }
-    if claimed.is_empty() {
-        return Ok(());
-    }
-    object
-        .wb
-        .dirty_pages
-        .fetch_sub(claimed.len() as u64, Ordering::Relaxed);
-    let runs = runs_of(&claimed);
-    // F2. Protect everywhere, before any copy.
-    let protected = protect(object, &runs);
-    let mut result = Ok(());
-    for run in &runs {
-        // F3. Copy (not if the protection failed: the pages stay dirty).
-        let ok = match &protected {
-            Ok(()) => match copy_run(object, run.clone()) {
-                Ok(()) => true,
-                Err(e) => {
-                    let offset = run.start * PAGE_SIZE as u64;
-                    let bytes = object
-                        .cache
-                        .data_range(ObjectPage(run.start)..ObjectPage(run.end));
-                    let len = (bytes.end - bytes.start) as usize;
-                    let failure = Failure::Write {
-                        offset,
-                        len,
-                        kind: store_error_kind(&e),
-                        message: error_chain(&e),
-                    };
-                    object.wb.record(failure.clone());
-                    if result.is_ok() {
-                        result = Err(failure.to_error(object.store.name()));
-                    }
-                    false
-                }
-            },
-            Err(_) => false,
-        };
-        let n = run.end - run.start;
-        if ok {
-            tally.written_back += n;
-        } else {
-            tally.writeback_errors += 1;
-        }
-        // F4, F5.
-        let mut redirtied = 0;
-        for p in run.clone() {
-            if let Some(state) = states.get(ObjectPage(p)) {
-                redirtied += u64::from(state.end_writeback(ok));
-                state.unpin();
+    let pass = write_back_pages(&ObjectIo(object), pages);
+    let wb = &object.wb;
+    wb.dirty_pages.fetch_sub(pass.claimed, Ordering::Relaxed);
+    wb.dirty_pages.fetch_add(pass.redirtied, Ordering::Relaxed);
+    tally.written_back += pass.written;
+    tally.writeback_errors += pass.failed_runs;
+    match pass.failure {
+        None => Ok(()),
+        Some(failure) => {
+            if matches!(failure, Failure::Protect { .. }) {
+                wb.record(failure.clone());
             }
+            Err(failure.to_error(object.store.name()))
         }
-        object
-            .wb
-            .dirty_pages
-            .fetch_add(redirtied, Ordering::Relaxed);
     }
-    if let Err(failure) = protected {
-        object.wb.record(failure.clone());
-        return Err(failure.to_error(object.store.name()));
-    }
-    result
 }
 
 /// F2: write-protects object page runs `runs` in every writable region
@@ -769,12 +830,15 @@ fn sync(object: &ObjectCore) {
     }
 }
 
+/// Whether `object` has pages to write back or a sync owed.
+pub(crate) fn has_work(object: &ObjectCore) -> bool {
+    object.wb.dirty_pages.load(Ordering::Acquire) != 0 || object.wb.unsynced.load(Ordering::Acquire)
+}
+
 /// The last handle of an object went: write its dirty pages back and sync,
 /// best effort (errors are counted, nobody is left to report them to).
 pub(crate) fn on_drop(object: &ObjectCore) {
-    if object.wb.dirty_pages.load(Ordering::Acquire) == 0
-        && !object.wb.unsynced.load(Ordering::Acquire)
-    {
+    if !has_work(object) {
         return;
     }
     let _ = write_back(object, 0..object.cache.states.pages());
@@ -968,10 +1032,12 @@ mod tests {
 
 #[cfg(all(test, loom))]
 mod loom_models {
+    use super::{claim, dirty_after_unprotect, write_back_pages, Failure, WbIo};
     use crate::page_state::PageState;
     use loom::sync::atomic::{AtomicU64, Ordering};
     use loom::sync::{Arc, Mutex};
     use loom::thread;
+    use std::ops::Range;
 
     /// The PTE and the page's bytes: the kernel checks writability and
     /// stores under the PTE lock (and a protect flushes the TLB), so a
@@ -981,18 +1047,41 @@ mod loom_models {
         data: u64,
     }
 
-    /// The writer (W: fault if protected = pin, unprotect, set_dirty,
-    /// unpin; then write) against one write-back (F: pin, begin_writeback,
-    /// protect, copy, end_writeback, unpin): every write ends up copied to
-    /// the store or the page DIRTY.
+    /// One page, its PTE, and the store: what the production write-back
+    /// ([`write_back_pages`]) protects and copies in this model.
+    struct Model {
+        page: PageState,
+        pte: Mutex<Pte>,
+        stored: AtomicU64,
+    }
+
+    impl WbIo for Model {
+        fn state(&self, page: u64) -> Option<&PageState> {
+            (page == 0).then_some(&self.page)
+        }
+        fn protect(&self, _runs: &[Range<u64>]) -> Result<(), Failure> {
+            self.pte.lock().unwrap().writable = false;
+            Ok(())
+        }
+        fn copy(&self, _run: Range<u64>) -> Result<(), Failure> {
+            let copy = self.pte.lock().unwrap().data;
+            self.stored.store(copy, Ordering::Relaxed);
+            Ok(())
+        }
+    }
+
+    /// The writer (a write that faults while its PTE is protected: W0
+    /// pin, then the production `dirty_after_unprotect`, W3 unpin) against
+    /// one production write-back pass: every write ends up copied to the
+    /// store or the page DIRTY.
     #[test]
     fn no_write_is_lost() {
         loom::model(|| writer_vs_write_back(false));
     }
 
     /// The same with the writer's steps swapped (set_dirty, then
-    /// unprotect): loom finds the lost write, which is why the order is
-    /// what it is.
+    /// unprotect): loom finds the lost write, which is why
+    /// `dirty_after_unprotect` does what it does in that order.
     #[test]
     #[should_panic(expected = "neither written back nor left dirty")]
     fn dirty_before_unprotect_loses_a_write() {
@@ -1000,56 +1089,53 @@ mod loom_models {
     }
 
     fn writer_vs_write_back(dirty_first: bool) {
-        let page = Arc::new(PageState::new());
-        assert!(page.begin_read());
-        page.finish_read(false);
-        let pte = Arc::new(Mutex::new(Pte {
-            writable: false,
-            data: 0,
-        }));
-        let stored = Arc::new(AtomicU64::new(0));
-        let (p, t, st) = (page.clone(), pte.clone(), stored.clone());
-        // One write-back.
+        let model = Arc::new(Model {
+            page: PageState::new(),
+            pte: Mutex::new(Pte {
+                writable: false,
+                data: 0,
+            }),
+            stored: AtomicU64::new(0),
+        });
+        assert!(model.page.begin_read());
+        model.page.finish_read(false);
+        let m = model.clone();
+        // One write-back pass, the production one.
         let flusher = thread::spawn(move || {
-            let seen = p.load();
-            if p.try_pin_io(seen).is_ok() {
-                if p.begin_writeback() {
-                    t.lock().unwrap().writable = false;
-                    let copy = t.lock().unwrap().data;
-                    st.store(copy, Ordering::Relaxed);
-                    p.end_writeback(true);
-                }
-                p.unpin();
-            }
+            write_back_pages(&*m, 0..1);
         });
         for value in 1..=2u64 {
             loop {
                 {
-                    let mut pte = pte.lock().unwrap();
+                    let mut pte = model.pte.lock().unwrap();
                     if pte.writable {
                         pte.data = value;
                         break;
                     }
                 }
-                // The WP fault.
-                while page.try_pin_io(page.load()).is_err() {
+                // The WP fault. W0: pin.
+                while model.page.try_pin_io(model.page.load()).is_err() {
                     thread::yield_now();
                 }
+                let unprotect = || model.pte.lock().unwrap().writable = true;
                 if dirty_first {
-                    page.set_dirty();
-                    pte.lock().unwrap().writable = true;
+                    model.page.set_dirty();
+                    unprotect();
                 } else {
-                    pte.lock().unwrap().writable = true;
-                    page.set_dirty();
+                    dirty_after_unprotect(&model.page, unprotect);
                 }
-                page.unpin();
+                model.page.unpin();
             }
         }
         flusher.join().unwrap();
-        let w = page.load();
+        let w = model.page.load();
         assert!(
-            stored.load(Ordering::Relaxed) == 2 || w.is_dirty(),
+            model.stored.load(Ordering::Relaxed) == 2 || w.is_dirty(),
             "the last write was neither written back nor left dirty"
         );
+        // A second pass (claim is the production F0+F1) must find it.
+        if w.is_dirty() {
+            assert!(claim(&model.page));
+        }
     }
 }
