@@ -445,9 +445,16 @@ fn truncated(delivery: Delivery, name: &str) {
         // Everything cached and mapped first, then the file shrinks.
         assert_bytes(&map, &file.data, "before the truncation");
         shrink(&file);
-        // The cached pages beyond the end go within a watchdog tick.
+        // The cached pages beyond the end go within a watchdog tick: not
+        // cached (the drop froze them), then out of the memfd (it punched
+        // them, which unmaps them everywhere).
         let beyond = TRUNC_PAGES / 2 + 3;
-        wait_until(Duration::from_secs(20), || !object.is_cached(beyond as u64));
+        let gone = wait_until(Duration::from_secs(20), || {
+            let page = map[page_range(&map, beyond)].as_ptr();
+            !object.is_cached(beyond as u64)
+                && faultmap::measure::mincore_resident(page, PAGE).is_ok_and(|n| n == 0)
+        });
+        assert!(gone, "the pages beyond the new end were not dropped");
         return child_touches(&map, &file.data, &[0, TRUNC_PAGES / 2 - 1], beyond);
     }
     assert_child_dies_of_sigbus(name);
