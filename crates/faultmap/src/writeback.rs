@@ -419,6 +419,10 @@ pub(crate) trait WbIo {
     fn protect(&self, runs: &[Range<u64>]) -> Result<(), Failure>;
     /// F3 for `run`.
     fn copy(&self, run: Range<u64>) -> Result<(), Failure>;
+    /// `n` pages were claimed (DIRTY → WRITEBACK): they are not dirty now.
+    fn claimed(&self, _n: u64) {}
+    /// `n` pages of a failed run are DIRTY again.
+    fn redirtied(&self, _n: u64) {}
 }
 
 /// What [`write_back_pages`] did.
@@ -448,6 +452,7 @@ pub(crate) fn write_back_pages(io: &impl WbIo, pages: Range<u64>) -> Pass {
         return pass;
     }
     pass.claimed = claimed.len() as u64;
+    io.claimed(pass.claimed);
     let runs = runs_of(&claimed);
     // F2. Protect everywhere, before any copy.
     let protected = io.protect(&runs);
@@ -469,12 +474,15 @@ pub(crate) fn write_back_pages(io: &impl WbIo, pages: Range<u64>) -> Pass {
             }
         };
         // F4, F5.
+        let mut redirtied = 0;
         for p in run.clone() {
             if let Some(state) = io.state(p) {
-                pass.redirtied += u64::from(state.end_writeback(ok));
+                redirtied += u64::from(state.end_writeback(ok));
                 state.unpin();
             }
         }
+        io.redirtied(redirtied);
+        pass.redirtied += redirtied;
     }
     pass
 }
@@ -490,6 +498,14 @@ impl WbIo for ObjectIo<'_> {
 
     fn protect(&self, runs: &[Range<u64>]) -> Result<(), Failure> {
         protect(self.0, runs)
+    }
+
+    fn claimed(&self, n: u64) {
+        self.0.wb.dirty_pages.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    fn redirtied(&self, n: u64) {
+        self.0.wb.dirty_pages.fetch_add(n, Ordering::Relaxed);
     }
 
     fn copy(&self, run: Range<u64>) -> Result<(), Failure> {
@@ -521,8 +537,6 @@ fn write_back_batch(
 ) -> Result<(), WriteBackError> {
     let pass = write_back_pages(&ObjectIo(object), pages);
     let wb = &object.wb;
-    wb.dirty_pages.fetch_sub(pass.claimed, Ordering::Relaxed);
-    wb.dirty_pages.fetch_add(pass.redirtied, Ordering::Relaxed);
     tally.written_back += pass.written;
     tally.writeback_errors += pass.failed_runs;
     match pass.failure {
