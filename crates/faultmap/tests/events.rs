@@ -185,32 +185,6 @@ fn partial_unmap(delivery: Delivery, name: &str) {
 
 both_deliveries!(partial_unmap: a_partly_unmapped_mapping_serves_the_rest_signal, a_partly_unmapped_mapping_serves_the_rest_handler);
 
-/// Moves `len` bytes at `addr` to a fresh address; returns it.
-fn mremap_away(addr: usize, len: usize) -> usize {
-    // SAFETY: reserves a new range, then moves the test's own mapping over
-    // it (MREMAP_FIXED replaces the reservation only).
-    unsafe {
-        let dest = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert_ne!(dest, libc::MAP_FAILED);
-        let moved = libc::mremap(
-            addr as *mut libc::c_void,
-            len,
-            len,
-            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-            dest,
-        );
-        assert_eq!(moved, dest, "mremap: {}", std::io::Error::last_os_error());
-        moved as usize
-    }
-}
-
 /// Whether any page of `[addr, addr + len)` is mapped in this process.
 fn is_mapped(addr: usize, len: usize) -> bool {
     let mut vec = vec![0u8; len.div_ceil(PAGE)];

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use common::{watchdog, TestFile, PAGE};
+use common::{mremap_away, watchdog, TestFile, PAGE};
 use faultmap::{Config, Delivery, FileStore, MapOptions, MappingMut, Object, Pager};
 
 /// Pages of the file (2 MiB: twice the budget).
@@ -122,33 +122,6 @@ fn at<T>(view: &View, page: usize, f: impl FnOnce(usize) -> T) -> Option<T> {
         .iter()
         .find(|s| s.first <= page && page < s.first + s.pages)?;
     Some(f(seg.addr + (page - seg.first) * PAGE))
-}
-
-/// Reserves `len` bytes of fresh address space and moves `[addr, addr +
-/// len)` there; returns the new address.
-fn mremap_away(addr: usize, len: usize) -> usize {
-    // SAFETY: reserves a new range, then moves the test's own mapping over
-    // it (MREMAP_FIXED replaces the reservation only).
-    unsafe {
-        let dest = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        assert_ne!(dest, libc::MAP_FAILED);
-        let moved = libc::mremap(
-            addr as *mut libc::c_void,
-            len,
-            len,
-            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-            dest,
-        );
-        assert_eq!(moved, dest, "mremap: {}", std::io::Error::last_os_error());
-        moved as usize
-    }
 }
 
 /// Unmaps or moves a random part of a random segment of `view`; returns

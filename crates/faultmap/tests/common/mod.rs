@@ -40,6 +40,32 @@ pub fn missing_feature(what: &str) {
     eprintln!("skipped: {what}");
 }
 
+/// Moves `len` bytes at `addr` to a fresh address; returns it.
+pub fn mremap_away(addr: usize, len: usize) -> usize {
+    // SAFETY: reserves a new range, then moves the test's own mapping over
+    // it (MREMAP_FIXED replaces the reservation only).
+    unsafe {
+        let dest = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(dest, libc::MAP_FAILED);
+        let moved = libc::mremap(
+            addr as *mut libc::c_void,
+            len,
+            len,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            dest,
+        );
+        assert_eq!(moved, dest, "mremap: {}", std::io::Error::last_os_error());
+        moved as usize
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Mapping test data.
 // ---------------------------------------------------------------------------
