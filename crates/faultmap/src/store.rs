@@ -149,9 +149,10 @@ pub enum StoreError {
         /// The filesystem ("procfs").
         fs: &'static str,
     },
-    /// The file's reported size is not its content: it reads past it, or
-    /// ends before it (a sysfs attribute reports 4096 bytes whatever it
-    /// holds; some FUSE filesystems report 0 for generated files).
+    /// The file's reported size is not its content: it says 0 bytes but
+    /// reads more (some FUSE filesystems, for generated files), or ends
+    /// before its size (a sysfs attribute reports 4096 bytes whatever it
+    /// holds).
     #[error(
         "{path} reports {reported} bytes but holds a different amount: \
          its real size is unknown; read it into memory and map a MemStore instead"
@@ -534,8 +535,12 @@ impl FileStore {
         }
         sys::clear_nonblock(file.as_fd()).map_err(open_err)?;
         let len = meta.len();
-        // 3. A size that is not the content: procfs, and any file that reads
-        //    past its size or ends before it (one byte probed on each side).
+        // 3. A size that is not the content: procfs; a file that says 0
+        //    bytes but reads more (some FUSE filesystems); a file that ends
+        //    before its size (a sysfs text attribute says 4096 bytes). One
+        //    byte is read on each side of the size. A non-empty file that
+        //    reads past its size is only growing (a log being written): its
+        //    mapping ends at the size it had, as with `mmap`.
         if let Some(fs) = sys::pseudo_fs(file.as_fd()).map_err(open_err)? {
             return Err(StoreError::PseudoFile {
                 path: path.to_path_buf(),
@@ -543,10 +548,14 @@ impl FileStore {
             });
         }
         let mut probe = [0u8; 1];
-        let past_end = sys::pread_some(file.as_fd(), &mut probe, len).map_err(open_err)? > 0;
-        let short =
-            len > 0 && sys::pread_some(file.as_fd(), &mut probe, len - 1).map_err(open_err)? == 0;
-        if past_end || short {
+        let mut probe_at =
+            |offset| sys::pread_some(file.as_fd(), &mut probe, offset).map_err(open_err);
+        let wrong = if len == 0 {
+            probe_at(0)? > 0
+        } else {
+            probe_at(len - 1)? == 0
+        };
+        if wrong {
             return Err(StoreError::UnknownSize {
                 path: path.to_path_buf(),
                 reported: len,
