@@ -33,6 +33,7 @@ use crate::readahead::{Hint, Mode, Params};
 use crate::seqcount::SeqCount;
 use crate::srcu::{ReadGuard, Srcu};
 use crate::stats::{Counters, RaCounters};
+use crate::sync;
 use crate::sys::{self, MappedRegion, PAGE_SIZE};
 
 /// One registered mapping of (part of) an object.
@@ -319,23 +320,55 @@ const LEAF_MAX: usize = 256;
 #[cfg(test)]
 const LEAF_MAX: usize = 4;
 
+/// What the table keeps: an address range and its sequence count. A
+/// [`Region`] in production; a stand-in in the loom model, which runs the
+/// table's own code.
+pub(crate) trait Entry {
+    /// The first address.
+    fn start(&self) -> usize;
+    /// The address after the last.
+    fn end(&self) -> usize;
+    /// The count that brackets changes.
+    fn seq(&self) -> &SeqCount;
+}
+
+impl Entry for Region {
+    fn start(&self) -> usize {
+        Region::start(self)
+    }
+    fn end(&self) -> usize {
+        Region::end(self)
+    }
+    fn seq(&self) -> &SeqCount {
+        &self.seq
+    }
+}
+
 /// A run of regions, sorted by start address; never empty when published.
-struct Leaf(Vec<Arc<Region>>);
+struct Leaf<R>(Vec<Arc<R>>);
 
 /// One published version of the table: leaves sorted by their first
 /// region's start, and the successors waiting for a stale region to go
 /// (`TableLock::replace`). Immutable once published.
-#[derive(Default)]
-struct Snapshot {
-    leaves: Vec<Arc<Leaf>>,
+struct Snapshot<R> {
+    leaves: Vec<Arc<Leaf<R>>>,
     /// Successors not published yet: their range is still covered by a
     /// region of another pager whose UNMAP or REMAP event that pager has
     /// not handled yet. A fault there is told to retry (`Busy`).
-    pending: Vec<Arc<Region>>,
+    pending: Vec<Arc<R>>,
 }
 
-impl Snapshot {
-    fn find(&self, addr: usize) -> Option<&Arc<Region>> {
+impl<R> Default for Snapshot<R> {
+    fn default() -> Self {
+        Self {
+            leaves: Vec::new(),
+            pending: Vec::new(),
+        }
+    }
+}
+
+impl<R: Entry> Snapshot<R> {
+    fn find(&self, addr: usize) -> Option<&Arc<R>> {
         // The last leaf whose first region starts at or below addr.
         let i = self.leaves.partition_point(|l| l.0[0].start() <= addr);
         let leaf = self.leaves.get(i.checked_sub(1)?)?;
@@ -362,7 +395,7 @@ impl Snapshot {
     }
 
     /// A copy of the snapshot (its leaves shared).
-    fn clone_shallow(&self) -> Snapshot {
+    fn clone_shallow(&self) -> Snapshot<R> {
         Snapshot {
             leaves: self.leaves.clone(),
             pending: self.pending.clone(),
@@ -371,7 +404,7 @@ impl Snapshot {
 
     /// This snapshot with every pending successor that overlaps no region
     /// moved into the leaves.
-    fn promoted(mut self) -> Snapshot {
+    fn promoted(mut self) -> Snapshot<R> {
         for s in std::mem::take(&mut self.pending) {
             if self.overlaps(s.start()..s.end()) {
                 self.pending.push(s);
@@ -383,13 +416,13 @@ impl Snapshot {
     }
 
     /// A pending successor that contains `addr`.
-    fn find_pending(&self, addr: usize) -> Option<&Arc<Region>> {
+    fn find_pending(&self, addr: usize) -> Option<&Arc<R>> {
         self.pending
             .iter()
             .find(|r| r.start() <= addr && addr < r.end())
     }
 
-    fn with(&self, region: Arc<Region>) -> Snapshot {
+    fn with(&self, region: Arc<R>) -> Snapshot<R> {
         let mut leaves = self.leaves.clone();
         let i = leaves
             .partition_point(|l| l.0[0].start() <= region.start())
@@ -397,7 +430,7 @@ impl Snapshot {
         let mut regions = leaves.get(i).map_or_else(Vec::new, |l| l.0.clone());
         let j = regions.partition_point(|r| r.start() < region.start());
         regions.insert(j, region);
-        let replaced: Vec<Arc<Leaf>> = if regions.len() > LEAF_MAX {
+        let replaced: Vec<Arc<Leaf<R>>> = if regions.len() > LEAF_MAX {
             let tail = regions.split_off(regions.len() / 2);
             vec![Arc::new(Leaf(regions)), Arc::new(Leaf(tail))]
         } else {
@@ -411,7 +444,7 @@ impl Snapshot {
         }
     }
 
-    fn without(&self, start: usize) -> Option<(Snapshot, Arc<Region>)> {
+    fn without(&self, start: usize) -> Option<(Snapshot<R>, Arc<R>)> {
         let mut leaves = self.leaves.clone();
         let i = leaves
             .partition_point(|l| l.0[0].start() <= start)
@@ -455,53 +488,63 @@ impl Snapshot {
 /// A speculative fault never waits inside its read section and never takes
 /// the mutex inside it (a writer holding the mutex may be waiting for the
 /// section to end).
-pub(crate) struct RegionTable {
-    snapshot: AtomicPtr<Snapshot>,
+pub(crate) struct RegionTable<R = Region> {
+    snapshot: sync::AtomicPtr<Snapshot<R>>,
     srcu: Srcu,
-    lock: Mutex<()>,
+    lock: sync::Mutex<()>,
 }
 
 /// A region found speculatively, valid while the read section lasts.
-pub(crate) struct Speculation<'a> {
-    pub(crate) region: &'a Arc<Region>,
+pub(crate) struct Speculation<'a, R = Region> {
+    pub(crate) region: &'a Arc<R>,
     seq: u64,
     _section: ReadGuard<'a>,
 }
 
-impl Speculation<'_> {
+impl<R: Entry> Speculation<'_, R> {
     /// Whether the region is unchanged since it was found: no writer began
     /// or ended a change of it (map, unmap, options) in between.
     pub(crate) fn still_valid(&self) -> bool {
-        self.region.seq.still(self.seq)
+        self.region.seq().still(self.seq)
     }
 }
 
 /// What a speculative lookup found.
-pub(crate) enum Speculated<'a> {
+pub(crate) enum Speculated<'a, R = Region> {
     /// The region, unchanging when looked up.
-    Found(Speculation<'a>),
+    Found(Speculation<'a, R>),
     /// A region that a writer is changing (or has unmapped); valid while
     /// the read section (held here) lasts.
-    Busy(&'a Arc<Region>, ReadGuard<'a>),
+    Busy(&'a Arc<R>, ReadGuard<'a>),
     /// No region contains the address.
     None,
 }
 
+impl<R> Speculated<'_, R> {
+    /// Whether a region was found, unchanging.
+    #[cfg(all(test, loom))]
+    fn is_found(&self) -> bool {
+        matches!(self, Speculated::Found(_))
+    }
+}
+
 /// The table's mutex: faults on the classic path and writers hold it.
-pub(crate) struct TableLock<'a> {
-    table: &'a RegionTable,
-    _guard: std::sync::MutexGuard<'a, ()>,
+pub(crate) struct TableLock<'a, R = Region> {
+    table: &'a RegionTable<R>,
+    _guard: sync::MutexGuard<'a, ()>,
+}
+
+impl<R: Entry> RegionTable<R> {
+    pub(crate) fn new() -> Self {
+        Self {
+            snapshot: sync::AtomicPtr::new(Box::into_raw(Box::default())),
+            srcu: Srcu::new(),
+            lock: sync::Mutex::new(()),
+        }
+    }
 }
 
 impl RegionTable {
-    fn new() -> Self {
-        Self {
-            snapshot: AtomicPtr::new(Box::into_raw(Box::default())),
-            srcu: Srcu::new(),
-            lock: Mutex::new(()),
-        }
-    }
-
     /// The process's table.
     pub(crate) fn get() -> &'static RegionTable {
         if let Some(table) = Self::get_if_ready() {
@@ -541,10 +584,12 @@ impl RegionTable {
         // its parent's).
         (!table.is_null()).then(|| unsafe { &*table })
     }
+}
 
+impl<R: Entry> RegionTable<R> {
     /// Looks `addr` up without a lock (see the type's documentation).
     /// Async-signal-safe.
-    pub(crate) fn speculate(&self, addr: usize) -> Speculated<'_> {
+    pub(crate) fn speculate(&self, addr: usize) -> Speculated<'_, R> {
         let section = self.srcu.read();
         // SAFETY: the pointer is always a live published snapshot: writers
         // free a snapshot only after unpublishing it and waiting for every
@@ -557,7 +602,7 @@ impl RegionTable {
                 None => Speculated::None,
             };
         };
-        let Some(seq) = region.seq.begin() else {
+        let Some(seq) = region.seq().begin() else {
             return Speculated::Busy(region, section);
         };
         Speculated::Found(Speculation {
@@ -568,14 +613,14 @@ impl RegionTable {
     }
 
     /// Takes the table's mutex (the classic path, and writers).
-    pub(crate) fn lock(&self) -> TableLock<'_> {
+    pub(crate) fn lock(&self) -> TableLock<'_, R> {
         TableLock {
             table: self,
             _guard: self.lock.lock().unwrap_or_else(|e| e.into_inner()),
         }
     }
 
-    fn publish(&self, next: Snapshot) {
+    fn publish(&self, next: Snapshot<R>) {
         let old = self
             .snapshot
             .swap(Box::into_raw(Box::new(next)), Ordering::AcqRel);
@@ -586,20 +631,20 @@ impl RegionTable {
     }
 }
 
-impl TableLock<'_> {
-    fn current(&self) -> &Snapshot {
+impl<R: Entry> TableLock<'_, R> {
+    fn current(&self) -> &Snapshot<R> {
         // SAFETY: the published snapshot changes only under the mutex, which
         // this guard holds, so it stays live for the guard's lifetime.
         unsafe { &*self.table.snapshot.load(Ordering::Acquire) }
     }
 
     /// The region that contains `addr`, if any.
-    pub(crate) fn lookup(&self, addr: usize) -> Option<&Arc<Region>> {
+    pub(crate) fn lookup(&self, addr: usize) -> Option<&Arc<R>> {
         self.current().find(addr)
     }
 
     /// Publishes `region`. Its range must not overlap a published region's.
-    pub(crate) fn insert(&self, region: Arc<Region>) {
+    pub(crate) fn insert(&self, region: Arc<R>) {
         let next = self.current().with(region);
         self.table.publish(next);
     }
@@ -607,16 +652,16 @@ impl TableLock<'_> {
     /// Unpublishes the region that starts at `start` and waits until no
     /// speculative fault can still be using it; returns it, for the caller
     /// to drop (which unmaps it once no I/O job holds it).
-    pub(crate) fn remove(&self, start: usize) -> Option<Arc<Region>> {
+    pub(crate) fn remove(&self, start: usize) -> Option<Arc<R>> {
         let (next, gone) = self.current().without(start)?;
         // Odd for good: a speculative fault that found it aborts.
-        gone.seq.write_begin();
+        gone.seq().write_begin();
         self.publish_promoted(next);
         Some(gone)
     }
 
     /// The published regions that overlap `range`, in address order.
-    pub(crate) fn overlapping(&self, range: Range<usize>) -> Vec<Arc<Region>> {
+    pub(crate) fn overlapping(&self, range: Range<usize>) -> Vec<Arc<R>> {
         self.current()
             .leaves
             .iter()
@@ -626,33 +671,26 @@ impl TableLock<'_> {
             .collect()
     }
 
-    /// Detaches `region`, whose address range the application unmapped or
-    /// moved (in part or whole), and publishes `successors` (which serve
+    /// Unpublishes `region`, whose address range the application unmapped
+    /// or moved (in part or whole), and publishes `successors` (which serve
     /// what is left of it, `Region::successor`) in its place, in one
     /// snapshot: a fault on a part that stays mapped finds either `region`
     /// (and aborts: its count is odd for good, so it retries under this
     /// lock, and then finds the successor) or a successor, never nothing.
-    ///
-    /// The successors must already be listed in the object's rmap (so that
-    /// a write-back running meanwhile always finds a region to
-    /// write-protect a still-mapped page in). `region` is disowned (the
-    /// [`Region`]'s drop neither unregisters nor unmaps its range: what is
-    /// there now is not ours) and forgotten by its object (no invalidation
-    /// or eviction touches its range again). Idempotent for `region`.
+    /// Idempotent for `region`. (`TableLock::replace` is this for a
+    /// [`Region`], which it also disowns first.)
     ///
     /// A successor whose range a published region still covers (a moved
     /// part that landed where another pager's region was, whose own UNMAP
     /// or REMAP event that pager has not handled yet: pagers read their
     /// events in no common order) waits in the snapshot's pending list,
     /// where a fault finds it busy and retries, until that region goes.
-    pub(crate) fn replace(&self, region: &Arc<Region>, successors: &[Arc<Region>]) {
-        region.map.disown();
-        region.object.remove_mapping(region);
+    pub(crate) fn swap_in(&self, region: &Arc<R>, successors: &[Arc<R>]) {
         let current = self.current();
         let mut next = match current.find(region.start()) {
             Some(r) if Arc::ptr_eq(r, region) => {
                 // Odd for good: a speculative fault that found it aborts.
-                region.seq.write_begin();
+                region.seq().write_begin();
                 current.without(region.start()).map(|(s, _)| s)
             }
             _ => None,
@@ -664,8 +702,31 @@ impl TableLock<'_> {
 
     /// Publishes `next` with every pending successor that no region covers
     /// any more moved into the table.
-    fn publish_promoted(&self, next: Snapshot) {
+    fn publish_promoted(&self, next: Snapshot<R>) {
         self.table.publish(next.promoted());
+    }
+
+    /// Changes a region's options (`f`), bracketed by its sequence count so
+    /// that a speculative fault that read the old options aborts.
+    pub(crate) fn change(&self, region: &R, f: impl FnOnce()) {
+        region.seq().write_begin();
+        f();
+        region.seq().write_end();
+    }
+}
+
+impl TableLock<'_, Region> {
+    /// [`TableLock::swap_in`] for a region of the process: `region` is
+    /// disowned (the [`Region`]'s drop neither unregisters nor unmaps its
+    /// range: what is there now is not ours) and forgotten by its object
+    /// (no invalidation or eviction touches its range again) first. The
+    /// successors must already be listed in the object's rmap (so that a
+    /// write-back running meanwhile always finds a region to write-protect
+    /// a still-mapped page in). Idempotent for `region`.
+    pub(crate) fn replace(&self, region: &Arc<Region>, successors: &[Arc<Region>]) {
+        region.map.disown();
+        region.object.remove_mapping(region);
+        self.swap_in(region, successors);
     }
 
     /// Unpublishes `region` as a mapping's drop does, or, if it was
@@ -694,20 +755,12 @@ impl TableLock<'_> {
             {
                 let mut next = self.current().clone_shallow();
                 next.pending.retain(|r| !Arc::ptr_eq(r, region));
-                region.seq.write_begin();
+                region.seq().write_begin();
                 self.publish_promoted(next);
                 out.push(region.clone());
             }
         }
         out
-    }
-
-    /// Changes a region's options (`f`), bracketed by its sequence count so
-    /// that a speculative fault that read the old options aborts.
-    pub(crate) fn change(&self, region: &Region, f: impl FnOnce()) {
-        region.seq.write_begin();
-        f();
-        region.seq.write_end();
     }
 }
 
@@ -767,5 +820,127 @@ mod tests {
         assert!(!m.contains(1000), "out of range reads as unmapped");
         m.mark(190..1000, false);
         assert!(!m.contains(199));
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::{Entry, RegionTable, Speculated};
+    use crate::seqcount::SeqCount;
+    use loom::thread;
+    use std::sync::Arc;
+
+    /// A region as the table sees it: a range and its count.
+    struct Stub {
+        start: usize,
+        end: usize,
+        seq: SeqCount,
+    }
+
+    impl Entry for Stub {
+        fn start(&self) -> usize {
+            self.start
+        }
+        fn end(&self) -> usize {
+            self.end
+        }
+        fn seq(&self) -> &SeqCount {
+            &self.seq
+        }
+    }
+
+    fn stub(start: usize, end: usize) -> Arc<Stub> {
+        Arc::new(Stub {
+            start,
+            end,
+            seq: SeqCount::default(),
+        })
+    }
+
+    /// A partial unmap (the table's own `swap_in`, as the UNMAP event
+    /// handler runs it) against a speculative fault (the table's own
+    /// `speculate`) on an address that stays mapped: the fault finds the
+    /// old region (valid only if nothing changed since), or a successor
+    /// that contains the address; never nothing. And a successor whose
+    /// range another region still covers waits, busy, until that region
+    /// goes.
+    #[test]
+    fn loom_models_region_table_swap_vs_speculative_lookup() {
+        loom::model(|| {
+            let table = Arc::new(RegionTable::<Stub>::new());
+            let old = stub(0, 40);
+            table.lock().insert(old.clone());
+            let writer = {
+                let (table, old) = (table.clone(), old.clone());
+                thread::spawn(move || {
+                    // munmap of [20, 30): two successors in one snapshot.
+                    let lock = table.lock();
+                    lock.swap_in(&old, &[stub(0, 20), stub(30, 40)]);
+                })
+            };
+            for addr in [10, 35] {
+                match table.speculate(addr) {
+                    Speculated::Found(spec) => {
+                        let r = spec.region;
+                        assert!(r.start <= addr && addr < r.end, "{addr} outside its region");
+                        if Arc::ptr_eq(r, &old) {
+                            // The old region: the change must be seen
+                            // before anything is mapped, unless it has not
+                            // begun.
+                            let _ = spec.still_valid();
+                        }
+                    }
+                    Speculated::Busy(r, _) => assert!(Arc::ptr_eq(r, &old)),
+                    Speculated::None => {
+                        panic!("a fault on {addr}, which stays mapped, found nothing")
+                    }
+                }
+            }
+            writer.join().unwrap();
+            assert!(!table.speculate(25).is_found());
+            assert!(table.speculate(5).is_found());
+        });
+    }
+
+    /// A successor that lands where a stale region still is waits in the
+    /// pending list (faults there are busy) and is published when the
+    /// stale region goes.
+    #[test]
+    fn loom_models_region_table_pending_successor() {
+        loom::model(|| {
+            let table = Arc::new(RegionTable::<Stub>::new());
+            let stale = stub(100, 200);
+            let moving = stub(0, 10);
+            {
+                let lock = table.lock();
+                lock.insert(stale.clone());
+                lock.insert(moving.clone());
+            }
+            let moved = stub(150, 160);
+            let writer = {
+                let (table, moving, moved, stale) =
+                    (table.clone(), moving.clone(), moved.clone(), stale.clone());
+                thread::spawn(move || {
+                    table.lock().swap_in(&moving, &[moved]);
+                    // The other pager's event, later: the stale region goes.
+                    table.lock().swap_in(&stale, &[]);
+                })
+            };
+            match table.speculate(155) {
+                Speculated::Found(spec) => {
+                    assert!(Arc::ptr_eq(spec.region, &stale) || Arc::ptr_eq(spec.region, &moved));
+                }
+                Speculated::Busy(r, _) => {
+                    assert!(Arc::ptr_eq(r, &stale) || Arc::ptr_eq(r, &moved));
+                }
+                Speculated::None => panic!("155 is mapped throughout"),
+            }
+            writer.join().unwrap();
+            let published = match table.speculate(155) {
+                Speculated::Found(spec) => Arc::ptr_eq(spec.region, &moved),
+                _ => false,
+            };
+            assert!(published, "the pending successor was not published");
+        });
     }
 }

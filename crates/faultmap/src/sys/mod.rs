@@ -917,6 +917,7 @@ pub fn punch_hole(fd: &OwnedFd, offset: u64, len: u64) -> io::Result<()> {
 /// Sleeps while `word` holds `expected`, at most `timeout` (none: no limit).
 /// Returns on a wake, a changed value, a signal or the timeout, without
 /// saying which: callers re-check `word`.
+#[cfg_attr(loom, allow(dead_code))]
 pub fn futex_wait(
     word: &std::sync::atomic::AtomicU32,
     expected: u32,
@@ -957,6 +958,7 @@ pub fn futex_wake(word: &std::sync::atomic::AtomicU32, n: i32) {
 }
 
 /// The CPU this thread runs on (a hint: it may move at once), 0 if unknown.
+#[cfg_attr(loom, allow(dead_code))]
 pub fn current_cpu() -> usize {
     // SAFETY: sched_getcpu takes no argument; glibc reads it from the rseq
     // area or the vDSO.
@@ -1095,6 +1097,7 @@ pub fn eventfd_drain(fd: &OwnedFd) {
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (vDSO; async-signal-safe).
+#[cfg_attr(loom, allow(dead_code))]
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
