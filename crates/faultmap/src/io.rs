@@ -317,6 +317,26 @@ impl IoThreads {
     }
 }
 
+/// Joins `threads`, waiting until `deadline` at the latest; the ones still
+/// running then (inside a store call that has not returned) are detached,
+/// their handles dropped. Returns how many.
+pub(crate) fn join_until(threads: Vec<JoinHandle<()>>, deadline: Instant) -> usize {
+    let mut running = threads;
+    let mut pause = Duration::from_micros(50);
+    loop {
+        let (done, rest): (Vec<_>, Vec<_>) = running.into_iter().partition(|t| t.is_finished());
+        for t in done {
+            let _ = t.join();
+        }
+        running = rest;
+        if running.is_empty() || Instant::now() >= deadline {
+            return running.len();
+        }
+        std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+        pause = (pause * 2).min(Duration::from_millis(10));
+    }
+}
+
 impl Drop for IoThreads {
     fn drop(&mut self) {
         for _ in &self.threads {

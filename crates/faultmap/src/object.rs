@@ -71,7 +71,7 @@ pub(crate) struct ObjectCore {
     handles: std::sync::atomic::AtomicUsize,
     /// How long the last handle's drop waits for the final write-back:
     /// `Config::io_timeout` plus a second, of the pager that opened it.
-    pub(crate) grace: std::sync::Mutex<Duration>,
+    grace: Duration,
 }
 
 impl Drop for ObjectCore {
@@ -98,7 +98,16 @@ impl Drop for ObjectCore {
 
 impl ObjectCore {
     /// A new object over `store` with its cache.
-    pub(crate) fn new(store: Box<dyn Store>, cache: Cache, len: u64, budget: Arc<Budget>) -> Self {
+    /// `grace`: how long its last handle's drop waits for the final
+    /// write-back; `evictor`: the thread of a budget of its own.
+    pub(crate) fn new(
+        store: Box<dyn Store>,
+        cache: Cache,
+        len: u64,
+        budget: Arc<Budget>,
+        grace: Duration,
+        evictor: Option<crate::evict::Evictor>,
+    ) -> Self {
         // A store that panics must not take the caller down; its answers
         // are asked here once, each caught.
         let ask = |f: &dyn Fn() -> u64, default: u64| {
@@ -109,10 +118,10 @@ impl ObjectCore {
             .min(crate::config::MAX_RA_PAGES);
         Self {
             handles: std::sync::atomic::AtomicUsize::new(0),
-            grace: std::sync::Mutex::new(Duration::from_secs(31)),
+            grace,
             io_pages,
             ra_pages,
-            evictor: std::sync::Mutex::new(None),
+            evictor: std::sync::Mutex::new(evictor),
             store,
             cache,
             len,
@@ -273,20 +282,13 @@ impl Drop for Object {
         if !crate::writeback::has_work(&self.0) {
             return;
         }
-        let grace = *self.0.grace.lock().unwrap_or_else(|e| e.into_inner());
         let core = self.0.clone();
         let spawned = std::thread::Builder::new()
             .name("faultmap-final".into())
             .spawn(move || crate::writeback::on_drop(&core));
         match spawned {
             Ok(thread) => {
-                let deadline = std::time::Instant::now() + grace;
-                while !thread.is_finished() && std::time::Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                if thread.is_finished() {
-                    let _ = thread.join();
-                }
+                crate::io::join_until(vec![thread], std::time::Instant::now() + self.0.grace);
             }
             // No thread to be had: here, unbounded, rather than not at all.
             Err(_) => crate::writeback::on_drop(&self.0),

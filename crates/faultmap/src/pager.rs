@@ -292,12 +292,12 @@ impl Drop for Workers {
         //    it.
         let _ = sys::eventfd_signal(&self.stop);
         let handlers = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
-        join_until(handlers, deadline);
+        crate::io::join_until(handlers, deadline);
         // 3. The I/O threads (each runs the jobs still queued first).
         if let Some(io) = self.io.lock().unwrap_or_else(|e| e.into_inner()).take() {
             later.extend(io.stop());
         }
-        join_until(later, deadline);
+        crate::io::join_until(later, deadline);
     }
 }
 
@@ -318,23 +318,18 @@ fn fail_after_register() -> bool {
     false
 }
 
-/// Joins `threads`, waiting until `deadline` at the latest; the ones still
-/// running then are detached (their handles dropped). Returns how many.
-fn join_until(threads: Vec<JoinHandle<()>>, deadline: Instant) -> usize {
-    let mut running = threads;
-    let mut pause = Duration::from_micros(50);
-    loop {
-        let (done, rest): (Vec<_>, Vec<_>) = running.into_iter().partition(|t| t.is_finished());
-        for t in done {
-            let _ = t.join();
-        }
-        running = rest;
-        if running.is_empty() || Instant::now() >= deadline {
-            return running.len();
-        }
-        std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
-        pause = (pause * 2).min(Duration::from_millis(10));
-    }
+/// The region pages of `region` that hold object pages `pages`, if any.
+fn region_pages(region: &Region, pages: std::ops::Range<u64>) -> Option<std::ops::Range<u64>> {
+    let ours = region.object_pages();
+    let (start, stop) = (pages.start.max(ours.start), pages.end.min(ours.end));
+    (start < stop).then(|| start - ours.start..stop - ours.start)
+}
+
+/// How long the drop of a pager's last handle, or of an object's, waits
+/// for threads that may be inside a store call: `Config::io_timeout` plus
+/// a second.
+fn shutdown_grace(config: &Config) -> Duration {
+    config.io_timeout.saturating_add(Duration::from_secs(1))
 }
 
 /// A user-space pager: maps objects and serves their page faults.
@@ -457,7 +452,7 @@ impl Pager {
             io: Mutex::new(Some(io_threads)),
             evictors: Mutex::new(evictors),
             flusher: Mutex::new(None),
-            grace: config.io_timeout.saturating_add(Duration::from_secs(1)),
+            grace: shutdown_grace(&config),
         });
         // 4. The watchdog (`crate::errors`): store timeouts, truncation.
         {
@@ -528,21 +523,7 @@ impl Pager {
     /// Opens `store` as an object with a cache of its own, to map once or
     /// many times ([`Pager::map`] with the [`Object`]).
     pub fn open(&self, store: impl Store) -> Result<Object, MapError> {
-        let len = store.len();
-        let cache = Cache::new(store.name(), len)?;
-        let object = Arc::new(ObjectCore::new(
-            Box::new(store),
-            cache,
-            len,
-            self.core.budget.clone(),
-        ));
-        self.core.budget.add_object(&object);
-        self.core.io_shared.watch(&object);
-        *object.grace.lock().unwrap_or_else(|e| e.into_inner()) = self
-            .config
-            .io_timeout
-            .saturating_add(Duration::from_secs(1));
-        Ok(Object::new(object))
+        self.new_object(Box::new(store), self.core.budget.clone(), None)
     }
 
     /// Opens `store` as an object with a memory budget of its own (at
@@ -563,17 +544,30 @@ impl Pager {
                 op: "spawning an evictor thread",
                 source,
             })?;
+        // The evictor ends with the object (not with the pager's workers).
+        self.new_object(Box::new(store), domain, Some(evictor))
+    }
+
+    /// An object over `store`, charged to `budget`, watched by this pager.
+    fn new_object(
+        &self,
+        store: Box<dyn Store>,
+        budget: Arc<Budget>,
+        evictor: Option<Evictor>,
+    ) -> Result<Object, MapError> {
         let len = store.len();
         let cache = Cache::new(store.name(), len)?;
-        let object = Arc::new(ObjectCore::new(Box::new(store), cache, len, domain.clone()));
-        domain.add_object(&object);
+        let grace = shutdown_grace(&self.config);
+        let object = Arc::new(ObjectCore::new(
+            store,
+            cache,
+            len,
+            budget.clone(),
+            grace,
+            evictor,
+        ));
+        budget.add_object(&object);
         self.core.io_shared.watch(&object);
-        // The evictor ends with the object (not with the pager's workers).
-        *object.evictor.lock().unwrap_or_else(|e| e.into_inner()) = Some(evictor);
-        *object.grace.lock().unwrap_or_else(|e| e.into_inner()) = self
-            .config
-            .io_timeout
-            .saturating_add(Duration::from_secs(1));
         Ok(Object::new(object))
     }
 
@@ -1164,20 +1158,29 @@ impl<A: Access> Mapping<A> {
         // changes them meanwhile (and a part the application unmapped is
         // never zapped).
         let table = RegionTable::get().lock();
-        for live in region.live(&table) {
-            let ours = live.object_pages();
-            let (start, stop) = (first.max(ours.start), end.min(ours.end));
-            if start >= stop {
-                continue;
+        let lives = region.live(&table);
+        if advice == Advice::WillNeed {
+            // Reads are only submitted: no need to hold up faults and
+            // events meanwhile.
+            drop(table);
+            for live in &lives {
+                if let Some(pages) = region_pages(live, first..end) {
+                    self.will_need(live, pages);
+                }
             }
-            let pages = start - ours.start..stop - ours.start;
+            return Ok(());
+        }
+        for live in lives {
+            let Some(pages) = region_pages(&live, first..end) else {
+                continue;
+            };
             let set_hint =
                 |hint| table.change(&live, || live.set_hint(&table, pages.clone(), hint));
             match advice {
                 Advice::Normal => set_hint(Hint::Normal),
                 Advice::Sequential => set_hint(Hint::Sequential),
                 Advice::Random => set_hint(Hint::Random),
-                Advice::WillNeed => self.will_need(&live, pages.clone()),
+                Advice::WillNeed => {}
                 Advice::DontNeed => {
                     let addr = live.page_addr(pages.start);
                     let len = (pages.end - pages.start) as usize * PAGE_SIZE;
@@ -1377,32 +1380,62 @@ mod tests {
         rx.recv_timeout(limit).ok()
     }
 
-    /// A store whose reads wait at a gate until it opens (never, unless the
-    /// test opens it), and whose `io_pages` may panic.
-    struct Gated {
-        data: Vec<u8>,
-        open: Arc<(Mutex<bool>, std::sync::Condvar)>,
-        panic_io_pages: bool,
-    }
+    /// A gate that store calls wait at until the test opens it.
+    #[derive(Clone)]
+    struct Gate(Arc<(Mutex<bool>, std::sync::Condvar)>);
 
-    impl Gated {
-        fn new(
-            len: usize,
-            panic_io_pages: bool,
-        ) -> (Gated, Arc<(Mutex<bool>, std::sync::Condvar)>) {
-            let open = Arc::new((Mutex::new(panic_io_pages), std::sync::Condvar::new()));
-            let store = Gated {
-                data: (0..len).map(|i| (i % 251) as u8).collect(),
-                open: open.clone(),
-                panic_io_pages,
-            };
-            (store, open)
+    impl Gate {
+        fn new(open: bool) -> Gate {
+            Gate(Arc::new((Mutex::new(open), std::sync::Condvar::new())))
+        }
+        fn pass(&self) {
+            let (lock, cv) = &*self.0;
+            let mut open = lock.lock().unwrap();
+            while !*open {
+                open = cv.wait(open).unwrap();
+            }
+        }
+        fn open(&self) {
+            *self.0 .0.lock().unwrap() = true;
+            self.0 .1.notify_all();
         }
     }
 
-    fn release(gate: &(Mutex<bool>, std::sync::Condvar)) {
-        *gate.0.lock().unwrap() = true;
-        gate.1.notify_all();
+    /// A writable memory store whose reads and writes wait at gates (shut
+    /// unless the test opens them), and whose `io_pages` may panic.
+    struct Gated {
+        inner: MemStore,
+        reads: Gate,
+        writes: Gate,
+        panic_io_pages: bool,
+    }
+
+    /// Which of a [`Gated`] store's calls hang.
+    enum Hang {
+        Reads,
+        Writes,
+        Nothing,
+    }
+
+    impl Gated {
+        /// The store, and the gate that its hanging calls wait at.
+        fn new(len: usize, hang: Hang, panic_io_pages: bool) -> (Gated, Gate) {
+            let shut = Gate::new(false);
+            let open = Gate::new(true);
+            let (reads, writes) = match hang {
+                Hang::Reads => (shut.clone(), open),
+                Hang::Writes => (open, shut.clone()),
+                Hang::Nothing => (open.clone(), open),
+            };
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let store = Gated {
+                inner: MemStore::new("gated", data),
+                reads,
+                writes,
+                panic_io_pages,
+            };
+            (store, shut)
+        }
     }
 
     impl Store for Gated {
@@ -1410,20 +1443,22 @@ mod tests {
             "gated"
         }
         fn len(&self) -> u64 {
-            self.data.len() as u64
+            self.inner.len()
         }
         fn io_pages(&self) -> u64 {
             assert!(!self.panic_io_pages, "io_pages panics");
             16
         }
         fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
-            let (lock, cv) = &*self.open;
-            let mut open = lock.lock().unwrap();
-            while !*open {
-                open = cv.wait(open).unwrap();
-            }
-            buf.copy_from_slice(&self.data[offset as usize..offset as usize + buf.len()]);
-            Ok(())
+            self.reads.pass();
+            self.inner.read_at(offset, buf)
+        }
+        fn writable(&self) -> bool {
+            true
+        }
+        fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+            self.writes.pass();
+            self.inner.write_at(offset, buf)
         }
     }
 
@@ -1458,7 +1493,7 @@ mod tests {
 
     #[test]
     fn dropping_the_pager_returns_while_a_store_read_hangs() {
-        let (store, gate) = Gated::new(64 * PAGE_SIZE, false);
+        let (store, gate) = Gated::new(64 * PAGE_SIZE, Hang::Reads, false);
         let done = within(Duration::from_secs(30), move || {
             let pager = Pager::new(config()).unwrap();
             // SAFETY: the store's bytes never change.
@@ -1471,7 +1506,7 @@ mod tests {
             drop(pager);
             started.elapsed()
         });
-        release(&gate);
+        gate.open();
         let took = done.expect("dropping the pager hung on a store read");
         // io_timeout (200 ms) plus a second, with room for a slow machine.
         assert!(took < Duration::from_secs(5), "{took:?}");
@@ -1479,7 +1514,7 @@ mod tests {
 
     #[test]
     fn invalidation_gives_up_on_a_read_that_outlived_the_timeout() {
-        let (store, gate) = Gated::new(64 * PAGE_SIZE, false);
+        let (store, gate) = Gated::new(64 * PAGE_SIZE, Hang::Reads, false);
         let done = within(Duration::from_secs(30), move || {
             let pager = Pager::new(config()).unwrap();
             let object = pager.open(store).unwrap();
@@ -1493,15 +1528,15 @@ mod tests {
             r
         });
         let r = done.expect("invalidation spun on a hung read");
-        release(&gate);
+        gate.open();
         let err = r.unwrap_err();
         assert!(err.to_string().contains("invalidating"), "{err}");
     }
 
     #[test]
     fn a_store_whose_io_pages_panics_is_read_with_the_default() {
-        let (store, _gate) = Gated::new(64 * PAGE_SIZE, true);
-        let data = store.data.clone();
+        let (store, _gate) = Gated::new(64 * PAGE_SIZE, Hang::Nothing, true);
+        let data: Vec<u8> = (0..64 * PAGE_SIZE).map(|i| (i % 251) as u8).collect();
         let done = within(Duration::from_secs(30), move || {
             let pager = Pager::new(config()).unwrap();
             // SAFETY: the store's bytes never change.
@@ -1555,55 +1590,12 @@ mod tests {
         // Readahead windows, not one request per page.
         assert!(stats.io_count * 4 < pages as u64, "{stats:?}");
     }
-}
-
-#[cfg(all(test, not(loom)))]
-mod drop_tests {
-    use super::*;
-    use crate::MemStore;
-    use std::sync::mpsc;
-
-    /// A writable memory store whose writes wait at a gate, for ever unless
-    /// the test opens it.
-    struct StuckWrites {
-        inner: MemStore,
-        open: Arc<(Mutex<bool>, std::sync::Condvar)>,
-    }
-
-    impl Store for StuckWrites {
-        fn name(&self) -> &str {
-            "stuck-writes"
-        }
-        fn len(&self) -> u64 {
-            self.inner.len()
-        }
-        fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
-            self.inner.read_at(offset, buf)
-        }
-        fn writable(&self) -> bool {
-            true
-        }
-        fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
-            let (lock, cv) = &*self.open;
-            let mut open = lock.lock().unwrap();
-            while !*open {
-                open = cv.wait(open).unwrap();
-            }
-            self.inner.write_at(offset, buf)
-        }
-    }
 
     #[test]
     fn dropping_the_last_handle_returns_while_a_store_write_hangs() {
-        let open = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
-        let store = StuckWrites {
-            inner: MemStore::new("m", vec![0u8; 16 * PAGE_SIZE]),
-            open: open.clone(),
-        };
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let config = Config::default().io_timeout(Duration::from_millis(200));
-            let pager = Pager::new(config).unwrap();
+        let (store, gate) = Gated::new(16 * PAGE_SIZE, Hang::Writes, false);
+        let done = within(Duration::from_secs(30), move || {
+            let pager = Pager::new(config()).unwrap();
             // SAFETY: the store's bytes change only through this mapping.
             let mut map = unsafe { pager.map_mut(store, MapOptions::new()) }.unwrap();
             map[5] = 1;
@@ -1611,12 +1603,12 @@ mod drop_tests {
             // The flusher's and the object's final write-backs both hang.
             drop(pager);
             drop(map);
-            let _ = tx.send(started.elapsed());
+            started.elapsed()
         });
-        let took = rx.recv_timeout(Duration::from_secs(30));
-        *open.0.lock().unwrap() = true;
-        open.1.notify_all();
-        let took = took.expect("dropping the last handle hung on a store write");
+        gate.open();
+        let took = done.expect("dropping the last handle hung on a store write");
+        // Twice io_timeout (200 ms) plus a second, with room for a slow
+        // machine.
         assert!(took < Duration::from_secs(6), "{took:?}");
     }
 }

@@ -428,14 +428,10 @@ pub(crate) trait WbIo {
 /// What [`write_back_pages`] did.
 #[derive(Default)]
 pub(crate) struct Pass {
-    /// Pages claimed (DIRTY → WRITEBACK).
-    pub(crate) claimed: u64,
     /// Pages written to the store.
     pub(crate) written: u64,
     /// Runs that failed.
     pub(crate) failed_runs: u64,
-    /// Pages left DIRTY again by a failure.
-    pub(crate) redirtied: u64,
     /// The first failure.
     pub(crate) failure: Option<Failure>,
 }
@@ -451,8 +447,7 @@ pub(crate) fn write_back_pages(io: &impl WbIo, pages: Range<u64>) -> Pass {
     if claimed.is_empty() {
         return pass;
     }
-    pass.claimed = claimed.len() as u64;
-    io.claimed(pass.claimed);
+    io.claimed(claimed.len() as u64);
     let runs = runs_of(&claimed);
     // F2. Protect everywhere, before any copy.
     let protected = io.protect(&runs);
@@ -482,7 +477,6 @@ pub(crate) fn write_back_pages(io: &impl WbIo, pages: Range<u64>) -> Pass {
             }
         }
         io.redirtied(redirtied);
-        pass.redirtied += redirtied;
     }
     pass
 }
