@@ -9,7 +9,7 @@
 //! 256). Each repetition (default 3), interleaved:
 //!
 //! - **flush**: dirties every byte of a writable mapping of FILE (signal
-//!   delivery), then times `Mapping::flush` of the whole mapping (store
+//!   delivery), then times `MappingMut::flush` of the whole mapping (store
 //!   writes with `pwrite` in runs of up to 8 MiB, then `fdatasync`);
 //! - **pwrite+fsync**: the same bytes from a buffer, one `pwrite` of the
 //!   whole length and `fdatasync`, on the same file;

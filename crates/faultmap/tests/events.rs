@@ -60,8 +60,9 @@ fn all_bytes_are(addr: usize, len: usize, fill: u8) -> bool {
 }
 
 fn read_at(addr: usize) -> u8 {
-    // SAFETY: the child reads an address it knows to be gone or PROT_NONE:
-    // the access faults, which is what the test asserts.
+    // SAFETY: the test reads an address it knows to be one of its
+    // mappings (moved or left in place), or, in a child, one it knows to be
+    // gone: that access faults, which is what the test asserts.
     unsafe { std::ptr::read_volatile(addr as *const u8) }
 }
 
