@@ -61,46 +61,29 @@
 //! kernel takes on the application's behalf (`write(2)` from a mapping):
 //! see [`Pager::serves_kernel_faults`].
 
-pub(crate) mod cache;
-pub mod clock;
-mod config;
-mod errors;
-mod events;
-mod evict;
-pub(crate) mod fault;
-pub mod fault_around;
-mod invalidate;
-mod io;
-mod object;
-pub mod page_state;
-mod pager;
-mod pool;
-pub mod readahead;
-mod rmap;
-pub(crate) mod seqcount;
-pub(crate) mod signal;
-pub(crate) mod space;
-pub(crate) mod srcu;
-mod stats;
-mod store;
-mod sync;
+// The layers, bottom to top: each uses only the ones above it in this list
+// (see ARCHITECTURE.md and each layer's own documentation).
+pub(crate) mod api;
+pub(crate) mod base;
+pub mod cache;
+pub(crate) mod mm;
+pub mod policy;
+pub(crate) mod store;
+pub(crate) mod sync;
 pub(crate) mod sys;
-mod wait;
-pub mod workingset;
-mod writeback;
 
 pub mod measure;
 
-pub use cache::CacheError;
-pub use config::{Config, ConfigError, Delivery, MapOptions, RegionLookup, MIN_BUDGET};
-pub use errors::{IoErrorKind, IoErrorReport, LOG_CAPACITY};
-pub use evict::Memory;
-pub use object::{IntoObject, InvalidateError, Object};
-pub use pager::{
+pub use api::object::{IntoObject, InvalidateError, Object};
+pub use api::pager::{
     Access, Advice, MapError, Mapping, MappingMut, Pager, PagerError, ReadOnly, ReadWrite,
 };
-pub use readahead::Mode as ReadaheadMode;
-pub use stats::{RaRow, RaStats, Stats};
+pub use base::config::{Config, ConfigError, Delivery, MapOptions, RegionLookup, MIN_BUDGET};
+pub use base::report::{IoErrorKind, IoErrorReport, LOG_CAPACITY};
+pub use base::stats::{RaRow, RaStats, Stats};
+pub use cache::CacheError;
+pub use mm::evict::Memory;
+pub use mm::writeback::WriteBackError;
+pub use policy::readahead::Mode as ReadaheadMode;
 pub use store::{FileIo, FileStore, MemStore, ParseFileIoError, Store, StoreError};
 pub use sys::PAGE_SIZE;
-pub use writeback::WriteBackError;

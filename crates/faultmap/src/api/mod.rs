@@ -1,0 +1,6 @@
+//! The public API: pagers, objects and mappings.
+//!
+//! PLACEHOLDER
+
+pub(crate) mod object;
+pub(crate) mod pager;

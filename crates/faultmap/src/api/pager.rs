@@ -1,0 +1,1572 @@
+//! The pager: one userfaultfd, its pager threads, its I/O threads, and
+//! the mappings it serves.
+//!
+//! [`Pager::new`] opens the userfaultfd and checks, before anything is
+//! mapped, every kernel feature the fault path needs; a missing one is an
+//! error that names it, never a hang at the first fault. Pager threads
+//! ("handler threads") take faults in batches and run
+//! `crate::mm::fault::handle` on each: userfaultfd messages with
+//! `Delivery::Handler`, faults forwarded by SIGBUS handlers with
+//! `Delivery::Signal` (`crate::mm::signal`). In both deliveries they also read
+//! the userfaultfd's UNMAP and REMAP events (`crate::mm::events`), whose
+//! senders wait until they are read. Between bursts they busy-poll
+//! briefly, then sleep in `poll` on the userfaultfd, the forwarding
+//! doorbell (signal delivery) and a stop eventfd. They never read a store
+//! themselves: the reads go to the I/O threads (`crate::mm::io`). A watchdog
+//! thread gives up store reads that outlive `Config::io_timeout` and
+//! notices a truncated store (`crate::mm::errors`).
+//!
+//! `map` and a mapping's drop hold the process's region-table lock for
+//! their whole operation, as `mmap` and `munmap` hold `mmap_lock`; faults
+//! look regions up without it (`crate::mm::space`).
+//!
+//! # Lifetimes
+//!
+//! The handler and I/O threads live as long as the [`Pager`] *or any
+//! [`Mapping`]* it made: each holds the `Workers` guard, whose drop (the
+//! last one) stops the flusher and the evictor, then the handler threads,
+//! then the I/O threads (which first run every read still queued), and
+//! waits for them, but never longer than `Config::io_timeout` plus a
+//! second: a thread inside a store call that never returns is left
+//! behind, detached, and owns (through `Arc`s) everything its late
+//! completion touches. A mapping therefore never outlives the threads that
+//! serve its faults, and dropping a mapping never waits for a handler: it
+//! unpublishes its region, and the address range is unmapped when the last
+//! handler that looked the region up lets go of it (see [`crate::mm::space`]).
+//!
+//! An object opened with a budget of its own (`Pager::open_with_budget`)
+//! owns its evictor, which stops when the object goes. A pager's budget
+//! whose evictor stopped (the pager is gone, another pager still maps one
+//! of its objects) is no longer enforced, rather than block reads.
+//!
+//! The background flusher (`crate::mm::writeback`) is started by the first
+//! writable mapping and told to stop first when the last holder of
+//! `Workers` goes: it writes back what is dirty as it stops.
+//!
+//! # fork
+//!
+//! Mappings are `MADV_DONTFORK`: a child process does not inherit them
+//! (touching the range in the child is a SIGSEGV), because the child would
+//! have no handler and its faults would fill the shared cache with zeros.
+//!
+//! # munmap and mremap by the application
+//!
+//! A mapping's drop unregisters its range before it unmaps it, so
+//! faultmap's own unmaps raise no event. An application's `munmap` or
+//! `mremap` of a mapping does: see `crate::mm::events`.
+
+use std::io;
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+use std::os::fd::OwnedFd;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::api::object::{IntoObject, InvalidateError, Object};
+use crate::base::config::{Config, ConfigError, Delivery, MapOptions, RegionLookup};
+use crate::base::index::ObjectPage;
+use crate::base::report::IoErrorReport;
+use crate::base::stats::{Counters, RaCounters, RaStats, RaTally, Stats};
+use crate::cache::wait::Uffd;
+use crate::cache::{Cache, CacheError};
+use crate::mm::errors;
+use crate::mm::events;
+use crate::mm::evict::{Budget, Evictor, Memory};
+use crate::mm::fault;
+use crate::mm::io::{IoShared, IoThreads};
+use crate::mm::object::ObjectCore;
+use crate::mm::pager_core::Core;
+use crate::mm::signal::{self, Requests};
+use crate::mm::space::{MappedPages, Region, RegionTable};
+use crate::mm::writeback::{self, Flusher, FlusherEnv, WriteBackError};
+use crate::policy::readahead::Hint;
+use crate::store::{Store, StoreError};
+use crate::sync::seqcount::SeqCount;
+use crate::sys::{self, feature, mode, range_ioctl, UffdMsg, UffdSource, PAGE_SIZE, PTRS_PER_PTE};
+
+/// The kernel features faultmap cannot work without, and why.
+const REQUIRED_FEATURES: [(u64, &str); 6] = [
+    (
+        feature::MISSING_SHMEM,
+        "to see the first touch of a page not in the cache",
+    ),
+    (
+        feature::MINOR_SHMEM,
+        "to map cached pages with UFFDIO_CONTINUE",
+    ),
+    (feature::POISON, "to turn a failed store read into SIGBUS"),
+    (
+        feature::THREAD_ID,
+        "to tell a woken fault's retry from a new fault",
+    ),
+    (
+        feature::EVENT_UNMAP,
+        "to learn that the application unmapped (part of) a mapping",
+    ),
+    (
+        feature::EVENT_REMAP,
+        "to learn that the application moved (part of) a mapping",
+    ),
+];
+
+/// Messages read from the userfaultfd per `read`.
+const MSG_BATCH: usize = 64;
+
+/// Why a pager could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum PagerError {
+    /// No userfaultfd could be opened.
+    #[error("cannot open a userfaultfd ({hint})")]
+    Unavailable {
+        /// The system call's error.
+        source: io::Error,
+        /// What to do about it.
+        hint: &'static str,
+    },
+    /// The kernel lacks a feature faultmap needs.
+    #[error("the kernel does not support {feature}, needed {why} (Linux 6.6 or later has it)")]
+    MissingFeature {
+        /// The kernel's name of the feature.
+        feature: &'static str,
+        /// What faultmap needs it for.
+        why: &'static str,
+    },
+    /// The system page size is not 4 KiB.
+    #[error("faultmap needs 4 KiB pages")]
+    PageSize,
+    /// A configuration value is out of bounds.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A system call failed.
+    #[error("{op} failed")]
+    Sys {
+        /// What was being done.
+        op: &'static str,
+        /// The operating system's error.
+        source: io::Error,
+    },
+}
+
+/// Why an object could not be opened or mapped.
+#[derive(Debug, thiserror::Error)]
+pub enum MapError {
+    /// The map options do not fit the object.
+    #[error(transparent)]
+    Options(#[from] ConfigError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The object's cache could not be created.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    /// The mapping could not be created or registered.
+    #[error("cannot map {name}: {op} failed")]
+    Map {
+        /// The object's name.
+        name: String,
+        /// What was being done.
+        op: &'static str,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// The kernel does not allow an ioctl the fault path needs on the range.
+    #[error("the kernel refuses {ioctl} on a mapping of {name}")]
+    MissingIoctl {
+        /// The object's name.
+        name: String,
+        /// The ioctl.
+        ioctl: &'static str,
+    },
+    /// A writable mapping of an object whose store does not take writes.
+    #[error("cannot map {name} writable: its store is read-only")]
+    ReadOnlyStore {
+        /// The object's name.
+        name: String,
+    },
+}
+
+/// The handler threads; stopped and joined when the last holder drops it.
+struct Workers {
+    stop: OwnedFd,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The I/O threads: stopped after the handler threads, which submit to
+    /// them (dropping them runs every job still queued).
+    io: Mutex<Option<IoThreads>>,
+    /// The evictor threads (the pager's budget, objects' own budgets).
+    evictors: Mutex<Vec<Evictor>>,
+    /// The background flusher, started with the first writable mapping;
+    /// stopped first (it writes back what is dirty as it stops).
+    flusher: Mutex<Option<Flusher>>,
+    /// How long the drop waits for the threads: `Config::io_timeout` plus
+    /// a second.
+    grace: Duration,
+}
+
+impl Workers {
+    /// Starts the flusher if it is not running.
+    fn start_flusher(&self, core: &Arc<Core>, expire: Duration) -> io::Result<()> {
+        let mut flusher = self.flusher.lock().unwrap_or_else(|e| e.into_inner());
+        if flusher.is_none() {
+            *flusher = Some(Flusher::start(FlusherEnv {
+                core: core.clone(),
+                expire,
+            })?);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Workers {
+    /// Stops every thread of the pager and waits for them, but never longer
+    /// than `grace` (`Config::io_timeout` plus a second): a thread still
+    /// inside a store call that never returns (a hung read, write or sync)
+    /// is left to finish on its own, detached. Such a thread owns what it
+    /// touches through `Arc`s (see `IoThreads::stop`), so its late
+    /// completion is harmless; the pages it was reading stay READING until
+    /// then, and faults on them are given up by the watchdog's timeout
+    /// only while a pager lives.
+    fn drop(&mut self) {
+        let deadline = Instant::now() + self.grace;
+        let mut later = Vec::new();
+        // 1. The flusher and the evictors: told to stop (the flusher writes
+        //    back what is dirty first).
+        if let Some(f) = self
+            .flusher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            later.extend(f.stop());
+        }
+        for e in std::mem::take(&mut *self.evictors.lock().unwrap_or_else(|e| e.into_inner())) {
+            later.extend(e.stop());
+        }
+        // 2. The handler threads, before the I/O threads: they submit jobs.
+        //    The eventfd stays readable once signalled: every thread sees
+        //    it.
+        let _ = sys::eventfd_signal(&self.stop);
+        let handlers = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        crate::mm::io::join_until(handlers, deadline);
+        // 3. The I/O threads (each runs the jobs still queued first).
+        if let Some(io) = self.io.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            later.extend(io.stop());
+        }
+        crate::mm::io::join_until(later, deadline);
+    }
+}
+
+// Tests make `map` fail right after `UFFDIO_REGISTER` (as a kernel
+// without one of the ioctls would) to check its failure path.
+#[cfg(all(test, not(loom)))]
+thread_local! {
+    static FAIL_AFTER_REGISTER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(all(test, not(loom)))]
+fn fail_after_register() -> bool {
+    FAIL_AFTER_REGISTER.with(|f| f.get())
+}
+
+#[cfg(not(all(test, not(loom))))]
+fn fail_after_register() -> bool {
+    false
+}
+
+/// The region pages of `region` that hold object pages `pages`, if any.
+fn region_pages(region: &Region, pages: std::ops::Range<u64>) -> Option<std::ops::Range<u64>> {
+    let ours = region.object_pages();
+    let (start, stop) = (pages.start.max(ours.start), pages.end.min(ours.end));
+    (start < stop).then(|| start - ours.start..stop - ours.start)
+}
+
+/// How long the drop of a pager's last handle, or of an object's, waits
+/// for threads that may be inside a store call: `Config::io_timeout` plus
+/// a second.
+fn shutdown_grace(config: &Config) -> Duration {
+    config.io_timeout.saturating_add(Duration::from_secs(1))
+}
+
+/// A user-space pager: maps objects and serves their page faults.
+pub struct Pager {
+    core: Arc<Core>,
+    workers: Arc<Workers>,
+    config: Config,
+    source: UffdSource,
+}
+
+impl std::fmt::Debug for Pager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pager")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Pager {
+    /// Creates a pager: opens the userfaultfd, checks the kernel's features,
+    /// and starts the handler threads.
+    pub fn new(config: Config) -> Result<Pager, PagerError> {
+        config.validate()?;
+        if !sys::page_size_matches() {
+            return Err(PagerError::PageSize);
+        }
+        // 1. Learn the kernel's features on a throw-away fd (the handshake can
+        //    be made once per fd), and name any that is missing.
+        let (probe, _) = open_uffd()?;
+        let have = sys::uffd_api(&probe, 0).map_err(|source| PagerError::Sys {
+            op: "UFFDIO_API",
+            source,
+        })?;
+        drop(probe);
+        for (bit, why) in REQUIRED_FEATURES {
+            if have & bit == 0 {
+                return Err(PagerError::MissingFeature {
+                    feature: feature::name(bit),
+                    why,
+                });
+            }
+        }
+        let signal = config.delivery == Delivery::Signal;
+        if signal && have & feature::SIGBUS == 0 {
+            return Err(PagerError::MissingFeature {
+                feature: feature::name(feature::SIGBUS),
+                why: "for signal delivery (use Delivery::Handler)",
+            });
+        }
+        // 2. The real userfaultfd, with exactly those features (and WP on
+        //    shmem if the kernel has it: writable mappings need it).
+        let (uffd, source) = open_uffd()?;
+        let mut wanted = REQUIRED_FEATURES.iter().fold(0, |acc, (bit, _)| acc | bit);
+        if signal {
+            wanted |= feature::SIGBUS;
+        }
+        let write_protect = have & feature::WP_HUGETLBFS_SHMEM != 0;
+        if write_protect {
+            wanted |= feature::WP_HUGETLBFS_SHMEM;
+        }
+        sys::uffd_api(&uffd, wanted).map_err(|source| PagerError::Sys {
+            op: "UFFDIO_API",
+            source,
+        })?;
+        // 3. The I/O threads, then the handler threads.
+        let counters = Arc::new(Counters::default());
+        let io_shared = Arc::new(IoShared::new(counters.clone(), config.io_retries));
+        let (io_threads, io) =
+            IoThreads::start(config.io_threads, io_shared.clone()).map_err(|source| {
+                PagerError::Sys {
+                    op: "spawning an I/O thread",
+                    source,
+                }
+            })?;
+        let requests = if signal {
+            signal::install().map_err(|source| PagerError::Sys {
+                op: "sigaction(SIGBUS)",
+                source,
+            })?;
+            Some(Arc::new(Requests::new().map_err(|source| {
+                PagerError::Sys {
+                    op: "eventfd",
+                    source,
+                }
+            })?))
+        } else {
+            None
+        };
+        let core = Arc::new(Core {
+            uffd: Arc::new(Uffd::new(uffd)),
+            counters: counters.clone(),
+            ra: RaCounters::default(),
+            io,
+            speculative: config.region_lookup == RegionLookup::Speculative,
+            global_cache_lock: config.bench_global_cache_lock,
+            requests,
+            mappings: AtomicUsize::new(0),
+            budget: Budget::new(config.memory_budget, counters.clone()),
+            io_shared,
+            write_protect,
+        });
+        let stop = sys::eventfd().map_err(|source| PagerError::Sys {
+            op: "eventfd",
+            source,
+        })?;
+        let mut evictors = Vec::new();
+        if core.budget.is_limited() {
+            evictors.push(
+                core.budget
+                    .start("faultmap-evict".into())
+                    .map_err(|source| PagerError::Sys {
+                        op: "spawning the evictor thread",
+                        source,
+                    })?,
+            );
+        }
+        let workers = Arc::new(Workers {
+            stop,
+            threads: Mutex::new(Vec::new()),
+            io: Mutex::new(Some(io_threads)),
+            evictors: Mutex::new(evictors),
+            flusher: Mutex::new(None),
+            grace: shutdown_grace(&config),
+        });
+        // 4. The watchdog (`crate::mm::errors`): store timeouts, truncation.
+        {
+            let shared = core.io_shared.clone();
+            let stop = workers
+                .stop
+                .try_clone()
+                .map_err(|source| PagerError::Sys { op: "dup", source })?;
+            let timeout = config.io_timeout;
+            let handle = std::thread::Builder::new()
+                .name("faultmap-watchdog".into())
+                .spawn(move || errors::watchdog_loop(&shared, &stop, timeout))
+                .map_err(|source| PagerError::Sys {
+                    op: "spawning the watchdog thread",
+                    source,
+                })?;
+            workers
+                .threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(handle);
+        }
+        let spin_us = config.handler_spin_us;
+        for i in 0..config.handler_threads {
+            let core = core.clone();
+            let stop = workers
+                .stop
+                .try_clone()
+                .map_err(|source| PagerError::Sys { op: "dup", source })?;
+            let handle = std::thread::Builder::new()
+                .name(format!("faultmap-{i}"))
+                .spawn(move || handler_loop(&core, &stop, spin_us))
+                .map_err(|source| PagerError::Sys {
+                    op: "spawning a handler thread",
+                    source,
+                })?;
+            workers
+                .threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(handle);
+        }
+        Ok(Pager {
+            core,
+            workers,
+            config,
+            source,
+        })
+    }
+
+    /// The pager's configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Whether faults that the kernel takes on the application's behalf are
+    /// served: a system call that reads from a mapping (`write(fd, &map[..],
+    /// ..)`, `send`, an O_DIRECT write) waits for the pages like a plain
+    /// load. True for root, for users with read-write access to
+    /// `/dev/userfaultfd`, or with `vm.unprivileged_userfaultfd=1`. Otherwise
+    /// the pager falls back to a user-mode-only userfaultfd, and such a
+    /// system call fails with `EFAULT` on a page not yet mapped: touch the
+    /// range first, or copy it out in user space.
+    pub fn serves_kernel_faults(&self) -> bool {
+        self.source.serves_kernel_faults()
+    }
+
+    /// Opens `store` as an object with a cache of its own, to map once or
+    /// many times ([`Pager::map`] with the [`Object`]).
+    pub fn open(&self, store: impl Store) -> Result<Object, MapError> {
+        self.new_object(Box::new(store), self.core.budget.clone(), None)
+    }
+
+    /// Opens `store` as an object with a memory budget of its own (at
+    /// least [`crate::base::config::MIN_BUDGET`] bytes): its pages are charged to
+    /// that budget, not the pager's, and a thread of its own evicts them.
+    pub fn open_with_budget(&self, store: impl Store, budget: u64) -> Result<Object, MapError> {
+        if budget < crate::base::config::MIN_BUDGET {
+            return Err(MapError::Options(ConfigError::Budget(budget)));
+        }
+        let domain = Budget::new(Some(budget), self.core.counters.clone());
+        let evictor = domain
+            .start(format!(
+                "faultmap-evict-{}",
+                store.name().chars().take(4).collect::<String>()
+            ))
+            .map_err(|source| MapError::Map {
+                name: store.name().to_string(),
+                op: "spawning an evictor thread",
+                source,
+            })?;
+        // The evictor ends with the object (not with the pager's workers).
+        self.new_object(Box::new(store), domain, Some(evictor))
+    }
+
+    /// An object over `store`, charged to `budget`, watched by this pager.
+    fn new_object(
+        &self,
+        store: Box<dyn Store>,
+        budget: Arc<Budget>,
+        evictor: Option<Evictor>,
+    ) -> Result<Object, MapError> {
+        let len = store.len();
+        let cache = Cache::new(store.name(), len)?;
+        let grace = shutdown_grace(&self.config);
+        let object = Arc::new(ObjectCore::new(
+            store,
+            cache,
+            len,
+            budget.clone(),
+            grace,
+            evictor,
+        ));
+        budget.add_object(&object);
+        self.core.io_shared.watch(&object);
+        Ok(Object::new(object))
+    }
+
+    /// The pager's memory: its budget, bytes cached (pages being read
+    /// included), the peak so far, and the active set. Objects opened with
+    /// a budget of their own are not counted here (see
+    /// [`Object::memory`]).
+    pub fn memory(&self) -> Memory {
+        self.core.budget.memory()
+    }
+
+    /// Maps `source` (an [`Object`], whose cache the mapping shares, or a
+    /// [`Store`], opened as a new object) read-only, as `opts` says. The
+    /// mapping reads like a `&[u8]`.
+    ///
+    /// An empty object, or a zero length, gives an empty mapping (a zero-length
+    /// slice), not an error.
+    ///
+    /// # Safety
+    ///
+    /// The mapping hands out `&[u8]` over memory that faultmap fills from
+    /// the store, and Rust lets no byte behind a `&[u8]` change while it
+    /// lives. faultmap itself never changes a mapped byte, but it cannot
+    /// see what others do, so the caller promises, for as long as the
+    /// mapping lives (the contract of memmap2's `Mmap::map`, for the same
+    /// reason; see "Soundness" on [`Mapping`]):
+    ///
+    /// 1. **The store's bytes do not change.** faultmap may drop a page
+    ///    (memory budget, [`Mapping::invalidate`], a timed-out read) and
+    ///    read it again; the store must return the same bytes. A
+    ///    [`crate::FileStore`] over a file that another process writes
+    ///    breaks this, as it breaks `mmap` of that file. (A store that
+    ///    shrinks is fine: pages past the new end give SIGBUS, never other
+    ///    bytes.)
+    /// 2. **Nobody writes these bytes through another mapping while a
+    ///    reference into this one lives**: no [`MappingMut`] of the same
+    ///    object, no raw pointer, no other process. Writes that happen
+    ///    while no `&[u8]` of this mapping is held are fine, and are seen
+    ///    by the next one.
+    pub unsafe fn map(
+        &self,
+        source: impl IntoObject,
+        opts: MapOptions,
+    ) -> Result<Mapping, MapError> {
+        self.map_with(source, opts)
+    }
+
+    /// Maps `source` read-write (`MAP_SHARED`), as `opts` says: the mapping
+    /// reads like a `&[u8]` and writes like a `&mut [u8]`. Writes land in
+    /// the object's cache, are seen at once by every mapping of the object,
+    /// and go back to the store on [`MappingMut::flush`], [`Object::flush`]
+    /// or from the background flusher (`crate::mm::writeback`). The store must
+    /// take writes ([`Store::writable`]); else [`MapError::ReadOnlyStore`].
+    ///
+    /// # Safety
+    ///
+    /// As for [`Pager::map`], and in both directions: while a `&[u8]` or
+    /// `&mut [u8]` of this mapping lives, no other mapping of the object
+    /// (read-only or writable), raw pointer or process writes its bytes,
+    /// and while a `&mut [u8]` of it lives, nothing else reads them
+    /// through a reference either. Two writable mappings of one object are
+    /// allowed; their slices must not be live at once over the same bytes.
+    pub unsafe fn map_mut(
+        &self,
+        source: impl IntoObject,
+        opts: MapOptions,
+    ) -> Result<MappingMut, MapError> {
+        self.map_with(source, opts)
+    }
+
+    /// [`Pager::map`] and [`Pager::map_mut`]: the access comes from `A`.
+    fn map_with<A: Access>(
+        &self,
+        source: impl IntoObject,
+        opts: MapOptions,
+    ) -> Result<Mapping<A>, MapError> {
+        let object = source.into_object(self)?;
+        // An object opened by another pager: its errors reach this pager's
+        // log too, this pager's watchdog polls its length, and its flusher
+        // writes it back.
+        self.core.io_shared.watch(&object.0);
+        let extent = opts.resolve(object.len())?;
+        let mut mapping = Mapping {
+            region: None,
+            ptr: NonNull::dangling(),
+            len: 0,
+            object: object.clone(),
+            core: self.core.clone(),
+            workers: self.workers.clone(),
+            access: PhantomData,
+        };
+        if extent.pages == 0 {
+            return Ok(mapping);
+        }
+        let name = object.name().to_string();
+        let writable = A::WRITABLE;
+        // 0. A writable mapping needs a store that takes writes, a kernel
+        //    with WP on shmem, and the flusher.
+        if writable {
+            if !object.0.store.writable() {
+                return Err(MapError::ReadOnlyStore { name });
+            }
+            if !self.core.write_protect {
+                return Err(MapError::MissingIoctl {
+                    name,
+                    ioctl: "UFFDIO_WRITEPROTECT (UFFD_FEATURE_WP_HUGETLBFS_SHMEM)",
+                });
+            }
+            crate::mm::writeback::init();
+            self.workers
+                .start_flusher(&self.core, self.config.dirty_expire)
+                .map_err(|source| MapError::Map {
+                    name: name.clone(),
+                    op: "spawning the flusher thread",
+                    source,
+                })?;
+        }
+        let map_err = |op, source| MapError::Map {
+            name: name.clone(),
+            op,
+            source,
+        };
+        // The table's lock for the whole operation, as mmap holds mmap_lock.
+        let table = RegionTable::get().lock();
+        // 1. Map the memfd (read-only unless writable), congruent to its
+        //    offset modulo 2 MiB.
+        let bytes = extent.pages as usize * PAGE_SIZE;
+        let map = sys::mmap_shared_aligned(
+            object.0.cache.memfd(),
+            bytes,
+            extent.first_page * PAGE_SIZE as u64,
+            PTRS_PER_PTE * PAGE_SIZE,
+            writable,
+        )
+        .map_err(|e| map_err("mmap", e))?;
+        // 2. A forked child must not fault on it: nobody would serve it.
+        sys::madvise_dontfork(&map).map_err(|e| map_err("madvise(MADV_DONTFORK)", e))?;
+        // 3. Register MISSING|MINOR (|WP); CONTINUE, WAKE and POISON (and
+        //    WRITEPROTECT) must be allowed.
+        let modes = if writable {
+            mode::MISSING | mode::MINOR | mode::WP
+        } else {
+            mode::MISSING | mode::MINOR
+        };
+        let ioctls = sys::uffd_register(&self.core.uffd, map.addr(), map.len(), modes)
+            .map_err(|e| map_err("UFFDIO_REGISTER", e))?;
+        // From here on a failure unregisters the range before `map` unmaps
+        // it: a registered range's munmap raises an UNMAP event and waits
+        // until a pager thread reads it, which needs the table's lock that
+        // this call holds (it would never return).
+        let missing = [
+            (range_ioctl::CONTINUE, "UFFDIO_CONTINUE", true),
+            (range_ioctl::WAKE, "UFFDIO_WAKE", true),
+            (range_ioctl::POISON, "UFFDIO_POISON", true),
+            (range_ioctl::WRITEPROTECT, "UFFDIO_WRITEPROTECT", writable),
+        ]
+        .into_iter()
+        .find(|&(bit, _, needed)| needed && (ioctls & bit == 0 || fail_after_register()));
+        if let Some((_, ioctl, _)) = missing {
+            let _ = sys::uffd_unregister(&self.core.uffd, map.addr(), map.len());
+            return Err(MapError::MissingIoctl { name, ioctl });
+        }
+        // 4. Publish the region: from here on its faults are served.
+        let region = Arc::new(Region {
+            map,
+            object: object.0.clone(),
+            first_page: ObjectPage(extent.first_page),
+            pages: extent.pages,
+            order: AtomicU8::new(opts.order()),
+            seq: SeqCount::default(),
+            owner: self.core.clone(),
+            counters: Counters::default(),
+            ra: RaCounters::default(),
+            ra_pages: opts.ra_pages_override().unwrap_or(object.0.ra_pages),
+            ra_mode: opts.readahead_mode(),
+            hints: AtomicPtr::new(Box::into_raw(Box::default())),
+            mapped: MappedPages::new(extent.pages),
+            successors: Mutex::new(Vec::new()),
+            writable,
+        });
+        // Listed in the object before it is published: write-back finds
+        // (and write-protects) every region that a fault can make writable.
+        object.0.add_mapping(&region);
+        table.insert(region.clone());
+        drop(table);
+        self.core.mappings.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: lead < PAGE_SIZE <= the mapping's length, so the pointer is
+        // inside the mapping.
+        mapping.ptr = unsafe { NonNull::new_unchecked(region.map.as_ptr().add(extent.lead)) };
+        mapping.len = extent.len;
+        mapping.region = Some(region);
+        Ok(mapping)
+    }
+
+    /// Counters summed over every mapping this pager has served.
+    pub fn stats(&self) -> Stats {
+        self.core.counters.snapshot()
+    }
+
+    /// The readahead table (seed 001) of every mapping this pager served.
+    pub fn ra_stats(&self) -> RaStats {
+        self.core.counters.settle();
+        self.core.ra.snapshot()
+    }
+
+    /// The last store failures of every object this pager opened or
+    /// mapped (at most [`crate::LOG_CAPACITY`], oldest first): failed
+    /// reads (after their retries), timeouts, failed write-backs. The log
+    /// is kept; see [`Pager::take_io_errors`] to drain it.
+    pub fn io_errors(&self) -> Vec<IoErrorReport> {
+        self.core.io_shared.log.snapshot()
+    }
+
+    /// Like [`Pager::io_errors`], and empties the pager's log (the objects'
+    /// own logs are kept).
+    pub fn take_io_errors(&self) -> Vec<IoErrorReport> {
+        self.core.io_shared.log.take()
+    }
+
+    /// How many non-empty mappings are live (an empty mapping registers
+    /// nothing and is not counted).
+    pub fn mappings(&self) -> usize {
+        self.core.mappings.load(Ordering::Relaxed)
+    }
+}
+
+fn open_uffd() -> Result<(OwnedFd, UffdSource), PagerError> {
+    sys::open_userfaultfd().map_err(|source| {
+        let hint = match source.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => {
+                "run as root, give this user read-write access to /dev/userfaultfd, \
+                 or set the sysctl vm.unprivileged_userfaultfd=1"
+            }
+            Some(libc::ENOSYS) => "this kernel was built without CONFIG_USERFAULTFD",
+            _ => "see the README's troubleshooting section",
+        };
+        PagerError::Unavailable { source, hint }
+    })
+}
+
+/// A handler thread: read fault messages in batches and handle them; when
+/// none is pending, keep polling for `spin_us` (see
+/// [`Config::handler_spin_us`]), then sleep in `poll` on the userfaultfd and
+/// the stop eventfd.
+fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
+    let env = core.env();
+    let mut msgs = [UffdMsg::default(); MSG_BATCH];
+    let spin = Duration::from_micros(spin_us.into());
+    let mut idle_since = Instant::now();
+    // Signal delivery: faults come as forwarded requests, announced on the
+    // doorbell; handler threads: as userfaultfd messages. Either way the
+    // userfaultfd carries the UNMAP and REMAP events (`crate::mm::events`),
+    // whose senders wait until they are read.
+    let source: &OwnedFd = core.requests.as_ref().map_or(&core.uffd, |r| r.doorbell());
+    let read_uffd = |msgs: &mut [UffdMsg; MSG_BATCH]| {
+        // With signal delivery the userfaultfd carries only events, which
+        // are rare: look before taking the lock (the SIGBUS handler's
+        // classic path waits on it). Handler threads read it for every
+        // fault: the read itself says whether there is anything.
+        if core.requests.is_some()
+            && !matches!(sys::poll_readable(&[&core.uffd], 0), Ok(r) if r != 0)
+        {
+            return 0;
+        }
+        // Read under the table's lock, events handled before it goes: see
+        // `crate::mm::events`.
+        let table = RegionTable::get().lock();
+        let n = sys::uffd_read(&core.uffd, msgs).unwrap_or(0);
+        for msg in msgs[..n]
+            .iter()
+            .filter(|m| m.event != sys::UFFD_EVENT_PAGEFAULT)
+        {
+            events::handle(&table, core, msg);
+        }
+        drop(table);
+        for msg in msgs[..n]
+            .iter()
+            .filter(|m| m.event == sys::UFFD_EVENT_PAGEFAULT)
+        {
+            let tid = msg.thread_id();
+            if msg.flags & sys::UFFD_PAGEFAULT_FLAG_WP != 0 {
+                fault::handle_wp(&env, msg.address as usize, tid);
+            } else {
+                fault::handle(&env, msg.address as usize, fault::Origin::Uffd { tid });
+            }
+        }
+        n
+    };
+    let serve = |msgs: &mut [UffdMsg; MSG_BATCH]| match &core.requests {
+        Some(requests) => {
+            requests.serve(|addr, r| {
+                fault::handle(&env, addr, fault::Origin::Request(r));
+            }) + read_uffd(msgs)
+        }
+        None => read_uffd(msgs),
+    };
+    loop {
+        if serve(&mut msgs) > 0 {
+            idle_since = Instant::now();
+            continue;
+        }
+        if idle_since.elapsed() < spin {
+            std::hint::spin_loop();
+            continue;
+        }
+        if core.requests.is_some() {
+            // Drained, then looked at once more: a request posted after
+            // the look rings the doorbell again, so poll sees it.
+            sys::eventfd_drain(source);
+            if serve(&mut msgs) > 0 {
+                idle_since = Instant::now();
+                continue;
+            }
+        }
+        let ready = match sys::poll_readable(&[source, stop, &core.uffd], -1) {
+            Ok(ready) => ready,
+            // poll has no other failure we could cause; back off and go on.
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+        };
+        if ready & 0b10 != 0 {
+            return;
+        }
+        idle_since = Instant::now();
+    }
+}
+
+/// What an application says about a range of a mapping; see
+/// [`Mapping::advise`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// `MADV_NORMAL`.
+    Normal,
+    /// `MADV_SEQUENTIAL`.
+    Sequential,
+    /// `MADV_RANDOM`.
+    Random,
+    /// `MADV_WILLNEED`.
+    WillNeed,
+    /// `MADV_DONTNEED`.
+    DontNeed,
+}
+
+/// How a mapping may be accessed: [`ReadOnly`] or [`ReadWrite`]. Sealed.
+pub trait Access: sealed::Sealed + Send + Sync + 'static {
+    /// Whether the mapping is `PROT_WRITE` and tracks dirty pages.
+    const WRITABLE: bool;
+}
+
+/// The access of a [`Mapping`]: reads only. No `&mut [u8]` can be had.
+#[derive(Debug)]
+pub enum ReadOnly {}
+
+/// The access of a [`MappingMut`]: reads and writes.
+#[derive(Debug)]
+pub enum ReadWrite {}
+
+impl Access for ReadOnly {
+    const WRITABLE: bool = false;
+}
+
+impl Access for ReadWrite {
+    const WRITABLE: bool = true;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::ReadOnly {}
+    impl Sealed for super::ReadWrite {}
+}
+
+/// A writable mapping ([`Pager::map_mut`]): reads like a `&[u8]`, writes
+/// like a `&mut [u8]`.
+pub type MappingMut = Mapping<ReadWrite>;
+
+/// A mapping of (part of) an object ([`Pager::map`]): reads like a
+/// `&[u8]`. A [`MappingMut`] ([`Pager::map_mut`]) also writes like a
+/// `&mut [u8]`; a read-only one has no mutable access at all.
+///
+/// Dropping it unmaps it; the threads that serve it stop when the last
+/// mapping and the pager are gone.
+///
+/// # Soundness
+///
+/// A mapping's bytes are shared memory: the object's cache, which every
+/// mapping of the object maps, filled from a store that faultmap does not
+/// control. Rust's references promise more than shared memory can keep by
+/// itself (no byte behind a `&[u8]` changes while it lives; nothing else
+/// touches the bytes behind a `&mut [u8]`). The Rust ecosystem answers
+/// this in one of two ways: memmap2 makes *creating* a mapping `unsafe`,
+/// with a contract on what others may do, and then hands out plain
+/// slices; vm-memory, for guest memory that a VM changes at will, hands
+/// out no references at all, only volatile accessors. faultmap's users
+/// want slices (`&map[..]`, `bytemuck`, zero-copy numpy arrays), and the
+/// hazards all come from outside the library, so faultmap takes memmap2's
+/// way:
+///
+/// - [`Pager::map`] and [`Pager::map_mut`] are `unsafe`: the caller
+///   promises that the store's bytes do not change (a dropped page is read
+///   again and must come back the same) and that nobody writes a mapping's
+///   bytes through another mapping while a reference into it lives. Their
+///   `# Safety` sections say exactly what.
+/// - Given that, safe code cannot break the rules: a read-only [`Mapping`]
+///   implements only `Deref<Target = [u8]>`; a [`MappingMut`] hands out
+///   `&mut [u8]` through `DerefMut`, which borrows it mutably, so no other
+///   slice of *it* lives meanwhile.
+/// - faultmap never changes a mapped byte: pages are filled through the
+///   object's private alias mapping before any mapping maps them (the
+///   page-state word's invariant 1), so that fill writes through a `&mut
+///   [u8]` nobody else can reach. Write-back reads pages that the
+///   application may be writing at that moment, so it copies them out with
+///   volatile loads through raw pointers, never through a reference
+///   (`Cache::copy_out`), and a copy torn by such a write is written again
+///   (the page is dirty again).
+///
+/// So a read-only mapping cannot be written, not even by mistake: these do
+/// not compile,
+///
+/// ```compile_fail,E0594
+/// fn zero(map: &mut faultmap::Mapping) {
+///     map[0] = 0;
+/// }
+/// ```
+///
+/// ```compile_fail,E0599
+/// fn flush(map: &faultmap::Mapping) {
+///     let _ = map.flush(0..1);
+/// }
+/// ```
+///
+/// and neither does a mapping made without `unsafe`:
+///
+/// ```compile_fail,E0133
+/// fn map(pager: &faultmap::Pager, store: faultmap::MemStore) {
+///     let _ = pager.map(store, faultmap::MapOptions::new());
+/// }
+/// ```
+///
+/// while a [`MappingMut`] writes like a slice:
+///
+/// ```
+/// fn zero(map: &mut faultmap::MappingMut) -> Result<(), faultmap::WriteBackError> {
+///     map[0] = 0;
+///     map.flush(0..1)?;
+///     Ok(())
+/// }
+/// ```
+pub struct Mapping<A: Access = ReadOnly> {
+    region: Option<Arc<Region>>,
+    ptr: NonNull<u8>,
+    len: usize,
+    object: Object,
+    core: Arc<Core>,
+    workers: Arc<Workers>,
+    access: PhantomData<A>,
+}
+
+// SAFETY: a Mapping is a view of shared memory whose pages are served by
+// the pager's threads, whichever thread touches them; it has no
+// thread-affine state.
+unsafe impl<A: Access> Send for Mapping<A> {}
+// SAFETY: `&Mapping` gives out `&[u8]` and raw pointers only. The bytes
+// change only through `&mut [u8]` of a MappingMut (DerefMut needs `&mut
+// Mapping`, so no `&[u8]` of the same Mapping is live meanwhile) or through
+// other mappings, which the `unsafe` contract of `Pager::map`/`map_mut`
+// rules out while a reference lives. faultmap itself never writes a
+// mapped page (see "Soundness"), so shared access from several threads
+// adds no race of its own.
+unsafe impl<A: Access> Sync for Mapping<A> {}
+
+impl<A: Access> std::fmt::Debug for Mapping<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mapping")
+            .field("object", &self.object)
+            .field("addr", &self.ptr)
+            .field("len", &self.len)
+            .field("writable", &A::WRITABLE)
+            .finish()
+    }
+}
+
+impl<A: Access> Mapping<A> {
+    /// The mapping's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The first byte.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Whether the mapping is writable (a [`MappingMut`]).
+    pub fn is_writable(&self) -> bool {
+        A::WRITABLE
+    }
+
+    /// The object pages that hold bytes `range` of the mapping; `None`
+    /// for an empty range or mapping.
+    fn object_pages(
+        &self,
+        range: &std::ops::Range<usize>,
+    ) -> Result<Option<std::ops::Range<u64>>, WriteBackError> {
+        if range.start > range.end || range.end > self.len {
+            return Err(WriteBackError::Range {
+                start: range.start as u64,
+                end: range.end as u64,
+                len: self.len as u64,
+            });
+        }
+        let Some(region) = &self.region else {
+            return Ok(None);
+        };
+        if range.is_empty() {
+            return Ok(None);
+        }
+        let lead = self.ptr.as_ptr() as usize - region.start();
+        let first = region.first_page.0 + ((lead + range.start) / PAGE_SIZE) as u64;
+        let end = region.first_page.0 + (lead + range.end).div_ceil(PAGE_SIZE) as u64;
+        Ok(Some(first..end))
+    }
+
+    /// The object it maps.
+    pub fn object(&self) -> &Object {
+        &self.object
+    }
+
+    /// The fault-around order of this mapping.
+    pub fn fault_around_order(&self) -> u8 {
+        self.region.as_ref().map_or(0, |r| r.order())
+    }
+
+    /// This mapping's counters.
+    pub fn stats(&self) -> Stats {
+        self.region
+            .as_ref()
+            .map_or_else(Stats::default, |r| r.counters.snapshot())
+    }
+
+    /// This mapping's readahead table (seed 001).
+    pub fn ra_stats(&self) -> RaStats {
+        self.region.as_ref().map_or_else(RaStats::default, |r| {
+            r.counters.settle();
+            r.ra.snapshot()
+        })
+    }
+
+    /// Tells faultmap how the application will use the bytes `range` of the
+    /// mapping (offsets into the slice), like `madvise`:
+    ///
+    /// - [`Advice::Normal`]: read-around, sequential detection, async
+    ///   readahead (the default);
+    /// - [`Advice::Sequential`]: full windows of `ra_pages` on each miss;
+    /// - [`Advice::Random`]: no readahead, one page per miss;
+    /// - [`Advice::WillNeed`]: start reading the range now; returns at once;
+    /// - [`Advice::DontNeed`]: unmap the range from this mapping; its pages
+    ///   stay cached, and the next touch maps them again without I/O.
+    pub fn advise(&self, advice: Advice, range: std::ops::Range<usize>) -> Result<(), MapError> {
+        if range.start > range.end || range.end > self.len {
+            return Err(MapError::Options(ConfigError::AdviseRange {
+                start: range.start,
+                end: range.end,
+                len: self.len,
+            }));
+        }
+        let Some(region) = &self.region else {
+            return Ok(());
+        };
+        if range.is_empty() {
+            return Ok(());
+        }
+        // Object pages touched by the range (the slice starts `lead` bytes
+        // into the region's first page).
+        let lead = self.ptr.as_ptr() as usize - region.start();
+        let first = region.first_page.0 + ((lead + range.start) / PAGE_SIZE) as u64;
+        let end = region.first_page.0 + (lead + range.end).div_ceil(PAGE_SIZE) as u64;
+        // The regions that serve the range now: the mapping's own, or, after
+        // the application unmapped or moved part of it, the successors that
+        // serve what is left (`crate::mm::events`); each with the region pages
+        // of the range it holds. Under the table's lock, so that no event
+        // changes them meanwhile (and a part the application unmapped is
+        // never zapped).
+        let table = RegionTable::get().lock();
+        let lives = region.live(&table);
+        if advice == Advice::WillNeed {
+            // Reads are only submitted: no need to hold up faults and
+            // events meanwhile.
+            drop(table);
+            for live in &lives {
+                if let Some(pages) = region_pages(live, first..end) {
+                    self.will_need(live, pages);
+                }
+            }
+            return Ok(());
+        }
+        for live in lives {
+            let Some(pages) = region_pages(&live, first..end) else {
+                continue;
+            };
+            let set_hint =
+                |hint| table.change(&live, || live.set_hint(&table, pages.clone(), hint));
+            match advice {
+                Advice::Normal => set_hint(Hint::Normal),
+                Advice::Sequential => set_hint(Hint::Sequential),
+                Advice::Random => set_hint(Hint::Random),
+                Advice::WillNeed => {}
+                Advice::DontNeed => {
+                    let addr = live.page_addr(pages.start);
+                    let len = (pages.end - pages.start) as usize * PAGE_SIZE;
+                    // Cleared first: a bit set for an unmapped page would
+                    // keep fault-around from mapping it.
+                    live.mapped.mark(pages.clone(), false);
+                    sys::madvise_dontneed(addr, len).map_err(|source| MapError::Map {
+                        name: self.object.name().to_string(),
+                        op: "madvise(MADV_DONTNEED)",
+                        source,
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the pages that hold bytes `range` of the mapping (offsets into
+    /// the slice) from the object's cache and from every mapping of the
+    /// object, while other threads may be faulting on them: see
+    /// [`Object::invalidate`]. Returns how many cached pages were dropped.
+    pub fn invalidate(&self, range: std::ops::Range<usize>) -> Result<u64, InvalidateError> {
+        if range.start > range.end || range.end > self.len {
+            return Err(InvalidateError::Range {
+                start: range.start as u64,
+                end: range.end as u64,
+                len: self.len as u64,
+            });
+        }
+        let Some(region) = &self.region else {
+            return Ok(0);
+        };
+        // The slice starts `lead` bytes into the region, which starts at
+        // the object offset of its first page.
+        if range.is_empty() {
+            return Ok(0);
+        }
+        let lead = (self.ptr.as_ptr() as usize - region.start()) as u64;
+        let base = region.first_page.offset() + lead;
+        self.object
+            .invalidate(base + range.start as u64..base + range.end as u64)
+    }
+
+    /// Changes the fault-around order of this mapping (0..=9). A fault
+    /// being resolved meanwhile either finishes with the old order or
+    /// starts again with the new one (seed 004's sequence count).
+    pub fn set_fault_around_order(&self, order: u8) -> Result<(), ConfigError> {
+        if order > crate::policy::fault_around::MAX_ORDER {
+            return Err(ConfigError::FaultAroundOrder(order));
+        }
+        if let Some(region) = &self.region {
+            // The mapping's region, or the successors that serve what the
+            // application left of it (`crate::mm::events`).
+            let table = RegionTable::get().lock();
+            for live in region.live(&table) {
+                table.change(&live, || live.order.store(order, Ordering::Relaxed));
+            }
+        }
+        Ok(())
+    }
+
+    /// `WillNeed`: submits the absent pages of region pages `pages` to the
+    /// I/O threads and returns.
+    fn will_need(&self, region: &Arc<Region>, pages: std::ops::Range<u64>) {
+        let env = self.core.env();
+        let mut ra = RaTally::default();
+        let (io_count, refault) = fault::read_ahead(&env, region, pages, &mut ra);
+        let tally = Stats {
+            io_count,
+            refault,
+            ..Stats::default()
+        };
+        region.ra.add(&ra);
+        region.object.ra.add(&ra);
+        self.core.ra.add(&ra);
+        region.counters.add(&tally);
+        region.object.counters.add(&tally);
+        self.core.counters.add(&tally);
+    }
+}
+
+impl Mapping<ReadWrite> {
+    /// The first byte, for writing through raw pointers (from several
+    /// threads, say). Such writes are `unsafe` and must keep the contract of
+    /// [`Pager::map_mut`]: no `&[u8]` or `&mut [u8]` of any mapping of the
+    /// object may be live over the bytes written.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Writes the pages that hold bytes `range` of the mapping (offsets
+    /// into the slice) back to the store, like `msync(MS_SYNC)`: when it
+    /// returns `Ok`, every byte of the range written before the call
+    /// (through any mapping of the object) is in the store and
+    /// [`Store::sync`] has run. Waits for write-backs of those pages
+    /// already in flight. An earlier failed write-back of the object (the
+    /// background flusher's) is reported here once: see
+    /// [`WriteBackError`]. Returns the pages this call wrote.
+    pub fn flush(&self, range: std::ops::Range<usize>) -> Result<u64, WriteBackError> {
+        let Some(pages) = self.object_pages(&range)? else {
+            return Ok(0);
+        };
+        let region = self.region.as_ref().map(|r| &r.counters);
+        let extra: Vec<&Counters> = region.into_iter().chain([&*self.core.counters]).collect();
+        writeback::flush(&self.object.0, pages, &extra)
+    }
+
+    /// Queues the pages that hold bytes `range` of the mapping for the
+    /// background flusher and returns (`msync(MS_ASYNC)`, which Linux
+    /// turned into a no-op; faultmap starts the write-back). No sync.
+    pub fn flush_async(&self, range: std::ops::Range<usize>) -> Result<(), WriteBackError> {
+        let Some(pages) = self.object_pages(&range)? else {
+            return Ok(());
+        };
+        let flusher = self
+            .workers
+            .flusher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = flusher.as_ref() {
+            f.queue(&self.object.0, pages);
+        }
+        Ok(())
+    }
+}
+
+impl<A: Access> Deref for Mapping<A> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` is `len` readable bytes inside the region's mapping
+        // (or dangling with len 0), which lives as long as `self` holds the
+        // region. Every access to a page not yet mapped faults and is served
+        // by the handler threads, which `self` keeps alive. faultmap never
+        // changes a mapped page's bytes (pages are filled before they are
+        // mapped); the application changes them through this mapping only
+        // with `&mut self` (DerefMut), and through others not while this
+        // slice lives: the contract of `Pager::map`/`Pager::map_mut`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for Mapping<ReadWrite> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and the mapping is PROT_READ|PROT_WRITE
+        // (`Pager::map_mut`). `&mut self` excludes every other slice of this
+        // Mapping for the borrow's life; other mappings keep off these
+        // bytes meanwhile by `Pager::map_mut`'s contract. Writes are served
+        // by the fault path: the first store to a page raises a
+        // write-protect fault that marks it dirty (`crate::mm::writeback`) and
+        // lets the store proceed.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<A: Access> AsRef<[u8]> for Mapping<A> {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl<A: Access> Drop for Mapping<A> {
+    fn drop(&mut self) {
+        if let Some(region) = self.region.take() {
+            // Under the table's lock, as munmap holds mmap_lock: unpublish,
+            // wait out the speculative faults that may have found it, and
+            // unmap (unless a read job still holds the region).
+            let table = RegionTable::get().lock();
+            // A region the application unmapped or moved was detached
+            // already (`crate::mm::events`): its range is not ours, and another
+            // region may now start at its address.
+            let published = table.release(&region);
+            drop(region);
+            drop(published);
+            drop(table);
+            self.core.mappings.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::MemStore;
+    use std::sync::mpsc;
+
+    /// Runs `f` on a thread and waits for it at most `limit`: `None` if it
+    /// did not return by then (the thread is left behind).
+    fn within<T: Send + 'static>(
+        limit: Duration,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(limit).ok()
+    }
+
+    /// A gate that store calls wait at until the test opens it.
+    #[derive(Clone)]
+    struct Gate(Arc<(Mutex<bool>, std::sync::Condvar)>);
+
+    impl Gate {
+        fn new(open: bool) -> Gate {
+            Gate(Arc::new((Mutex::new(open), std::sync::Condvar::new())))
+        }
+        fn pass(&self) {
+            let (lock, cv) = &*self.0;
+            let mut open = lock.lock().unwrap();
+            while !*open {
+                open = cv.wait(open).unwrap();
+            }
+        }
+        fn open(&self) {
+            *self.0 .0.lock().unwrap() = true;
+            self.0 .1.notify_all();
+        }
+    }
+
+    /// A writable memory store whose reads and writes wait at gates (shut
+    /// unless the test opens them), and whose `io_pages` may panic.
+    struct Gated {
+        inner: MemStore,
+        reads: Gate,
+        writes: Gate,
+        panic_io_pages: bool,
+    }
+
+    /// Which of a [`Gated`] store's calls hang.
+    enum Hang {
+        Reads,
+        Writes,
+        Nothing,
+    }
+
+    impl Gated {
+        /// The store, and the gate that its hanging calls wait at.
+        fn new(len: usize, hang: Hang, panic_io_pages: bool) -> (Gated, Gate) {
+            let shut = Gate::new(false);
+            let open = Gate::new(true);
+            let (reads, writes) = match hang {
+                Hang::Reads => (shut.clone(), open),
+                Hang::Writes => (open, shut.clone()),
+                Hang::Nothing => (open.clone(), open),
+            };
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let store = Gated {
+                inner: MemStore::new("gated", data),
+                reads,
+                writes,
+                panic_io_pages,
+            };
+            (store, shut)
+        }
+    }
+
+    impl Store for Gated {
+        fn name(&self) -> &str {
+            "gated"
+        }
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+        fn io_pages(&self) -> u64 {
+            assert!(!self.panic_io_pages, "io_pages panics");
+            16
+        }
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+            self.reads.pass();
+            self.inner.read_at(offset, buf)
+        }
+        fn writable(&self) -> bool {
+            true
+        }
+        fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+            self.writes.pass();
+            self.inner.write_at(offset, buf)
+        }
+    }
+
+    fn config() -> Config {
+        Config::default()
+            .delivery(Delivery::Handler)
+            .io_timeout(Duration::from_millis(200))
+    }
+
+    #[test]
+    fn a_map_that_fails_after_register_returns_and_leaves_nothing_registered() {
+        let done = within(Duration::from_secs(30), || {
+            let pager = Pager::new(config()).unwrap();
+            let store = MemStore::new("m", vec![7u8; 64 * PAGE_SIZE]);
+            let object = pager.open(store).unwrap();
+            FAIL_AFTER_REGISTER.with(|f| f.set(true));
+            // SAFETY: a private buffer that nothing writes.
+            let err = unsafe { pager.map(&object, MapOptions::new()) }.unwrap_err();
+            FAIL_AFTER_REGISTER.with(|f| f.set(false));
+            assert!(matches!(err, MapError::MissingIoctl { .. }), "{err}");
+            // SAFETY: as above.
+            let map = unsafe { pager.map(&object, MapOptions::new()) }.unwrap();
+            assert!(map.iter().all(|&b| b == 7));
+            drop(map);
+            drop(pager);
+        });
+        assert!(
+            done.is_some(),
+            "map or the pager's drop hung after a failed map"
+        );
+    }
+
+    #[test]
+    fn dropping_the_pager_returns_while_a_store_read_hangs() {
+        let (store, gate) = Gated::new(64 * PAGE_SIZE, Hang::Reads, false);
+        let done = within(Duration::from_secs(30), move || {
+            let pager = Pager::new(config()).unwrap();
+            // SAFETY: the store's bytes never change.
+            let map = unsafe { pager.map(store, MapOptions::new()) }.unwrap();
+            // A read that never returns, with nobody faulting on it.
+            map.advise(Advice::WillNeed, 0..map.len()).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            let started = Instant::now();
+            drop(map);
+            drop(pager);
+            started.elapsed()
+        });
+        gate.open();
+        let took = done.expect("dropping the pager hung on a store read");
+        // io_timeout (200 ms) plus a second, with room for a slow machine.
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+
+    #[test]
+    fn invalidation_gives_up_on_a_read_that_outlived_the_timeout() {
+        let (store, gate) = Gated::new(64 * PAGE_SIZE, Hang::Reads, false);
+        let done = within(Duration::from_secs(30), move || {
+            let pager = Pager::new(config()).unwrap();
+            let object = pager.open(store).unwrap();
+            // SAFETY: the store's bytes never change.
+            let map = unsafe { pager.map(&object, MapOptions::new()) }.unwrap();
+            map.advise(Advice::WillNeed, 0..map.len()).unwrap();
+            // The watchdog marks the read STALLED after io_timeout.
+            std::thread::sleep(Duration::from_millis(1500));
+            let r = object.invalidate(0..object.len());
+            drop(map);
+            r
+        });
+        let r = done.expect("invalidation spun on a hung read");
+        gate.open();
+        let err = r.unwrap_err();
+        assert!(err.to_string().contains("invalidating"), "{err}");
+    }
+
+    #[test]
+    fn a_store_whose_io_pages_panics_is_read_with_the_default() {
+        let (store, _gate) = Gated::new(64 * PAGE_SIZE, Hang::Nothing, true);
+        let data: Vec<u8> = (0..64 * PAGE_SIZE).map(|i| (i % 251) as u8).collect();
+        let done = within(Duration::from_secs(30), move || {
+            let pager = Pager::new(config()).unwrap();
+            // SAFETY: the store's bytes never change.
+            let map = unsafe { pager.map(store, MapOptions::new()) }.unwrap();
+            map.to_vec()
+        });
+        assert_eq!(done.expect("reading hung after io_pages panicked"), data);
+    }
+
+    #[test]
+    fn an_objects_own_evictor_ends_with_the_object() {
+        let pager = Pager::new(config()).unwrap();
+        let object = pager
+            .open_with_budget(
+                MemStore::new("m", vec![1u8; 16 * PAGE_SIZE]),
+                crate::MIN_BUDGET,
+            )
+            .unwrap();
+        let budget = Arc::downgrade(&object.0.budget);
+        drop(object);
+        // The evictor thread held the budget: it lets go when it exits.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while budget.upgrade().is_some() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            budget.upgrade().is_none(),
+            "the evictor outlived its object"
+        );
+        drop(pager);
+    }
+
+    #[test]
+    fn a_budget_whose_evictor_stopped_keeps_readahead_on() {
+        let pages = 4 * (crate::MIN_BUDGET as usize / PAGE_SIZE);
+        let first = Pager::new(config().memory_budget(crate::MIN_BUDGET)).unwrap();
+        let object = first
+            .open(MemStore::new("m", vec![3u8; pages * PAGE_SIZE]))
+            .unwrap();
+        drop(first);
+        let second = Pager::new(config()).unwrap();
+        let done = within(Duration::from_secs(60), move || {
+            // SAFETY: a private buffer that nothing writes.
+            let map =
+                unsafe { second.map(&object, MapOptions::new().fault_around_order(0)) }.unwrap();
+            let sum: u64 = map.iter().step_by(PAGE_SIZE).map(|&b| u64::from(b)).sum();
+            (sum, map.stats())
+        });
+        let (sum, stats) = done.expect("reads blocked under a budget with no evictor");
+        assert_eq!(sum, 3 * pages as u64);
+        // Readahead windows, not one request per page.
+        assert!(stats.io_count * 4 < pages as u64, "{stats:?}");
+    }
+
+    #[test]
+    fn dropping_the_last_handle_returns_while_a_store_write_hangs() {
+        let (store, gate) = Gated::new(16 * PAGE_SIZE, Hang::Writes, false);
+        let done = within(Duration::from_secs(30), move || {
+            let pager = Pager::new(config()).unwrap();
+            // SAFETY: the store's bytes change only through this mapping.
+            let mut map = unsafe { pager.map_mut(store, MapOptions::new()) }.unwrap();
+            map[5] = 1;
+            let started = Instant::now();
+            // The flusher's and the object's final write-backs both hang.
+            drop(pager);
+            drop(map);
+            started.elapsed()
+        });
+        gate.open();
+        let took = done.expect("dropping the last handle hung on a store write");
+        // Twice io_timeout (200 ms) plus a second, with room for a slow
+        // machine.
+        assert!(took < Duration::from_secs(6), "{took:?}");
+    }
+}

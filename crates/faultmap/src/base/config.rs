@@ -1,0 +1,464 @@
+//! The tunables, each bounded and validated here and nowhere else.
+//!
+//! [`Config`] is per pager; [`MapOptions`] per mapping. The CLI and (later)
+//! the bindings build these same types, so a bound is enforced once.
+
+use crate::policy::fault_around::{DEFAULT_ORDER, MAX_ORDER};
+use crate::policy::readahead::Mode;
+use std::time::Duration;
+
+use crate::sys::PAGE_SIZE;
+
+/// The most handler threads a pager may have.
+pub const MAX_HANDLER_THREADS: usize = 64;
+
+/// The longest a handler may busy-poll for the next fault, in microseconds.
+pub const MAX_HANDLER_SPIN_US: u32 = 10_000;
+
+/// The default busy-poll: see [`Config::handler_spin_us`].
+pub const DEFAULT_HANDLER_SPIN_US: u32 = 50;
+
+/// The most I/O threads a pager may have.
+pub const MAX_IO_THREADS: usize = 64;
+
+/// The largest readahead window a mapping may ask for: 64 MiB.
+pub const MAX_RA_PAGES: u64 = 16_384;
+
+/// The smallest memory budget: 1 MiB (a budget must hold a few readahead
+/// windows to make progress).
+pub const MIN_BUDGET: u64 = 1 << 20;
+
+/// The most times a failed store request is tried again before its pages
+/// fail.
+pub const MAX_IO_RETRIES: u32 = 16;
+
+/// The default store timeout: a store call that has not returned after this
+/// long fails the faults that wait for it.
+pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The default age at which the background flusher writes a dirty page
+/// (the kernel's `dirty_expire_centisecs`, 30 s).
+pub const DEFAULT_DIRTY_EXPIRE: Duration = Duration::from_secs(30);
+
+/// A tunable out of its bounds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// `handler_threads` is 0 or above the maximum.
+    #[error("handler_threads must be 1..={MAX_HANDLER_THREADS}, got {0}")]
+    HandlerThreads(usize),
+    /// `memory_budget` is below [`MIN_BUDGET`].
+    #[error("memory_budget must be at least {MIN_BUDGET} bytes, got {0}")]
+    Budget(u64),
+    /// `io_retries` is above `MAX_IO_RETRIES` (16).
+    #[error("io_retries must be 0..={MAX_IO_RETRIES}, got {0}")]
+    IoRetries(u32),
+    /// `io_timeout` is zero.
+    #[error("io_timeout must be above zero")]
+    IoTimeout,
+    /// `dirty_expire` is zero.
+    #[error("dirty_expire must be above zero")]
+    DirtyExpire,
+    /// `io_threads` is 0 or above the maximum.
+    #[error("io_threads must be 1..={MAX_IO_THREADS}, got {0}")]
+    IoThreads(usize),
+    /// `ra_pages` is above the maximum.
+    #[error("ra_pages must be 0..={MAX_RA_PAGES}, got {0}")]
+    RaPages(u64),
+    /// `handler_spin_us` is above the maximum.
+    #[error("handler_spin_us must be 0..={MAX_HANDLER_SPIN_US}, got {0}")]
+    HandlerSpin(u32),
+    /// The fault-around order is above 9 (a window larger than a PTE table).
+    #[error("fault-around order must be 0..={MAX_ORDER}, got {0}")]
+    FaultAroundOrder(u8),
+    /// The mapping starts past the object's end (at the end is an empty
+    /// mapping).
+    #[error("offset {offset} is past the end of the object ({object_len} bytes)")]
+    OffsetPastEnd {
+        /// The offset asked for.
+        offset: u64,
+        /// The object's length.
+        object_len: u64,
+    },
+    /// The mapping would extend past the object's end.
+    #[error("offset {offset} + length {len} is past the end of the object ({object_len} bytes)")]
+    LengthPastEnd {
+        /// The offset asked for.
+        offset: u64,
+        /// The length asked for.
+        len: u64,
+        /// The object's length.
+        object_len: u64,
+    },
+    /// An advice range is not inside the mapping.
+    #[error("advice range {start}..{end} is not inside the mapping ({len} bytes)")]
+    AdviseRange {
+        /// The range's start.
+        start: usize,
+        /// The range's end.
+        end: usize,
+        /// The mapping's length.
+        len: usize,
+    },
+    /// The mapping's length does not fit this machine's address space.
+    #[error("a mapping of {0} bytes does not fit the address space")]
+    TooLarge(u64),
+}
+
+/// How faults reach the pager.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Delivery {
+    /// The faulting thread resolves its own fault in a SIGBUS handler
+    /// (`UFFD_FEATURE_SIGBUS`); misses are forwarded to a pager thread.
+    /// The faster (measured by `faultmap bench`, delivery rows), and the
+    /// default. A system call that reads a mapping's page that is not
+    /// mapped yet gets `EFAULT`, and threads must not block SIGBUS: see
+    /// the README.
+    #[default]
+    Signal,
+    /// Handler threads read fault messages from the userfaultfd; the
+    /// faulting thread sleeps in the kernel meanwhile. Serves the kernel's
+    /// own accesses (`write(fd, &map[..])`) too.
+    Handler,
+}
+
+/// How a fault finds its region (seed 004).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RegionLookup {
+    /// Lock-free lookup validated by the region's sequence count; the
+    /// table's lock only when that fails (the default).
+    #[default]
+    Speculative,
+    /// Always under the table's lock, which `map` and unmap hold for their
+    /// whole operation (the kernel's `mmap_lock` before SPF), for
+    /// comparison. With signal delivery the SIGBUS handler takes the lock
+    /// itself (see `signal.rs` for why that is safe there).
+    Classic,
+}
+
+/// The configuration of a [`crate::Pager`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Pager threads that resolve faults (default 1: a second one gains
+    /// nothing in aggregate on this kernel, see `reference/platform.md`):
+    /// with handler delivery they read every fault from the userfaultfd;
+    /// with signal delivery only the faults that SIGBUS handlers forward
+    /// (misses, reads in flight, readahead markers).
+    pub handler_threads: usize,
+    /// How long, in microseconds, a handler thread keeps polling the
+    /// userfaultfd without sleeping after it handled a fault (default 50;
+    /// 0 sleeps in `poll` at once). On a virtual machine whose idle vCPUs
+    /// halt at once (this one: `haltpoll.guest_halt_poll_ns=0`), waking a
+    /// sleeping handler costs an IPI and a host reschedule, about 40 µs; a
+    /// handler that is still polling when the next fault arrives sees it at
+    /// once. Measured on a warm sequential scan at order 4: 54 µs per fault
+    /// without, 16 µs with 50 µs of polling. The cost is at most this much
+    /// CPU time per burst of faults.
+    pub handler_spin_us: u32,
+    /// Threads that read from the stores (readahead windows, and the part
+    /// of a miss the faulting thread waits for), so that handler threads
+    /// never block on I/O (default 4: requests in flight at once).
+    pub io_threads: usize,
+    /// How faults reach the pager (default [`Delivery::Signal`]).
+    pub delivery: Delivery,
+    /// How a fault finds its region (default
+    /// [`RegionLookup::Speculative`]).
+    pub region_lookup: RegionLookup,
+    /// Benchmark only (`faultmap bench parts`): page lookups serialise on
+    /// one global mutex, the cache that seed 003 replaced. Never faster.
+    #[doc(hidden)]
+    pub bench_global_cache_lock: bool,
+    /// The most bytes of object data the pager keeps cached, over all the
+    /// objects it opened (`None`, the default: no limit). Near the budget
+    /// an evictor thread frees the pages a CLOCK hand finds unused
+    /// (`crate::mm::evict`); readahead shrinks to what fits.
+    pub memory_budget: Option<u64>,
+    /// How many times a failed store request is tried again before its
+    /// pages fail (default 2; the faults then get SIGBUS).
+    pub io_retries: u32,
+    /// How long a store call may take before the faults waiting for it
+    /// fail (SIGBUS) and the error is reported (default 30 s).
+    pub io_timeout: Duration,
+    /// How long a page may stay dirty before the background flusher writes
+    /// it back (default 30 s, the kernel's `dirty_expire_centisecs`).
+    pub dirty_expire: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            handler_threads: 1,
+            handler_spin_us: DEFAULT_HANDLER_SPIN_US,
+            io_threads: 4,
+            delivery: Delivery::default(),
+            region_lookup: RegionLookup::default(),
+            bench_global_cache_lock: false,
+            memory_budget: None,
+            io_retries: 2,
+            io_timeout: DEFAULT_IO_TIMEOUT,
+            dirty_expire: DEFAULT_DIRTY_EXPIRE,
+        }
+    }
+}
+
+impl Config {
+    /// Sets the number of handler threads.
+    pub fn handler_threads(mut self, n: usize) -> Self {
+        self.handler_threads = n;
+        self
+    }
+
+    /// Sets the number of I/O threads.
+    pub fn io_threads(mut self, n: usize) -> Self {
+        self.io_threads = n;
+        self
+    }
+
+    /// Sets how faults reach the pager.
+    pub fn delivery(mut self, delivery: Delivery) -> Self {
+        self.delivery = delivery;
+        self
+    }
+
+    /// Sets how a fault finds its region.
+    pub fn region_lookup(mut self, lookup: RegionLookup) -> Self {
+        self.region_lookup = lookup;
+        self
+    }
+
+    /// Sets the handler threads' busy-poll time in microseconds.
+    pub fn handler_spin_us(mut self, us: u32) -> Self {
+        self.handler_spin_us = us;
+        self
+    }
+
+    /// Sets the memory budget in bytes (rounded down to whole pages).
+    pub fn memory_budget(mut self, bytes: u64) -> Self {
+        self.memory_budget = Some(bytes);
+        self
+    }
+
+    /// Sets how many times a failed store request is retried.
+    pub fn io_retries(mut self, n: u32) -> Self {
+        self.io_retries = n;
+        self
+    }
+
+    /// Sets the store timeout.
+    pub fn io_timeout(mut self, timeout: Duration) -> Self {
+        self.io_timeout = timeout;
+        self
+    }
+
+    /// Sets the age at which the background flusher writes dirty pages.
+    pub fn dirty_expire(mut self, age: Duration) -> Self {
+        self.dirty_expire = age;
+        self
+    }
+
+    /// Checks every bound.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(b) = self.memory_budget {
+            if b < MIN_BUDGET {
+                return Err(ConfigError::Budget(b));
+            }
+        }
+        if self.io_retries > MAX_IO_RETRIES {
+            return Err(ConfigError::IoRetries(self.io_retries));
+        }
+        if self.io_timeout.is_zero() {
+            return Err(ConfigError::IoTimeout);
+        }
+        if self.dirty_expire.is_zero() {
+            return Err(ConfigError::DirtyExpire);
+        }
+        if !(1..=MAX_HANDLER_THREADS).contains(&self.handler_threads) {
+            return Err(ConfigError::HandlerThreads(self.handler_threads));
+        }
+        if !(1..=MAX_IO_THREADS).contains(&self.io_threads) {
+            return Err(ConfigError::IoThreads(self.io_threads));
+        }
+        if self.handler_spin_us > MAX_HANDLER_SPIN_US {
+            return Err(ConfigError::HandlerSpin(self.handler_spin_us));
+        }
+        Ok(())
+    }
+}
+
+/// How to map an object: which part, and with which policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapOptions {
+    offset: u64,
+    len: Option<u64>,
+    order: u8,
+    ra_pages: Option<u64>,
+    readahead: Mode,
+}
+
+impl Default for MapOptions {
+    fn default() -> Self {
+        Self {
+            offset: 0,
+            len: None,
+            order: DEFAULT_ORDER,
+            ra_pages: None,
+            readahead: Mode::Full,
+        }
+    }
+}
+
+/// The part of an object a mapping covers, resolved against its length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Extent {
+    /// The object page the mapping's first page maps.
+    pub(crate) first_page: u64,
+    /// Pages mapped (0 for an empty mapping).
+    pub(crate) pages: u64,
+    /// Where the caller's first byte is inside the first page.
+    pub(crate) lead: usize,
+    /// The caller's length in bytes.
+    pub(crate) len: usize,
+}
+
+impl MapOptions {
+    /// The whole object, fault-around order 4.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts the mapping at byte `offset` of the object (any offset: the
+    /// mapping's slice starts exactly there, as with memmap2).
+    pub fn offset(mut self, offset: u64) -> Self {
+        self.offset = offset;
+        self
+    }
+
+    /// Maps `len` bytes (default: to the end of the object).
+    pub fn len(mut self, len: u64) -> Self {
+        self.len = Some(len);
+        self
+    }
+
+    /// Sets the fault-around order: windows of `2^order` pages, 0..=9.
+    pub fn fault_around_order(mut self, order: u8) -> Self {
+        self.order = order;
+        self
+    }
+
+    /// The fault-around order.
+    pub fn order(&self) -> u8 {
+        self.order
+    }
+
+    /// Sets the largest readahead window in pages, overriding the store's
+    /// default ([`crate::Store::ra_pages`]); 0 disables readahead.
+    pub fn ra_pages(mut self, pages: u64) -> Self {
+        self.ra_pages = Some(pages);
+        self
+    }
+
+    /// The readahead window asked for, if any.
+    pub fn ra_pages_override(&self) -> Option<u64> {
+        self.ra_pages
+    }
+
+    /// Selects the readahead algorithm (default: the kernel's, [`Mode::Full`]).
+    pub fn readahead(mut self, mode: Mode) -> Self {
+        self.readahead = mode;
+        self
+    }
+
+    /// The readahead algorithm.
+    pub fn readahead_mode(&self) -> Mode {
+        self.readahead
+    }
+
+    /// Checks the bounds that do not depend on the object (the order);
+    /// [`crate::Pager::map`] checks the rest against the object's length.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.order > MAX_ORDER {
+            return Err(ConfigError::FaultAroundOrder(self.order));
+        }
+        if let Some(pages) = self.ra_pages.filter(|&p| p > MAX_RA_PAGES) {
+            return Err(ConfigError::RaPages(pages));
+        }
+        Ok(())
+    }
+
+    /// Checks the options against an object of `object_len` bytes.
+    pub(crate) fn resolve(&self, object_len: u64) -> Result<Extent, ConfigError> {
+        self.validate()?;
+        let page = PAGE_SIZE as u64;
+        if self.offset > object_len {
+            return Err(ConfigError::OffsetPastEnd {
+                offset: self.offset,
+                object_len,
+            });
+        }
+        let len = self.len.unwrap_or(object_len - self.offset);
+        let end = self
+            .offset
+            .checked_add(len)
+            .filter(|&end| end <= object_len)
+            .ok_or(ConfigError::LengthPastEnd {
+                offset: self.offset,
+                len,
+                object_len,
+            })?;
+        let first_page = self.offset / page;
+        let pages = if len == 0 {
+            0
+        } else {
+            end.div_ceil(page) - first_page
+        };
+        let too_large = || ConfigError::TooLarge(len);
+        let len = usize::try_from(len).map_err(|_| too_large())?;
+        pages
+            .checked_mul(page)
+            .and_then(|bytes| usize::try_from(bytes).ok())
+            .ok_or_else(too_large)?;
+        Ok(Extent {
+            first_page,
+            pages,
+            lead: (self.offset % page) as usize,
+            len,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_windows_and_refuses_bad_ones() {
+        let o = MapOptions::new();
+        let e = o.resolve(10_000).unwrap();
+        assert_eq!((e.first_page, e.pages, e.lead, e.len), (0, 3, 0, 10_000));
+        let e = o.clone().offset(5000).len(4000).resolve(10_000).unwrap();
+        assert_eq!((e.first_page, e.pages, e.lead, e.len), (1, 2, 904, 4000));
+        let e = o.clone().offset(4096).len(0).resolve(10_000).unwrap();
+        assert_eq!((e.pages, e.len), (0, 0));
+        assert_eq!(o.resolve(0).unwrap().pages, 0);
+        assert_eq!(o.clone().offset(10_000).resolve(10_000).unwrap().pages, 0);
+        assert!(matches!(
+            o.clone().offset(10_001).resolve(10_000),
+            Err(ConfigError::OffsetPastEnd { .. })
+        ));
+        assert!(matches!(
+            o.clone().offset(1).len(10_000).resolve(10_000),
+            Err(ConfigError::LengthPastEnd { .. })
+        ));
+        assert!(matches!(
+            o.clone().offset(1).len(u64::MAX).resolve(10_000),
+            Err(ConfigError::LengthPastEnd { .. })
+        ));
+        assert_eq!(
+            o.clone().fault_around_order(10).resolve(10_000),
+            Err(ConfigError::FaultAroundOrder(10))
+        );
+        assert_eq!(
+            Config::default().handler_threads(0).validate(),
+            Err(ConfigError::HandlerThreads(0))
+        );
+    }
+}

@@ -1,0 +1,398 @@
+//! Counters, named as the kernel names them.
+//!
+//! Each mapping has its own [`Counters`], and the pager has one set for all
+//! of its mappings; the fault path adds to both (relaxed atomics: counters
+//! order nothing). A [`Stats`] is a plain snapshot of one set.
+//!
+//! | counter          | kernel counterpart | counts                                      |
+//! |------------------|--------------------|---------------------------------------------|
+//! | `pgfault`        | `pgfault`          | fault events handled                        |
+//! | `pgmajfault`     | `pgmajfault`       | fault events that needed store I/O          |
+//! | `pgfault_around` | (none: RSS only)   | neighbour pages mapped by fault-around      |
+//! | `fault_wait`     | `FAULT_FLAG_TRIED` | faults that waited for another's read       |
+//! | `io_count`       | block requests     | store read requests                         |
+//! | `io_bytes`       | bytes read         | bytes read from the store                   |
+//! | `io_errors`      | `-EIO` to a fault  | failed store reads                          |
+//! | `io_retry_single`| `->read_folio`     | window reads that failed and were retried for the faulting page alone |
+//! | `map_calls`      | (none)             | `UFFDIO_CONTINUE` calls                     |
+//! | `map_eexist`     | (none)             | pages found already mapped by another fault |
+//! | `lookup_retry`   | `xas_retry`        | page-state words that moved under a pin     |
+//! | `spf_success`    | `SPF` / `VMA_LOCK_SUCCESS` | faults resolved on a speculatively found region |
+//! | `spf_abort`      | `VMA_LOCK_ABORT`   | speculative attempts that found their region changing |
+//! | `spf_fallback`   | (classic path)     | faults the speculative lookup did not find  |
+//! | `forwarded`      | (none)             | SIGBUS-mode faults handed to a pager thread |
+//! | `evicted`        | `pgsteal_file`     | pages evicted by the CLOCK hand             |
+//! | `refault`        | `workingset_refault_file` (+`_activate`) | pages read again soon after eviction, activated |
+//! | `clock_unmapped` | (PTE young clearing) | pages unmapped everywhere to sample their use |
+//! | `clock_referenced` | `pgrefill`/referenced | pages the hand found used since its last visit |
+//! | `clock_activated`| `pgactivate`       | pages moved into the active set            |
+//! | `write_faults`   | `pgfault` on write-protected PTEs | first writes to clean pages  |
+//! | `written_back`   | `nr_written`       | pages written back to the store             |
+//! | `writeback_errors` | `AS_EIO`         | failed store writes                         |
+//! | `io_retries`     | (none)             | failed store requests tried again           |
+//! | `io_timeouts`    | (none)             | store calls that outlived the timeout       |
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::policy::readahead::{Pattern, Window};
+use crate::sync::{AtomicU64, Ordering};
+
+/// The longest a snapshot waits for faults in flight to add their counts.
+const SETTLE_LIMIT: Duration = Duration::from_millis(20);
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// Live counters (see the module documentation for each).
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters {
+            $(pub(crate) $name: AtomicU64,)*
+            /// Faults being handled that will add to these counters.
+            in_flight: AtomicU64,
+        }
+
+        /// A snapshot of a set of counters.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+        pub struct Stats {
+            $($(#[$doc])* pub $name: u64,)*
+        }
+
+        impl Counters {
+            /// The counters, once the faults being handled have added to
+            /// them, waiting at most [`SETTLE_LIMIT`]. Best effort: a thread
+            /// whose access faulted and returned normally sees its fault
+            /// counted, but a thread woken by another fault's mapping of
+            /// its page may return before its own message is read.
+            pub(crate) fn snapshot(&self) -> Stats {
+                self.settle();
+                Stats { $($name: self.$name.load(Ordering::Relaxed),)* }
+            }
+
+            /// Waits (at most [`SETTLE_LIMIT`]) until no fault that adds to
+            /// these counters, or to the readahead counters beside them, is
+            /// being handled.
+            pub(crate) fn settle(&self) {
+                let deadline = Instant::now() + SETTLE_LIMIT;
+                while self.in_flight.load(Ordering::Acquire) != 0 && Instant::now() < deadline {
+                    std::thread::yield_now();
+                }
+            }
+
+            /// A fault that will add to these counters has begun. Called
+            /// before the fault wakes its thread.
+            pub(crate) fn begin(&self) {
+                self.in_flight.fetch_add(1, Ordering::AcqRel);
+            }
+
+            /// Adds every non-zero counter of a tally.
+            pub(crate) fn add(&self, tally: &Stats) {
+                $(if tally.$name != 0 {
+                    self.$name.fetch_add(tally.$name, Ordering::Relaxed);
+                })*
+            }
+
+            /// Adds a fault's tally and ends the fault begun with
+            /// [`Counters::begin`].
+            pub(crate) fn end(&self, tally: &Stats) {
+                self.add(tally);
+                // Release: a snapshot that sees the fault ended sees its tally.
+                self.in_flight.fetch_sub(1, Ordering::Release);
+            }
+        }
+
+        impl Stats {
+            /// Adds every counter of `other` to this one.
+            pub(crate) fn merge(&mut self, other: &Stats) {
+                $(self.$name += other.$name;)*
+            }
+
+            /// `(name, value)` for every counter, in a fixed order.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name),)*]
+            }
+        }
+    };
+}
+
+counters! {
+    /// Fault events handled.
+    pgfault,
+    /// Fault events that needed store I/O.
+    pgmajfault,
+    /// Neighbour pages mapped by fault-around.
+    pgfault_around,
+    /// Faults that waited for a read another fault had in flight.
+    fault_wait,
+    /// Store read requests.
+    io_count,
+    /// Bytes read from the store.
+    io_bytes,
+    /// Failed store reads.
+    io_errors,
+    /// Window reads that failed and were retried for the faulting page alone.
+    io_retry_single,
+    /// `UFFDIO_CONTINUE` calls.
+    map_calls,
+    /// Pages found already mapped by another fault (`EEXIST`).
+    map_eexist,
+    /// Page-state words that moved between load and pin.
+    lookup_retry,
+    /// Faults resolved on a region found by the speculative lookup.
+    spf_success,
+    /// Speculative attempts that found their region being changed (or
+    /// changed before mapping) and went to the classic path.
+    spf_abort,
+    /// Faults whose address the speculative lookup did not find, handled
+    /// on the classic path.
+    spf_fallback,
+    /// Faults that a SIGBUS handler forwarded to a pager thread (a miss, a
+    /// read in flight, a readahead marker, a failed page).
+    forwarded,
+    /// Pages evicted from the cache by the CLOCK hand.
+    evicted,
+    /// Pages read again soon after their eviction (`workingset_refault`):
+    /// each goes straight into the active set (`workingset_activate`).
+    refault,
+    /// Pages the hand unmapped from every mapping to sample their next use.
+    clock_unmapped,
+    /// Pages the hand found used since its last visit (a fault mapped
+    /// them: the accessed bit).
+    clock_referenced,
+    /// Pages the hand moved into the active set (used on two visits).
+    clock_activated,
+    /// First writes to a clean page (write-protect faults).
+    write_faults,
+    /// Pages written back to the store.
+    written_back,
+    /// Failed store writes (the pages stay dirty).
+    writeback_errors,
+    /// Store requests tried again after a failure.
+    io_retries,
+    /// Store calls that outlived the store timeout.
+    io_timeouts,
+}
+
+// ---------------------------------------------------------------------------
+// Readahead statistics: seed 001's table.
+// ---------------------------------------------------------------------------
+
+fn row_of(p: Pattern) -> usize {
+    match p {
+        Pattern::Initial => 0,
+        Pattern::Subsequent => 1,
+        Pattern::Marker => 2,
+        Pattern::Around => 3,
+        Pattern::Random => 4,
+    }
+}
+
+/// One row of seed 001's readahead table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct RaRow {
+    /// Readahead decisions (windows).
+    pub ra_count: u64,
+    /// Store read requests issued for them.
+    pub io_count: u64,
+    /// Windows started by a miss (the fault waited for part of them).
+    pub sync_count: u64,
+    /// Windows clipped at the object's end.
+    pub eof_count: u64,
+    /// Mean window size, in pages.
+    pub ra_size: f64,
+    /// Mean async tail, in pages.
+    pub async_size: f64,
+    /// Mean pages per store request.
+    pub io_size: f64,
+}
+
+/// Seed 001's readahead table, and the readahead miss ratio.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct RaStats {
+    /// Sync windows of a sequential stream's start.
+    pub initial: RaRow,
+    /// Async windows at the marker the previous window set.
+    pub subsequent: RaRow,
+    /// Async windows at a marker found out of step (interleaved streams).
+    pub marker: RaRow,
+    /// mmap read-around windows.
+    pub around: RaRow,
+    /// Exactly the pages asked for (random, throttled, or readahead off).
+    pub random: RaRow,
+    /// All of the above.
+    pub all: RaRow,
+    /// Pages read that no fault asked for (read ahead).
+    pub read_ahead_pages: u64,
+    /// Of those, pages that a mapping has since mapped.
+    pub read_ahead_used: u64,
+    /// Pages read ahead and never mapped, over pages read ahead.
+    pub miss_ratio: Option<f64>,
+}
+
+impl RaStats {
+    /// The rows with their names, in the table's order (`all` last).
+    pub fn rows(&self) -> [(&'static str, &RaRow); 6] {
+        [
+            ("initial", &self.initial),
+            ("subsequent", &self.subsequent),
+            ("marker", &self.marker),
+            ("around", &self.around),
+            ("random", &self.random),
+            ("all", &self.all),
+        ]
+    }
+}
+
+/// Sums of one row, as counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct RowSums {
+    ra_count: u64,
+    io_count: u64,
+    sync_count: u64,
+    eof_count: u64,
+    ra_pages: u64,
+    async_pages: u64,
+    io_pages: u64,
+}
+
+impl RowSums {
+    const FIELDS: usize = 7;
+
+    fn to_array(self) -> [u64; Self::FIELDS] {
+        [
+            self.ra_count,
+            self.io_count,
+            self.sync_count,
+            self.eof_count,
+            self.ra_pages,
+            self.async_pages,
+            self.io_pages,
+        ]
+    }
+
+    fn from_array(a: [u64; Self::FIELDS]) -> Self {
+        let [ra_count, io_count, sync_count, eof_count, ra_pages, async_pages, io_pages] = a;
+        Self {
+            ra_count,
+            io_count,
+            sync_count,
+            eof_count,
+            ra_pages,
+            async_pages,
+            io_pages,
+        }
+    }
+
+    fn row(self) -> RaRow {
+        let mean = |sum: u64, n: u64| if n == 0 { 0.0 } else { sum as f64 / n as f64 };
+        RaRow {
+            ra_count: self.ra_count,
+            io_count: self.io_count,
+            sync_count: self.sync_count,
+            eof_count: self.eof_count,
+            ra_size: mean(self.ra_pages, self.ra_count),
+            async_size: mean(self.async_pages, self.ra_count),
+            io_size: mean(self.io_pages, self.io_count),
+        }
+    }
+}
+
+/// One fault's (or one advice's) readahead counts, before they are added.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RaTally {
+    rows: [RowSums; 5],
+    read_ahead_pages: u64,
+    read_ahead_used: u64,
+}
+
+impl RaTally {
+    /// A window was decided; `io_count` requests read `io_pages` pages of it
+    /// (the rest was cached already).
+    pub(crate) fn window(&mut self, w: &Window, io_count: u64, io_pages: u64) {
+        let r = &mut self.rows[row_of(w.pattern)];
+        r.ra_count += 1;
+        r.io_count += io_count;
+        r.sync_count += u64::from(w.sync);
+        r.eof_count += u64::from(w.eof);
+        r.ra_pages += w.size;
+        r.async_pages += w.async_size;
+        r.io_pages += io_pages;
+    }
+
+    /// `pages` pages were read that no fault asked for.
+    pub(crate) fn read_ahead(&mut self, pages: u64) {
+        self.read_ahead_pages += pages;
+    }
+
+    /// `pages` pages read ahead were mapped for the first time.
+    pub(crate) fn used(&mut self, pages: u64) {
+        self.read_ahead_used += pages;
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        *self == RaTally::default()
+    }
+
+    /// Adds `other` to this tally.
+    pub(crate) fn merge(&mut self, other: &RaTally) {
+        for (mine, theirs) in self.rows.iter_mut().zip(other.rows) {
+            *mine = RowSums::from_array(std::array::from_fn(|i| {
+                mine.to_array()[i] + theirs.to_array()[i]
+            }));
+        }
+        self.read_ahead_pages += other.read_ahead_pages;
+        self.read_ahead_used += other.read_ahead_used;
+    }
+}
+
+/// Live readahead counters.
+#[derive(Debug, Default)]
+pub(crate) struct RaCounters {
+    rows: [[AtomicU64; RowSums::FIELDS]; 5],
+    read_ahead_pages: AtomicU64,
+    read_ahead_used: AtomicU64,
+}
+
+impl RaCounters {
+    pub(crate) fn add(&self, t: &RaTally) {
+        if t.is_empty() {
+            return;
+        }
+        for (live, sums) in self.rows.iter().zip(t.rows) {
+            for (c, v) in live.iter().zip(sums.to_array()) {
+                if v != 0 {
+                    c.fetch_add(v, Ordering::Relaxed);
+                }
+            }
+        }
+        self.read_ahead_pages
+            .fetch_add(t.read_ahead_pages, Ordering::Relaxed);
+        self.read_ahead_used
+            .fetch_add(t.read_ahead_used, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> RaStats {
+        let sums: Vec<RowSums> = self
+            .rows
+            .iter()
+            .map(|r| RowSums::from_array(std::array::from_fn(|i| r[i].load(Ordering::Relaxed))))
+            .collect();
+        let all = RowSums::from_array(std::array::from_fn(|i| {
+            sums.iter().map(|s| s.to_array()[i]).sum()
+        }));
+        let pages = self.read_ahead_pages.load(Ordering::Relaxed);
+        let used = self.read_ahead_used.load(Ordering::Relaxed).min(pages);
+        let row = |p: Pattern| sums[row_of(p)].row();
+        RaStats {
+            initial: row(Pattern::Initial),
+            subsequent: row(Pattern::Subsequent),
+            marker: row(Pattern::Marker),
+            around: row(Pattern::Around),
+            random: row(Pattern::Random),
+            all: all.row(),
+            read_ahead_pages: pages,
+            read_ahead_used: used,
+            miss_ratio: (pages > 0).then(|| (pages - used) as f64 / pages as f64),
+        }
+    }
+}

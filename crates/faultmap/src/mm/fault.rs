@@ -1,0 +1,1241 @@
+//! The fault path: from a fault to mapped pages.
+//!
+//! A fault arrives as a userfaultfd message read by a handler thread
+//! (`Delivery::Handler`; MISSING: the page is not in the object's memfd;
+//! MINOR: it is, but this mapping has no PTE for it), or as a SIGBUS in the
+//! faulting thread (`Delivery::Signal`, [`crate::mm::signal`]), whose handler
+//! runs [`fast`] (a plain hit: steps 2 and 4 only) and forwards anything
+//! else to a pager thread. [`handle`] runs these steps top to bottom:
+//!
+//! 1. **Find the region** that contains the address ([`crate::mm::space`]):
+//!    speculatively, in an SRCU read section, with the region's sequence
+//!    count read now and checked again right before step 4 maps anything;
+//!    if the region was changing, or changed meanwhile (`spf_abort`), or
+//!    was not found (`spf_fallback`), the steps run again under the
+//!    table's lock (the classic path), carrying over what the first
+//!    attempt did (its read, its hit bookkeeping). No region: the mapping
+//!    is being dropped; let the thread go and the kernel sort it out.
+//! 2. **Compute the fault-around window** ([`crate::policy::fault_around::window`]).
+//! 3. **Look up the faulting page** in the page-state array, lock-free:
+//!    - UPTODATE: a hit. The readahead bookkeeping of a hit
+//!      (`do_async_mmap_readahead`): `mmap_miss` is paid down, and if the
+//!      page carries the readahead marker and this fault clears it, the
+//!      next window is submitted to the I/O threads (async readahead).
+//!    - ABSENT: a miss (`pgmajfault`). The readahead policy
+//!      ([`crate::policy::readahead::on_miss`]) picks the window; its absent pages
+//!      are claimed (ABSENT → READING) and split into store requests of at
+//!      most the store's `io_pages`; the request holding the faulting page
+//!      goes to the I/O threads' sync queue, the rest to the async queue
+//!      ([`crate::mm::io`]). The fault then parks like any other.
+//!    - READING: park on the object's wait list ([`crate::cache::wait`]) and
+//!      return; the I/O thread that ends the read wakes the thread, which
+//!      faults again and finds the page cached (`fault_wait` when the read
+//!      was someone else's). A handler thread never blocks on a store.
+//!    - ABSENT after a failed read (FAILED): the kernel ignores readahead
+//!      errors and reads the faulting page alone; so does this path
+//!      (`io_retry_single`), and if that read fails too, the I/O thread
+//!      poisons the waiting faults (SIGBUS, never zeros).
+//!    - READING and STALLED: the read outlived the store timeout
+//!      (`crate::mm::errors`): SIGBUS at once, without parking.
+//!    - ABSENT wholly beyond the end of an object whose store shrank
+//!      (`crate::mm::errors`): SIGBUS at once, as beyond a kernel file's EOF.
+//! 4. **Map the window.** Pin every UPTODATE page of the window (lock-free:
+//!    load, then CAS from the loaded value, see [`crate::cache::page_state`]), and
+//!    map the pinned pages as maximal runs with `UFFDIO_CONTINUE`: the run
+//!    that contains the faulting page first, waking the thread, the others
+//!    with `DONTWAKE`. A page carrying the readahead marker is skipped
+//!    unless it is the faulting page, so that touching it faults. Unpin.
+//!    If the faulting page was not woken by a successful call, it is woken
+//!    explicitly: a fault never ends with its thread asleep unless it is
+//!    parked.
+//!
+//! ```text
+//!     window (order 4)   [ 16 pages, VA-aligned                ]
+//!     page states         U U U . . U U R U M U U U U U U        U uptodate
+//!                                   ^ fault                      . absent
+//!     pinned runs         [---]     [-] [-]   [-----------]      R reading
+//!     CONTINUE order          2      1   3          4            M marker
+//!                                    (1 wakes the faulting thread)
+//! ```
+//!
+//! # Writable regions
+//!
+//! In a writable region every `UFFDIO_CONTINUE` maps write-protected
+//! (`UFFDIO_CONTINUE_MODE_WP`), so the first write to a page after it was
+//! mapped (or written back) raises a write-protect fault. With handler
+//! delivery the message says so (`UFFD_PAGEFAULT_FLAG_WP`: [`handle_wp`]);
+//! with signal delivery the SIGBUS does not, and a fault whose page is
+//! already mapped (`EEXIST` on the faulting page) is taken as one. Either
+//! way [`write_fault`] pins the page, unprotects it, *then* sets DIRTY
+//! (the order `crate::mm::writeback` proves correct), and lets the thread go.
+//!
+//! # What `UFFDIO_CONTINUE` can say
+//!
+//! - `EEXIST`: the page is already mapped (another fault's window, or a
+//!   duplicate message). On the faulting page it means the fault is already
+//!   resolved: wake it and stop; on a neighbour, skip that page.
+//! - `ENOENT`: the range is not inside one registered VMA. Either the mapping
+//!   is gone, or the application split it (`madvise`, `mprotect`, `mlock` on
+//!   part of it): the run is retried one page at a time.
+//! - `EAGAIN`: the address space is changing: an UNMAP or REMAP event
+//!   (`crate::mm::events`) is queued and not yet read. It is retried a few
+//!   times, then the page is left to a later fault (the pager thread reads
+//!   the event meanwhile).
+//! - `EFAULT`: the page is not in the memfd. Only the cache punches holes,
+//!   and only in pages it moved out of UPTODATE first, so a pinned page
+//!   never says it; it is skipped.
+//!
+//! # Deviations from the reference
+//!
+//! - kernel-mechanisms.md §1(d) maps the faulting *page* first and every
+//!   neighbour with DONTWAKE. faultmap maps the faulting page's whole *run*
+//!   first, waking the thread when the call returns. On a fully cached
+//!   window that is one ioctl instead of three, and the kernel also returns
+//!   from a fault only after `filemap_map_pages` mapped the whole window: a
+//!   thread woken after its single page races the handler's mapping of its
+//!   neighbours and faults again on a page about to be mapped, which costs a
+//!   second round trip and inflates the fault count. Latency to the first
+//!   byte grows by the run's CONTINUE (0.2 µs per page on this machine).
+//! - A major fault costs two events: the miss, which submits the read and
+//!   parks, and the fault of the woken thread, which maps the window. The
+//!   waker records the addresses it woke ([`crate::cache::wait::Uffd`]), so the
+//!   second event is known as the first's retry (the kernel's
+//!   FAULT_FLAG_TRIED): it is not counted again in `pgfault` and does no
+//!   readahead bookkeeping, so a major fault leaves `mmap_miss` raised.
+//!
+//! # Context
+//!
+//! [`handle`] runs on a pager thread. Takes no lock on a hit without a
+//! marker; a miss or a marker hit takes the object's readahead-state mutex
+//! for the policy decision; parking takes the object's wait list; the
+//! classic path holds the region table's lock. Never blocks on a store and
+//! never panics on anything a store, the application or the kernel can do.
+//! [`fast`] runs in a SIGBUS handler: atomics, `UFFDIO_CONTINUE` and (for
+//! a write fault) `UFFDIO_WRITEPROTECT` only.
+//!
+//! A fault ends in one of four ways ([`Ending`]): mapped by a call that
+//! woke its thread, parked on a read in flight, resolved (the thread is let
+//! go: `UFFDIO_WAKE`, or the forwarded request completed), or failed
+//! (`UFFDIO_POISON`, or the request completed as failed, which sends the
+//! SIGBUS on to the application).
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::base::index::ObjectPage;
+use crate::base::stats::{Counters, RaCounters, RaTally, Stats};
+use crate::cache::page_state::{State, Word};
+use crate::cache::wait::Uffd;
+use crate::mm::io::{IoQueue, ReadJob, Urgency};
+use crate::mm::object::ObjectCore;
+use crate::mm::signal::{Reply, RequestRef};
+use crate::mm::space::{Region, RegionTable, Speculated, Speculation};
+use crate::policy::fault_around;
+use crate::policy::readahead::{self, Window};
+use crate::sys::{self, ContinueResult, PAGE_SIZE, PTRS_PER_PTE};
+
+/// What the fault path needs from its pager.
+pub(crate) struct FaultEnv<'a> {
+    pub(crate) uffd: &'a Arc<Uffd>,
+    pub(crate) counters: &'a Counters,
+    pub(crate) ra: &'a RaCounters,
+    pub(crate) io: &'a IoQueue,
+    /// Try the speculative region lookup first (else classic only).
+    pub(crate) speculative: bool,
+    /// Benchmark only: serialise page lookups on one global mutex.
+    pub(crate) global_cache_lock: bool,
+}
+
+/// Where a fault came from, and so how it ends.
+#[derive(Clone, Copy)]
+pub(crate) enum Origin<'a> {
+    /// A userfaultfd message from thread `tid` (handler-thread delivery):
+    /// the thread sleeps in the kernel until woken (`UFFDIO_WAKE`, or a
+    /// `UFFDIO_CONTINUE` that maps its page).
+    Uffd { tid: u32 },
+    /// A fault forwarded from a SIGBUS handler (signal delivery): the
+    /// thread waits on the request until it is completed.
+    Request(&'a RequestRef),
+}
+
+/// A fault parked until a read in flight ends (see [`crate::cache::wait`]).
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    /// The page it waits for.
+    page: ObjectPage,
+    /// How to let it go.
+    target: WakeTarget,
+}
+
+#[derive(Debug)]
+enum WakeTarget {
+    /// A thread asleep in the userfaultfd at `addr`: woken with
+    /// `UFFDIO_WAKE` (or `UFFDIO_POISON`). The userfaultfd it came from is
+    /// kept: an object may be mapped by several pagers.
+    Uffd {
+        uffd: Arc<Uffd>,
+        addr: usize,
+        tid: u32,
+    },
+    /// A SIGBUS handler waiting on its request.
+    Request(RequestRef),
+}
+
+/// Pages of a window: at most one PTE table.
+struct PageSet {
+    bits: [u64; PTRS_PER_PTE / 64],
+    /// Neighbours pinned that are in the active set (the working set).
+    workingset: u64,
+}
+
+impl PageSet {
+    fn new() -> Self {
+        Self {
+            bits: [0; PTRS_PER_PTE / 64],
+            workingset: 0,
+        }
+    }
+    fn insert(&mut self, i: usize) {
+        self.bits[i / 64] |= 1 << (i % 64);
+    }
+    fn contains(&self, i: usize) -> bool {
+        self.bits[i / 64] & (1 << (i % 64)) != 0
+    }
+    /// Maximal runs of members in `0..n`, as ranges of window-relative pages.
+    fn runs(&self, n: usize) -> impl Iterator<Item = Range<usize>> + '_ {
+        let mut i = 0;
+        std::iter::from_fn(move || {
+            while i < n && !self.contains(i) {
+                i += 1;
+            }
+            if i >= n {
+                return None;
+            }
+            let start = i;
+            while i < n && self.contains(i) {
+                i += 1;
+            }
+            Some(start..i)
+        })
+    }
+}
+
+/// How many times a fault re-examines its page before giving up and letting
+/// the thread fault again (a page that keeps changing state under us).
+const MAX_LOOKUPS: u32 = 8;
+
+/// How many `EAGAIN`s a run tolerates before leaving its pages to a later
+/// fault.
+const MAX_EAGAIN: u32 = 3;
+
+/// How a fault's resolution ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// A `UFFDIO_CONTINUE` that mapped the faulting page woke its thread.
+    Woken,
+    /// Parked: whoever ends the read lets the thread go.
+    Parked,
+    /// Resolved (or nothing left to do): the thread must be let go.
+    Resolved,
+    /// The page cannot be read: the access gets SIGBUS.
+    Failed,
+}
+
+/// What a fault carries from one attempt to the next (a speculative
+/// attempt that aborts, then the classic one).
+struct Progress {
+    /// The retry of a parked fault: already counted, bookkeeping done.
+    retry: bool,
+    /// This fault read the page itself (no hit bookkeeping).
+    own_read: bool,
+    /// The hit bookkeeping is done.
+    bookkept: bool,
+    /// The faulting page's read failed once: the next failure is SIGBUS.
+    last_chance: bool,
+    /// This fault owns a read, so it counts as major.
+    major: bool,
+}
+
+/// Handles one fault: a userfaultfd message, or a fault that a SIGBUS
+/// handler forwarded.
+pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize, origin: Origin<'_>) {
+    let page_addr = addr & !(PAGE_SIZE - 1);
+    let mut tally = Stats::default();
+    let mut ra = RaTally::default();
+    env.counters.begin();
+    // The retry of a fault that was parked and woken: counted with it, and
+    // no readahead bookkeeping (FAULT_FLAG_TRIED).
+    let retry = match origin {
+        Origin::Uffd { tid } => env.uffd.take_retry(tid, page_addr),
+        Origin::Request(r) => r.is_retry(),
+    };
+    let mut progress = Progress {
+        retry,
+        own_read: false,
+        bookkept: retry,
+        last_chance: false,
+        major: false,
+    };
+    let table = RegionTable::get();
+    let mut ending = None;
+    // 1. Find the region: speculatively, then (on abort) under the lock.
+    if env.speculative {
+        match table.speculate(page_addr) {
+            Speculated::Found(spec) => {
+                ending = resolve(
+                    env,
+                    spec.region,
+                    page_addr,
+                    origin,
+                    &mut progress,
+                    &mut tally,
+                    &mut ra,
+                    Some(&spec),
+                );
+                if ending.is_some() {
+                    tally.spf_success += 1;
+                } else {
+                    tally.spf_abort += 1;
+                }
+            }
+            Speculated::Busy(..) => tally.spf_abort += 1,
+            Speculated::None => tally.spf_fallback += 1,
+        }
+    }
+    let ending = ending.unwrap_or_else(|| {
+        let lock = table.lock();
+        match lock.lookup(page_addr) {
+            Some(region) => resolve(
+                env,
+                region,
+                page_addr,
+                origin,
+                &mut progress,
+                &mut tally,
+                &mut ra,
+                None,
+            )
+            .unwrap_or(Ending::Resolved),
+            // The mapping is being dropped: let the kernel sort it out.
+            None => Ending::Resolved,
+        }
+    });
+    finish(env, origin, page_addr, ending);
+    // The readahead counts first: a snapshot that sees this fault ended
+    // (its in-flight count) sees them too.
+    env.ra.add(&ra);
+    env.counters.end(&tally);
+}
+
+/// A write-protect fault read from the userfaultfd
+/// (`UFFD_PAGEFAULT_FLAG_WP`, handler delivery): the page is mapped, so
+/// there is no cache lookup and no window, only [`write_fault`], then the
+/// thread is woken. A region that is not found at once (or a page that
+/// cannot be pinned) takes the full path, [`handle`].
+pub(crate) fn handle_wp(env: &FaultEnv<'_>, addr: usize, tid: u32) {
+    let page_addr = addr & !(PAGE_SIZE - 1);
+    if let Speculated::Found(spec) = RegionTable::get().speculate(page_addr) {
+        let region = spec.region;
+        if region.writable {
+            let page = ((page_addr - region.start()) / PAGE_SIZE) as u64;
+            let mut tally = Stats::default();
+            let object = &region.object;
+            for c in [env.counters, &region.counters, &object.counters] {
+                c.begin();
+            }
+            let done = write_fault(env, region, page, &mut tally, Some(&spec));
+            if done {
+                tally.pgfault = 1;
+                tally.spf_success = 1;
+                let _ = sys::uffd_wake(env.uffd, page_addr, PAGE_SIZE);
+            }
+            for c in [env.counters, &region.counters, &object.counters] {
+                c.end(&tally);
+            }
+            if done {
+                return;
+            }
+        }
+    }
+    handle(env, addr, Origin::Uffd { tid });
+}
+
+/// Lets the faulting thread go as `ending` says.
+fn finish(env: &FaultEnv<'_>, origin: Origin<'_>, page_addr: usize, ending: Ending) {
+    match (origin, ending) {
+        (_, Ending::Parked) | (Origin::Uffd { .. }, Ending::Woken) => {}
+        (Origin::Uffd { .. }, Ending::Resolved) => {
+            let _ = sys::uffd_wake(env.uffd, page_addr, PAGE_SIZE);
+        }
+        (Origin::Uffd { .. }, Ending::Failed) => {
+            if sys::uffd_poison(env.uffd, page_addr, PAGE_SIZE).is_err() {
+                let _ = sys::uffd_wake(env.uffd, page_addr, PAGE_SIZE);
+            }
+        }
+        (Origin::Request(r), Ending::Woken | Ending::Resolved) => r.complete(Reply::Mapped),
+        (Origin::Request(r), Ending::Failed) => r.complete(Reply::Failed),
+    }
+}
+
+/// Steps 2 to 4 on `region`. With `spec` (a speculative attempt), returns
+/// `None` if the region changed before anything was mapped: the caller
+/// retries on the classic path with the same `progress`.
+#[allow(clippy::too_many_arguments)]
+fn resolve(
+    env: &FaultEnv<'_>,
+    region: &Arc<Region>,
+    page_addr: usize,
+    origin: Origin<'_>,
+    progress: &mut Progress,
+    pager_tally: &mut Stats,
+    pager_ra: &mut RaTally,
+    spec: Option<&Speculation<'_>>,
+) -> Option<Ending> {
+    let object = &*region.object;
+    let mut tally = Stats::default();
+    let mut ra = RaTally::default();
+    region.counters.begin();
+    object.counters.begin();
+
+    // 2. The fault-around window, in region pages.
+    let page = ((page_addr - region.start()) / PAGE_SIZE) as u64;
+    let slot = (page_addr / PAGE_SIZE) % PTRS_PER_PTE;
+    let window = fault_around::window(slot, page, region.pages, region.order());
+
+    let mut ending = Some(Ending::Resolved);
+    for _ in 0..MAX_LOOKUPS {
+        // 3. Look up the faulting page.
+        let opage = region.object_page(page);
+        let word = object.cache.states.load(opage);
+        match word.state() {
+            // A fault that read its page (in this event, or in the first
+            // attempt of this retry) does no hit bookkeeping: a major fault
+            // must leave mmap_miss raised.
+            State::UpToDate if progress.own_read || progress.bookkept => {}
+            State::UpToDate => {
+                hit(env, region, page, word, &mut tally, &mut ra);
+                progress.bookkept = true;
+            }
+            State::Absent if progress.last_chance && word.has_failed() => {
+                // Our own last-chance read failed before we parked: SIGBUS.
+                ending = Some(Ending::Failed);
+                break;
+            }
+            State::Absent if opage.offset() >= object.errors.end() => {
+                // Wholly beyond the end of a truncated object: SIGBUS, as
+                // the kernel's shmem/filemap fault beyond EOF.
+                ending = Some(Ending::Failed);
+                break;
+            }
+            State::Absent => {
+                progress.last_chance = word.has_failed();
+                if miss(env, region, page, word, &mut tally, &mut ra) {
+                    // One major fault, however many reads: a retry's read
+                    // (after a failure) is its first attempt's.
+                    progress.major |= !progress.retry;
+                    progress.own_read = true;
+                }
+                continue;
+            }
+            State::Reading if word.is_stalled() => {
+                // Its read outlived the store timeout (`crate::mm::errors`):
+                // fail now rather than wait for a store that may never
+                // answer.
+                ending = Some(Ending::Failed);
+                break;
+            }
+            State::Reading => {
+                // Someone else's read: the kernel's first attempt finds the
+                // folio in the cache, locked, and does the hit bookkeeping
+                // (the marker, set at claim time, included) before it waits.
+                if !progress.own_read && !progress.bookkept {
+                    hit(env, region, page, word, &mut tally, &mut ra);
+                    progress.bookkept = true;
+                }
+                if park(env, object, opage, page_addr, origin) {
+                    // The watchdog may have stalled the page between the
+                    // look and the parking, and settled the parked faults
+                    // before this one was listed: settle again.
+                    if object.cache.states.load(opage).is_stalled() {
+                        settle_parked(object, None);
+                    }
+                    // Its read may still be queued behind readahead: move
+                    // it up (a sync job is never listed, so this is cheap).
+                    env.io.promote(object, opage);
+                    tally.fault_wait += u64::from(!progress.own_read && !progress.retry);
+                    ending = Some(Ending::Parked);
+                    break;
+                }
+                continue;
+            }
+            State::Evicting => {
+                tally.lookup_retry += 1;
+                std::thread::yield_now();
+                continue;
+            }
+        }
+        // 4. Map the window's ready pages.
+        match map_window(env, region, &window, page, &mut tally, &mut ra, spec) {
+            MapOutcome::Woken => ending = Some(Ending::Woken),
+            // The page was mapped already: in a writable region, a write
+            // to a write-protected page. Let go after it (`Resolved`).
+            MapOutcome::NotWoken if region.writable => {
+                // A failed speculative attempt goes to the classic path.
+                if !write_fault(env, region, page, &mut tally, spec) && spec.is_some() {
+                    ending = None;
+                }
+            }
+            MapOutcome::NotWoken | MapOutcome::NotMapped => {}
+            MapOutcome::Unmappable => ending = Some(Ending::Failed),
+            MapOutcome::PageGone => continue,
+            MapOutcome::Aborted => ending = None,
+        }
+        break;
+    }
+    if ending.is_some() {
+        tally.pgfault = u64::from(!progress.retry);
+        tally.pgmajfault = u64::from(progress.major);
+    }
+    region.ra.add(&ra);
+    object.ra.add(&ra);
+    pager_ra.merge(&ra);
+    region.counters.end(&tally);
+    object.counters.end(&tally);
+    pager_tally.merge(&tally);
+    ending
+}
+
+/// What [`fast`] did.
+pub(crate) enum Fast {
+    /// The faulting page is mapped.
+    Mapped,
+    /// Not a plain hit (a miss, a read in flight, a marker, a failed page,
+    /// a region that changed): forward it to a pager thread.
+    Forward,
+}
+
+/// The fault path of a SIGBUS handler: the plain hit only (the faulting
+/// page UPTODATE and not a readahead marker), mapped with its window, in the
+/// speculative lookup's read section (`spec`; `None`: under the table's
+/// lock, `RegionLookup::Classic`). Async-signal-safe: atomics,
+/// `UFFDIO_CONTINUE`, no lock (but the benchmark-only global cache lock),
+/// no allocation, no panic. With `retry`, the fault was forwarded and
+/// parked before: it is not counted again.
+pub(crate) fn fast(
+    env: &FaultEnv<'_>,
+    region: &Arc<Region>,
+    spec: Option<&Speculation<'_>>,
+    page_addr: usize,
+    retry: bool,
+) -> Fast {
+    let object = &*region.object;
+    let page = ((page_addr - region.start()) / PAGE_SIZE) as u64;
+    let word = object.cache.states.load(region.object_page(page));
+    if word.state() != State::UpToDate || word.is_marker() {
+        return Fast::Forward;
+    }
+    let slot = (page_addr / PAGE_SIZE) % PTRS_PER_PTE;
+    let window = fault_around::window(slot, page, region.pages, region.order());
+    let mut tally = Stats::default();
+    let mut ra = RaTally::default();
+    env.counters.begin();
+    region.counters.begin();
+    object.counters.begin();
+    let mut outcome = map_window(env, region, &window, page, &mut tally, &mut ra, spec);
+    // Mapped already, in a writable region: a write to a write-protected
+    // page (SIGBUS gives no reason; a spurious one only costs a
+    // write-back). A page that cannot be pinned goes to a pager thread.
+    if matches!(outcome, MapOutcome::NotWoken)
+        && region.writable
+        && !write_fault(env, region, page, &mut tally, spec)
+    {
+        outcome = MapOutcome::PageGone;
+    }
+    let out = match outcome {
+        MapOutcome::Woken | MapOutcome::NotWoken => {
+            if !retry {
+                // No marker here, so this hit submits nothing.
+                hit(env, region, page, word, &mut tally, &mut ra);
+                tally.pgfault = 1;
+            }
+            tally.spf_success = u64::from(spec.is_some());
+            Fast::Mapped
+        }
+        MapOutcome::NotMapped
+        | MapOutcome::Unmappable
+        | MapOutcome::PageGone
+        | MapOutcome::Aborted => Fast::Forward,
+    };
+    region.ra.add(&ra);
+    object.ra.add(&ra);
+    env.ra.add(&ra);
+    region.counters.end(&tally);
+    object.counters.end(&tally);
+    env.counters.end(&tally);
+    out
+}
+
+/// A write-protect fault on region page `page` of a writable region,
+/// already mapped (write-protected): the protocol of `crate::mm::writeback`.
+/// In the write-fault SRCU section: pin (the page must be UPTODATE),
+/// **first** unprotect (`DONTWAKE`: the caller lets the thread go after),
+/// **then** `set_dirty`, unpin. Returns false if the page could not be
+/// pinned (being evicted, or not cached): the caller lets the access fault
+/// again. Async-signal-safe: atomics and one ioctl.
+///
+/// Why this order: the flusher clears DIRTY (`begin_writeback`) before it
+/// write-protects. If our unprotect comes after the flusher's protect, our
+/// `set_dirty` comes after its clear and the page stays DIRTY; if before,
+/// the flusher's protect ends the writes it can miss before it copies.
+pub(crate) fn write_fault(
+    env: &FaultEnv<'_>,
+    region: &Region,
+    page: u64,
+    tally: &mut Stats,
+    spec: Option<&Speculation<'_>>,
+) -> bool {
+    let object = &*region.object;
+    let Some(state) = object.cache.states.get(region.object_page(page)) else {
+        return false;
+    };
+    let _section = crate::mm::writeback::write_section();
+    let mut seen = state.load();
+    let mut pinned = false;
+    for _ in 0..MAX_LOOKUPS {
+        if seen.state() != State::UpToDate {
+            break;
+        }
+        match state.try_pin_io(seen) {
+            Ok(()) => {
+                pinned = true;
+                break;
+            }
+            Err(now) => {
+                tally.lookup_retry += 1;
+                seen = now;
+            }
+        }
+    }
+    if !pinned {
+        return false;
+    }
+    // A region found speculatively may have been detached (the
+    // application unmapped it) and its range reused by another mapping
+    // since: never unprotect a page there on this region's behalf.
+    if spec.is_some_and(|s| !s.still_valid()) {
+        state.unpin();
+        return false;
+    }
+    // An error (the mapping is going, the address space is changing)
+    // leaves the page protected: the write faults again. DIRTY is set
+    // anyway: at worst an extra write-back.
+    let clean = crate::mm::writeback::dirty_after_unprotect(state, || {
+        let _ = sys::uffd_writeprotect(env.uffd, region.page_addr(page), PAGE_SIZE, false, true);
+    });
+    if clean {
+        tally.write_faults += 1;
+        object
+            .wb
+            .dirty_pages
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    state.unpin();
+    true
+}
+
+/// Step 3, a hit on region page `page` (word `word`): the readahead
+/// bookkeeping of `do_async_mmap_readahead`.
+fn hit(
+    env: &FaultEnv<'_>,
+    region: &Arc<Region>,
+    page: u64,
+    word: Word,
+    tally: &mut Stats,
+    ra: &mut RaTally,
+) {
+    let object = &*region.object;
+    let opage = region.object_page(page);
+    let params = region.ra_params(page);
+    // Only a mapping that runs async readahead takes the marker; another
+    // leaves it for the mappings that do.
+    let marker = word.is_marker()
+        && readahead::consumes_marker(&params)
+        && object
+            .cache
+            .states
+            .get(opage)
+            .is_some_and(|s| s.clear_marker());
+    if !marker {
+        // Lock-free: only mmap_miss changes.
+        object.with_ra_counts(|st| {
+            readahead::on_hit(st, &params, opage.0, false, &object.cache.states);
+        });
+        return;
+    }
+    let next = object
+        .with_ra_state(|st| readahead::on_hit(st, &params, opage.0, true, &object.cache.states));
+    if let Some(w) = next {
+        let submitted = submit_window(env, region, &w, None, false, ra);
+        ra.window(&w, submitted.requests, submitted.pages);
+        tally.io_count += submitted.requests;
+        tally.refault += submitted.refaults;
+    }
+}
+
+/// Step 3, a miss on region page `page`: submits the readahead window (or,
+/// after a failed read, the page alone). Returns whether this fault now
+/// owns a read of the page (it then parks on it).
+fn miss(
+    env: &FaultEnv<'_>,
+    region: &Arc<Region>,
+    page: u64,
+    word: Word,
+    tally: &mut Stats,
+    ra: &mut RaTally,
+) -> bool {
+    let object = &*region.object;
+    let opage = region.object_page(page);
+    let window = if word.has_failed() {
+        // The last read of this page failed: read it alone, once more.
+        Window {
+            start: opage.0,
+            size: 1,
+            async_size: 0,
+            pattern: readahead::Pattern::Random,
+            sync: true,
+            eof: false,
+        }
+    } else {
+        let params = region.ra_params(page);
+        object.with_ra_state(|st| readahead::on_miss(st, &params, opage.0, &object.cache.states))
+    };
+    let submitted = submit_window(env, region, &window, Some(opage), word.has_failed(), ra);
+    if submitted.demand {
+        ra.window(&window, submitted.requests, submitted.pages);
+        tally.io_retry_single += u64::from(word.has_failed());
+    }
+    tally.io_count += submitted.requests;
+    tally.refault += submitted.refaults;
+    submitted.demand
+}
+
+/// What [`submit_window`] did.
+struct Submitted {
+    /// Whether the demand page was claimed (and its read submitted).
+    demand: bool,
+    /// Store requests submitted.
+    requests: u64,
+    /// Pages claimed and submitted.
+    pages: u64,
+    /// Of those, pages read again soon after their eviction.
+    refaults: u64,
+}
+
+/// Claims the absent pages of `w` and submits them to the I/O threads in
+/// requests of at most the store's `io_pages`. With `demand`, that page must
+/// be claimed first (else nothing is read: another fault reads it), and its
+/// request goes to the sync queue, ahead of the rest; `last_chance`: the
+/// demand page's previous read failed (see [`ReadJob::last_chance`]).
+fn submit_window(
+    env: &FaultEnv<'_>,
+    region: &Arc<Region>,
+    w: &Window,
+    demand: Option<ObjectPage>,
+    last_chance: bool,
+    ra: &mut RaTally,
+) -> Submitted {
+    let object = &region.object;
+    let states = &object.cache.states;
+    let budget = &object.budget;
+    if let Some(d) = demand {
+        if !states.get_or_alloc(d).is_some_and(|s| s.begin_read()) {
+            return Submitted {
+                demand: false,
+                requests: 0,
+                pages: 0,
+                refaults: 0,
+            };
+        }
+        // The page a fault waits for is always read, budget or not.
+        budget.charge_demand(object);
+    }
+    // 1. Claim the window's absent pages that fit in the budget, as runs
+    //    (the window shrinks, as readahead does when allocations fail).
+    let mut runs: Vec<Range<ObjectPage>> = Vec::new();
+    let mut full = false;
+    for p in w.pages().map(ObjectPage) {
+        let won = Some(p) == demand
+            || (!full
+                && states.get_or_alloc(p).is_some_and(|s| {
+                    if !budget.try_charge(object) {
+                        full = true;
+                        return false;
+                    }
+                    if s.begin_read() {
+                        return true;
+                    }
+                    budget.uncharge(object, 1);
+                    false
+                }));
+        if !won {
+            continue;
+        }
+        match runs.last_mut() {
+            Some(run) if run.end == p => run.end = p.add(1),
+            _ => runs.push(p..p.add(1)),
+        }
+    }
+    // Pages evicted recently are the working set: straight to the active
+    // set (`crate::policy::workingset`).
+    let refaults = object.shadows.take_refaults(
+        runs.iter().flat_map(|r| r.start.0..r.end.0),
+        budget.age.now(),
+        budget.refault_threshold(),
+    );
+    for &p in &refaults {
+        if let Some(state) = states.get(ObjectPage(p)) {
+            state.mark_active();
+        }
+    }
+    budget.activated(refaults.len() as u64);
+    // 2. Cut them into requests; the demand page's first.
+    // Whatever the store says, a request is 1..=MAX_RA_PAGES pages.
+    let io_pages = object.io_pages;
+    let mut requests: Vec<Range<ObjectPage>> = Vec::new();
+    for run in runs {
+        let mut start = run.start;
+        while start < run.end {
+            let end = ObjectPage(start.0.saturating_add(io_pages).min(run.end.0));
+            requests.push(start..end);
+            start = end;
+        }
+    }
+    let first = demand
+        .and_then(|d| requests.iter().position(|r| r.contains(&d)))
+        .unwrap_or(0);
+    requests.rotate_left(first);
+    // 3. The marker, on a page this window newly reads, set now (the
+    //    kernel marks the folio when it allocates it, before the I/O).
+    let claimed: u64 = requests.iter().map(|r| r.end.0 - r.start.0).sum();
+    if let Some(m) = w.marker().map(ObjectPage) {
+        if requests.iter().any(|r| r.contains(&m)) {
+            if let Some(state) = states.get(m) {
+                state.mark();
+            }
+        }
+    }
+    // 4. Submit.
+    for (i, pages) in requests.iter().enumerate() {
+        let urgency = if i == 0 && demand.is_some() {
+            Urgency::Sync
+        } else {
+            Urgency::Async
+        };
+        let job = ReadJob {
+            object: object.clone(),
+            pages: pages.clone(),
+            demand: demand.filter(|d| pages.contains(d)),
+            region: Some(region.clone()),
+            last_chance,
+        };
+        env.io.submit(job, urgency, env.counters);
+    }
+    ra.read_ahead(claimed - u64::from(demand.is_some()));
+    Submitted {
+        demand: demand.is_some(),
+        requests: requests.len() as u64,
+        pages: claimed,
+        refaults: refaults.len() as u64,
+    }
+}
+
+/// `WillNeed` on region pages `pages`: reads their absent pages in the
+/// background, in store-sized requests, and returns at once. No marker: the
+/// application said what it needs. Like the kernel's `force_page_cache_ra`,
+/// it reads at most `max(io_pages, ra_pages)` pages from the range's start.
+/// It is not a readahead window of the policy's: it is left out of the
+/// pattern rows. Returns the store requests submitted and the refaults
+/// among the pages.
+pub(crate) fn read_ahead(
+    env: &FaultEnv<'_>,
+    region: &Arc<Region>,
+    pages: Range<u64>,
+    ra: &mut RaTally,
+) -> (u64, u64) {
+    let most = region.object.io_pages.max(region.ra_pages).max(1);
+    let end = pages
+        .end
+        .min(region.pages)
+        .min(pages.start.saturating_add(most));
+    if pages.start >= end {
+        return (0, 0);
+    }
+    let first = region.object_page(pages.start);
+    let w = Window {
+        start: first.0,
+        size: end - pages.start,
+        async_size: 0,
+        pattern: readahead::Pattern::Random,
+        sync: false,
+        eof: false,
+    };
+    let submitted = submit_window(env, region, &w, None, false, ra);
+    (submitted.requests, submitted.refaults)
+}
+
+/// Parks the fault at `addr` on object page `opage`, which is READING.
+/// Returns false if the read ended meanwhile (look again).
+fn park(
+    env: &FaultEnv<'_>,
+    object: &ObjectCore,
+    opage: ObjectPage,
+    addr: usize,
+    origin: Origin<'_>,
+) -> bool {
+    let Some(state) = object.cache.states.get(opage) else {
+        return false;
+    };
+    let target = match origin {
+        Origin::Uffd { tid } => WakeTarget::Uffd {
+            uffd: env.uffd.clone(),
+            addr,
+            tid,
+        },
+        Origin::Request(r) => WakeTarget::Request(r.clone()),
+    };
+    object.waiters.park(
+        state,
+        Waiter {
+            page: opage,
+            target,
+        },
+    )
+}
+
+/// Ends the reads of `pages` (object pages the caller owns the reads of):
+/// UPTODATE if `ok` (every page but `demand` marked as read ahead; a
+/// readahead marker set at claim time stays), else ABSENT and FAILED.
+/// Returns whether any of them had parked waiters.
+pub(crate) fn end_reads(
+    object: &ObjectCore,
+    pages: Range<ObjectPage>,
+    ok: bool,
+    demand: Option<ObjectPage>,
+) -> bool {
+    let mut waiters = false;
+    if !ok {
+        // Whatever the store wrote before it failed is dropped while the
+        // pages are still ours (READING), so a failed read holds no memory.
+        let _ = sys::punch_hole(
+            object.cache.memfd(),
+            pages.start.offset(),
+            (pages.end.0 - pages.start.0) * PAGE_SIZE as u64,
+        );
+    }
+    for p in pages.start.0..pages.end.0 {
+        let p = ObjectPage(p);
+        if let Some(state) = object.cache.states.get(p) {
+            let old = if ok {
+                state.finish_read(Some(p) != demand)
+            } else {
+                state.fail_read()
+            };
+            if !ok && old.is_active() {
+                object.budget.deactivated(1);
+            }
+            waiters |= old.has_waiters();
+        }
+    }
+    if !ok {
+        object.budget.uncharge(object, pages.end.0 - pages.start.0);
+    }
+    waiters
+}
+
+/// Settles every fault parked on the object after a read ended: each is
+/// woken, faults again, and finds its page cached, absent (and reads it),
+/// or still being read (and parks again). With `poison`, the faults parked
+/// on that page get SIGBUS instead: its last-chance read failed. So do the
+/// faults parked on a page whose read the watchdog stalled (READING and
+/// STALLED: the store did not answer in time, see `crate::mm::errors`).
+pub(crate) fn settle_parked(object: &ObjectCore, poison: Option<ObjectPage>) {
+    for w in object.waiters.take_all() {
+        let stalled = || {
+            let word = object.cache.states.load(w.page);
+            word.state() == State::Reading && word.is_stalled()
+        };
+        let failed = Some(w.page) == poison || stalled();
+        match w.target {
+            WakeTarget::Uffd { uffd, addr, tid } => {
+                let poisoned = failed && sys::uffd_poison(&uffd, addr, PAGE_SIZE).is_ok();
+                if !poisoned {
+                    // Recorded before the wake: the retry may arrive at once.
+                    uffd.expect_retry(tid, addr);
+                    let _ = sys::uffd_wake(&uffd, addr, PAGE_SIZE);
+                }
+            }
+            WakeTarget::Request(r) => r.complete(if failed { Reply::Failed } else { Reply::Retry }),
+        }
+    }
+}
+
+enum MapOutcome {
+    /// The faulting page is mapped and its thread woken.
+    Woken,
+    /// The faulting page was already mapped (not woken by us).
+    NotWoken,
+    /// The faulting page could not be mapped this time (its VMA is going,
+    /// the address space is changing): let the access fault again.
+    NotMapped,
+    /// The faulting page cannot be mapped at all: SIGBUS.
+    Unmappable,
+    /// The faulting page left UPTODATE before it could be pinned.
+    PageGone,
+    /// The speculation failed: the region changed; nothing was mapped.
+    Aborted,
+}
+
+/// Step 4: pins the window's ready pages and maps them as runs.
+#[allow(clippy::too_many_arguments)]
+fn map_window(
+    env: &FaultEnv<'_>,
+    region: &Region,
+    window: &Range<u64>,
+    page: u64,
+    tally: &mut Stats,
+    ra: &mut RaTally,
+    spec: Option<&Speculation<'_>>,
+) -> MapOutcome {
+    let n = (window.end - window.start) as usize;
+    let fault_i = (page - window.start) as usize;
+    let pinned = {
+        let _serial = env.global_cache_lock.then(global_cache_lock);
+        pin_ready(region, window, fault_i, tally, ra)
+    };
+    if !pinned.contains(fault_i) {
+        unpin_all(region, window, &pinned);
+        return MapOutcome::PageGone;
+    }
+    // The speculation's check, before anything is mapped.
+    if spec.is_some_and(|s| !s.still_valid()) {
+        unpin_all(region, window, &pinned);
+        return MapOutcome::Aborted;
+    }
+
+    // The faulting page's run first, waking its thread; then the rest.
+    let fault_run = pinned
+        .runs(n)
+        .find(|r| r.contains(&fault_i))
+        .unwrap_or(fault_i..fault_i + 1);
+    let first = continue_run(
+        env,
+        region,
+        window.start,
+        fault_run.clone(),
+        Some(fault_i),
+        tally,
+    );
+    let mut around = first.pages - u64::from(first.fault == FaultPage::Woken);
+    if first.fault != FaultPage::AlreadyMapped {
+        for run in pinned.runs(n).filter(|r| *r != fault_run) {
+            around += continue_run(env, region, window.start, run, None, tally).pages;
+        }
+    }
+    tally.pgfault_around += around;
+    unpin_all(region, window, &pinned);
+    // Neighbours in the working set (refaulted, active) do not pay
+    // mmap_miss down: under memory pressure they would keep read-around
+    // going while it thrashes (the kernel's `filemap_map_pages` skips
+    // workingset folios the same way).
+    let around_paying = around.saturating_sub(pinned.workingset);
+    // Fault-around hits pay mmap_miss down; the window's end is where a
+    // sequential reader's next miss will be.
+    let object = &region.object;
+    let last = region.object_page(window.start + fault_run.end as u64 - 1);
+    object.with_ra_counts(|st| {
+        readahead::on_fault_around(st, around_paying);
+        readahead::on_mapped(st, last.0);
+    });
+    match first.fault {
+        FaultPage::Woken => MapOutcome::Woken,
+        FaultPage::AlreadyMapped => MapOutcome::NotWoken,
+        FaultPage::NotMapped => MapOutcome::NotMapped,
+        FaultPage::Unmappable => MapOutcome::Unmappable,
+    }
+}
+
+/// The benchmark-only global cache lock (`parts`: the lock-free page
+/// lookup against a cache behind one mutex, seed 003's comparison). In a
+/// SIGBUS handler a mutex is unsafe in general; the interrupted code never
+/// holds this one (only `pin_ready` takes it, and it touches no mapping),
+/// which is why the benchmark may use it there.
+fn global_cache_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Pins the UPTODATE pages of `window` (window-relative index `fault_i` is
+/// the faulting page). A pinned page stays UPTODATE until unpinned.
+fn pin_ready(
+    region: &Region,
+    window: &Range<u64>,
+    fault_i: usize,
+    tally: &mut Stats,
+    ra: &mut RaTally,
+) -> PageSet {
+    let states = &region.object.cache.states;
+    let mut pinned = PageSet::new();
+    for (i, p) in window.clone().enumerate() {
+        let Some(state) = states.get(region.object_page(p)) else {
+            continue;
+        };
+        // Fault-around skips pages this region already mapped (the kernel
+        // skips present PTEs); the faulting page is mapped whatever the bit.
+        if i != fault_i && region.mapped.contains(p) {
+            continue;
+        }
+        let mut seen = state.load();
+        for _ in 0..2 {
+            // Fault-around skips the readahead marker; the faulting page is
+            // mapped whatever it carries.
+            if seen.state() != State::UpToDate || (seen.is_marker() && i != fault_i) {
+                break;
+            }
+            // The faulting page is the one used: REFERENCED (its accessed
+            // bit, for the CLOCK); neighbours are only MAPPED ("old").
+            let pin = if i == fault_i {
+                state.try_pin_referenced(seen)
+            } else {
+                state.try_pin(seen)
+            };
+            match pin {
+                Ok(first_use) => {
+                    pinned.insert(i);
+                    if i != fault_i && seen.is_active() {
+                        pinned.workingset += 1;
+                    }
+                    if first_use {
+                        ra.used(1);
+                    }
+                    break;
+                }
+                Err(now) => {
+                    tally.lookup_retry += 1;
+                    seen = now;
+                }
+            }
+        }
+    }
+    pinned
+}
+
+fn unpin_all(region: &Region, window: &Range<u64>, pinned: &PageSet) {
+    let n = (window.end - window.start) as usize;
+    for run in pinned.runs(n) {
+        for i in run {
+            let opage = region.object_page(window.start + i as u64);
+            if let Some(state) = region.object.cache.states.get(opage) {
+                state.unpin();
+            }
+        }
+    }
+}
+
+/// What became of the faulting page in a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FaultPage {
+    /// Not in this run, or not mapped by it.
+    NotMapped,
+    /// Mapped by a call that woke its thread.
+    Woken,
+    /// Already mapped by someone else (`EEXIST`): the fault is resolved.
+    AlreadyMapped,
+    /// The kernel cannot map it (`EIO`: hardware-poisoned).
+    Unmappable,
+}
+
+struct RunResult {
+    /// Pages this run mapped.
+    pages: u64,
+    fault: FaultPage,
+}
+
+/// `UFFDIO_CONTINUE` over one run of window-relative pages. With `fault`
+/// (the faulting page's index, inside the run), the calls wake; otherwise
+/// they are DONTWAKE.
+fn continue_run(
+    env: &FaultEnv<'_>,
+    region: &Region,
+    base: u64,
+    run: Range<usize>,
+    fault: Option<usize>,
+    tally: &mut Stats,
+) -> RunResult {
+    let wake = fault.is_some();
+    let mut out = RunResult {
+        pages: 0,
+        fault: FaultPage::NotMapped,
+    };
+    let mut cur = run.start;
+    // After an ENOENT the run crosses a VMA boundary: go page by page.
+    let mut one_by_one = false;
+    let mut eagain = 0;
+    while cur < run.end {
+        let len = if one_by_one { 1 } else { run.end - cur };
+        tally.map_calls += 1;
+        // A writable region maps every page write-protected: its first
+        // write faults (`crate::mm::writeback`).
+        let result = sys::uffd_continue(
+            env.uffd,
+            region.page_addr(base + cur as u64),
+            len * PAGE_SIZE,
+            wake,
+            region.writable,
+        );
+        let done = match result {
+            ContinueResult::Done => len,
+            ContinueResult::Partial { bytes } => bytes / PAGE_SIZE,
+            ContinueResult::Failed { errno } => {
+                match errno {
+                    libc::EAGAIN if eagain < MAX_EAGAIN => {
+                        eagain += 1;
+                        continue;
+                    }
+                    libc::ENOENT if len > 1 => {
+                        one_by_one = true;
+                        continue;
+                    }
+                    libc::EEXIST => {
+                        tally.map_eexist += 1;
+                        let p = base + cur as u64;
+                        region.mapped.mark(p..p + 1, true);
+                        if fault == Some(cur) {
+                            out.fault = FaultPage::AlreadyMapped;
+                            return out;
+                        }
+                    }
+                    // The memfd's page is hardware-poisoned: the access must
+                    // get SIGBUS, not fault again for ever.
+                    libc::EIO if fault == Some(cur) => {
+                        out.fault = FaultPage::Unmappable;
+                        return out;
+                    }
+                    // ENOENT on one page (its VMA is gone), EFAULT, EAGAIN
+                    // again: leave this page to a later fault.
+                    _ => {}
+                }
+                cur += 1;
+                continue;
+            }
+        };
+        if fault.is_some_and(|f| (cur..cur + done).contains(&f)) {
+            out.fault = FaultPage::Woken;
+        }
+        region
+            .mapped
+            .mark(base + cur as u64..base + (cur + done) as u64, true);
+        out.pages += done as u64;
+        cur += done;
+    }
+    out
+}

@@ -1,0 +1,283 @@
+//! Invalidation: dropping a range of an object's pages from its cache while
+//! other threads may be faulting on them (`invalidate_inode_pages2_range`).
+//!
+//! The removal side of the lock-free cache (`crate::cache::page_state`). For each
+//! page of the range, in batches of at most one PTE table:
+//!
+//! 1. **Freeze.** `begin_evict`: UPTODATE with no pins, clean → EVICTING,
+//!    one CAS from the loaded word. A dirty page is written back first
+//!    (`crate::mm::writeback`) and frozen in a later pass. A pinned page (a fault is mapping it), or one
+//!    being read, is left for a later pass of the batch, after the pages
+//!    frozen now are dropped (so no frozen page waits on another page's
+//!    read, as the kernel handles one folio at a time); an ABSENT page has
+//!    nothing to drop. From here no fault can pin the page (pins need
+//!    UPTODATE), so none can map it again.
+//! 2. **Unmap everywhere.** Every region that maps the object and overlaps
+//!    the batch (the object's reverse map, `crate::mm::rmap`: only the regions
+//!    that overlap each run) drops its PTEs there (`MADV_DONTNEED`) after
+//!    clearing its mapped bits.
+//! 3. **Punch.** The pages leave the memfd (`FALLOC_FL_PUNCH_HOLE`).
+//! 4. **Release.** `finish_evict`: EVICTING → ABSENT, uncharged from the
+//!    budget. The next touch of a page is a miss that reads it from the
+//!    store again (a new read, not a refault: the page's shadow is
+//!    forgotten).
+//!
+//! The CLOCK hand (`crate::mm::evict`) evicts with steps 2 to 4 too.
+//!
+//! A fault that meets an EVICTING page counts a `lookup_retry` and looks
+//! again; it never maps a page between steps 2 and 4, because it cannot
+//! pin one. Invariant 2 of `crate::cache::page_state` (a pinned page stays
+//! UPTODATE and in the memfd) holds throughout: step 1 needs zero pins.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::base::index::ObjectPage;
+use crate::cache::page_state::State;
+use crate::mm::object::ObjectCore;
+use crate::mm::space::Region;
+use crate::sys::{self, PAGE_SIZE, PTRS_PER_PTE};
+
+/// Pages frozen, unmapped and punched together.
+const BATCH: u64 = PTRS_PER_PTE as u64;
+
+/// The longest an invalidation waits for the busy pages of one batch
+/// (pinned by a fault, being read) before it gives up on them. Reads that
+/// outlive the store timeout are given up at once, once the watchdog has
+/// marked them STALLED; this bound is for a read no watchdog watches.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// Drops object pages `pages` from `object`'s cache and from every mapping
+/// of it. Returns how many cached pages were dropped.
+pub(crate) fn invalidate(object: &ObjectCore, pages: Range<ObjectPage>) -> std::io::Result<u64> {
+    drop_range(object, pages, false)
+}
+
+/// [`invalidate`] for pages beyond an object's new end (truncation): dirty
+/// pages are dropped, not written back (the kernel's `truncate_pagecache`
+/// discards them; writing them would extend the file again).
+pub(crate) fn truncate(object: &ObjectCore, pages: Range<ObjectPage>) -> std::io::Result<u64> {
+    drop_range(object, pages, true)
+}
+
+fn drop_range(
+    object: &ObjectCore,
+    pages: Range<ObjectPage>,
+    discard: bool,
+) -> std::io::Result<u64> {
+    let end = pages.end.0.min(object.cache.states.pages());
+    object.shadows.forget(pages.start.0..end);
+    let mut dropped = 0;
+    let mut stalled = None;
+    let mut start = pages.start.0;
+    while start < end {
+        let batch = start..end.min(start + BATCH);
+        match invalidate_batch(object, batch.clone(), discard) {
+            Ok(n) => dropped += n,
+            // Pages of a hung read: the other batches are still dropped.
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                stalled.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+        start = batch.end;
+    }
+    stalled.map_or(Ok(dropped), Err)
+}
+
+/// Invalidates a batch: freezes what can be frozen at once and drops it,
+/// then comes back for the pages that were pinned or being read. A page is
+/// never kept frozen while the batch waits for another page.
+fn invalidate_batch(object: &ObjectCore, pages: Range<u64>, discard: bool) -> std::io::Result<u64> {
+    let mut pending: Vec<u64> = pages.collect();
+    let mut dropped = 0;
+    let mut waits = 0u32;
+    let mut stalled = 0u64;
+    let started = std::time::Instant::now();
+    while !pending.is_empty() {
+        let mut frozen = Vec::new();
+        pending.retain(|&p| match freeze(object, ObjectPage(p)) {
+            Freeze::Frozen => {
+                frozen.push(p);
+                false
+            }
+            Freeze::Gone => false,
+            Freeze::Busy => {
+                // A read that outlived the store timeout (the watchdog
+                // marked it STALLED) may never end: not waited for.
+                let w = object.cache.states.load(ObjectPage(p));
+                if w.state() == State::Reading && w.is_stalled() {
+                    stalled += 1;
+                    false
+                } else {
+                    true
+                }
+            }
+        });
+        dropped += drop_frozen(object, &frozen)?;
+        // Dirty pages are written back first, as `invalidate_inode_pages2`
+        // launders them: their data must not be lost. A store that cannot
+        // take them ends the invalidation (the pages stay cached, dirty).
+        let dirty = dirty_of(object, &pending);
+        if discard {
+            let mut n = 0;
+            for &p in &dirty {
+                if let Some(state) = object.cache.states.get(ObjectPage(p)) {
+                    n += u64::from(state.discard_dirty());
+                }
+            }
+            let _ = object.wb.dirty_pages.fetch_update(
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+                |c| Some(c.saturating_sub(n)),
+            );
+        } else {
+            for run in runs_of(&dirty) {
+                crate::mm::writeback::write_back(object, run)
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+            }
+        }
+        if !pending.is_empty() {
+            // Pinned (a fault is mapping it), being read, or another
+            // invalidation's: wait, briefly at first; but not for ever: a
+            // read that no watchdog marks STALLED (its pagers are gone)
+            // may hang too.
+            if started.elapsed() > MAX_WAIT {
+                stalled += pending.len() as u64;
+                break;
+            }
+            waits += 1;
+            if waits < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+    }
+    if stalled > 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "{stalled} pages are being read by a store call that has not returned; \
+                 they were not dropped"
+            ),
+        ));
+    }
+    Ok(dropped)
+}
+
+/// The pages of `pending` that are dirty or being written back.
+fn dirty_of(object: &ObjectCore, pending: &[u64]) -> Vec<u64> {
+    pending
+        .iter()
+        .copied()
+        .filter(|&p| {
+            let w = object.cache.states.load(ObjectPage(p));
+            w.state() == State::UpToDate && (w.is_dirty() || w.is_writeback())
+        })
+        .collect()
+}
+
+/// Steps 2 to 4 for frozen pages (sorted): unmapped from every region that
+/// maps them, punched, released ABSENT and uncharged.
+pub(crate) fn drop_frozen(object: &ObjectCore, frozen: &[u64]) -> std::io::Result<u64> {
+    if frozen.is_empty() {
+        return Ok(0);
+    }
+    let runs = runs_of(frozen);
+    // 2. Unmap from every mapping of the object over the run; 3. punch.
+    let mut result = Ok(());
+    for run in &runs {
+        for region in &object.rmap.overlapping(run.clone()) {
+            if let Err(e) = zap(region, run.clone()) {
+                result = Err(e);
+            }
+        }
+        let offset = run.start * PAGE_SIZE as u64;
+        let len = (run.end - run.start) * PAGE_SIZE as u64;
+        if let Err(e) = sys::punch_hole(object.cache.memfd(), offset, len) {
+            result = Err(e);
+        }
+    }
+    // 4. Release, whatever failed: a page left EVICTING would block every
+    //    fault on it for good. (A failed punch leaves stale bytes in the
+    //    memfd that the next read overwrites before anyone maps them.)
+    for &p in frozen {
+        if let Some(state) = object.cache.states.get(ObjectPage(p)) {
+            state.finish_evict();
+        }
+    }
+    object.budget.uncharge(object, frozen.len() as u64);
+    result.map(|()| frozen.len() as u64)
+}
+
+enum Freeze {
+    /// This call moved the page to EVICTING.
+    Frozen,
+    /// Not cached: nothing to drop.
+    Gone,
+    /// Pinned, being read, or being evicted by someone else: try later.
+    Busy,
+}
+
+/// Moves one page to EVICTING if it is cached and nobody uses it.
+fn freeze(object: &ObjectCore, page: ObjectPage) -> Freeze {
+    let Some(state) = object.cache.states.get(page) else {
+        return Freeze::Gone;
+    };
+    let seen = state.load();
+    match seen.state() {
+        State::Absent => Freeze::Gone,
+        State::UpToDate if state.begin_evict_seen(seen) => {
+            if seen.is_active() {
+                object.budget.deactivated(1);
+            }
+            Freeze::Frozen
+        }
+        State::UpToDate | State::Reading | State::Evicting => Freeze::Busy,
+    }
+}
+
+/// Unmaps object pages `pages` from `region`, if it maps any of them.
+pub(crate) fn zap(region: &Arc<Region>, pages: Range<u64>) -> std::io::Result<()> {
+    // A range the application unmapped is not faultmap's any more
+    // (`crate::mm::events`).
+    if region.map.is_disowned() {
+        return Ok(());
+    }
+    let first = region.first_page.0;
+    let start = pages.start.max(first);
+    let end = pages.end.min(first + region.pages);
+    if start >= end {
+        return Ok(());
+    }
+    let (rs, re) = (start - first, end - first);
+    // Cleared first: a set bit for an unmapped page would keep fault-around
+    // from mapping it later.
+    region.mapped.mark(rs..re, false);
+    sys::madvise_dontneed(region.page_addr(rs), (re - rs) as usize * PAGE_SIZE)
+}
+
+/// Sorted pages as maximal runs.
+pub(crate) fn runs_of(pages: &[u64]) -> Vec<Range<u64>> {
+    let mut runs: Vec<Range<u64>> = Vec::new();
+    for &p in pages {
+        match runs.last_mut() {
+            Some(r) if r.end == p => r.end = p + 1,
+            _ => runs.push(p..p + 1),
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::runs_of;
+
+    #[test]
+    fn runs_are_maximal() {
+        assert_eq!(runs_of(&[]), vec![]);
+        assert_eq!(runs_of(&[3, 4, 5, 9, 11, 12]), vec![3..6, 9..10, 11..13]);
+    }
+}

@@ -1,0 +1,464 @@
+//! I/O threads: they read runs of pages from stores into caches, so that no
+//! handler thread ever blocks on a store.
+//!
+//! A fault path that decided to read some pages first *claims* them (ABSENT
+//! → READING, see [`crate::cache::page_state`]) and then submits [`ReadJob`]s, each
+//! one store request of at most the store's `io_pages`. A job owns the
+//! reads of its pages: it fills them through the cache's alias, ends each
+//! read (UPTODATE, or ABSENT again if the store failed), sets the readahead
+//! marker on its marker page, and wakes the faults parked on the object
+//! ([`crate::cache::wait`]).
+//!
+//! Two queues: *sync* jobs hold pages that a faulting thread is waiting for
+//! (the part of a miss's window that contains the faulting page), *async*
+//! jobs hold pages read ahead. A free thread always takes a sync job first,
+//! so a miss never waits behind a long async window (the kernel gets the
+//! same effect from the faulting folio's lock being the first it waits on).
+//! A fault that parks on a page whose async job is still queued *promotes*
+//! that job: it goes on the sync queue too, and whichever thread takes it
+//! first runs it (jobs are taken once).
+//!
+//! ```text
+//!   handler: claim window → split into requests → submit (fault's first)
+//!                                                    │
+//!   I/O thread:  sync queue ─┬─► fill ─► end reads ─► wake parked faults
+//!                async queue ┘
+//! ```
+//!
+//! Failures: a job whose store call fails is tried again, after a short
+//! backoff, up to `Config::io_retries` times before its pages fail; every
+//! job is tracked from submission to its end ([`Inflight`]) so that the
+//! pager's watchdog can find the ones that outlive `Config::io_timeout`
+//! (see [`crate::mm::errors`]).
+//!
+//! Shutdown: when the pager and its last mapping are gone, the handler
+//! threads are joined first (nothing submits any more), then every I/O
+//! thread is sent a stop message. A thread that gets one runs every job
+//! still queued before it exits (a queued job's pages are READING; an
+//! object can outlive its pager, and a page left READING would make a
+//! later fault on it park forever), and puts back the other threads' stop
+//! messages it met, so that each thread gets its own.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select_biased, Receiver, Sender};
+
+use crate::base::index::ObjectPage;
+use crate::base::report::{ErrorLog, IoErrorKind};
+use crate::base::stats::{Counters, Stats};
+use crate::mm::errors;
+use crate::mm::fault;
+use crate::mm::object::ObjectCore;
+use crate::mm::space::Region;
+use crate::store::StoreError;
+
+/// What a pager's I/O threads, its submitters and its watchdog share.
+pub(crate) struct IoShared {
+    /// The pager's counters.
+    pub(crate) counters: Arc<Counters>,
+    /// How many times a failed request is tried again.
+    pub(crate) retries: u32,
+    /// Jobs submitted and not yet ended.
+    pub(crate) inflight: Inflight,
+    /// The pager's error log.
+    pub(crate) log: Arc<ErrorLog>,
+    /// The objects the pager opened or mapped, for the watchdog's length
+    /// poll.
+    objects: Mutex<Vec<std::sync::Weak<ObjectCore>>>,
+}
+
+impl IoShared {
+    pub(crate) fn new(counters: Arc<Counters>, retries: u32) -> Self {
+        Self {
+            counters,
+            retries,
+            inflight: Inflight::default(),
+            log: Arc::new(ErrorLog::default()),
+            objects: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The live objects the pager opened or mapped (the watchdog's and the
+    /// flusher's list).
+    pub(crate) fn objects(&self) -> Vec<Arc<ObjectCore>> {
+        let mut list = lock(&self.objects);
+        list.retain(|o| o.strong_count() > 0);
+        list.iter().filter_map(std::sync::Weak::upgrade).collect()
+    }
+
+    /// Lists `object` among the pager's objects (the watchdog polls its
+    /// length, the flusher writes it back), and sends its error reports to
+    /// the pager's log too.
+    pub(crate) fn watch(&self, object: &Arc<ObjectCore>) {
+        object.errors.attach(&self.log);
+        let mut objects = lock(&self.objects);
+        objects.retain(|o| o.strong_count() > 0);
+        if !objects
+            .iter()
+            .any(|o| std::ptr::eq(o.as_ptr(), Arc::as_ptr(object)))
+        {
+            objects.push(Arc::downgrade(object));
+        }
+    }
+}
+
+/// A job being tracked: submitted, queued or running, not yet ended.
+struct Tracked {
+    object: Arc<ObjectCore>,
+    pages: Range<ObjectPage>,
+    since: Instant,
+    /// The watchdog already stalled its pages.
+    stalled: bool,
+}
+
+/// Every job submitted and not yet ended, with its submission time, for
+/// the watchdog.
+#[derive(Default)]
+pub(crate) struct Inflight {
+    next: AtomicU64,
+    jobs: Mutex<HashMap<u64, Tracked>>,
+}
+
+/// A job that outlived the timeout, as the watchdog gets it.
+pub(crate) struct Overdue {
+    pub(crate) object: Arc<ObjectCore>,
+    pub(crate) pages: Range<ObjectPage>,
+    pub(crate) age: Duration,
+}
+
+impl Inflight {
+    fn add(&self, object: &Arc<ObjectCore>, pages: Range<ObjectPage>) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let tracked = Tracked {
+            object: object.clone(),
+            pages,
+            since: Instant::now(),
+            stalled: false,
+        };
+        lock(&self.jobs).insert(id, tracked);
+        id
+    }
+
+    fn remove(&self, id: u64) {
+        lock(&self.jobs).remove(&id);
+    }
+
+    /// The jobs older than `timeout` that were not stalled yet, their pages
+    /// stalled now (each job is returned once). Under the list's lock: a
+    /// job leaves the list before it ends its reads, so the pages stalled
+    /// here are still that job's reads.
+    pub(crate) fn stall_overdue(&self, timeout: Duration) -> Vec<Overdue> {
+        let now = Instant::now();
+        let mut jobs = lock(&self.jobs);
+        jobs.values_mut()
+            .filter(|t| !t.stalled && now.duration_since(t.since) >= timeout)
+            .map(|t| {
+                t.stalled = true;
+                for p in t.pages.start.0..t.pages.end.0 {
+                    if let Some(state) = t.object.cache.states.get(ObjectPage(p)) {
+                        state.stall();
+                    }
+                }
+                Overdue {
+                    object: t.object.clone(),
+                    pages: t.pages.clone(),
+                    age: now.duration_since(t.since),
+                }
+            })
+            .collect()
+    }
+}
+
+/// One store request: pages that the submitter claimed (they are READING).
+pub(crate) struct ReadJob {
+    /// The object whose pages these are.
+    pub(crate) object: Arc<ObjectCore>,
+    /// The pages, claimed by the submitter; the job now owns their reads.
+    pub(crate) pages: Range<ObjectPage>,
+    /// The page a fault asked for, if it is in `pages` (every other page is
+    /// read ahead, for the miss ratio).
+    pub(crate) demand: Option<ObjectPage>,
+    /// The mapping whose fault submitted it, for its counters.
+    pub(crate) region: Option<Arc<Region>>,
+    /// The demand page's last chance: its previous read failed, and if this
+    /// one fails too, the faults waiting for it get SIGBUS.
+    pub(crate) last_chance: bool,
+}
+
+/// A queued job, taken once: a job can be on both queues (promoted), and
+/// whichever thread gets it first runs it.
+pub(crate) struct Queued {
+    /// Its entry in [`Inflight`].
+    id: u64,
+    job: Mutex<Option<ReadJob>>,
+    pages: Range<ObjectPage>,
+    promoted: AtomicBool,
+}
+
+impl Queued {
+    /// Takes the job, if no thread took it yet.
+    fn take(&self) -> Option<ReadJob> {
+        self.job.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+enum Msg {
+    Read(Arc<Queued>),
+    Stop,
+}
+
+/// How urgently a job is needed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Urgency {
+    /// A faulting thread waits for it.
+    Sync,
+    /// Read ahead.
+    Async,
+}
+
+/// The submitting side, shared by the pager's handler threads.
+pub(crate) struct IoQueue {
+    sync: Sender<Msg>,
+    async_: Sender<Msg>,
+    shared: Arc<IoShared>,
+}
+
+impl IoQueue {
+    /// Queues `job`. An async job is also listed on its object, so that a
+    /// fault that needs one of its pages can promote it. If the threads are
+    /// gone (only while the pager shuts down), runs it on the caller's
+    /// thread: a claimed page must be read.
+    pub(crate) fn submit(&self, job: ReadJob, urgency: Urgency, _counters: &Counters) {
+        let object = job.object.clone();
+        let id = self.shared.inflight.add(&object, job.pages.clone());
+        let queued = Arc::new(Queued {
+            id,
+            pages: job.pages.clone(),
+            job: Mutex::new(Some(job)),
+            promoted: AtomicBool::new(urgency == Urgency::Sync),
+        });
+        let tx = match urgency {
+            Urgency::Sync => &self.sync,
+            Urgency::Async => {
+                lock(&object.queued).push(queued.clone());
+                &self.async_
+            }
+        };
+        if tx.send(Msg::Read(queued.clone())).is_err() {
+            run_queued(&queued, &self.shared);
+        }
+    }
+
+    /// A fault waits for `page` of `object`, whose read is queued (async):
+    /// moves that job to the sync queue, once. The kernel gets the same
+    /// effect from the waiter sleeping on the folio's own lock.
+    pub(crate) fn promote(&self, object: &ObjectCore, page: ObjectPage) {
+        let list = lock(&object.queued);
+        let Some(queued) = list.iter().find(|q| q.pages.contains(&page)) else {
+            return;
+        };
+        if !queued.promoted.swap(true, Ordering::AcqRel) {
+            let _ = self.sync.send(Msg::Read(queued.clone()));
+        }
+    }
+}
+
+/// The I/O threads of a pager.
+pub(crate) struct IoThreads {
+    sync: Sender<Msg>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl IoThreads {
+    /// Starts `n` threads that add their counts to `shared.counters` (the
+    /// pager's).
+    pub(crate) fn start(n: usize, shared: Arc<IoShared>) -> std::io::Result<(IoThreads, IoQueue)> {
+        let (sync_tx, sync_rx) = crossbeam_channel::unbounded();
+        let (async_tx, async_rx) = crossbeam_channel::unbounded();
+        let mut threads = Vec::with_capacity(n);
+        for i in 0..n {
+            let (sync_rx, async_rx, shared) = (sync_rx.clone(), async_rx.clone(), shared.clone());
+            let stops = sync_tx.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("faultmap-io-{i}"))
+                .spawn(move || io_loop(&sync_rx, &async_rx, &stops, &shared))?;
+            threads.push(handle);
+        }
+        let queue = IoQueue {
+            sync: sync_tx.clone(),
+            async_: async_tx,
+            shared,
+        };
+        Ok((
+            IoThreads {
+                sync: sync_tx,
+                threads,
+            },
+            queue,
+        ))
+    }
+}
+
+impl IoThreads {
+    /// Tells every thread to stop (each runs the jobs still queued first)
+    /// and returns them, for the caller to join, or to give up on: a
+    /// thread inside a store call that never returns is left to finish on
+    /// its own. It owns (through `Arc`s) everything its job touches (the
+    /// object, its cache and alias, the region and its pager's
+    /// userfaultfd), so a late completion touches nothing that is gone.
+    pub(crate) fn stop(mut self) -> Vec<JoinHandle<()>> {
+        for _ in &self.threads {
+            let _ = self.sync.send(Msg::Stop);
+        }
+        std::mem::take(&mut self.threads)
+    }
+}
+
+/// Joins `threads`, waiting until `deadline` at the latest; the ones still
+/// running then (inside a store call that has not returned) are detached,
+/// their handles dropped. Returns how many.
+pub(crate) fn join_until(threads: Vec<JoinHandle<()>>, deadline: Instant) -> usize {
+    let mut running = threads;
+    let mut pause = Duration::from_micros(50);
+    loop {
+        let (done, rest): (Vec<_>, Vec<_>) = running.into_iter().partition(|t| t.is_finished());
+        for t in done {
+            let _ = t.join();
+        }
+        running = rest;
+        if running.is_empty() || Instant::now() >= deadline {
+            return running.len();
+        }
+        std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+        pause = (pause * 2).min(Duration::from_millis(10));
+    }
+}
+
+impl Drop for IoThreads {
+    fn drop(&mut self) {
+        for _ in &self.threads {
+            let _ = self.sync.send(Msg::Stop);
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn io_loop(sync: &Receiver<Msg>, async_: &Receiver<Msg>, stops: &Sender<Msg>, shared: &IoShared) {
+    loop {
+        // Sync first: a try on the sync queue, then whichever is ready with
+        // the sync queue preferred.
+        let msg = match sync.try_recv() {
+            Ok(msg) => msg,
+            Err(_) => select_biased! {
+                recv(sync) -> msg => msg,
+                recv(async_) -> msg => msg,
+            }
+            .unwrap_or(Msg::Stop),
+        };
+        match msg {
+            Msg::Read(queued) => run_queued(&queued, shared),
+            Msg::Stop => {
+                // Every queued job holds claimed pages: run them all. The
+                // other threads' stop messages met on the way go back, so
+                // that each thread gets its own.
+                let mut others = 0;
+                for msg in sync.try_iter().chain(async_.try_iter()) {
+                    match msg {
+                        Msg::Read(queued) => run_queued(&queued, shared),
+                        Msg::Stop => others += 1,
+                    }
+                }
+                for _ in 0..others {
+                    let _ = stops.send(Msg::Stop);
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Runs a queued job unless another thread took it first (it was on both
+/// queues), unlisting it from its object.
+fn run_queued(queued: &Arc<Queued>, shared: &IoShared) {
+    let Some(job) = queued.take() else {
+        return;
+    };
+    lock(&job.object.queued).retain(|q| !Arc::ptr_eq(q, queued));
+    run(job, shared, queued.id);
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether trying a failed request again may help: not for a request
+/// outside the object or one that came back short (the object shrank).
+fn retriable(e: &StoreError) -> bool {
+    matches!(e, StoreError::Read { .. })
+}
+
+/// An error and its sources, as one line.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// Runs one job: fills its pages (trying a failed request again up to
+/// `shared.retries` times), ends their reads, wakes parked faults.
+fn run(job: ReadJob, shared: &IoShared, id: u64) {
+    let object = &*job.object;
+    // Over the memory budget: wait for the evictor first (direct reclaim).
+    object.budget.throttle();
+    let mut tally = Stats::default();
+    let mut attempt = 0;
+    let result = loop {
+        match object.cache.fill(&*object.store, job.pages.clone()) {
+            Err(e) if attempt < shared.retries && retriable(&e) => {
+                tally.io_retries += 1;
+                std::thread::sleep(errors::backoff(attempt));
+                attempt += 1;
+            }
+            result => break result,
+        }
+    };
+    // Untracked before its reads end: see `Inflight::stall_overdue`.
+    shared.inflight.remove(id);
+    let ok = match result {
+        Ok(bytes) => {
+            tally.io_bytes = bytes as u64;
+            true
+        }
+        Err(e) => {
+            tally.io_errors = 1;
+            let start = job.pages.start.offset().min(object.len);
+            let end = job.pages.end.offset().min(object.len);
+            object.report(IoErrorKind::Read, start..end, error_chain(&e));
+            false
+        }
+    };
+    // Counted before the reads end: a thread woken by them that reads the
+    // counters sees this read.
+    object.counters.add(&tally);
+    shared.counters.add(&tally);
+    if let Some(region) = &job.region {
+        region.counters.add(&tally);
+    }
+    let waiters = fault::end_reads(object, job.pages.clone(), ok, job.demand);
+    if waiters {
+        let poison = job.demand.filter(|_| !ok && job.last_chance);
+        fault::settle_parked(object, poison);
+    }
+}

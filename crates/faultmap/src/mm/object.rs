@@ -1,0 +1,213 @@
+//! The object: a store, its page cache, and what the mechanisms keep on it.
+//!
+//! [`ObjectCore`] is what every mapping of an object shares: the cache (only
+//! the first mapping to touch a page reads it from the store; the others'
+//! faults are MINOR and map the cached page), the readahead state
+//! (`file_ra_state`), the regions that map it (the rmap), its share of a
+//! memory budget, its dirty state and its error log. The application holds
+//! it through counted [`crate::Object`] handles (`crate::api::object`).
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::base::report::{IoErrorKind, IoErrorReport, ObjectErrors};
+use crate::base::stats::{Counters, RaCounters};
+use crate::cache::shadow::Shadows;
+use crate::cache::wait::WaitList;
+use crate::cache::Cache;
+use crate::mm::evict::Budget;
+use crate::mm::fault::Waiter;
+use crate::mm::rmap::Rmap;
+use crate::mm::space::Region;
+use crate::policy::readahead::RaState;
+use crate::store::Store;
+
+pub(crate) struct ObjectCore {
+    pub(crate) store: Box<dyn Store>,
+    pub(crate) cache: Cache,
+    /// The store's length when the object was opened.
+    pub(crate) len: u64,
+    /// Counters of all mappings of this object.
+    pub(crate) counters: Counters,
+    /// Readahead counters of all mappings of this object.
+    pub(crate) ra: RaCounters,
+    /// Faults parked until a read in flight ends.
+    pub(crate) waiters: WaitList<Waiter>,
+    /// The readahead window (`file_ra_state`'s start, size, async_size),
+    /// taken only on misses and marker hits.
+    pub(crate) ra_window: Mutex<(u64, u64, u64)>,
+    /// `file_ra_state.mmap_miss`: updated without the lock on every hit,
+    /// racily, as the kernel does.
+    pub(crate) mmap_miss: AtomicU32,
+    /// The last page the previous fault mapped, `u64::MAX` before any.
+    pub(crate) prev: AtomicU64,
+    /// Async read jobs queued and not yet taken, for promotion.
+    pub(crate) queued: Mutex<Vec<Arc<crate::mm::io::Queued>>>,
+    /// The regions that map this object, by the object pages they cover
+    /// (`crate::mm::rmap`): for the hand's unmapping, eviction, invalidation.
+    pub(crate) rmap: Rmap,
+    /// The memory budget this object's pages are charged to.
+    pub(crate) budget: Arc<Budget>,
+    /// Pages of this object charged to the budget.
+    pub(crate) charged: AtomicU64,
+    /// Shadows of evicted pages, for refault detection.
+    pub(crate) shadows: Shadows,
+    /// Store failures: the error log, the pager logs it feeds, the end
+    /// after a truncation (`crate::mm::errors`).
+    pub(crate) errors: ObjectErrors,
+    /// The store's `io_pages`, asked once (a panic there is the default).
+    pub(crate) io_pages: u64,
+    /// The store's `ra_pages`, asked once (a panic there is the default).
+    pub(crate) ra_pages: u64,
+    /// The evictor of the object's own budget (`Pager::open_with_budget`):
+    /// it stops when the object goes.
+    pub(crate) evictor: std::sync::Mutex<Option<crate::mm::evict::Evictor>>,
+    /// Dirty count, error sequence, sync state (`crate::mm::writeback`).
+    pub(crate) wb: crate::mm::writeback::ObjectWb,
+    /// Live [`crate::Object`] handles (every [`crate::Mapping`] holds one): when
+    /// the last goes, the final write-back runs (see `Object`'s drop).
+    pub(crate) handles: std::sync::atomic::AtomicUsize,
+    /// How long the last handle's drop waits for the final write-back:
+    /// `Config::io_timeout` plus a second, of the pager that opened it.
+    pub(crate) grace: Duration,
+}
+
+impl Drop for ObjectCore {
+    /// The last handle went: dirty pages are written back, best effort
+    /// (`crate::mm::writeback::on_drop`); the memfd goes with the object, so
+    /// its pages leave the budget.
+    fn drop(&mut self) {
+        // The object's own evictor stops (not joined: this may be its own
+        // thread, which held the last handle; it exits at its next look).
+        if let Some(evictor) = self
+            .evictor
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            drop(evictor.stop());
+        }
+        crate::mm::writeback::on_drop(self);
+        let n = self.charged.load(Ordering::Relaxed);
+        self.budget.uncharge(self, n);
+        self.budget.deactivated(self.cache.states.count_active());
+    }
+}
+
+impl ObjectCore {
+    /// A new object over `store` with its cache.
+    /// `grace`: how long its last handle's drop waits for the final
+    /// write-back; `evictor`: the thread of a budget of its own.
+    pub(crate) fn new(
+        store: Box<dyn Store>,
+        cache: Cache,
+        len: u64,
+        budget: Arc<Budget>,
+        grace: Duration,
+        evictor: Option<crate::mm::evict::Evictor>,
+    ) -> Self {
+        // A store that panics must not take the caller down; its answers
+        // are asked here once, each caught.
+        let ask = |f: &dyn Fn() -> u64, default: u64| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(default)
+        };
+        let io_pages = ask(&|| store.io_pages(), 256).clamp(1, crate::base::config::MAX_RA_PAGES);
+        let ra_pages = ask(
+            &|| store.ra_pages(),
+            crate::policy::readahead::DEFAULT_RA_PAGES,
+        )
+        .min(crate::base::config::MAX_RA_PAGES);
+        Self {
+            handles: std::sync::atomic::AtomicUsize::new(0),
+            grace,
+            io_pages,
+            ra_pages,
+            evictor: std::sync::Mutex::new(evictor),
+            store,
+            cache,
+            len,
+            counters: Counters::default(),
+            ra: RaCounters::default(),
+            waiters: WaitList::default(),
+            ra_window: Mutex::new((0, 0, 0)),
+            mmap_miss: AtomicU32::new(0),
+            prev: AtomicU64::new(u64::MAX),
+            queued: Mutex::new(Vec::new()),
+            rmap: Rmap::default(),
+            budget,
+            charged: AtomicU64::new(0),
+            shadows: Shadows::default(),
+            errors: ObjectErrors::new(len),
+            wb: crate::mm::writeback::ObjectWb::default(),
+        }
+    }
+
+    /// Logs a store failure on `bytes` of this object, on the object and on
+    /// every pager that opened or mapped it (see [`crate::mm::errors`]).
+    pub(crate) fn report(&self, kind: IoErrorKind, bytes: Range<u64>, message: String) {
+        self.errors.report(IoErrorReport {
+            object: self.store.name().to_string(),
+            offset: bytes.start,
+            len: bytes.end.saturating_sub(bytes.start),
+            kind,
+            message,
+        });
+    }
+
+    /// Records that `region` maps this object.
+    pub(crate) fn add_mapping(&self, region: &Arc<Region>) {
+        self.rmap
+            .insert(region.object_pages(), region.start(), region);
+    }
+
+    /// Forgets `region` (being unmapped).
+    pub(crate) fn remove_mapping(&self, region: &Region) {
+        self.rmap.remove(region.object_pages(), region.start());
+    }
+
+    /// Runs a readahead decision on the object's whole readahead state,
+    /// under its lock (misses and marker hits).
+    pub(crate) fn with_ra_state<T>(&self, f: impl FnOnce(&mut RaState) -> T) -> T {
+        let mut window = self.ra_window.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.ra_counts();
+        (st.start, st.size, st.async_size) = *window;
+        let out = f(&mut st);
+        *window = (st.start, st.size, st.async_size);
+        self.store_ra_counts(&st);
+        out
+    }
+
+    /// Runs a readahead update that touches only `mmap_miss` and `prev`,
+    /// without a lock (hits, fault-around).
+    pub(crate) fn with_ra_counts<T>(&self, f: impl FnOnce(&mut RaState) -> T) -> T {
+        let mut st = self.ra_counts();
+        let out = f(&mut st);
+        self.store_ra_counts(&st);
+        out
+    }
+
+    /// The whole readahead state, read only.
+    pub(crate) fn ra_snapshot(&self) -> RaState {
+        let window = *self.ra_window.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.ra_counts();
+        (st.start, st.size, st.async_size) = window;
+        st
+    }
+
+    fn ra_counts(&self) -> RaState {
+        let prev = self.prev.load(Ordering::Relaxed);
+        RaState {
+            mmap_miss: self.mmap_miss.load(Ordering::Relaxed),
+            prev: (prev != u64::MAX).then_some(prev),
+            ..RaState::default()
+        }
+    }
+
+    fn store_ra_counts(&self, st: &RaState) {
+        self.mmap_miss.store(st.mmap_miss, Ordering::Relaxed);
+        self.prev
+            .store(st.prev.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,64 @@
+//! A pager's core: what its threads, its mappings and their regions share.
+//!
+//! Every region holds its pager's [`Core`] (`Region::owner`): a fault
+//! resolved in a SIGBUS handler finds there the userfaultfd to map with and
+//! the request slots to forward a miss to; reclaim finds the userfaultfd to
+//! write-protect with. The public [`crate::Pager`] (`crate::api::pager`)
+//! owns one, and its threads.
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use crate::base::stats::{Counters, RaCounters};
+use crate::cache::wait::Uffd;
+use crate::mm::evict::Budget;
+use crate::mm::fault::FaultEnv;
+use crate::mm::io::{IoQueue, IoShared};
+use crate::mm::object::ObjectCore;
+use crate::mm::signal::Requests;
+
+/// What the handler threads share with the pager and its mappings (and a
+/// SIGBUS handler reaches through a region's `owner`).
+pub(crate) struct Core {
+    pub(crate) uffd: Arc<Uffd>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) ra: RaCounters,
+    pub(crate) io: IoQueue,
+    pub(crate) speculative: bool,
+    pub(crate) global_cache_lock: bool,
+    /// Signal delivery's forwarded faults; `None` with handler threads.
+    pub(crate) requests: Option<Arc<Requests>>,
+    /// Live non-empty mappings.
+    pub(crate) mappings: AtomicUsize,
+    /// The memory budget of the objects this pager opens.
+    pub(crate) budget: Arc<Budget>,
+    /// What the I/O threads and the watchdog share (the error log, the
+    /// reads in flight, the objects whose length is polled).
+    pub(crate) io_shared: Arc<IoShared>,
+    /// The userfaultfd has `UFFD_FEATURE_WP_HUGETLBFS_SHMEM`: mappings can
+    /// be writable.
+    pub(crate) write_protect: bool,
+}
+
+impl Core {
+    /// The live objects this pager opened or mapped.
+    pub(crate) fn objects(&self) -> Vec<Arc<ObjectCore>> {
+        self.io_shared.objects()
+    }
+
+    pub(crate) fn env(&self) -> FaultEnv<'_> {
+        FaultEnv {
+            uffd: &self.uffd,
+            counters: &self.counters,
+            ra: &self.ra,
+            io: &self.io,
+            speculative: self.speculative,
+            global_cache_lock: self.global_cache_lock,
+        }
+    }
+
+    /// The request slots of a signal-delivery pager.
+    pub(crate) fn requests(&self) -> Option<&Arc<Requests>> {
+        self.requests.as_ref()
+    }
+}

@@ -1,0 +1,478 @@
+//! Signal delivery: the faulting thread resolves its own fault in a SIGBUS
+//! handler, with no handler-thread round trip.
+//!
+//! A pager created with [`crate::Delivery::Signal`] asks for
+//! `UFFD_FEATURE_SIGBUS`: a fault in its mappings raises SIGBUS
+//! (`BUS_ADRERR`) in the faulting thread instead of queueing a message. The
+//! process-wide handler installed here ([`install`]) then:
+//!
+//! 1. looks the address up speculatively in the region table
+//!    (`crate::mm::space`, an SRCU read section: no lock, no allocation);
+//!    an address no signal-delivery pager maps is not ours;
+//! 2. on a plain hit (the page UPTODATE, no readahead marker) pins and maps
+//!    the fault-around window with `UFFDIO_CONTINUE` and returns: the
+//!    access runs again and finds its page ([`crate::mm::fault::fast`]);
+//! 3. otherwise (a miss, a read in flight, a marker, a failed page, a
+//!    region being changed) it **forwards** the fault: ends its read
+//!    section, posts the address in a free slot of the pager's request
+//!    array, rings the pager's doorbell (an eventfd write), and waits on the
+//!    slot with a futex. A pager thread runs the full fault path on it
+//!    (readahead policy, I/O submission, parking) exactly as for a
+//!    userfaultfd message, and completes the slot: mapped (return), retry
+//!    (the read it waited for ended: look again, uncounted), or failed;
+//! 4. a SIGBUS that is not ours (another mapping's, a truncated file, a
+//!    `kill`), or a failed read of ours, goes to the disposition that was
+//!    installed before faultmap's, as if faultmap were not there: the
+//!    application's handler is called with the same arguments, or the
+//!    default action ends the process with SIGBUS.
+//!
+//! # Why a miss is forwarded, not read in the handler
+//!
+//! The issue allowed either a `pread` in the handler or a hand-off. A
+//! `Store` is arbitrary code (an HTTP or S3 client allocates and locks), and
+//! the readahead decision takes the object's readahead lock: neither may
+//! run in a signal handler. A miss costs a store read (tens of µs at least),
+//! so the hand-off's futex round trip is small beside it; the hit, which is
+//! what a warm scan does, never leaves the faulting thread.
+//!
+//! # What the handler may do
+//!
+//! Atomics, `UFFDIO_CONTINUE`, `eventfd` writes, `futex`, `sched_getcpu`,
+//! `sigaction` and `raise`: all async-signal-safe. No allocation (page-state
+//! chunks are only ever allocated on the miss path, on pager threads, from
+//! `crate::cache::pool`), no lock (but the benchmark-only global cache lock, and the
+//! table's lock with `RegionLookup::Classic`: see `classic` for why that one
+//! is safe here), no thread-local storage, no panic (slices are indexed
+//! with `get`; the arithmetic cannot overflow on addresses inside a
+//! region).
+//!
+//! # What the application must know
+//!
+//! - SIGBUS must not be blocked in a thread that touches a mapping (a
+//!   fault's SIGBUS is forced: the kernel kills a process whose faulting
+//!   thread blocks it). Other signals may be blocked freely.
+//! - A system call that reads from a mapping's page that is not mapped yet
+//!   (`write(fd, &map[..])`) gets `EFAULT`: the kernel raises no signal for
+//!   its own accesses. Touch the range first, or use handler-thread
+//!   delivery, which serves the kernel's accesses too.
+//! - An application that installs its own SIGBUS handler *after* creating a
+//!   signal-delivery pager replaces faultmap's; it must chain to the
+//!   disposition it replaced, as faultmap does.
+
+use std::sync::{Arc, OnceLock};
+
+use crate::sync::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::mm::fault::{self, Fast};
+use crate::mm::pager_core::Core;
+use crate::mm::space::{RegionTable, Speculated};
+use crate::sys::{self, Disposition, PAGE_SIZE};
+
+/// Requests a pager can have in flight from SIGBUS handlers; a thread that
+/// finds none free sleeps briefly and faults again.
+#[cfg(not(loom))]
+const SLOTS: usize = 128;
+/// One under loom, so that the model's requests reuse it.
+#[cfg(loom)]
+const SLOTS: usize = 1;
+
+/// How long a forwarding handler polls its slot before it sleeps on it (a
+/// pager thread that is polling answers a hit-after-read in a few µs;
+/// waking a sleeping thread costs about 40 µs on this machine).
+#[cfg_attr(loom, allow(dead_code))]
+const SPIN: Duration = Duration::from_micros(30);
+
+// Slot states.
+const FREE: u32 = 0;
+const CLAIMED: u32 = 1;
+const POSTED: u32 = 2;
+const TAKEN: u32 = 3;
+const DONE_MAPPED: u32 = 4;
+const DONE_RETRY: u32 = 5;
+const DONE_FAILED: u32 = 6;
+
+/// How a forwarded fault was completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// The page is mapped (or the fault has nothing left to do): return.
+    Mapped,
+    /// The read the fault waited for ended: look again (a retry, not
+    /// counted as a new fault).
+    Retry,
+    /// The page cannot be read: SIGBUS to the application.
+    Failed,
+}
+
+struct Slot {
+    state: AtomicU32,
+    addr: AtomicUsize,
+    retry: AtomicBool,
+}
+
+/// A pager's request slots and its doorbell.
+pub(crate) struct Requests {
+    slots: Box<[Slot]>,
+    /// Written (made readable) after a request is posted; the pager threads
+    /// poll it.
+    doorbell: std::os::fd::OwnedFd,
+}
+
+/// One posted request, as the pager thread that took it (or the parked
+/// fault waiting on its read) holds it.
+#[derive(Clone)]
+pub(crate) struct RequestRef {
+    requests: Arc<Requests>,
+    index: usize,
+}
+
+impl std::fmt::Debug for RequestRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestRef")
+            .field("index", &self.index)
+            .finish()
+    }
+}
+
+impl RequestRef {
+    fn slot(&self) -> Option<&Slot> {
+        self.requests.slots.get(self.index)
+    }
+
+    /// Whether the forwarding handler already counted this fault.
+    pub(crate) fn is_retry(&self) -> bool {
+        self.slot().is_some_and(|s| s.retry.load(Ordering::Relaxed))
+    }
+
+    /// Completes the request; the waiting handler returns or looks again.
+    pub(crate) fn complete(&self, reply: Reply) {
+        let Some(slot) = self.slot() else { return };
+        let state = match reply {
+            Reply::Mapped => DONE_MAPPED,
+            Reply::Retry => DONE_RETRY,
+            Reply::Failed => DONE_FAILED,
+        };
+        slot.state.store(state, Ordering::Release);
+        wake(&slot.state);
+    }
+}
+
+/// Wakes the handler sleeping on a slot's state word.
+#[cfg(not(loom))]
+fn wake(state: &AtomicU32) {
+    sys::futex_wake(state, 1);
+}
+
+/// Under loom the handler yields instead of sleeping: nothing to wake.
+#[cfg(loom)]
+fn wake(_state: &AtomicU32) {}
+
+/// Waits until the request in `slot` is done; returns the DONE_ state.
+/// Spins `SPIN` first, then sleeps on the state word (futex).
+#[cfg(not(loom))]
+fn wait_done(slot: &Slot) -> u32 {
+    let spin_until = sys::monotonic_ns().saturating_add(SPIN.as_nanos() as u64);
+    loop {
+        let s = slot.state.load(Ordering::Acquire);
+        if s >= DONE_MAPPED {
+            return s;
+        }
+        if sys::monotonic_ns() < spin_until {
+            std::hint::spin_loop();
+        } else {
+            sys::futex_wait(&slot.state, s, None);
+        }
+    }
+}
+
+/// Under loom: yields until the request is done.
+#[cfg(loom)]
+fn wait_done(slot: &Slot) -> u32 {
+    loop {
+        let s = slot.state.load(Ordering::Acquire);
+        if s >= DONE_MAPPED {
+            return s;
+        }
+        loom::thread::yield_now();
+    }
+}
+
+impl Requests {
+    pub(crate) fn new() -> std::io::Result<Self> {
+        Ok(Self {
+            slots: (0..SLOTS)
+                .map(|_| Slot {
+                    state: AtomicU32::new(FREE),
+                    addr: AtomicUsize::new(0),
+                    retry: AtomicBool::new(false),
+                })
+                .collect(),
+            doorbell: sys::eventfd()?,
+        })
+    }
+
+    /// The doorbell, for the pager threads' `poll`.
+    pub(crate) fn doorbell(&self) -> &std::os::fd::OwnedFd {
+        &self.doorbell
+    }
+
+    /// Runs `f` on every posted request (a pager thread). Returns how many
+    /// it ran.
+    pub(crate) fn serve(self: &Arc<Self>, mut f: impl FnMut(usize, &RequestRef)) -> usize {
+        let mut n = 0;
+        for (index, slot) in self.slots.iter().enumerate() {
+            if slot.state.load(Ordering::Acquire) != POSTED
+                || slot
+                    .state
+                    .compare_exchange(POSTED, TAKEN, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+            {
+                continue;
+            }
+            let r = RequestRef {
+                requests: self.clone(),
+                index,
+            };
+            f(slot.addr.load(Ordering::Relaxed), &r);
+            n += 1;
+        }
+        n
+    }
+
+    /// Forwards the fault at `addr` and waits for its completion (in a
+    /// SIGBUS handler: async-signal-safe). `None`: no slot was free; the
+    /// caller returns and the access faults again.
+    fn forward(&self, addr: usize, retry: bool) -> Option<Reply> {
+        let Some(slot) = self.post(addr, retry) else {
+            // Every slot is busy: back off a little (a futex wait on a word
+            // that never changes is an async-signal-safe sleep).
+            #[cfg(not(loom))]
+            sys::futex_wait(&AtomicU32::new(0), 0, Some(Duration::from_micros(100)));
+            return None;
+        };
+        let _ = sys::eventfd_signal(&self.doorbell);
+        Some(Self::finish(slot, wait_done(slot)))
+    }
+
+    /// Claims a free slot (FREE → CLAIMED) and posts the request in it
+    /// (→ POSTED, Release: a pager thread that takes it sees `addr` and
+    /// `retry`). `None` if no slot is free.
+    fn post(&self, addr: usize, retry: bool) -> Option<&Slot> {
+        let slot = self.slots.iter().find(|s| {
+            s.state.load(Ordering::Relaxed) == FREE
+                && s.state
+                    .compare_exchange(FREE, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+        })?;
+        slot.addr.store(addr, Ordering::Relaxed);
+        slot.retry.store(retry, Ordering::Relaxed);
+        slot.state.store(POSTED, Ordering::Release);
+        Some(slot)
+    }
+
+    /// Frees a done slot (→ FREE) and says how the request ended.
+    fn finish(slot: &Slot, done: u32) -> Reply {
+        slot.state.store(FREE, Ordering::Release);
+        match done {
+            DONE_RETRY => Reply::Retry,
+            DONE_FAILED => Reply::Failed,
+            _ => Reply::Mapped,
+        }
+    }
+}
+
+/// The disposition faultmap's handler replaced, to chain to.
+static PREVIOUS: OnceLock<Disposition> = OnceLock::new();
+
+/// Installs the process's SIGBUS handler, once. Called by the first
+/// signal-delivery pager, before any of its mappings exists.
+pub(crate) fn install() -> std::io::Result<()> {
+    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut done = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    if *done {
+        return Ok(());
+    }
+    // Recorded before ours goes in: a SIGBUS in between is chained.
+    let _ = PREVIOUS.set(sys::sigbus_query()?);
+    sys::sigbus_install(on_sigbus)?;
+    *done = true;
+    Ok(())
+}
+
+/// What the handler made of a SIGBUS.
+enum Outcome {
+    /// Resolved (or to be retried by faulting again): return.
+    Resolved,
+    /// Not a fault faultmap serves, or one it cannot: chain.
+    NotOurs,
+}
+
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // The interrupted code's errno survives the system calls made here.
+    let errno = sys::errno_get();
+    handle_sigbus(sig, info, ctx);
+    sys::errno_set(errno);
+}
+
+fn handle_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: `info` is the kernel's siginfo for this SA_SIGINFO handler.
+    let fault = unsafe { sys::siginfo_fault(info) };
+    // Only a userfaultfd's SIGBUS (BUS_ADRERR); a sent SIGBUS, a machine
+    // check (BUS_MCEERR_*) or an alignment fault is never ours.
+    if let Some((addr, libc::BUS_ADRERR)) = fault {
+        if let Outcome::Resolved = resolve(addr) {
+            return;
+        }
+    }
+    let Some(prev) = PREVIOUS.get() else { return };
+    let sent = !matches!(fault, Some((_, code)) if code > 0);
+    // SAFETY: the arguments are this handler's own.
+    unsafe { sys::sigbus_chain(prev, sig, info, ctx, sent) };
+    // A chained handler may reset SIGBUS to the default and return (Rust's
+    // stack-overflow handler does, for an address outside a guard page).
+    // After a fault that is the kernel's way to die on the access's retry;
+    // die now instead, since the retry may succeed (another thread mapped
+    // the page) and leave the process with no SIGBUS handler for
+    // faultmap's faults. After a sent signal the process goes on: put
+    // faultmap's handler back.
+    match sys::sigbus_query() {
+        Ok(now) if !now.is(on_sigbus) && now.is_default_or_ignore() && !sent => sys::sigbus_die(),
+        Ok(now) if !now.is(on_sigbus) && sent => {
+            let _ = sys::sigbus_reinstall(on_sigbus);
+        }
+        _ => {}
+    }
+}
+
+/// Counts a forwarded fault of `region`.
+fn count_forwarded(pager: &crate::base::stats::Counters, region: &crate::mm::space::Region) {
+    for counters in [pager, &region.counters, &region.object.counters] {
+        counters.forwarded.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// `RegionLookup::Classic` in the handler: the plain hit, under the table's
+/// lock, as the kernel's fault took `mmap_lock` before SPF. Returns whether
+/// the page is mapped (else the fault is forwarded).
+///
+/// A lock in a signal handler deadlocks if the interrupted code holds it.
+/// Nothing does here: the table's lock is held only inside faultmap's own
+/// calls (map, a mapping's drop, option changes), none of which touches a
+/// mapping's memory, and this handler runs only on such a touch; async
+/// signals are blocked while it runs. It is a futex lock: no allocation.
+fn classic(table: &RegionTable, core: &Core, page_addr: usize, retry: bool) -> bool {
+    let env = core.env();
+    let lock = table.lock();
+    let Some(region) = lock.lookup(page_addr) else {
+        return false;
+    };
+    if let Fast::Mapped = fault::fast(&env, region, None, page_addr, retry) {
+        return true;
+    }
+    count_forwarded(env.counters, region);
+    false
+}
+
+/// Steps 1 to 3 of the module documentation.
+fn resolve(addr: usize) -> Outcome {
+    let Some(table) = RegionTable::get_if_ready() else {
+        return Outcome::NotOurs;
+    };
+    let page_addr = addr & !(PAGE_SIZE - 1);
+    let mut retry = false;
+    loop {
+        // The pager's request array, found inside the read section and used
+        // after it: the pager's `Core` (which owns it) lives as long as any
+        // mapping of it, and the application is touching one.
+        let requests: *const Requests = match table.speculate(page_addr) {
+            Speculated::Found(spec) => {
+                let core: &Core = &spec.region.owner;
+                let Some(requests) = core.requests() else {
+                    return Outcome::NotOurs;
+                };
+                let env = core.env();
+                if !env.speculative {
+                    let core: *const Core = core;
+                    drop(spec);
+                    // SAFETY: as for `requests` below: the Core outlives
+                    // every access to its mappings.
+                    let core = unsafe { &*core };
+                    if classic(table, core, page_addr, retry) {
+                        return Outcome::Resolved;
+                    }
+                    Arc::as_ptr(requests)
+                } else {
+                    if let Fast::Mapped =
+                        fault::fast(&env, spec.region, Some(&spec), page_addr, retry)
+                    {
+                        return Outcome::Resolved;
+                    }
+                    count_forwarded(env.counters, spec.region);
+                    Arc::as_ptr(requests)
+                }
+            }
+            Speculated::Busy(region, _section) => match region.owner.requests() {
+                Some(requests) => Arc::as_ptr(requests),
+                None => return Outcome::NotOurs,
+            },
+            Speculated::None => return Outcome::NotOurs,
+        };
+        // SAFETY: see above: the Core that owns the requests outlives every
+        // access to its mappings, this one included.
+        let requests = unsafe { &*requests };
+        match requests.forward(page_addr, retry) {
+            Some(Reply::Mapped) | None => return Outcome::Resolved,
+            Some(Reply::Retry) => retry = true,
+            Some(Reply::Failed) => return Outcome::NotOurs,
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::{wait_done, Reply, Requests};
+    // std's Arc: `serve` takes one; its count is no part of the protocol.
+    use loom::thread;
+    use std::sync::Arc;
+
+    /// A SIGBUS handler forwards two faults, one after the other, through
+    /// the production slot protocol (`post`, `wait_done`, `finish`) over
+    /// one slot, while a pager thread serves them (`serve`,
+    /// `RequestRef::complete`): each request is served once, with the
+    /// address it was posted with, the handler gets the reply the server
+    /// gave it, and the slot is reused only once it is free again.
+    #[test]
+    fn loom_models_signal_slots() {
+        loom::model(|| {
+            let requests = Arc::new(Requests::new().expect("eventfd"));
+            let r = requests.clone();
+            let handler = thread::spawn(move || {
+                for (addr, want) in [(4096, Reply::Mapped), (8192, Reply::Retry)] {
+                    let slot = loop {
+                        // The slot is not free yet: the access faults again.
+                        match r.post(addr, false) {
+                            Some(slot) => break slot,
+                            None => thread::yield_now(),
+                        }
+                    };
+                    let reply = Requests::finish(slot, wait_done(slot));
+                    assert_eq!(reply, want, "the reply to {addr:#x}");
+                }
+            });
+            let mut served = Vec::new();
+            while served.len() < 2 {
+                requests.serve(|addr, req| {
+                    served.push(addr);
+                    req.complete(if addr == 4096 {
+                        Reply::Mapped
+                    } else {
+                        Reply::Retry
+                    });
+                });
+                thread::yield_now();
+            }
+            handler.join().unwrap();
+            assert_eq!(served, [4096, 8192]);
+        });
+    }
+}

@@ -1,0 +1,29 @@
+//! Synchronisation: the primitives the lock-free protocols are built from.
+//!
+//! - this module itself is the *shim*: the atomics and locks the concurrent
+//!   structures use, `std`'s in production and loom's under `--cfg loom`,
+//!   so the loom models run the same code;
+//! - [`seqcount`]: a sequence count (odd while a writer changes what it
+//!   guards), the region's `vm_sequence` of the speculative fault series;
+//! - [`srcu`]: sleepable read-copy-update with signal-safe readers, which
+//!   frees the region table's old snapshots after a grace period.
+//!
+//! Layer rule: uses only [`crate::sys`]. Every layer above may use it.
+
+pub(crate) mod seqcount;
+pub(crate) mod srcu;
+
+#[cfg(loom)]
+#[allow(unused_imports)]
+pub(crate) use loom::sync::atomic::{
+    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Mutex, MutexGuard};
+#[cfg(not(loom))]
+#[allow(unused_imports)]
+pub(crate) use std::sync::atomic::{
+    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Mutex, MutexGuard};
