@@ -6,34 +6,57 @@
 //! faultmap's own fault path, built on `userfaultfd`:
 //!
 //! - each object's page cache is a memfd, filled through a private alias
-//!   mapping straight from the store (`cache`);
+//!   mapping straight from the store ([`cache`]);
 //! - each mapping maps that memfd `MAP_SHARED` and is registered with
 //!   userfaultfd in MISSING and MINOR modes, so every first touch of a page
-//!   reaches faultmap (`pager`);
+//!   reaches faultmap ([`api`]);
 //! - a fault maps the faulting page and its cached neighbours with
 //!   `UFFDIO_CONTINUE`, in the kernel's VA-aligned fault-around window
-//!   ([`fault_around`], `fault`);
+//!   ([`policy::fault_around`], the fault path in [`mm`]);
 //! - a miss reads what the kernel's on-demand readahead and read-around
-//!   would ([`readahead`]), on I/O threads, with an unmapped marker page
-//!   that starts the next window asynchronously;
+//!   would ([`policy::readahead`]), on I/O threads, with an unmapped marker
+//!   page that starts the next window asynchronously;
 //! - page lookups take no lock: one atomic state word per page
-//!   ([`page_state`]); region lookups take none either (speculative, checked
-//!   by a sequence count, `space`);
+//!   ([`cache::page_state`]); region lookups take none either (speculative,
+//!   checked by a sequence count: the region table in [`mm`]);
 //! - by default the faulting thread resolves a cache hit itself, in a
-//!   SIGBUS handler (`Delivery::Signal`, `signal`), and hands misses to a
-//!   pager thread;
-//! - under a memory budget (`Config::memory_budget`), an evictor runs a
-//!   CLOCK hand ([`clock`], `evict`) that unmaps pages from every mapping
-//!   of their object (the object's interval tree of mappings, `rmap`) to
+//!   SIGBUS handler ([`Delivery::Signal`]), and hands misses to a pager
+//!   thread;
+//! - under a memory budget ([`Config::memory_budget`]), an evictor runs a
+//!   CLOCK hand ([`policy::clock`]) that unmaps pages from every mapping
+//!   of their object (the object's interval tree of mappings, its rmap) to
 //!   sample their use, evicts what was not used, and puts pages that
-//!   refault soon after eviction in the active set ([`workingset`]);
+//!   refault soon after eviction in the active set
+//!   ([`policy::workingset`]);
 //! - writable mappings ([`Pager::map_mut`]) track dirty pages with
 //!   write-protect faults and write them back on `flush`, from a
-//!   background flusher, or before eviction (`writeback`);
+//!   background flusher, or before eviction;
 //! - a store that fails, comes back short or hangs gives SIGBUS on the
 //!   pages it could not read, after retries, and a report naming the
-//!   object and offset (`errors`); an application's `munmap`/`mremap` of a
-//!   mapping is noticed through userfaultfd events (`events`).
+//!   object and offset ([`IoErrorReport`]); an application's
+//!   `munmap`/`mremap` of a mapping is noticed through userfaultfd events.
+//!
+//! # Layers
+//!
+//! The library is cut into layers, one folder each; a layer uses only the
+//! layers below it, and what a lower layer needs from above is passed in
+//! (as the fault path gets its pager's userfaultfd, counters and I/O queue
+//! in a `FaultEnv`). Bottom to top:
+//!
+//! | layer | what it is | uses |
+//! |---|---|---|
+//! | [`sys`] | every raw system call and ioctl, io_uring | nothing |
+//! | [`sync`] | the loom shim, sequence counts, SRCU | `sys` |
+//! | [`policy`] | fault-around, readahead, CLOCK, workingset: pure decisions | `sys`'s constants |
+//! | [`base`] | index newtypes, configuration, counters, error reports | `policy`, `sync`, `sys` |
+//! | [`store`] | where bytes come from: the `Store` trait, files, memory | `base`, `policy`, `sys` |
+//! | [`cache`] | the page cache: page-state words, chunk pool, memfd, shadows, wait lists | all of the above |
+//! | [`mm`] | objects, regions and the mechanisms over them: fault path, reclaim, events | all of the above |
+//! | [`api`] | [`Pager`], [`Object`], [`Mapping`] | all of the above |
+//!
+//! `ARCHITECTURE.md` in the repository follows a fault, a read, an
+//! eviction and a write-back through these layers, and lists the
+//! invariants that hold them together.
 //!
 //! ```no_run
 //! use faultmap::{Config, FileStore, MapOptions, Pager};
@@ -63,14 +86,14 @@
 
 // The layers, bottom to top: each uses only the ones above it in this list
 // (see ARCHITECTURE.md and each layer's own documentation).
-pub(crate) mod api;
-pub(crate) mod base;
+pub mod api;
+pub mod base;
 pub mod cache;
-pub(crate) mod mm;
+pub mod mm;
 pub mod policy;
-pub(crate) mod store;
-pub(crate) mod sync;
-pub(crate) mod sys;
+pub mod store;
+pub mod sync;
+pub mod sys;
 
 pub mod measure;
 

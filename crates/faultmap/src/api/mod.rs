@@ -1,6 +1,13 @@
-//! The public API: pagers, objects and mappings.
+//! The public API: [`crate::Pager`], [`crate::Object`], [`crate::Mapping`].
 //!
-//! PLACEHOLDER
+//! - `pager`: the pager (one userfaultfd, its handler, I/O, evictor and
+//!   flusher threads), mapping and its safety contract, the handler
+//!   threads' loop, and the lifetimes that bound shutdown;
+//! - `object`: the counted handle to an object, with invalidation, flush,
+//!   statistics and the error log.
+//!
+//! Layer rule: the top. It builds the pager's `Core` for [`crate::mm`] and
+//! owns the threads; nothing below imports it.
 
 pub(crate) mod object;
 pub(crate) mod pager;

@@ -177,7 +177,7 @@ impl Object {
     }
 
     /// The last store failures on this object (at most
-    /// [`crate::mm::errors::LOG_CAPACITY`], oldest first): failed reads (after
+    /// [`crate::LOG_CAPACITY`], oldest first): failed reads (after
     /// their retries), timeouts, failed write-backs. The log is kept.
     pub fn io_errors(&self) -> Vec<IoErrorReport> {
         self.0.errors.log().snapshot()

@@ -1,12 +1,12 @@
 //! The ground: the vocabulary every layer speaks.
 //!
-//! - [`index`]: index newtypes, so that an object page cannot be mixed up
+//! - `index`: index newtypes, so that an object page cannot be mixed up
 //!   with a region page or an address;
-//! - [`config`]: the pager's and a mapping's settings, bounded and
+//! - `config`: the pager's and a mapping's settings, bounded and
 //!   validated in one place;
-//! - [`stats`]: the counters, named as the kernel names them, and the
+//! - `stats`: the counters, named as the kernel names them, and the
 //!   readahead table;
-//! - [`report`]: store failures as the application sees them (the error
+//! - `report`: store failures as the application sees them (the error
 //!   reports and their bounded logs).
 //!
 //! Layer rule: uses [`crate::policy`] (the readahead mode and patterns that

@@ -27,8 +27,8 @@
 //!   shrank), never zeros or stale bytes. Such a failure ends like any other
 //!   read error: SIGBUS on the faulting pages that could not be read.
 //! - **Reports.** Every failure is logged on the object and on every pager
-//!   that opened or mapped it: a bounded log of the last [`LOG_CAPACITY`]
-//!   [`IoErrorReport`]s ([`crate::Object::io_errors`],
+//!   that opened or mapped it: a bounded log of the last [`crate::LOG_CAPACITY`]
+//!   [`crate::IoErrorReport`]s ([`crate::Object::io_errors`],
 //!   [`crate::Pager::io_errors`]; `take_io_errors` drains). Older reports
 //!   are dropped and counted (`dropped`).
 //!

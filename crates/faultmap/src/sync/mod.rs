@@ -3,9 +3,9 @@
 //! - this module itself is the *shim*: the atomics and locks the concurrent
 //!   structures use, `std`'s in production and loom's under `--cfg loom`,
 //!   so the loom models run the same code;
-//! - [`seqcount`]: a sequence count (odd while a writer changes what it
+//! - `seqcount`: a sequence count (odd while a writer changes what it
 //!   guards), the region's `vm_sequence` of the speculative fault series;
-//! - [`srcu`]: sleepable read-copy-update with signal-safe readers, which
+//! - `srcu`: sleepable read-copy-update with signal-safe readers, which
 //!   frees the region table's old snapshots after a grace period.
 //!
 //! Layer rule: uses only [`crate::sys`]. Every layer above may use it.

@@ -35,7 +35,7 @@ const UFFD_API: u64 = 0xAA;
 const UFFD_USER_MODE_ONLY: libc::c_int = 1;
 
 /// Feature bits of `uffdio_api.features`.
-pub mod feature {
+pub(crate) mod feature {
     pub const EVENT_FORK: u64 = 1 << 1;
     pub const EVENT_REMAP: u64 = 1 << 2;
     pub const EVENT_REMOVE: u64 = 1 << 3;
@@ -72,7 +72,7 @@ pub mod feature {
 }
 
 /// Registration modes of `uffdio_register.mode`.
-pub mod mode {
+pub(crate) mod mode {
     pub const MISSING: u64 = 1 << 0;
     /// Write-protect tracking (`UFFDIO_REGISTER_MODE_WP`).
     pub const WP: u64 = 1 << 1;
@@ -80,7 +80,7 @@ pub mod mode {
 }
 
 /// Bits of `uffdio_register.ioctls`: which range ioctls the range supports.
-pub mod range_ioctl {
+pub(crate) mod range_ioctl {
     pub const WAKE: u64 = 1 << 0x02;
     pub const WRITEPROTECT: u64 = 1 << 0x06;
     pub const CONTINUE: u64 = 1 << 0x07;
@@ -88,16 +88,16 @@ pub mod range_ioctl {
 }
 
 /// `uffd_msg.event` of a page fault.
-pub const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
+pub(crate) const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
 /// `uffd_msg.event` of an `mremap` of a registered range
 /// (`UFFD_FEATURE_EVENT_REMAP`): `arg.remap` is `{from, to, len}`.
-pub const UFFD_EVENT_REMAP: u8 = 0x14;
+pub(crate) const UFFD_EVENT_REMAP: u8 = 0x14;
 /// `uffd_msg.event` of an `munmap` of (part of) a registered range
 /// (`UFFD_FEATURE_EVENT_UNMAP`): `arg.remove` is `{start, end}`.
-pub const UFFD_EVENT_UNMAP: u8 = 0x16;
+pub(crate) const UFFD_EVENT_UNMAP: u8 = 0x16;
 
 /// `uffd_msg.arg.pagefault.flags`: a write to a write-protected page.
-pub const UFFD_PAGEFAULT_FLAG_WP: u64 = 1 << 1;
+pub(crate) const UFFD_PAGEFAULT_FLAG_WP: u64 = 1 << 1;
 
 const CONTINUE_MODE_DONTWAKE: u64 = 1 << 0;
 /// `UFFDIO_CONTINUE_MODE_WP`: map the pages write-protected.
@@ -149,7 +149,7 @@ struct UffdioPoison {
 /// `struct uffd_msg`: 32 bytes, the page-fault member of its union decoded.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub struct UffdMsg {
+pub(crate) struct UffdMsg {
     pub event: u8,
     reserved1: u8,
     reserved2: u16,
@@ -218,7 +218,7 @@ const _: () = assert!(UFFDIO_WRITEPROTECT == 0xC018_AA06);
 
 /// How a userfaultfd was obtained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UffdSource {
+pub(crate) enum UffdSource {
     /// The `userfaultfd(2)` system call: needs `CAP_SYS_PTRACE` or
     /// `vm.unprivileged_userfaultfd=1`. Serves faults the kernel takes on the
     /// application's behalf (`write(2)` from a mapping, O_DIRECT) too.
@@ -245,7 +245,7 @@ impl UffdSource {
 /// also serves kernel-mode faults: the system call, then `/dev/userfaultfd`,
 /// then the system call with `UFFD_USER_MODE_ONLY`. Returns the first error
 /// if all fail.
-pub fn open_userfaultfd() -> io::Result<(OwnedFd, UffdSource)> {
+pub(crate) fn open_userfaultfd() -> io::Result<(OwnedFd, UffdSource)> {
     let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
     let first_err = match userfaultfd_syscall(flags) {
         Ok(fd) => return Ok((fd, UffdSource::Syscall)),
@@ -284,7 +284,7 @@ fn userfaultfd_syscall(flags: libc::c_int) -> io::Result<OwnedFd> {
 /// kernel reports. The kernel accepts the handshake once per fd, and fails it
 /// with `EINVAL` if a requested feature is unsupported: probe with 0 on a
 /// throw-away fd first to learn what is there.
-pub fn uffd_api(uffd: &OwnedFd, features: u64) -> io::Result<u64> {
+pub(crate) fn uffd_api(uffd: &OwnedFd, features: u64) -> io::Result<u64> {
     let mut api = UffdioApi {
         api: UFFD_API,
         features,
@@ -301,7 +301,12 @@ pub fn uffd_api(uffd: &OwnedFd, features: u64) -> io::Result<u64> {
 
 /// Registers `[start, start+len)` with `modes`. Returns the range ioctls the
 /// kernel allows on it (`range_ioctl` bits).
-pub fn uffd_register(uffd: &OwnedFd, start: usize, len: usize, modes: u64) -> io::Result<u64> {
+pub(crate) fn uffd_register(
+    uffd: &OwnedFd,
+    start: usize,
+    len: usize,
+    modes: u64,
+) -> io::Result<u64> {
     let mut reg = UffdioRegister {
         range: UffdioRange {
             start: start as u64,
@@ -322,7 +327,7 @@ pub fn uffd_register(uffd: &OwnedFd, start: usize, len: usize, modes: u64) -> io
 /// Unregisters `[start, start+len)` from `uffd`: the kernel sends no more
 /// events for it (an `munmap` of it then neither sends an UNMAP event nor
 /// waits for one to be read) and faults in it no longer reach `uffd`.
-pub fn uffd_unregister(uffd: &OwnedFd, start: usize, len: usize) -> io::Result<()> {
+pub(crate) fn uffd_unregister(uffd: &OwnedFd, start: usize, len: usize) -> io::Result<()> {
     let mut range = UffdioRange {
         start: start as u64,
         len: len as u64,
@@ -338,7 +343,7 @@ pub fn uffd_unregister(uffd: &OwnedFd, start: usize, len: usize) -> io::Result<(
 
 /// The outcome of one `UFFDIO_CONTINUE` call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ContinueResult {
+pub(crate) enum ContinueResult {
     /// The whole range is mapped (and woken unless DONTWAKE).
     Done,
     /// Only the first `bytes` were mapped (and woken); the page after them
@@ -354,7 +359,7 @@ pub enum ContinueResult {
 /// there. `wake` wakes the threads waiting in the range when it succeeds;
 /// `write_protect` maps them write-protected (`UFFDIO_CONTINUE_MODE_WP`:
 /// the first write to each raises a WP fault).
-pub fn uffd_continue(
+pub(crate) fn uffd_continue(
     uffd: &OwnedFd,
     start: usize,
     len: usize,
@@ -393,7 +398,7 @@ pub fn uffd_continue(
 }
 
 /// `UFFDIO_WAKE` over `[start, start+len)`.
-pub fn uffd_wake(uffd: &OwnedFd, start: usize, len: usize) -> io::Result<()> {
+pub(crate) fn uffd_wake(uffd: &OwnedFd, start: usize, len: usize) -> io::Result<()> {
     let mut range = UffdioRange {
         start: start as u64,
         len: len as u64,
@@ -411,7 +416,7 @@ pub fn uffd_wake(uffd: &OwnedFd, start: usize, len: usize) -> io::Result<()> {
 /// pages not mapped get the kernel's uffd-wp marker, so they are protected
 /// when mapped again), else removes the protection and, unless
 /// `dont_wake`, wakes the threads that wait in the range.
-pub fn uffd_writeprotect(
+pub(crate) fn uffd_writeprotect(
     uffd: &OwnedFd,
     start: usize,
     len: usize,
@@ -441,7 +446,7 @@ pub fn uffd_writeprotect(
 
 /// `UFFDIO_POISON` over `[start, start+len)`: the next access there gets
 /// SIGBUS, as a kernel mapping does when a page cannot be read. Wakes waiters.
-pub fn uffd_poison(uffd: &OwnedFd, start: usize, len: usize) -> io::Result<()> {
+pub(crate) fn uffd_poison(uffd: &OwnedFd, start: usize, len: usize) -> io::Result<()> {
     let mut arg = UffdioPoison {
         range: UffdioRange {
             start: start as u64,
@@ -462,7 +467,7 @@ pub fn uffd_poison(uffd: &OwnedFd, start: usize, len: usize) -> io::Result<()> {
 /// Reads as many pending messages as fit into `buf` from a non-blocking
 /// userfaultfd. Returns how many were read: 0 when none was pending (another
 /// handler thread took them).
-pub fn uffd_read(uffd: &OwnedFd, buf: &mut [UffdMsg]) -> io::Result<usize> {
+pub(crate) fn uffd_read(uffd: &OwnedFd, buf: &mut [UffdMsg]) -> io::Result<usize> {
     let bytes = std::mem::size_of_val(buf);
     // SAFETY: `buf` is valid for writes of `bytes` bytes, and any bit pattern
     // is a valid UffdMsg (plain integers).
@@ -482,7 +487,7 @@ pub fn uffd_read(uffd: &OwnedFd, buf: &mut [UffdMsg]) -> io::Result<usize> {
 // ---------------------------------------------------------------------------
 
 /// Creates a close-on-exec memfd of `len` bytes named `name`.
-pub fn memfd_create(name: &CStr, len: u64) -> io::Result<OwnedFd> {
+pub(crate) fn memfd_create(name: &CStr, len: u64) -> io::Result<OwnedFd> {
     // SAFETY: `name` is a valid NUL-terminated string for the whole call.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
@@ -499,7 +504,7 @@ pub fn memfd_create(name: &CStr, len: u64) -> io::Result<OwnedFd> {
 }
 
 /// Creates a non-blocking, close-on-exec eventfd.
-pub fn eventfd() -> io::Result<OwnedFd> {
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: eventfd takes two integers and returns a new fd or -1.
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
     if fd < 0 {
@@ -510,7 +515,7 @@ pub fn eventfd() -> io::Result<OwnedFd> {
 }
 
 /// Makes an eventfd readable (adds 1 to its counter).
-pub fn eventfd_signal(fd: &OwnedFd) -> io::Result<()> {
+pub(crate) fn eventfd_signal(fd: &OwnedFd) -> io::Result<()> {
     let one: u64 = 1;
     // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
     let n = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
@@ -522,7 +527,7 @@ pub fn eventfd_signal(fd: &OwnedFd) -> io::Result<()> {
 
 /// Waits until one of `fds` is readable (or has an error). Returns a bit per
 /// fd, in order: bit i set when `fds[i]` is ready. `EINTR` returns 0.
-pub fn poll_readable(fds: &[&OwnedFd], timeout_ms: i32) -> io::Result<u32> {
+pub(crate) fn poll_readable(fds: &[&OwnedFd], timeout_ms: i32) -> io::Result<u32> {
     let mut pfds = [libc::pollfd {
         fd: -1,
         events: 0,
@@ -553,7 +558,7 @@ pub fn poll_readable(fds: &[&OwnedFd], timeout_ms: i32) -> io::Result<u32> {
 }
 
 /// Whether the system page size is [`PAGE_SIZE`].
-pub fn page_size_matches() -> bool {
+pub(crate) fn page_size_matches() -> bool {
     // SAFETY: sysconf takes an integer and returns an integer.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     size == PAGE_SIZE as libc::c_long
@@ -566,7 +571,7 @@ pub fn page_size_matches() -> bool {
 /// An owned memory mapping, unmapped on drop (unless given up with
 /// [`MappedRegion::disown`]).
 #[derive(Debug)]
-pub struct MappedRegion {
+pub(crate) struct MappedRegion {
     ptr: NonNull<u8>,
     len: usize,
     /// The range is no longer ours (the application unmapped or moved
@@ -641,7 +646,7 @@ impl Drop for MappedRegion {
 
 /// Maps `len` bytes of `fd` at file offset `offset`, `MAP_SHARED`, read-write,
 /// with no reservation: the private alias through which the cache is filled.
-pub fn mmap_shared_rw(fd: &OwnedFd, len: usize, offset: u64) -> io::Result<MappedRegion> {
+pub(crate) fn mmap_shared_rw(fd: &OwnedFd, len: usize, offset: u64) -> io::Result<MappedRegion> {
     mmap_at(
         None,
         fd,
@@ -657,7 +662,7 @@ pub fn mmap_shared_rw(fd: &OwnedFd, len: usize, offset: u64) -> io::Result<Mappe
 /// `offset` modulo `align` (a power of two), so that the VA-aligned
 /// fault-around window is aligned in the file too, as the kernel arranges
 /// for large-folio file mappings.
-pub fn mmap_shared_aligned(
+pub(crate) fn mmap_shared_aligned(
     fd: &OwnedFd,
     len: usize,
     offset: u64,
@@ -749,7 +754,7 @@ fn mmap_at(
 
 /// `"procfs"` when the file lives on procfs (`fstatfs`'s magic), whose
 /// files report sizes that are not their contents; `None` elsewhere.
-pub fn pseudo_fs(fd: BorrowedFd<'_>) -> io::Result<Option<&'static str>> {
+pub(crate) fn pseudo_fs(fd: BorrowedFd<'_>) -> io::Result<Option<&'static str>> {
     // SAFETY: statfs is plain old data; zeroes are a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: fstatfs writes one `struct statfs` to `st`, which outlives the
@@ -766,7 +771,7 @@ pub fn pseudo_fs(fd: BorrowedFd<'_>) -> io::Result<Option<&'static str>> {
 
 /// Clears `O_NONBLOCK` on `fd` (set only to open a path without blocking
 /// on a FIFO; some FUSE filesystems would honour it on reads).
-pub fn clear_nonblock(fd: BorrowedFd<'_>) -> io::Result<()> {
+pub(crate) fn clear_nonblock(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: F_GETFL/F_SETFL read and set the descriptor's status flags;
     // no memory is passed.
     let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
@@ -783,7 +788,7 @@ pub fn clear_nonblock(fd: BorrowedFd<'_>) -> io::Result<()> {
 
 /// Reads at most `buf.len()` bytes at `offset` (one `pread`), returning how
 /// many it read.
-pub fn pread_some(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+pub(crate) fn pread_some(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     // SAFETY: pread writes at most buf.len() bytes into `buf`, which we hold
     // mutably for the call.
     let rc = unsafe {
@@ -801,7 +806,7 @@ pub fn pread_some(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result
 }
 
 /// `madvise(MADV_DONTFORK)`: a child of `fork` does not inherit the range.
-pub fn madvise_dontfork(region: &MappedRegion) -> io::Result<()> {
+pub(crate) fn madvise_dontfork(region: &MappedRegion) -> io::Result<()> {
     // SAFETY: advises on a range this process mapped and owns; DONTFORK
     // changes no content.
     let rc = unsafe { libc::madvise(region.as_ptr().cast(), region.len(), libc::MADV_DONTFORK) };
@@ -848,7 +853,7 @@ pub fn mincore_resident(addr: *const u8, len: usize) -> io::Result<usize> {
 /// length)` in bytes, from `statx(STATX_DIOALIGN)` (Linux 6.1). `Ok(None)`
 /// when the filesystem does not say; `Some((0, 0))` when it says that it
 /// does not support direct I/O on this file.
-pub fn dio_alignment(fd: BorrowedFd<'_>) -> io::Result<Option<(u32, u32)>> {
+pub(crate) fn dio_alignment(fd: BorrowedFd<'_>) -> io::Result<Option<(u32, u32)>> {
     // SAFETY: an all-zero statx is a valid value to be overwritten.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: with AT_EMPTY_PATH and an empty path, statx describes `fd`,
@@ -875,7 +880,7 @@ pub fn dio_alignment(fd: BorrowedFd<'_>) -> io::Result<Option<(u32, u32)>> {
 /// `madvise(MADV_DONTNEED)` on `[addr, addr+len)` of a faultmap mapping:
 /// drops its PTEs; the memfd keeps the pages, so the next touch is a MINOR
 /// fault that maps them again without I/O.
-pub fn madvise_dontneed(addr: usize, len: usize) -> io::Result<()> {
+pub(crate) fn madvise_dontneed(addr: usize, len: usize) -> io::Result<()> {
     // SAFETY: advises on a page-aligned range inside a shared memfd mapping
     // this process owns (the caller computed it from a live region). For a
     // shared mapping DONTNEED only drops PTEs; no memory the program holds a
@@ -889,7 +894,7 @@ pub fn madvise_dontneed(addr: usize, len: usize) -> io::Result<()> {
 
 /// Punches a hole over `[offset, offset+len)` of a memfd: its pages leave
 /// the page cache and read as zeros; the file keeps its size.
-pub fn punch_hole(fd: &OwnedFd, offset: u64, len: u64) -> io::Result<()> {
+pub(crate) fn punch_hole(fd: &OwnedFd, offset: u64, len: u64) -> io::Result<()> {
     let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     };
@@ -918,7 +923,7 @@ pub fn punch_hole(fd: &OwnedFd, offset: u64, len: u64) -> io::Result<()> {
 /// Returns on a wake, a changed value, a signal or the timeout, without
 /// saying which: callers re-check `word`.
 #[cfg_attr(loom, allow(dead_code))]
-pub fn futex_wait(
+pub(crate) fn futex_wait(
     word: &std::sync::atomic::AtomicU32,
     expected: u32,
     timeout: Option<std::time::Duration>,
@@ -944,7 +949,7 @@ pub fn futex_wait(
 }
 
 /// Wakes up to `n` threads sleeping in [`futex_wait`] on `word`.
-pub fn futex_wake(word: &std::sync::atomic::AtomicU32, n: i32) {
+pub(crate) fn futex_wake(word: &std::sync::atomic::AtomicU32, n: i32) {
     // SAFETY: FUTEX_WAKE only uses `word`'s address as a key; it reads and
     // writes no memory.
     unsafe {
@@ -959,7 +964,7 @@ pub fn futex_wake(word: &std::sync::atomic::AtomicU32, n: i32) {
 
 /// The CPU this thread runs on (a hint: it may move at once), 0 if unknown.
 #[cfg_attr(loom, allow(dead_code))]
-pub fn current_cpu() -> usize {
+pub(crate) fn current_cpu() -> usize {
     // SAFETY: sched_getcpu takes no argument; glibc reads it from the rseq
     // area or the vDSO.
     let cpu = unsafe { libc::sched_getcpu() };
@@ -967,11 +972,12 @@ pub fn current_cpu() -> usize {
 }
 
 /// A SIGBUS handler with `SA_SIGINFO`'s arguments.
-pub type SigInfoHandler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+pub(crate) type SigInfoHandler =
+    extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
 
 /// A saved signal disposition (what `sigaction` returned).
 #[derive(Clone, Copy)]
-pub struct Disposition(libc::sigaction);
+pub(crate) struct Disposition(libc::sigaction);
 
 /// Installs `handler` for SIGBUS (`SA_SIGINFO | SA_NODEFER`; every
 /// asynchronous signal blocked while it runs, so no other handler can run
@@ -984,7 +990,7 @@ pub struct Disposition(libc::sigaction);
 /// that; the fault path's frames (larger in unoptimised builds) overflowed
 /// it. A thread that faults on a mapping with less stack left than one
 /// fault needs would overflow anyway on its next call.
-pub fn sigbus_install(handler: SigInfoHandler) -> io::Result<Disposition> {
+pub(crate) fn sigbus_install(handler: SigInfoHandler) -> io::Result<Disposition> {
     // SAFETY: an all-zero sigaction is a valid value (SIG_DFL, no flags,
     // empty mask), filled in below.
     let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -1014,7 +1020,7 @@ pub fn sigbus_install(handler: SigInfoHandler) -> io::Result<Disposition> {
 }
 
 /// Puts `handler` back as the SIGBUS handler if something replaced it.
-pub fn sigbus_reinstall(handler: SigInfoHandler) -> io::Result<()> {
+pub(crate) fn sigbus_reinstall(handler: SigInfoHandler) -> io::Result<()> {
     if sigbus_query()?.is(handler) {
         return Ok(());
     }
@@ -1027,7 +1033,7 @@ pub fn sigbus_reinstall(handler: SigInfoHandler) -> io::Result<()> {
 ///
 /// `info` must be the `siginfo_t` the kernel passed to an `SA_SIGINFO`
 /// handler (or null).
-pub unsafe fn siginfo_fault(info: *const libc::siginfo_t) -> Option<(usize, i32)> {
+pub(crate) unsafe fn siginfo_fault(info: *const libc::siginfo_t) -> Option<(usize, i32)> {
     if info.is_null() {
         return None;
     }
@@ -1047,7 +1053,7 @@ pub unsafe fn siginfo_fault(info: *const libc::siginfo_t) -> Option<(usize, i32)
 ///
 /// `info` and `ctx` must be the arguments the kernel passed to the running
 /// SIGBUS handler.
-pub unsafe fn sigbus_chain(
+pub(crate) unsafe fn sigbus_chain(
     prev: &Disposition,
     sig: libc::c_int,
     info: *mut libc::siginfo_t,
@@ -1090,7 +1096,7 @@ pub unsafe fn sigbus_chain(
 
 /// Empties an eventfd's counter (it stops being readable). Errors (nothing
 /// to read) are ignored.
-pub fn eventfd_drain(fd: &OwnedFd) {
+pub(crate) fn eventfd_drain(fd: &OwnedFd) {
     let mut count: u64 = 0;
     // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd.
     unsafe { libc::read(fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
@@ -1098,7 +1104,7 @@ pub fn eventfd_drain(fd: &OwnedFd) {
 
 /// CLOCK_MONOTONIC in nanoseconds (vDSO; async-signal-safe).
 #[cfg_attr(loom, allow(dead_code))]
-pub fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -1110,7 +1116,7 @@ pub fn monotonic_ns() -> u64 {
 
 /// Registers `child` to run in the child process right after every
 /// `fork` (`pthread_atfork`).
-pub fn at_fork_child(child: extern "C" fn()) -> io::Result<()> {
+pub(crate) fn at_fork_child(child: extern "C" fn()) -> io::Result<()> {
     // SAFETY: registers a plain function pointer, valid for the program's
     // life; no prepare or parent handler.
     let rc = unsafe { libc::pthread_atfork(None, None, Some(child)) };
@@ -1121,19 +1127,19 @@ pub fn at_fork_child(child: extern "C" fn()) -> io::Result<()> {
 }
 
 /// The calling thread's `errno`.
-pub fn errno_get() -> i32 {
+pub(crate) fn errno_get() -> i32 {
     // SAFETY: __errno_location returns the calling thread's errno slot.
     unsafe { *libc::__errno_location() }
 }
 
 /// Sets the calling thread's `errno`.
-pub fn errno_set(value: i32) {
+pub(crate) fn errno_set(value: i32) {
     // SAFETY: as in `errno_get`; the slot is writable.
     unsafe { *libc::__errno_location() = value };
 }
 
 /// The current SIGBUS disposition.
-pub fn sigbus_query() -> io::Result<Disposition> {
+pub(crate) fn sigbus_query() -> io::Result<Disposition> {
     // SAFETY: an all-zero sigaction is a valid value to be overwritten.
     let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: a null new action only queries the current one into `cur`.
@@ -1156,7 +1162,7 @@ impl Disposition {
 }
 
 /// Ends the process with SIGBUS now: the default disposition, raised.
-pub fn sigbus_die() {
+pub(crate) fn sigbus_die() {
     // SAFETY: an all-zero sigaction is SIG_DFL with no flags; sigaction
     // reads it; raise takes an integer.
     unsafe {
