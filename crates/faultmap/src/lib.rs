@@ -84,8 +84,8 @@
 //! kernel takes on the application's behalf (`write(2)` from a mapping):
 //! see [`Pager::serves_kernel_faults`].
 
-// The layers, bottom to top: each uses only the ones above it in this list
-// (see ARCHITECTURE.md and each layer's own documentation).
+// The layers (alphabetical here; bottom to top in the crate doc's table,
+// where each uses only the layers below it).
 pub mod api;
 pub mod base;
 pub mod cache;

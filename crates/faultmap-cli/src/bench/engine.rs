@@ -33,7 +33,7 @@ use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use faultmap::fault_around::MAX_ORDER;
+use faultmap::policy::fault_around::MAX_ORDER;
 use faultmap::{Delivery, FileStore, MapOptions, Mapping, Object, Pager, Stats, PAGE_SIZE};
 use memmap2::Mmap;
 

@@ -51,7 +51,7 @@ pub struct Object(pub(crate) Arc<ObjectCore>);
 impl Object {
     /// A handle to `core`, counted (see the drop).
     pub(crate) fn new(core: Arc<ObjectCore>) -> Object {
-        core.handles.fetch_add(1, Ordering::Relaxed);
+        core.acquire();
         Object(core)
     }
 }
@@ -70,7 +70,7 @@ impl Drop for Object {
     /// behind, holding the object's parts (through its `Arc`) until the
     /// store answers: the drop returns anyway.
     fn drop(&mut self) {
-        if self.0.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
+        if !self.0.release() {
             return;
         }
         if !crate::mm::writeback::has_work(&self.0) {
@@ -82,7 +82,7 @@ impl Drop for Object {
             .spawn(move || crate::mm::writeback::on_drop(&core));
         match spawned {
             Ok(thread) => {
-                crate::mm::io::join_until(vec![thread], std::time::Instant::now() + self.0.grace);
+                crate::mm::io::join_until(vec![thread], std::time::Instant::now() + self.0.grace());
             }
             // No thread to be had: here, unbounded, rather than not at all.
             Err(_) => crate::mm::writeback::on_drop(&self.0),
@@ -216,7 +216,7 @@ impl Object {
         self.0.ra_snapshot()
     }
 
-    /// The readahead table (seed 001) of every mapping of this object.
+    /// The readahead table of every mapping of this object.
     pub fn ra_stats(&self) -> RaStats {
         self.0.counters.settle();
         self.0.ra.snapshot()

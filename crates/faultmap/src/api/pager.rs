@@ -485,7 +485,7 @@ impl Pager {
     }
 
     /// Opens `store` as an object with a memory budget of its own (at
-    /// least [`crate::base::config::MIN_BUDGET`] bytes): its pages are charged to
+    /// least [`crate::MIN_BUDGET`] bytes): its pages are charged to
     /// that budget, not the pager's, and a thread of its own evicts them.
     pub fn open_with_budget(&self, store: impl Store, budget: u64) -> Result<Object, MapError> {
         if budget < crate::base::config::MIN_BUDGET {
@@ -725,7 +725,7 @@ impl Pager {
         self.core.counters.snapshot()
     }
 
-    /// The readahead table (seed 001) of every mapping this pager served.
+    /// The readahead table of every mapping this pager served.
     pub fn ra_stats(&self) -> RaStats {
         self.core.counters.settle();
         self.core.ra.snapshot()
@@ -1072,7 +1072,7 @@ impl<A: Access> Mapping<A> {
             .map_or_else(Stats::default, |r| r.counters.snapshot())
     }
 
-    /// This mapping's readahead table (seed 001).
+    /// This mapping's readahead table.
     pub fn ra_stats(&self) -> RaStats {
         self.region.as_ref().map_or_else(RaStats::default, |r| {
             r.counters.settle();
@@ -1184,7 +1184,7 @@ impl<A: Access> Mapping<A> {
 
     /// Changes the fault-around order of this mapping (0..=9). A fault
     /// being resolved meanwhile either finishes with the old order or
-    /// starts again with the new one (seed 004's sequence count).
+    /// starts again with the new one (the region's sequence count).
     pub fn set_fault_around_order(&self, order: u8) -> Result<(), ConfigError> {
         if order > crate::policy::fault_around::MAX_ORDER {
             return Err(ConfigError::FaultAroundOrder(order));

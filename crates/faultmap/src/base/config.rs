@@ -121,7 +121,7 @@ pub enum Delivery {
     Handler,
 }
 
-/// How a fault finds its region (seed 004).
+/// How a fault finds its region (speculative or classic).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RegionLookup {
     /// Lock-free lookup validated by the region's sequence count; the
@@ -131,7 +131,7 @@ pub enum RegionLookup {
     /// Always under the table's lock, which `map` and unmap hold for their
     /// whole operation (the kernel's `mmap_lock` before SPF), for
     /// comparison. With signal delivery the SIGBUS handler takes the lock
-    /// itself (see `signal.rs` for why that is safe there).
+    /// itself (see `crate::mm::signal` for why that is safe there).
     Classic,
 }
 
@@ -139,7 +139,7 @@ pub enum RegionLookup {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// Pager threads that resolve faults (default 1: a second one gains
-    /// nothing in aggregate on this kernel, see `reference/platform.md`):
+    /// nothing in aggregate on this kernel: a fault is kernel-bound):
     /// with handler delivery they read every fault from the userfaultfd;
     /// with signal delivery only the faults that SIGBUS handlers forward
     /// (misses, reads in flight, readahead markers).
@@ -164,7 +164,7 @@ pub struct Config {
     /// [`RegionLookup::Speculative`]).
     pub region_lookup: RegionLookup,
     /// Benchmark only (`faultmap bench parts`): page lookups serialise on
-    /// one global mutex, the cache that seed 003 replaced. Never faster.
+    /// one global mutex, the cache that the lockless page cache replaced. Never faster.
     #[doc(hidden)]
     pub bench_global_cache_lock: bool,
     /// The most bytes of object data the pager keeps cached, over all the

@@ -174,7 +174,7 @@ counters! {
 }
 
 // ---------------------------------------------------------------------------
-// Readahead statistics: seed 001's table.
+// Readahead statistics: the readahead table.
 // ---------------------------------------------------------------------------
 
 fn row_of(p: Pattern) -> usize {
@@ -187,7 +187,7 @@ fn row_of(p: Pattern) -> usize {
     }
 }
 
-/// One row of seed 001's readahead table.
+/// One row of the readahead table.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct RaRow {
     /// Readahead decisions (windows).
@@ -206,7 +206,7 @@ pub struct RaRow {
     pub io_size: f64,
 }
 
-/// Seed 001's readahead table, and the readahead miss ratio.
+/// The readahead table (one row per pattern), and the readahead miss ratio.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct RaStats {
     /// Sync windows of a sequential stream's start.

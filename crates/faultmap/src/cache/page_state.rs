@@ -5,7 +5,7 @@
 //! take a lock: they load the word, and to use a page they *pin* it with a CAS
 //! from the exact value they loaded, so the pin fails if anything moved in
 //! between. This is the lockless page cache's "speculative get_page, then
-//! re-check" (seed 003) on a flat array instead of a radix tree: the array is
+//! re-check" (the lockless page cache) on a flat array instead of a radix tree: the array is
 //! never freed while the object lives, so there is nothing for a reader to
 //! dereference after it is gone.
 //!
@@ -59,13 +59,15 @@
 //! | `add_waiter`   | READING   | READING+W| a fault that must wait for it    |
 //! | `mark`         | READING   | +MARKER  | the claimer of a readahead window|
 //! | `clear_marker` | any       | -MARKER  | the fault that consumes it       |
-//! | `try_pin`      | UPTODATE  | pins+1   | any reader, lock-free            |
+//! | `try_pin`      | UPTODATE  | pins+1, MAPPED | fault-around, lock-free    |
+//! | `try_pin_referenced` | UPTODATE | pins+1, MAPPED, REFERENCED | the faulting page |
+//! | `try_pin_io`   | UPTODATE  | pins+1   | write-back                       |
 //! | `unpin`        | pins      | pins-1   | the pin's holder                 |
-//! | `pin_mapping`  | UPTODATE  | pins+1, MAPPED (+REFERENCED) | the fault path |
 //! | `set_dirty`    | pinned    | +DIRTY   | a write fault, after unprotecting |
 //! | `begin_writeback` | DIRTY  | -DIRTY +WRITEBACK | the flusher   |
 //! | `end_writeback`| WRITEBACK | -WRITEBACK (+DIRTY on error) | the flusher |
 //! | `clock`        | UPTODATE  | CLOCK flags | the evictor's hand        |
+//! | `mark_active`  | READING   | +ACTIVE  | a refault's reader (`fetch_or`)  |
 //! | `stall`        | READING   | +STALLED | the store-timeout watchdog       |
 //! | `discard_dirty`| DIRTY     | -DIRTY   | truncation (bytes past the end)  |
 //! | `begin_evict`  | UPTODATE, 0 pins, clean | EVICTING | invalidation    |

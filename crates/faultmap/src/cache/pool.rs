@@ -3,7 +3,7 @@
 //! The page-state array (`cache`) is allocated in 4 KiB chunks, one per
 //! 2 MiB of object, on the first state change in the chunk: on the fault
 //! path. This module keeps that path free of the allocator. It is our
-//! counterpart of the kernel's pre-zeroed page-table pages (seed 002: Morton
+//! counterpart of the kernel's pre-zeroed page-table pages (Morton
 //! finds one second of a fork-heavy workload in `pte_alloc_one` and asks for
 //! "the page table cache back", a list of known-zeroed pages; the reference's
 //! section 5 tells the story from quicklists to `vmf->prealloc_pte`). A chunk,

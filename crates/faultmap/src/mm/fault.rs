@@ -1065,7 +1065,7 @@ fn map_window(
 }
 
 /// The benchmark-only global cache lock (`parts`: the lock-free page
-/// lookup against a cache behind one mutex, seed 003's comparison). In a
+/// lookup against a cache behind one mutex, the lockless page cache's comparison). In a
 /// SIGBUS handler a mutex is unsafe in general; the interrupted code never
 /// holds this one (only `pin_ready` takes it, and it touches no mapping),
 /// which is why the benchmark may use it there.

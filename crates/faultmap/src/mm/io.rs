@@ -5,8 +5,9 @@
 //! → READING, see [`crate::cache::page_state`]) and then submits [`ReadJob`]s, each
 //! one store request of at most the store's `io_pages`. A job owns the
 //! reads of its pages: it fills them through the cache's alias, ends each
-//! read (UPTODATE, or ABSENT again if the store failed), sets the readahead
-//! marker on its marker page, and wakes the faults parked on the object
+//! read (UPTODATE, or ABSENT again if the store failed; a readahead marker
+//! set when the window was claimed, `mm::fault::submit_window`, is kept),
+//! and wakes the faults parked on the object
 //! ([`crate::cache::wait`]).
 //!
 //! Two queues: *sync* jobs hold pages that a faulting thread is waiting for

@@ -68,10 +68,10 @@ pub(crate) struct ObjectCore {
     pub(crate) wb: crate::mm::writeback::ObjectWb,
     /// Live [`crate::Object`] handles (every [`crate::Mapping`] holds one): when
     /// the last goes, the final write-back runs (see `Object`'s drop).
-    pub(crate) handles: std::sync::atomic::AtomicUsize,
+    handles: std::sync::atomic::AtomicUsize,
     /// How long the last handle's drop waits for the final write-back:
     /// `Config::io_timeout` plus a second, of the pager that opened it.
-    pub(crate) grace: Duration,
+    grace: Duration,
 }
 
 impl Drop for ObjectCore {
@@ -142,6 +142,22 @@ impl ObjectCore {
             errors: ObjectErrors::new(len),
             wb: crate::mm::writeback::ObjectWb::default(),
         }
+    }
+
+    /// Counts one more [`crate::Object`] handle.
+    pub(crate) fn acquire(&self) {
+        self.handles.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one handle fewer; returns whether it was the last (the
+    /// caller then runs the final write-back, see `Object`'s drop).
+    pub(crate) fn release(&self) -> bool {
+        self.handles.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    /// How long the last handle's drop waits for the final write-back.
+    pub(crate) fn grace(&self) -> Duration {
+        self.grace
     }
 
     /// Logs a store failure on `bytes` of this object, on the object and on

@@ -1,4 +1,4 @@
-//! Object-based reverse mapping (seed 002): which regions map a page.
+//! Object-based reverse mapping (the objrmap series): which regions map a page.
 //!
 //! Every object keeps the regions that map it in an interval tree keyed by
 //! the object pages they cover, the way the kernel keeps a file's VMAs in

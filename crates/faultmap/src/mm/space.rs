@@ -1,5 +1,5 @@
 //! The region table: which address range maps which object, looked up
-//! speculatively (seed 004).
+//! speculatively (the speculative page fault series).
 //!
 //! One table serves the whole process (every pager's mappings), because a
 //! SIGBUS handler must find the region of any faulting address with nothing
@@ -51,7 +51,7 @@ pub(crate) struct Region {
     /// [`TableLock::change`]).
     pub(crate) order: AtomicU8,
     /// The sequence count: odd while a writer changes the region, and for
-    /// good once it is unmapped (seed 004's `vm_sequence`).
+    /// good once it is unmapped (the speculative page fault series' `vm_sequence`).
     pub(crate) seq: SeqCount,
     /// The pager that serves it.
     pub(crate) owner: Arc<Core>,
@@ -466,7 +466,7 @@ impl<R: Entry> Snapshot<R> {
 /// Every registered mapping of the process: the one table that a fault, on
 /// a handler thread or in a SIGBUS handler, finds its region in.
 ///
-/// # Protocol (seed 004)
+/// # Protocol (the speculative page fault series)
 ///
 /// - **Speculative lookup** ([`RegionTable::speculate`]): inside an
 ///   [`Srcu`] read section, load the published snapshot, find the region,

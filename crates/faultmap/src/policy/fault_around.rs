@@ -7,7 +7,7 @@
 //! fault). Most accesses are near the previous one, so on each fault we also
 //! map the neighbouring pages that are already cached and up to date. This is
 //! the kernel's `do_fault_around` / `filemap_map_pages` (3.15, Kirill
-//! Shutemov's `->map_pages` series: seed 000). Registering a mapping in MINOR
+//! Shutemov's `->map_pages` series). Registering a mapping in MINOR
 //! mode turns the kernel's fault-around off for it, so this module is the only
 //! fault-around such a mapping gets, and its window is configurable.
 //!

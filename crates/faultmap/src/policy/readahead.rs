@@ -132,7 +132,7 @@
 //!
 //! # Sequential detection
 //!
-//! Since seed 001 (Wu Fengguang's "sequential mmap readahead", 2009) a miss
+//! Since the sequential mmap readahead series (Wu Fengguang's "sequential mmap readahead", 2009) a miss
 //! whose page follows the previous one is treated as a stream:
 //! `offset - 1 == prev_pos >> PAGE_SHIFT` sends it to sync readahead instead
 //! of read-around. In that kernel `filemap_fault` set `prev_pos` to the
@@ -152,7 +152,7 @@
 //! A sequential reader mostly never misses after its first window: each
 //! marker starts the next window while the reader is still in the current
 //! one. Read-around windows carry a marker too (`async_size = ra_pages/4`,
-//! as in 6.12; seed 001's read-around had none), so a stream that began with
+//! as in 6.12; the original read-around had none), so a stream that began with
 //! a random-looking miss turns into `Subsequent` windows at its first marker.
 //!
 //! # `mmap_miss`
@@ -161,14 +161,14 @@
 //! rises by one per read-around miss (up to [`MMAP_MISS_MAX`]) and falls by
 //! one per hit and by one per page fault-around maps; while it is above
 //! [`MMAP_LOTSAMISS`] a miss reads only its page. Sequential misses and
-//! `Hint::Sequential` skip the bookkeeping, as in the kernel (seed 001's
+//! `Hint::Sequential` skip the bookkeeping, as in the kernel (the readahead series'
 //! test comes before it). The throttle is per object: a random reader
 //! through one mapping turns read-around off for all of them, as one
 //! `file_ra_state` does for every mapping of a file.
 //!
 //! # Modes
 //!
-//! [`Mode::Full`] is the above. [`Mode::AroundOnly`] is seed 001's case A
+//! [`Mode::Full`] is the above. [`Mode::AroundOnly`] is read-around alone (case A of the readahead mails)
 //! (2.6.30): read-around windows without a marker, the `mmap_miss` throttle,
 //! no sequential detection and no async readahead; `Hint::Sequential` reads
 //! `ra_pages` pages from the faulting page, `Hint::Random` one page.
@@ -224,7 +224,7 @@
 //!   subtracts them all.
 //! - **Throttled and random misses.** The kernel reads the page with
 //!   `read_folio`, outside readahead; faultmap reports it as a one-page
-//!   `Random` window so that seed 001's `random` row counts it. Context
+//!   `Random` window so that the readahead table's `random` row counts it. Context
 //!   readahead (Wu's `context` row) counts as `Initial`.
 //! - **An empty state** (`size == 0`) predicts no marker: a stale marker
 //!   hit then goes to the gap search (the kernel would "continue" a
@@ -238,7 +238,7 @@
 //! (`do_sync_mmap_readahead`, `do_async_mmap_readahead`, `filemap_map_pages`),
 //! 6.1's `ondemand_readahead`, as summarized in `kernel-mechanisms.md` §2;
 //! the 6.18 observations of its §6.3 (read-around `[284..315]` for a fault at
-//! 300; `MADV_SEQUENTIAL` windows `[300..331]`, `[340..371]`); seed 001, Wu
+//! 300; `MADV_SEQUENTIAL` windows `[300..331]`, `[340..371]`); Wu
 //! Fengguang, "[PATCH 7/9] readahead: sequential mmap readahead" and its
 //! A/B/C table (April 2009).
 
@@ -276,7 +276,7 @@ pub enum Mode {
     /// readahead at the marker, the `mmap_miss` throttle.
     #[default]
     Full,
-    /// Seed 001's case A: read-around on every miss, nothing else (no
+    /// Case A of the readahead mails: read-around on every miss, nothing else (no
     /// sequential detection, no marker, no async readahead).
     AroundOnly,
     /// No readahead: read only the faulting page.
@@ -319,7 +319,7 @@ pub struct Params {
     pub mode: Mode,
 }
 
-/// Why a window was read: the rows of seed 001's table.
+/// Why a window was read: the rows of the readahead table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Pattern {
     /// A sync window started by a sequential miss (or at page 0), or by
@@ -427,7 +427,7 @@ pub fn on_miss(state: &mut RaState, p: &Params, index: u64, cache: &impl CacheVi
             _ => exact(p, index, max),
         };
     }
-    // 3. A sequential miss (seed 001): sync readahead, no mmap_miss.
+    // 3. A sequential miss (sequential mmap readahead): sync readahead, no mmap_miss.
     if p.mode == Mode::Full && is_sequential_miss(state.prev, index) {
         return sync_ra(state, p, index, 1, cache);
     }
@@ -488,7 +488,7 @@ pub fn on_mapped(state: &mut RaState, last: u64) {
     state.prev = Some(last);
 }
 
-/// Seed 001's test, `offset - 1 == prev_pos >> PAGE_SHIFT`, with `prev` the
+/// The sequential mmap readahead test, `offset - 1 == prev_pos >> PAGE_SHIFT`, with `prev` the
 /// end of the previous fault's window; at page 0 before any fault it holds
 /// too (`prev_pos` starts at -1).
 fn is_sequential_miss(prev: Option<u64>, index: u64) -> bool {

@@ -1,18 +1,20 @@
 //! Stores: where an object's bytes come from.
 //!
 //! A [`Store`] is a random-access byte source of fixed length: a local file
-//! ([`FileStore`], `file`), a buffer ([`MemStore`], `memory`), and later an
-//! HTTP URL or an S3 object, each in a module of its own. A store may also take writes ([`Store::writable`],
+//! ([`FileStore`], module `file`), a buffer ([`MemStore`], module
+//! `memory`), and later an HTTP URL or an S3 object, each in a module of
+//! its own. The fault path asks for a contiguous run of pages in one call
+//! ([`Store::read_at`]) and hands the store the final destination (the
+//! cache's alias mapping), so a store that can read straight into it
+//! (pread, a socket read) copies nothing twice.
+//!
+//! A store may also take writes ([`Store::writable`],
 //! [`Store::write_at`], [`Store::sync`]): write-back of writable mappings
 //! (`crate::mm::writeback`) hands it runs of whole pages straight from the
 //! cache's alias mapping, and syncs it when a flush asks.
 //! [`FileStore::open_rw`] writes with `pwrite` on its buffered descriptor
 //! (short writes resubmitted, `EINTR` retried) and syncs with `fdatasync`;
-//! a [`MemStore`] writes into its buffer. The fault path asks for a contiguous run of pages in one
-//! call ([`Store::read_at`]) and hands the store the final destination (the
-//! cache's alias mapping), so a store that can read straight into it (pread,
-//! a socket read) copies nothing twice.
-//!
+//! a [`MemStore`] writes into its buffer.
 //!
 //! Layer rule: uses [`crate::base`], [`crate::policy`] (the default
 //! readahead window) and [`crate::sys`]. The page cache above fills itself

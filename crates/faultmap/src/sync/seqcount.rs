@@ -1,4 +1,4 @@
-//! A sequence count (seed 004's `vm_sequence`): lets a reader that takes no
+//! A sequence count (the speculative page fault series' `vm_sequence`): lets a reader that takes no
 //! lock find out whether a writer changed what it read.
 //!
 //! A writer (serialised by a lock of its own) makes the count odd before it

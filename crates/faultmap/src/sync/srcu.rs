@@ -6,7 +6,7 @@
 //! the table it found must stay allocated (and the region's address range
 //! mapped) until the fault is done with them, and the fault may take no
 //! lock, allocate nothing and touch no thread-local storage. Early SPF
-//! versions solved the same problem with SRCU (`vma_srcu`, seed 004); this
+//! versions solved the same problem with SRCU (`vma_srcu`); this
 //! is that scheme, reduced to what faultmap needs:
 //!
 //! - a reader enters with [`Srcu::read`]: it reads the current epoch's

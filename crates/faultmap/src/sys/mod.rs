@@ -25,7 +25,7 @@ pub(crate) mod uring;
 pub const PAGE_SIZE: usize = 4096;
 
 /// One PTE table maps this many pages (2 MiB on x86-64 with 4 KiB pages).
-pub const PTRS_PER_PTE: usize = 512;
+pub(crate) const PTRS_PER_PTE: usize = 512;
 
 // ---------------------------------------------------------------------------
 // The userfaultfd ABI.
