@@ -539,7 +539,7 @@ fn bench_plot_draws_every_series() {
 // faultmap stats
 // ---------------------------------------------------------------------------
 
-/// The six rows of seed 001's table, in order.
+/// The six rows of the readahead table, in order.
 const RA_ROWS: [&str; 6] = ["initial", "subsequent", "marker", "around", "random", "all"];
 
 /// The columns of each row.
@@ -577,7 +577,7 @@ fn check_ra_stats(ra: &Value) {
 }
 
 #[test]
-fn stats_prints_the_seed_table_and_the_counters() {
+fn stats_prints_the_readahead_table_and_the_counters() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "f", &random_bytes(256 * 4096, 11));
     for access in ["seq", "rand", "clustered"] {
