@@ -615,3 +615,116 @@ pub fn figure(run: &ColdRun) -> Figure {
         .collect();
     Figure { panels, columns: 3 }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(seconds: f64, major: u64, bytes: u64) -> ColdSample {
+        ColdSample {
+            seconds,
+            major_faults: Some(major),
+            io_count: Some(2),
+            io_bytes: Some(bytes),
+            ..ColdSample::default()
+        }
+    }
+
+    fn cell(workload: Access, engine: ColdEngine, s: ColdSample) -> (Cell, u64) {
+        let key = Key {
+            workload,
+            threads: 1,
+            engine,
+        };
+        let mut c = Cell::new(key);
+        c.samples.push(s);
+        (c, 16)
+    }
+
+    fn run(cells: Vec<(Cell, u64)>) -> ColdRun {
+        ColdRun {
+            machine: Machine::read(),
+            data: DataInfo {
+                path: "x".into(),
+                generated: true,
+                bytes: 1 << 20,
+                pages: 256,
+            },
+            workloads: vec![Access::Seq, Access::Rand, Access::Clustered],
+            threads: vec![1],
+            engines: ColdEngine::columns(true),
+            repetitions: 1,
+            dropped: Some(Caches::All),
+            device: None,
+            order: 4,
+            ra_pages: (32, false),
+            file_io: faultmap::FileIo::default(),
+            handler_threads: 1,
+            io_threads: 4,
+            sample_pages: 16,
+            cells,
+            wall_seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn goals_come_from_the_right_cells() {
+        let r = run(vec![
+            cell(Access::Seq, ColdEngine::Device, sample(0.9, 0, 0)),
+            cell(Access::Seq, ColdEngine::Kernel, sample(2.0, 0, 0)),
+            cell(Access::Seq, ColdEngine::Readahead, sample(1.0, 0, 0)),
+            cell(Access::Clustered, ColdEngine::Around, sample(1.0, 90, 0)),
+            cell(Access::Clustered, ColdEngine::Readahead, sample(1.0, 30, 0)),
+            cell(Access::Rand, ColdEngine::Kernel, sample(1.0, 1, 100)),
+            cell(Access::Rand, ColdEngine::Readahead, sample(1.0, 1, 150)),
+        ]);
+        let v: Vec<(f64, bool)> = r.goals().iter().map(|g| (g.2.value, g.2.met())).collect();
+        // In workload order: seq, rand, clustered.
+        assert_eq!(
+            v,
+            [(0.9, true), (2.0, true), (1.5, false), (1.0 / 3.0, true)]
+        );
+        // A missing column leaves its goal out.
+        let r = run(vec![cell(
+            Access::Seq,
+            ColdEngine::Readahead,
+            sample(1.0, 0, 0),
+        )]);
+        assert!(r.goals().is_empty());
+        assert_eq!(threads_of(Access::Seq, &[1, 2]), [1, 2]);
+        assert_eq!(threads_of(Access::Clustered, &[1, 2]), [1]);
+    }
+
+    #[test]
+    fn a_block_has_every_row_and_the_ratios() {
+        let engines = [
+            (ColdEngine::Device, 1.0, 0),
+            (ColdEngine::Kernel, 2.0, 30),
+            (ColdEngine::Around, 1.5, 90),
+            (ColdEngine::Readahead, 1.0, 60),
+        ];
+        let cells = engines
+            .iter()
+            .map(|&(e, s, m)| cell(Access::Seq, e, sample(s, m, 4 << 12)))
+            .collect();
+        let mut r = run(cells);
+        r.workloads = vec![Access::Seq];
+        let text = render(&r);
+        let numbers = |start: &str| -> Vec<String> {
+            let line = text.lines().find(|l| l.contains(start)).unwrap();
+            let rest = &line[line.find(start).unwrap() + start.len()..];
+            rest.split_whitespace().map(String::from).collect()
+        };
+        assert_eq!(numbers("vs device, time"), ["0.50", "0.67", "1.00"]);
+        assert_eq!(numbers("vs kernel, time"), ["1.33", "2.00"]);
+        assert_eq!(numbers("major faults / around"), ["0.33", "0.67"]);
+        for needle in ["MB/s", "I/O size, KiB", "bytes read / kernel", "goals"] {
+            assert!(text.contains(needle), "no {needle:?} in\n{text}");
+        }
+        // Without a kernel column, its ratios are left out.
+        r.cells.retain(|(c, _)| c.key.engine != ColdEngine::Kernel);
+        r.engines = ColdEngine::columns(false);
+        let text = render(&r);
+        assert!(!text.contains("vs kernel"), "{text}");
+    }
+}

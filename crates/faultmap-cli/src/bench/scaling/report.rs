@@ -611,3 +611,101 @@ pub fn figure(run: &ScaleRun) -> Figure {
         columns: 1,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(seconds: f64, faults: u64, success: u64) -> Sample {
+        Sample {
+            seconds,
+            faults,
+            pages_touched: faults,
+            stats: Some(Stats {
+                spf_success: success,
+                ..Stats::default()
+            }),
+            ..Sample::default()
+        }
+    }
+
+    fn cell(threads: u16, setting: Setting, seconds: f64, faults: u64) -> Cell {
+        let column = Column::Faultmap {
+            setting,
+            delivery: Delivery::Signal,
+        };
+        let mut c = Cell::new(Key { threads, column });
+        c.samples.push(sample(seconds, faults, 0));
+        c
+    }
+
+    fn run(kind: Kind, cells: Vec<Cell>) -> ScaleRun {
+        ScaleRun {
+            machine: Machine::read(),
+            data: DataInfo {
+                path: "x".into(),
+                generated: true,
+                bytes: 1 << 20,
+                pages: 256,
+            },
+            kind,
+            threads: vec![1, 2],
+            deliveries: vec![Delivery::Signal],
+            columns: Column::all(kind, &[Delivery::Signal]),
+            repetitions: 1,
+            handler_threads: 1,
+            duration: None,
+            warm_up: WarmUp {
+                seconds: 0.0,
+                stats: Stats::default(),
+                cached_pct: 100.0,
+            },
+            cells,
+            wall_seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn the_median_samples_counters_are_shown() {
+        let mut c = Cell::new(Key {
+            threads: 1,
+            column: Column::KernelMemfd,
+        });
+        c.samples = vec![
+            sample(1.0, 300, 3),
+            sample(1.0, 100, 1),
+            sample(2.0, 400, 2),
+        ];
+        assert_eq!(med(&c, |s| s.faults), 300);
+        assert_eq!(med_rate(&c, |s| Some(s.faults_per_second())), Some(200.0));
+        assert_eq!(median_stats(&c).unwrap().spf_success, 2);
+        assert_eq!(maps_per_second(&c), None);
+    }
+
+    #[test]
+    fn goals_come_from_the_right_cells() {
+        let parts = run(
+            Kind::Parts,
+            vec![
+                cell(1, Setting::LockFree, 1.0, 100),
+                cell(2, Setting::LockFree, 0.5, 100),
+                cell(1, Setting::GlobalMutex, 1.0, 100),
+                cell(2, Setting::GlobalMutex, 1.0, 100),
+            ],
+        );
+        let goals = parts.goals();
+        assert_eq!(goals.len(), 1);
+        assert_eq!((goals[0].2.value, goals[0].2.met()), (2.0, true));
+        let churn = run(
+            Kind::Churn,
+            vec![
+                cell(1, Setting::Speculative, 1.0, 300),
+                cell(1, Setting::Classic, 1.0, 200),
+            ],
+        );
+        let goals = churn.goals();
+        assert_eq!(goals.len(), 1);
+        assert_eq!((goals[0].2.value, goals[0].2.met()), (1.5, false));
+        assert!(run(Kind::Parts, Vec::new()).goals().is_empty());
+    }
+}
