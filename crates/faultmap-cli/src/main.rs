@@ -5,13 +5,13 @@
 //! the work:
 //!
 //! - [`scan`]: map a file through faultmap, read every byte, print its CRC-32;
-//! - [`stats`]: run an access pattern over a file, print seed 001's
+//! - [`stats`]: run an access pattern over a file, print the
 //!   readahead table and the counters;
-//! - [`bench`](mod@bench): the seed benchmarks, faultmap against kernel `mmap` in one
-//!   run (seed 000's fault-around table, per fault delivery mode; with
-//!   `--cold`, seed 001's readahead comparison against kernel `mmap` and the
-//!   device; with `--parts`, seed 003's lockless page cache; with `--churn`,
-//!   seed 004's speculative region lookup; with `--budget`, a memory budget
+//! - [`bench`](mod@bench): the benchmarks, faultmap against kernel `mmap` in one
+//!   run (the fault-around benchmark, per fault delivery mode; with
+//!   `--cold`, the readahead comparison against kernel `mmap` and the
+//!   device; with `--parts`, the lockless page cache benchmark; with
+//!   `--churn`, the speculative fault benchmark; with `--budget`, a memory budget
 //!   against the kernel under a cgroup memory limit);
 //! - [`access`] (the access patterns), [`timed`] (threads started together,
 //!   timed), [`kernel`] (drop_caches, block-device counters), [`ra_table`],
@@ -70,7 +70,7 @@ enum Command {
     /// part, and the parts' CRCs are combined in order.
     Scan(ScanArgs),
     /// Run an access pattern over a file through faultmap and print what the
-    /// fault path did: seed 001's readahead table and the counters.
+    /// fault path did: the readahead table and the counters.
     ///
     /// The table has one row per readahead pattern (initial: the sync window
     /// that starts a sequential stream; subsequent: async windows at the
@@ -87,14 +87,25 @@ enum Command {
     /// empty at the start; --cold also drops the kernel's page cache, so
     /// that the store's reads come from the disk.
     Stats(StatsArgs),
-    /// Run the seed benchmarks: faultmap against the kernel's mmap of the
-    /// same data, in one process: seed 000's fault-around table, or with
-    /// --cold seed 001's readahead comparison on cold caches.
+    /// Run a benchmark, faultmap against the kernel's mmap of the same
+    /// data in one process: the fault-around benchmark (default: a
+    /// representative subset; --full: the whole table), --cold (the
+    /// readahead comparison), --parts (the lockless page cache), --churn
+    /// (speculative faults) or --budget (a memory budget).
     ///
-    /// Warm (default): faultmap at each fault-around order against the
-    /// kernel's mmap of the same data, one after another.
+    /// The fault-around benchmark (default): faultmap at each fault-around
+    /// order against the kernel's mmap of the same data, one after
+    /// another. Plain `faultmap bench` measures seq, rand and sparse at
+    /// orders 0, 4 and 9, both delivery modes, 1 and 2 threads, 3 samples
+    /// per cell (under two minutes on 2 cores); --full measures orders
+    /// 0,1,3,4,5,7,9 with up to 11 samples for cheap cells (about 4.5
+    /// minutes). --orders, --workload, --threads, --delivery and
+    /// --repetitions narrow or widen either. After the tables, the
+    /// headline: per workload, delivery and thread count, faultmap's
+    /// fastest order and its time over kernel-file's and kernel-memfd's.
+    /// --plot FILE.svg draws the results (every mode).
     ///
-    /// Reproduces seed 000's fault-around table: for each workload, the
+    /// The fault-around table: for each workload, the
     /// faults and the time (median of the repetitions) per thread count and
     /// per engine, plus the time ratios of the kernel baselines to faultmap.
     ///
@@ -108,7 +119,7 @@ enum Command {
     /// warm minor faults.
     ///
     /// Each thread has its own mapping of the same data and walks the whole
-    /// of it (so faults scale with threads, as in the seed); the threads start
+    /// of it (so faults scale with threads); the threads start
     /// together, and the time is from their start to the last one's end.
     ///
     /// --delivery picks faultmap's fault delivery modes, one column per order
@@ -116,13 +127,13 @@ enum Command {
     /// SIGBUS handler; the library's default) and `handler` (handler threads
     /// read userfaultfd messages while the faulting thread sleeps).
     ///
-    /// With --parts: seed 003's lockless page cache. T threads each touch
+    /// With --parts: the lockless page cache benchmark. T threads each touch
     /// one byte per page of their own contiguous 1/T of one cached object,
     /// each through its own mapping at fault-around order 0, so that every
     /// fault is one page-cache lookup and one UFFDIO_CONTINUE. Columns:
     /// `kernel-memfd` (the same on kernel mmaps of a memfd holding the same
     /// data), `lock-free` (faultmap's cache) and `global-mutex` (faultmap with
-    /// every page lookup serialised on one mutex: the cache before seed 003).
+    /// every page lookup serialised on one mutex: the cache before lockless lookups).
     /// Signal delivery by default, so that each thread resolves its own
     /// faults (with handler delivery one handler thread takes every fault,
     /// which measures the handler, not the cache). Rows per thread count:
@@ -130,7 +141,7 @@ enum Command {
     /// thread (goal at 2 threads: at least 1.7) and lock-free over
     /// global-mutex.
     ///
-    /// With --churn: seed 004's speculative page faults (like ebizzy). T
+    /// With --churn: the speculative fault benchmark (like ebizzy). T
     /// threads fault on their own mappings (order 0, one byte per page,
     /// MADV_DONTNEED after each pass) for --duration while one more thread
     /// maps and unmaps other 64 KiB regions in a loop. Columns:
@@ -142,8 +153,8 @@ enum Command {
     /// (goal: at least 2), the churn thread's maps/s, and the spf counters
     /// (spf_success, spf_abort, spf_fallback) and forwarded faults.
     ///
-    /// With --cold: seed 001's readahead comparison (its cases A and C) on
-    /// cold caches. Columns: `device` (the file read with O_DIRECT in 1 MiB
+    /// With --cold: the readahead comparison (read-around only against
+    /// full readahead) on cold caches. Columns: `device` (the file read with O_DIRECT in 1 MiB
     /// requests, many in flight, measured in the same run: the disk's
     /// limit), `kernel`
     /// (kernel mmap of the file), `around` (faultmap with read-around only,
@@ -158,11 +169,11 @@ enum Command {
     /// first word of each page of a fixed-seed random sample of pages: 1/16
     /// of the file's pages, at most 16,384, in a random order) and clustered (random
     /// 64 KiB clusters of 16 pages, each read page by page in order, from a
-    /// fixed-seed sample of the same number of pages: seed 001's clustered
-    /// random reads). Rows: seconds, MB/s, major faults, I/O count, mean
+    /// fixed-seed sample of the same number of pages: clustered random
+    /// reads). Rows: seconds, MB/s, major faults, I/O count, mean
     /// I/O size and the readahead miss ratio (medians of 3 repetitions by
-    /// default), with the ratios of the goals; then seed 001's readahead
-    /// table of the readahead runs.
+    /// default), with the ratios of the goals; then the readahead table
+    /// of the readahead runs.
     ///
     /// With --budget: a memory budget (--budget-mib, default 256) on an
     /// object 4 times its size (the generated file is 4 × the budget; a
@@ -242,7 +253,7 @@ pub enum Readahead {
     /// The kernel's: read-around on a random miss, sequential detection and
     /// ramp-up, async readahead at the marker, the mmap_miss throttle.
     Full,
-    /// Read-around only (seed 001's case A): every miss reads a window of
+    /// Read-around only (the readahead comparison's `around`): every miss reads a window of
     /// ra_pages around the faulting page; no sequential detection, no
     /// async readahead.
     Around,
@@ -410,13 +421,13 @@ struct StatsArgs {
 /// Options of `faultmap bench`.
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// Workloads, comma-separated. Default: seq,rand,sparse (seed 000's
-    /// three synthetic tests); with --cold: seq,rand,clustered (sparse is
+    /// Workloads, comma-separated. Default: seq,rand,sparse (the
+    /// fault-around benchmark's three synthetic tests); with --cold: seq,rand,clustered (sparse is
     /// warm only, clustered cold only).
     ///
     /// Warm: each thread walks the whole file, in its own mapping.
     ///
-    /// rand differs from the seed's fully random word order on purpose: the
+    /// rand differs from a fully random word order on purpose: the
     /// pages are visited in a random permutation (fixed seed, one per
     /// thread) and the words of each page in order. Fault-around only sees
     /// the order of the pages' first touches, which is fully random either
@@ -432,7 +443,7 @@ struct BenchArgs {
     /// Thread counts, comma-separated. Default: 1,2. Warm: each thread maps
     /// and walks the whole file. With --cold: they apply to seq, whose
     /// threads share one mapping and each read a contiguous 1/T of it (rand
-    /// and clustered run on one thread, as in the seed). With --parts and
+    /// and clustered run on one thread). With --parts and
     /// --churn: the faulting threads (default 1, 2, and the powers of two
     /// up to the CPUs this process may use, and that count).
     #[arg(long, short, value_delimiter = ',', value_name = "LIST",
@@ -460,16 +471,16 @@ struct BenchArgs {
     #[arg(long, default_value_t = 1, value_name = "H",
           value_parser = clap::value_parser!(u16).range(1..=64))]
     handler_threads: u16,
-    /// Cold I/O: seed 001's readahead comparison (see above) instead of
-    /// seed 000's warm fault-around table.
+    /// Cold I/O: the readahead comparison (see above) instead of the
+    /// warm fault-around benchmark.
     #[arg(long)]
     cold: bool,
-    /// Seed 003's lockless page cache (see above): T threads fault on their
+    /// The lockless page cache benchmark (see above): T threads fault on their
     /// own parts of one cached object, faultmap's lock-free cache against a
     /// global mutex and kernel mmap of a memfd.
     #[arg(long, conflicts_with_all = ["cold", "churn", "orders", "workload"])]
     parts: bool,
-    /// Seed 004's speculative page faults (see above): T threads fault
+    /// The speculative fault benchmark (see above): T threads fault
     /// while another maps and unmaps, speculative region lookup against
     /// classic and kernel mmap of a memfd.
     #[arg(long, conflicts_with_all = ["cold", "orders", "workload"])]
@@ -519,6 +530,19 @@ struct BenchArgs {
     /// on stdout (progress and notes still go to stderr).
     #[arg(long)]
     json: bool,
+    /// The fault-around benchmark's whole table: orders 0,1,3,4,5,7,9 and
+    /// the budget repetition policy (3 samples per cell, up to 11 for
+    /// cheap cells within a 150 s run), about 4.5 minutes here. Without it,
+    /// plain `faultmap bench` measures orders 0,4,9, 3 samples per cell, in
+    /// under two minutes.
+    #[arg(long, conflicts_with_all = ["cold", "parts", "churn", "budget"])]
+    full: bool,
+    /// Also draw the results into this SVG file: time and faults against
+    /// the fault-around order (kernel columns as reference lines); with
+    /// --cold the throughput per engine; with --parts and --churn faults/s
+    /// against threads; with --budget the hit ratio and time per engine.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
 }
 
 /// Parses `--duration`: seconds, more than 0 and at most an hour.

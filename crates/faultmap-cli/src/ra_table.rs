@@ -1,4 +1,4 @@
-//! Seed 001's readahead table and the counters that go with it, as text;
+//! The readahead table (one row per readahead pattern) and the counters that go with it, as text;
 //! shared by `faultmap stats` and the cold benchmark's report.
 //!
 //! ```text
@@ -17,7 +17,7 @@
 //! ```
 //!
 //! Counts are the table's rows' sums; `ra_size`, `async_size` and
-//! `io_size` are means in pages, with one decimal, as in the seed.
+//! `io_size` are means in pages, with one decimal.
 
 use faultmap::{RaStats, Stats};
 
@@ -27,7 +27,7 @@ use crate::units;
 /// The counters shown first, in this order, before the miss ratio.
 const FIRST: [&str; 4] = ["pgmajfault", "fault_wait", "io_count", "io_bytes"];
 
-/// The seed's per-pattern table.
+/// The per-pattern readahead table.
 pub fn ra_table(ra: &RaStats) -> String {
     let mut t = Table::new(1);
     t.row([

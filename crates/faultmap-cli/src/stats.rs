@@ -1,5 +1,5 @@
 //! `faultmap stats`: run one access pattern over a file through faultmap and
-//! print what the fault path did: seed 001's readahead table and the
+//! print what the fault path did: the readahead table and the
 //! counters.
 //!
 //! 1. Check the options (fault-around order, `ra_pages`, thread counts)
@@ -162,7 +162,7 @@ fn human(r: &StatsReport<'_>) -> String {
     head.row(["caches".to_string(), cache_line(r)]);
     head.row(["time".to_string(), time_line(r)]);
     format!(
-        "{}\nreadahead, per pattern (seed 001's table; sizes are mean pages)\n{}\n{}",
+        "{}\nreadahead, per pattern (sizes are mean pages)\n{}\n{}",
         head.render(),
         ra_table::ra_table(&r.readahead_stats),
         ra_table::counters(&r.stats, &r.readahead_stats)

@@ -1,6 +1,5 @@
 //! Plain-text tables: label columns on the left, numbers aligned on the
-//! right, two spaces between columns, no borders — the shape of the seeds'
-//! tables, readable in a terminal and in a mail.
+//! right, two spaces between columns, no borders, readable in a terminal and in a mail.
 
 use std::fmt::Write as _;
 

@@ -2,7 +2,7 @@
 //!
 //! Sizes are powers of 1024 (`K`, `M`, `G`, `T`, optionally followed by
 //! `iB` or `B`, any case), as everywhere in memory management. Counts are
-//! printed with thousands separators like the seeds' tables (`262,144`).
+//! printed with thousands separators (`262,144`).
 
 use std::time::Duration;
 

@@ -296,6 +296,7 @@ fn rows<'a>(doc: &'a Value, engine: &str, variant: &str) -> Vec<&'a Value> {
 fn bench_json_has_a_row_per_cell_with_exact_faultmap_faults() {
     let doc = stdout_json(&faultmap(&[
         "bench",
+        "--full",
         "--size",
         "8M",
         "--repetitions",
@@ -412,17 +413,133 @@ fn bench_prints_the_table_on_an_existing_file() {
         "vs kernel-file",
         "vs kernel-memfd",
         "1,024",
+        "headline",
     ] {
         assert!(text.contains(needle), "table lacks {needle:?}:\n{text}");
     }
     assert!(path.exists(), "a --file must not be removed");
 }
 
+#[test]
+fn plain_bench_measures_the_subset_and_full_the_whole_table() {
+    let doc = stdout_json(&faultmap(&[
+        "bench",
+        "--size",
+        "4M",
+        "--repetitions",
+        "1",
+        "--json",
+    ]));
+    assert_eq!(doc["machine"]["full"], false);
+    let results = doc["results"].as_array().unwrap();
+    // 3 workloads x 2 thread counts x (2 kernel engines + 3 orders x 2
+    // delivery modes).
+    assert_eq!(results.len(), 3 * 2 * (2 + 3 * 2));
+    let mut orders: Vec<u64> = results.iter().filter_map(|r| r["order"].as_u64()).collect();
+    orders.sort_unstable();
+    orders.dedup();
+    assert_eq!(orders, [0, 4, 9]);
+    let help = String::from_utf8(faultmap(&["bench", "--help"]).stdout).unwrap();
+    let summary = &help[..help.find("Usage").unwrap()];
+    for mode in [
+        "--full", "--cold", "--parts", "--churn", "--budget", "--plot",
+    ] {
+        assert!(
+            summary.contains(mode),
+            "the summary lacks {mode}: {summary}"
+        );
+    }
+    let text = stdout_text(&faultmap(&[
+        "bench",
+        "--size",
+        "4M",
+        "--repetitions",
+        "1",
+        "--workload",
+        "seq",
+        "--threads",
+        "1",
+    ]));
+    for needle in ["headline", "× kernel-file", "× kernel-memfd", "order=9"] {
+        assert!(text.contains(needle), "report lacks {needle:?}:\n{text}");
+    }
+    assert_fails_cleanly(&faultmap(&["bench", "--full", "--cold"]), "--full");
+}
+
+/// The text of every `<text>` element of an SVG document, which must parse
+/// as XML with an `svg` root.
+fn svg_texts(path: &Path) -> Vec<String> {
+    let svg = std::fs::read_to_string(path).expect("the plot was written");
+    let doc = roxmltree::Document::parse(&svg).expect("the plot is XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text().map(|t| t.trim().to_string()))
+        .collect()
+}
+
+#[test]
+fn bench_plot_draws_every_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let plot = dir.path().join("warm.svg");
+    stdout_text(&faultmap(&[
+        "bench",
+        "--size",
+        "4M",
+        "--repetitions",
+        "1",
+        "--orders",
+        "0,4",
+        "--threads",
+        "1",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]));
+    let texts = svg_texts(&plot);
+    for label in [
+        "faultmap signal, 1 thread",
+        "faultmap handler, 1 thread",
+        "kernel-file, 1 thread",
+        "kernel-memfd, 1 thread",
+        "seq: time, seconds",
+        "sparse: minor faults",
+        "fault-around order",
+    ] {
+        assert!(
+            texts.iter().any(|t| t == label),
+            "no {label:?} in {texts:?}"
+        );
+    }
+    let plot = dir.path().join("parts.svg");
+    stdout_text(&faultmap(&[
+        "bench",
+        "--parts",
+        "--size",
+        "1M",
+        "--repetitions",
+        "1",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]));
+    let texts = svg_texts(&plot);
+    for label in ["kernel-memfd", "lock-free, signal", "global-mutex, signal"] {
+        assert!(
+            texts.iter().any(|t| t == label),
+            "no {label:?} in {texts:?}"
+        );
+    }
+    // A missing directory fails at once, before any measurement.
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--plot", "/nonexistent/dir/x.svg"]),
+        "does not exist",
+    );
+}
+
 // ---------------------------------------------------------------------------
 // faultmap stats
 // ---------------------------------------------------------------------------
 
-/// The six rows of seed 001's table, in order.
+/// The six rows of the readahead table, in order.
 const RA_ROWS: [&str; 6] = ["initial", "subsequent", "marker", "around", "random", "all"];
 
 /// The columns of each row.
@@ -460,7 +577,7 @@ fn check_ra_stats(ra: &Value) {
 }
 
 #[test]
-fn stats_prints_the_seed_table_and_the_counters() {
+fn stats_prints_the_readahead_table_and_the_counters() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "f", &random_bytes(256 * 4096, 11));
     for access in ["seq", "rand", "clustered"] {
@@ -980,7 +1097,7 @@ fn bench_parts_json_has_exact_faults_per_column_and_thread_count() {
 }
 
 #[test]
-fn bench_parts_prints_the_seed_table() {
+fn bench_parts_prints_the_table() {
     let text = stdout_text(&faultmap(&[
         "bench",
         "--parts",
@@ -990,7 +1107,7 @@ fn bench_parts_prints_the_seed_table() {
         "1",
     ]));
     for needle in [
-        "seed 003",
+        "the lockless page cache benchmark",
         "kernel-memfd",
         "lock-free",
         "global-mutex",
@@ -1108,7 +1225,7 @@ fn bench_churn_prints_the_table_with_the_counters() {
         "handler",
     ]));
     for needle in [
-        "seed 004",
+        "the speculative fault benchmark",
         "kernel-memfd",
         "speculative",
         "classic",

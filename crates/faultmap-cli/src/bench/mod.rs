@@ -1,34 +1,53 @@
-//! `faultmap bench`: the seeds' benchmarks, faultmap against kernel `mmap`
-//! of the same data, in one process, one run.
+//! `faultmap bench`: faultmap against kernel `mmap` of the same data, in one
+//! process, one run. Five benchmarks, one framework ([`grid`]: engines ×
+//! workloads × cells, one row type, one JSON writer, one table shape, one
+//! progress bar; [`plot`]: the same numbers as an SVG with `--plot`):
 //!
-//! Seed 000 (the kernel's fault-around series) measured minor faults and time
-//! per `FAULT_AROUND_ORDER` for three synthetic workloads and several thread
-//! counts. This module reproduces that table with faultmap's fault-around
-//! order as the variable and two kernel baselines as fixed columns:
+//! | mode              | benchmark                                        | module      |
+//! |-------------------|--------------------------------------------------|-------------|
+//! | (default)         | the fault-around benchmark, a representative subset | [`warm`] (here) |
+//! | `--full`          | the fault-around benchmark, the whole table      | [`warm`] (here) |
+//! | `--cold`          | the readahead comparison, on cold caches         | [`cold`]    |
+//! | `--parts`         | the lockless page cache benchmark                | [`scaling`] |
+//! | `--churn`         | the speculative fault benchmark                  | [`scaling`] |
+//! | `--budget`        | a memory budget against a cgroup memory limit    | [`budget`]  |
+//!
+//! The fault-around benchmark measures minor faults and time per
+//! fault-around order for three synthetic workloads and several thread
+//! counts, with faultmap's fault-around order as the variable and two
+//! kernel baselines as fixed columns:
 //!
 //! ```text
-//!   seq          kernel-file  kernel-memfd  order=0  order=1  ...  order=9
+//!   seq          kernel-file  kernel-memfd  order=0  order=4  order=9
 //!   1 thread  minor-faults        ...
 //!             time, seconds       ...
 //!             vs kernel-file      ...   (kernel-file time / this column's)
 //! ```
 //!
+//! Plain `faultmap bench` measures orders 0, 4 and 9 (one page, the
+//! kernel's default 64 KiB, a whole page table), [`MAIN_REPETITIONS`]
+//! samples per cell, so that it answers in under two minutes here;
+//! `--full` measures the seven orders of the kernel's fault-around series
+//! with the [`reps`] budget policy (about 4.5 minutes). Either way the
+//! headline after the tables gives faultmap's fastest order against each
+//! kernel column.
+//!
 //! The orchestrator, [`run`], reads top to bottom:
 //!
-//! 1. check the arguments (orders against the library's bound) before
-//!    anything costly;
-//! 2. start the pager: without userfaultfd nothing else is worth doing, and
-//!    its error says what is missing;
+//! 1. check the arguments (orders against the library's bound, the plot's
+//!    directory) before anything costly;
+//! 2. start the pagers, one per delivery mode: without userfaultfd nothing
+//!    else is worth doing, and the error says what is missing;
 //! 3. the data ([`data`]) and every engine over it ([`engine`]): the file,
 //!    its memfd copy, faultmap's object with its cache filled;
 //! 4. the workloads' inputs ([`workload::Plan`]), made once, untimed;
-//! 5. the measurements: repetitions outermost ([`reps`] decides how many),
-//!    then workload, threads and engine, so the engines of one row are
-//!    measured seconds apart and machine noise hits them alike. Every
-//!    walk's checksum must equal the first one of its workload: an engine
-//!    that served wrong bytes fails the benchmark;
-//! 6. the report: a table in the seed's shape ([`report`]) or one JSON
-//!    document ([`json`]).
+//! 5. the measurements ([`grid::measure`]): repetitions outermost, then
+//!    workload, threads and engine, so the engines of one row are measured
+//!    seconds apart and machine noise hits them alike. Every walk's
+//!    checksum must equal the first one of its workload: an engine that
+//!    served wrong bytes fails the benchmark;
+//! 6. the report ([`warm`]): the tables and the headline, or one JSON
+//!    document; and the plot.
 //!
 //! Progress goes to stderr (an indicatif bar, hidden when stderr is not a
 //! terminal); the report alone goes to stdout.
@@ -38,36 +57,30 @@
 //! in a SIGBUS handler) and `handler` (a handler thread reads the
 //! userfaultfd message and wakes the faulting thread), each with its own
 //! pager over the one object, so the two modes map the same cached pages.
-//!
-//! `--cold` runs another benchmark, seed 001's readahead comparison on cold
-//! caches, with its own orchestrator: see [`cold`]. `--parts` and
-//! `--churn` run seed 003's and seed 004's concurrency benchmarks: see
-//! [`scaling`]. `--budget` runs a memory budget against the kernel under a
-//! cgroup memory limit: see [`budget`].
 
 pub mod budget;
 mod cold;
 mod data;
 mod engine;
-mod json;
+mod grid;
+mod plot;
 mod probe;
-mod report;
 mod reps;
-mod results;
 mod scaling;
+mod warm;
 pub mod workload;
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use faultmap::{Config, Delivery, MapOptions, Pager, PAGE_SIZE};
-use indicatif::{ProgressBar, ProgressStyle};
 
 use self::data::Data;
 use self::engine::{Engine, Engines};
+use self::grid::{Cell, Checksums, DataInfo};
 use self::reps::Repetitions;
-use self::results::{Cell, DataInfo, Run};
+use self::warm::Key;
 use self::workload::{Plan, Workload};
 use crate::units;
 use crate::{BenchArgs, DeliveryArg};
@@ -82,13 +95,22 @@ struct Settings {
     reps: Repetitions,
 }
 
-/// The warm benchmark's workloads without `--workload`.
+/// The fault-around benchmark's workloads without `--workload`.
 const WARM_WORKLOADS: [Workload; 3] = [Workload::Seq, Workload::Rand, Workload::Sparse];
 
-/// The warm benchmark's orders without `--orders`.
-const WARM_ORDERS: [u8; 7] = [0, 1, 3, 4, 5, 7, 9];
+/// The orders of `--full` without `--orders`: the kernel's fault-around
+/// series.
+const FULL_ORDERS: [u8; 7] = [0, 1, 3, 4, 5, 7, 9];
 
-/// The warm benchmark's delivery modes without `--delivery`.
+/// The orders of plain `faultmap bench` without `--orders`: one page, the
+/// kernel's default (64 KiB) and a whole page table (2 MiB).
+const MAIN_ORDERS: [u8; 3] = [0, 4, 9];
+
+/// Samples per cell of plain `faultmap bench` without `--repetitions`: the
+/// median of 3, and the whole run (1 GiB) in about 90 s here.
+const MAIN_REPETITIONS: u32 = 3;
+
+/// The delivery modes without `--delivery`.
 const WARM_DELIVERIES: [DeliveryArg; 2] = [DeliveryArg::Signal, DeliveryArg::Handler];
 
 /// Thread counts without `--threads` (warm and cold).
@@ -99,7 +121,12 @@ const DEFAULT_SIZE: u64 = 1 << 30;
 
 impl Settings {
     fn from_args(args: &BenchArgs) -> Result<Settings> {
-        let orders = dedup(or_default(&args.orders, &WARM_ORDERS));
+        let default_orders: &[u8] = if args.full {
+            &FULL_ORDERS
+        } else {
+            &MAIN_ORDERS
+        };
+        let orders = dedup(or_default(&args.orders, default_orders));
         for &order in &orders {
             MapOptions::new().fault_around_order(order).validate()?;
         }
@@ -111,22 +138,31 @@ impl Settings {
             );
         }
         let deliveries = deliveries(&args.delivery, &WARM_DELIVERIES);
+        let reps = match (args.repetitions, args.full) {
+            (Some(n), _) => Repetitions::Fixed(n),
+            (None, true) => Repetitions::Budget,
+            (None, false) => Repetitions::Fixed(MAIN_REPETITIONS),
+        };
         Ok(Settings {
             workloads,
             threads: dedup(or_default(&args.threads, &DEFAULT_THREADS)),
             engines: Engine::all(&orders, &deliveries),
             deliveries,
-            reps: Repetitions::from_arg(args.repetitions),
+            reps,
         })
     }
 
     /// Every cell, in measurement order.
-    fn cells(&self) -> Vec<Cell> {
+    fn cells(&self) -> Vec<warm::Cell> {
         let mut cells = Vec::new();
-        for &w in &self.workloads {
-            for &t in &self.threads {
-                for &e in &self.engines {
-                    cells.push(Cell::new(w, t, e));
+        for &workload in &self.workloads {
+            for &threads in &self.threads {
+                for &engine in &self.engines {
+                    cells.push(Cell::new(Key {
+                        workload,
+                        threads,
+                        engine,
+                    }));
                 }
             }
         }
@@ -164,8 +200,12 @@ fn dedup<T: PartialEq + Copy>(list: &[T]) -> Vec<T> {
 }
 
 /// Runs `faultmap bench` (or, with `--cold`, [`cold::run`]; with
-/// `--parts` or `--churn`, [`scaling::run`]).
+/// `--parts` or `--churn`, [`scaling::run`]; with `--budget`,
+/// [`budget::run`]).
 pub fn run(args: &BenchArgs) -> Result<()> {
+    if let Some(path) = &args.plot {
+        plot::check_target(path)?;
+    }
     if args.cold {
         return cold::run(args);
     }
@@ -208,11 +248,33 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     // 5. The measurements.
     let mut cells = settings.cells();
-    let repetitions = measure_all(&mut engines, &plans, settings.reps, &mut cells)?;
+    let mut checksums = Checksums::new();
+    let label = |k: &Key| {
+        let delivery = k.engine.delivery().map_or("", crate::delivery_name);
+        let engine = format!("{} {delivery}", k.engine.column());
+        format!(
+            "{} × {} on {}",
+            k.workload.name(),
+            k.threads,
+            engine.trim_end()
+        )
+    };
+    let repetitions = grid::measure(&mut cells, settings.reps, label, |key, _| {
+        let plan = plans
+            .iter()
+            .find(|p| p.workload() == key.workload)
+            .context("a workload without a plan")?;
+        let sample = engines.measure(key.engine, plan, usize::from(key.threads))?;
+        checksums.check(key.workload, sample.checksum, || {
+            format!("{} on {}", key.engine.column(), key.workload.name())
+        })?;
+        Ok(Some(sample))
+    })?;
     // 6. The report.
-    let run = Run {
+    let run = warm::Run {
         machine: probe::Machine::read(),
         data: data_info(&data),
+        full: args.full,
         workloads: settings.workloads,
         threads: settings.threads,
         deliveries: settings.deliveries,
@@ -224,11 +286,27 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         cells,
         wall_seconds: started.elapsed().as_secs_f64(),
     };
-    crate::output::print(
-        args.json,
-        |out| json::write(&run, out),
-        || report::render(&run),
+    report(
+        args,
+        |out| warm::write_json(&run, out),
+        || warm::render(&run),
+        || warm::figure(&run),
     )
+}
+
+/// Writes a benchmark's report on stdout (its JSON document with
+/// `--json`, else its text), and with `--plot` its figure.
+fn report<W: FnOnce(&mut std::io::StdoutLock<'static>) -> Result<()>>(
+    args: &BenchArgs,
+    json: W,
+    text: impl FnOnce() -> String,
+    figure: impl FnOnce() -> plot::Figure,
+) -> Result<()> {
+    if let Some(path) = &args.plot {
+        plot::write(&figure(), path)?;
+        note(&format!("plot written to {}", path.display()));
+    }
+    crate::output::print(args.json, json, text)
 }
 
 /// A pager with `config`; its error names the delivery mode.
@@ -260,77 +338,6 @@ fn data_info(data: &Data) -> DataInfo {
     }
 }
 
-/// Measures the cells in passes, each cell as often as `reps` wants (see
-/// [`reps`]); returns the number of passes.
-fn measure_all(
-    engines: &mut Engines,
-    plans: &[Plan],
-    reps: Repetitions,
-    cells: &mut [Cell],
-) -> Result<u32> {
-    let started = Instant::now();
-    let bar = progress_bar();
-    let mut checksums: Vec<Option<u64>> = vec![None; plans.len()];
-    let mut passes = 0;
-    for pass in 0..reps.max_passes() {
-        let wanted: Vec<usize> = (0..cells.len())
-            .filter(|&c| {
-                let cell = &cells[c];
-                let spent: f64 = cell.samples.iter().map(|s| s.seconds).sum();
-                let samples = u32::try_from(cell.samples.len()).unwrap_or(u32::MAX);
-                reps.wants(samples, Duration::from_secs_f64(spent), started.elapsed())
-            })
-            .collect();
-        if wanted.is_empty() {
-            break;
-        }
-        passes += 1;
-        bar.inc_length(wanted.len() as u64);
-        for c in wanted {
-            let cell = &mut cells[c];
-            bar.set_message(format!(
-                "pass {}: {} × {} on {}",
-                pass + 1,
-                cell.workload.name(),
-                cell.threads,
-                cell.engine.column()
-            ));
-            let i = plans
-                .iter()
-                .position(|p| p.workload() == cell.workload)
-                .context("a workload without a plan")?;
-            let sample = engines.measure(cell.engine, &plans[i], usize::from(cell.threads))?;
-            check_checksum(&mut checksums[i], sample.checksum, cell)?;
-            cell.samples.push(sample);
-            bar.inc(1);
-        }
-    }
-    bar.finish_and_clear();
-    Ok(passes)
-}
-
-/// Fails if a walk read other bytes than the first walk of its workload.
-fn check_checksum(expected: &mut Option<u64>, got: u64, cell: &Cell) -> Result<()> {
-    match *expected {
-        None => *expected = Some(got),
-        Some(want) if want != got => bail!(
-            "{} read different data than the first engine on {} (word sum {got:#x}, expected {want:#x})",
-            cell.engine.column(),
-            cell.workload.name()
-        ),
-        Some(_) => {}
-    }
-    Ok(())
-}
-
-/// The progress bar on stderr (indicatif hides it when stderr is not a
-/// terminal).
-fn progress_bar() -> ProgressBar {
-    let style = ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-    ProgressBar::new(0).with_style(style)
-}
-
 /// A line of information on stderr (never on stdout, which holds the report).
 fn note(text: &str) {
     let _ = writeln!(std::io::stderr(), "faultmap bench: {text}");
@@ -345,18 +352,5 @@ mod tests {
         assert_eq!(dedup(&[4, 1, 4, 9, 1]), [4, 1, 9]);
         assert_eq!(or_default(&[], &[1, 2]), [1, 2]);
         assert_eq!(or_default(&[3], &[1, 2]), [3]);
-    }
-
-    #[test]
-    fn a_different_checksum_fails() {
-        let engine = Engine::Faultmap {
-            order: 4,
-            delivery: Delivery::Signal,
-        };
-        let cell = Cell::new(Workload::Seq, 1, engine);
-        let mut expected = None;
-        check_checksum(&mut expected, 7, &cell).unwrap();
-        check_checksum(&mut expected, 7, &cell).unwrap();
-        assert!(check_checksum(&mut expected, 8, &cell).is_err());
     }
 }

@@ -22,8 +22,6 @@
 
 use std::time::Duration;
 
-use super::results::RepsFrom;
-
 /// Samples every cell gets without `--repetitions`: enough for a median.
 pub const MIN_REPS: u32 = 3;
 
@@ -37,6 +35,15 @@ pub const CELL_BUDGET: Duration = Duration::from_secs(2);
 /// The measuring time after which no pass beyond [`MIN_REPS`] starts.
 pub const BUDGET: Duration = Duration::from_secs(150);
 
+/// How the number of repetitions was chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepsFrom {
+    /// `--repetitions`, or the fixed count of the default run.
+    Argument,
+    /// To fit the time budget (`--full`).
+    Budget,
+}
+
 /// The repetition policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Repetitions {
@@ -47,16 +54,20 @@ pub enum Repetitions {
 }
 
 impl Repetitions {
-    /// The policy for `--repetitions`, if given.
-    pub fn from_arg(arg: Option<u32>) -> Repetitions {
-        arg.map_or(Repetitions::Budget, Repetitions::Fixed)
-    }
-
     /// The most passes there can be.
     pub fn max_passes(self) -> u32 {
         match self {
             Repetitions::Fixed(n) => n,
             Repetitions::Budget => MAX_REPS,
+        }
+    }
+
+    /// The passes every cell is sure to get: the progress bar's total
+    /// before the first sample.
+    pub fn sure_passes(self) -> u32 {
+        match self {
+            Repetitions::Fixed(n) => n,
+            Repetitions::Budget => MIN_REPS,
         }
     }
 
@@ -90,7 +101,7 @@ mod tests {
 
     #[test]
     fn fixed_gives_exactly_n() {
-        let r = Repetitions::from_arg(Some(2));
+        let r = Repetitions::Fixed(2);
         assert!(r.wants(1, S(100.0), S(1000.0)));
         assert!(!r.wants(2, S(0.0), S(0.0)));
         assert_eq!(r.max_passes(), 2);
@@ -98,7 +109,7 @@ mod tests {
 
     #[test]
     fn budget_repeats_cheap_cells_within_both_budgets() {
-        let r = Repetitions::from_arg(None);
+        let r = Repetitions::Budget;
         // Everyone gets the minimum, however slow.
         assert!(r.wants(2, S(20.0), S(1000.0)));
         // A 0.1 s cell repeats up to the maximum...

@@ -1,7 +1,7 @@
-//! The seed's workloads, and the threaded, timed run of one of them.
+//! The fault-around benchmark's workloads, and the threaded, timed run of one of them.
 //!
-//! Seed 000 measured fault-around with three synthetic tests, reproduced
-//! here over any byte slice (a kernel mapping or a faultmap mapping alike):
+//! The kernel's fault-around series measured fault-around with three
+//! synthetic tests, reproduced here over any byte slice (a kernel mapping or a faultmap mapping alike):
 //!
 //! ```text
 //!   seq     |0123456789...........................................| every word, in order
@@ -12,7 +12,7 @@
 //!            <---- 2 MiB ---> (one page per page table)
 //! ```
 //!
-//! `rand` differs from the seed's fully random word order on purpose: what
+//! `rand` differs from a fully random word order on purpose: what
 //! fault-around sees is the order of *first touches of pages*, which a random
 //! page permutation reproduces exactly, while a word-random walk of 1 GiB
 //! would spend minutes in cache and TLB misses that say nothing about faults.
@@ -23,7 +23,7 @@
 //! # The timed run
 //!
 //! [`run_timed`] gives each thread its own view (its own mapping, so faults
-//! scale with threads as in the seed) and starts them together
+//! scale with threads) and starts them together
 //! ([`crate::timed`]); the walks are all that is timed.
 //!
 //! `clustered` is a workload of the cold benchmark only (`--cold`, see
@@ -46,7 +46,7 @@ pub const SPARSE_STRIDE: usize = 2 << 20;
 /// every run and every engine walks the same pages in the same order.
 pub const RAND_SEED: u64 = 0x000f_a017_a40d;
 
-/// A workload of seed 000.
+/// A workload of the fault-around benchmark.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Workload {

@@ -41,14 +41,15 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use faultmap::{FileIo, FileStore, MapOptions, Stats, MIN_BUDGET, PAGE_SIZE};
-use serde::Serialize;
+use serde_json::json;
 
 use self::cgroup::KernelError;
 use self::touch::{BudgetWorkload, RssSampler};
-use super::json::{write_document, MachineData};
+use super::grid::{self, Checksums, DataInfo, Row};
+use super::note;
+use super::plot::{Figure, Panel, Series};
 use super::probe::Machine;
-use super::results::DataInfo;
-use super::{note, progress_bar};
+use super::reps::Repetitions;
 use crate::table::Table;
 use crate::units;
 use crate::BenchArgs;
@@ -110,22 +111,22 @@ struct Sample {
     stats: Option<Stats>,
 }
 
-/// A workload on an engine, and its samples.
-#[derive(Debug)]
-struct Cell {
-    workload: BudgetWorkload,
-    engine: Engine,
-    samples: Vec<Sample>,
-}
-
-impl Cell {
-    /// The median sample by seconds.
-    fn median(&self) -> Option<&Sample> {
-        let mut order: Vec<&Sample> = self.samples.iter().collect();
-        order.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
-        order.get(order.len().saturating_sub(1) / 2).copied()
+impl grid::Sample for Sample {
+    fn seconds(&self) -> f64 {
+        self.seconds
     }
 }
+
+/// What a cell measures: a workload on an engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Key {
+    workload: BudgetWorkload,
+    engine: Engine,
+}
+
+/// A cell of the budget benchmark; the outputs show its median sample by
+/// seconds (real counts of one run, not a mix of medians).
+type Cell = grid::Cell<Key, Sample>;
 
 /// The whole run, for the outputs.
 struct BudgetRun {
@@ -226,73 +227,56 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let mut cells: Vec<Cell> = BudgetWorkload::ALL
         .iter()
         .flat_map(|&workload| {
-            [Engine::Faultmap, Engine::KernelFile]
-                .into_iter()
-                .map(move |engine| Cell {
-                    workload,
-                    engine,
-                    samples: Vec::new(),
-                })
+            let engines = [Engine::Faultmap, Engine::KernelFile].into_iter();
+            engines.map(move |engine| Cell::new(Key { workload, engine }))
         })
         .collect();
     // 5. The measurements: repetitions outermost.
     let mut kernel_skipped = kernel_skipped;
-    let bar = progress_bar();
-    bar.set_length(u64::from(repetitions) * cells.len() as u64);
-    let mut checksums: Vec<Option<u64>> = vec![None; plans.len()];
-    for rep in 0..repetitions {
-        for cell in cells.iter_mut() {
-            bar.set_message(format!(
-                "repetition {}: {} on {}",
-                rep + 1,
-                cell.workload.name(),
-                cell.engine.name()
-            ));
-            let i = plans
-                .iter()
-                .position(|(w, _)| *w == cell.workload)
-                .context("a workload without a plan")?;
-            let sample = match cell.engine {
-                Engine::Faultmap => Some(measure_faultmap(&config, data.path(), &plans[i].1)?),
-                Engine::KernelFile if kernel_skipped.is_none() => {
-                    match cgroup::measure(data.path(), cell.workload, budget) {
-                        Ok(k) => Some(kernel_sample(&k)),
-                        Err(KernelError::Cgroup(err)) => {
-                            let why = format!("{err:#}");
-                            note(&format!(
-                                "kernel-file skipped: cannot use a cgroup v1 memory limit ({why})"
-                            ));
-                            kernel_skipped = Some(why);
-                            None
-                        }
-                        Err(KernelError::Run(err)) => {
-                            note(&format!(
-                                "kernel-file on {}: no sample ({err:#})",
-                                cell.workload.name()
-                            ));
-                            None
-                        }
+    let mut checksums = Checksums::new();
+    let label = |k: &Key| format!("{} on {}", k.workload.name(), k.engine.name());
+    let reps = Repetitions::Fixed(repetitions);
+    grid::measure(&mut cells, reps, label, |key, bar| {
+        let plan = plans
+            .iter()
+            .find(|(w, _)| *w == key.workload)
+            .map(|(_, plan)| plan.as_slice())
+            .context("a workload without a plan")?;
+        let sample = match key.engine {
+            Engine::Faultmap => Some(measure_faultmap(&config, data.path(), plan)?),
+            Engine::KernelFile if kernel_skipped.is_none() => {
+                match cgroup::measure(data.path(), key.workload, budget) {
+                    Ok(k) => Some(kernel_sample(&k)),
+                    Err(KernelError::Cgroup(err)) => {
+                        let why = format!("{err:#}");
+                        note(&format!(
+                            "kernel-file skipped: cannot use a cgroup v1 memory limit ({why})"
+                        ));
+                        kernel_skipped = Some(why);
+                        None
+                    }
+                    Err(KernelError::Run(err)) => {
+                        let w = key.workload.name();
+                        note(&format!("kernel-file on {w}: no sample ({err:#})"));
+                        None
                     }
                 }
-                Engine::KernelFile => None,
-            };
-            if let Some(sample) = sample {
-                bar.suspend(|| {
-                    note(&format!(
-                        "{} on {}: {:.3} s, {} major faults",
-                        cell.workload.name(),
-                        cell.engine.name(),
-                        sample.seconds,
-                        units::count(sample.major_faults)
-                    ));
-                });
-                check_checksum(&mut checksums[i], &sample, cell)?;
-                cell.samples.push(sample);
             }
-            bar.inc(1);
+            Engine::KernelFile => None,
+        };
+        if let Some(sample) = &sample {
+            bar.suspend(|| {
+                note(&format!(
+                    "{}: {:.3} s, {} major faults",
+                    label(key),
+                    sample.seconds,
+                    units::count(sample.major_faults)
+                ));
+            });
+            checksums.check(key.workload, sample.checksum, || label(key))?;
         }
-    }
-    bar.finish_and_clear();
+        Ok(sample)
+    })?;
     cells.retain(|c| !c.samples.is_empty());
     // 6. The report.
     let run = BudgetRun {
@@ -306,7 +290,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         cells,
         wall_seconds: started.elapsed().as_secs_f64(),
     };
-    crate::output::print(args.json, |out| write_json(&run, out), || render(&run))
+    super::report(
+        args,
+        |out| write_json(&run, out),
+        || render(&run),
+        || figure(&run),
+    )
 }
 
 /// One faultmap sample: a new pager with the budget, a new object, cold.
@@ -361,22 +350,6 @@ fn kernel_sample(k: &cgroup::KernelSample) -> Sample {
     }
 }
 
-/// Fails if an engine read other bytes than the first sample of its
-/// workload.
-fn check_checksum(expected: &mut Option<u64>, sample: &Sample, cell: &Cell) -> Result<()> {
-    match *expected {
-        None => *expected = Some(sample.checksum),
-        Some(want) if want != sample.checksum => bail!(
-            "{} read different data than the first sample on {} (byte sum {:#x}, expected {want:#x})",
-            cell.engine.name(),
-            cell.workload.name(),
-            sample.checksum
-        ),
-        Some(_) => {}
-    }
-    Ok(())
-}
-
 /// 1 − major faults / touches.
 fn hit_ratio(s: &Sample) -> f64 {
     if s.touches == 0 {
@@ -385,26 +358,17 @@ fn hit_ratio(s: &Sample) -> f64 {
     (1.0 - s.major_faults as f64 / s.touches as f64).max(0.0)
 }
 
-fn per_second(n: u64, seconds: f64) -> f64 {
-    if seconds > 0.0 {
-        n as f64 / seconds
-    } else {
-        0.0
-    }
-}
+use self::grid::rate as per_second;
 
 // ---------------------------------------------------------------------------
 // The table.
 // ---------------------------------------------------------------------------
 
 fn render(run: &BudgetRun) -> String {
-    let mut out = format!(
+    let title = format!(
         "faultmap bench --budget: a memory budget on an object {OBJECT_PER_BUDGET} × its size, \
-         faultmap's CLOCK eviction against the kernel's reclaim under a cgroup memory limit\n\n"
+         faultmap's CLOCK eviction against the kernel's reclaim under a cgroup memory limit"
     );
-    let mut h = Table::new(2);
-    h.row(["machine".to_string(), run.machine.line()]);
-    h.row(["data".to_string(), run.data.line()]);
     let mut budget = format!(
         "{} ({} pages)",
         units::bytes(run.budget),
@@ -417,46 +381,49 @@ fn render(run: &BudgetRun) -> String {
             units::bytes(asked)
         );
     }
-    h.row(["budget".to_string(), budget]);
-    h.row([
-        "faultmap".to_string(),
-        format!(
-            "a new pager per sample with memory_budget = budget, {} delivery, fault-around \
-             order {ORDER}, full readahead, file store {}",
-            crate::delivery_name(faultmap::Delivery::default()),
-            run.file_io.as_str()
+    let lines = vec![
+        ("budget", budget),
+        (
+            "faultmap",
+            format!(
+                "a new pager per sample with memory_budget = budget, {} delivery, fault-around \
+                 order {ORDER}, full readahead, file store {}",
+                crate::delivery_name(faultmap::Delivery::default()),
+                run.file_io.as_str()
+            ),
         ),
-    ]);
-    h.row([
-        "kernel-file".to_string(),
-        match &run.kernel_skipped {
-            None => "kernel mmap of the file in a child process in a new cgroup v1 memory \
-                     cgroup with memory.limit_in_bytes = budget"
-                .to_string(),
-            Some(why) => format!("skipped: cannot use a cgroup v1 memory limit ({why})"),
-        },
-    ]);
-    h.row([
-        "workloads".to_string(),
-        format!(
-            "one byte per touch; seq: every page in order, twice; rand: uniformly random \
-             pages; hotcold: 90% on a hot set of {} pages (10% of the budget), 10% uniform; \
-             rand and hotcold touch once per page of the object, at most {} times",
-            units::count(touch::hot_pages(
-                run.data.pages,
-                run.budget / PAGE_SIZE as u64
-            )),
-            units::count(u64::from(touch::RANDOM_TOUCHES))
+        (
+            "kernel-file",
+            match &run.kernel_skipped {
+                None => "kernel mmap of the file in a child process in a new cgroup v1 memory \
+                         cgroup with memory.limit_in_bytes = budget"
+                    .to_string(),
+                Some(why) => format!("skipped: cannot use a cgroup v1 memory limit ({why})"),
+            },
         ),
-    ]);
-    h.row([
-        "repetitions".to_string(),
-        format!(
-            "{} per cell (the median by seconds), each from cold caches; total wall time {:.1} s",
-            run.repetitions, run.wall_seconds
+        (
+            "workloads",
+            format!(
+                "one byte per touch; seq: every page in order, twice; rand: uniformly random \
+                 pages; hotcold: 90% on a hot set of {} pages (10% of the budget), 10% uniform; \
+                 rand and hotcold touch once per page of the object, at most {} times",
+                units::count(touch::hot_pages(
+                    run.data.pages,
+                    run.budget / PAGE_SIZE as u64
+                )),
+                units::count(u64::from(touch::RANDOM_TOUCHES))
+            ),
         ),
-    ]);
-    out.push_str(&h.render());
+        (
+            "repetitions",
+            format!(
+                "{} per cell (the median by seconds), each from cold caches; total wall time \
+                 {:.1} s",
+                run.repetitions, run.wall_seconds
+            ),
+        ),
+    ];
+    let mut out = grid::header(&title, &run.machine, &run.data, lines);
     out.push_str("RSS bound: peak cached must stay within budget + 1%\n\n");
 
     let mut t = Table::new(2).note_column(10);
@@ -474,10 +441,12 @@ fn render(run: &BudgetRun) -> String {
         "≤ budget+1%",
     ]);
     for cell in &run.cells {
-        let Some(s) = cell.median() else { continue };
+        let Some(s) = cell.median_sample() else {
+            continue;
+        };
         t.row([
-            cell.workload.name().to_string(),
-            cell.engine.name().to_string(),
+            cell.key.workload.name().to_string(),
+            cell.key.engine.name().to_string(),
             format!("{:.3}", s.seconds),
             units::count(per_second(s.touches, s.seconds) as u64),
             format!("{:.4}", hit_ratio(s)),
@@ -512,90 +481,90 @@ fn render(run: &BudgetRun) -> String {
 // JSON.
 // ---------------------------------------------------------------------------
 
-/// The machine, the data and the run's settings.
-#[derive(Serialize)]
-struct MachineJson<'a> {
-    #[serde(flatten)]
-    head: MachineData<'a>,
-    benchmark: &'static str,
-    budget_bytes: u64,
-    budget_asked_bytes: Option<u64>,
-    order: u8,
-    delivery: &'static str,
-    file_io: &'static str,
-    kernel_file_skipped: Option<&'a str>,
-    repetitions: u32,
-    wall_seconds: f64,
-}
-
-/// One cell (its median sample).
-#[derive(Serialize)]
-struct Row {
-    workload: &'static str,
-    engine: &'static str,
-    variant: String,
-    seconds: f64,
-    touches: u64,
-    hit_ratio: f64,
-    evicted: Option<u64>,
-    refault: Option<u64>,
-    peak_bytes: u64,
-    budget_bytes: u64,
-    within_budget: bool,
-    touches_per_second: f64,
-    evicted_per_second: Option<f64>,
-    faults: u64,
-    major_faults: u64,
-    peak_rss_bytes: u64,
-    io_bytes: Option<u64>,
-    repetitions: usize,
-    seconds_all: Vec<f64>,
-    stats: Option<Stats>,
-}
-
+/// Writes the document: one row per cell, its median sample's.
 fn write_json(run: &BudgetRun, out: &mut impl std::io::Write) -> Result<()> {
-    let machine = MachineJson {
-        head: MachineData::new(&run.machine, &run.data),
-        benchmark: "budget",
-        budget_bytes: run.budget,
-        budget_asked_bytes: run.shrunk_from,
-        order: ORDER,
-        delivery: crate::delivery_name(faultmap::Delivery::default()),
-        file_io: run.file_io.as_str(),
-        kernel_file_skipped: run.kernel_skipped.as_deref(),
-        repetitions: run.repetitions,
-        wall_seconds: run.wall_seconds,
-    };
-    let rows: Vec<Row> = run
-        .cells
+    let machine = json!({
+        "benchmark": "budget",
+        "budget_bytes": run.budget,
+        "budget_asked_bytes": run.shrunk_from,
+        "order": ORDER,
+        "delivery": crate::delivery_name(faultmap::Delivery::default()),
+        "file_io": run.file_io.as_str(),
+        "kernel_file_skipped": run.kernel_skipped.as_deref(),
+        "repetitions": run.repetitions,
+        "wall_seconds": run.wall_seconds,
+    });
+    let rows = run.cells.iter().filter_map(|cell| {
+        let s = cell.median_sample()?;
+        let mut row = Row::new(cell, cell.key.engine.name(), variant(run.budget));
+        row.workload = cell.key.workload.name();
+        row.order = (cell.key.engine == Engine::Faultmap).then_some(ORDER);
+        row.pages = run.data.pages;
+        row.seconds = s.seconds;
+        row.faults = Some(s.faults);
+        row.major_faults = Some(s.major_faults);
+        row.io_bytes = s.io_bytes;
+        row.io_count = s.stats.map(|s| s.io_count);
+        Some(
+            row.with("touches", s.touches)
+                .with("hit_ratio", hit_ratio(s))
+                .with("evicted", s.evicted)
+                .with("refault", s.refault)
+                .with("peak_bytes", s.peak_bytes)
+                .with("budget_bytes", run.budget)
+                .with("within_budget", run.within(s.peak_bytes))
+                .with("touches_per_second", per_second(s.touches, s.seconds))
+                .with(
+                    "evicted_per_second",
+                    s.evicted.map(|e| per_second(e, s.seconds)),
+                )
+                .with("peak_rss_bytes", s.peak_rss_bytes)
+                .with("stats", s.stats),
+        )
+    });
+    let machine = grid::machine_json(&run.machine, &run.data, machine);
+    grid::write_document(out, machine, rows.collect())
+}
+
+// ---------------------------------------------------------------------------
+// The plot.
+// ---------------------------------------------------------------------------
+
+/// The hit ratio and the time of each engine, per workload.
+fn figure(run: &BudgetRun) -> Figure {
+    let names: Vec<String> = BudgetWorkload::ALL
         .iter()
-        .filter_map(|cell| {
-            let s = cell.median()?;
-            Some(Row {
-                workload: cell.workload.name(),
-                engine: cell.engine.name(),
-                variant: variant(run.budget),
-                seconds: s.seconds,
-                touches: s.touches,
-                hit_ratio: hit_ratio(s),
-                evicted: s.evicted,
-                refault: s.refault,
-                peak_bytes: s.peak_bytes,
-                budget_bytes: run.budget,
-                within_budget: run.within(s.peak_bytes),
-                touches_per_second: per_second(s.touches, s.seconds),
-                evicted_per_second: s.evicted.map(|e| per_second(e, s.seconds)),
-                faults: s.faults,
-                major_faults: s.major_faults,
-                peak_rss_bytes: s.peak_rss_bytes,
-                io_bytes: s.io_bytes,
-                repetitions: cell.samples.len(),
-                seconds_all: cell.samples.iter().map(|s| s.seconds).collect(),
-                stats: s.stats,
-            })
-        })
+        .map(|w| w.name().to_string())
         .collect();
-    write_document(out, machine, rows)
+    let panel = |title: &str, log_y, value: fn(&Sample) -> f64| {
+        let series = [Engine::Faultmap, Engine::KernelFile]
+            .into_iter()
+            .map(|engine| {
+                let points = BudgetWorkload::ALL
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, &workload)| {
+                        let cell = grid::find(&run.cells, Key { workload, engine })?;
+                        Some((i as f64, value(cell.median_sample()?)))
+                    });
+                Series::line(engine.name().to_string(), points.collect())
+            });
+        Panel {
+            title: title.to_string(),
+            x_label: "workload".into(),
+            x_names: names.clone(),
+            y_label: title.to_string(),
+            log_y,
+            series: series.filter(|s| !s.points.is_empty()).collect(),
+        }
+    };
+    Figure {
+        panels: vec![
+            panel("hit ratio", false, hit_ratio),
+            panel("time, seconds", true, |s| s.seconds),
+        ],
+        columns: 2,
+    }
 }
 
 #[cfg(test)]

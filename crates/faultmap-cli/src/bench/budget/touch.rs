@@ -31,7 +31,7 @@ const PLAN_SEED: u64 = 0xb0d9_e700;
 const RSS_PERIOD: Duration = Duration::from_millis(5);
 
 /// A workload of `faultmap bench --budget`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BudgetWorkload {
     /// Every page in order, twice.

@@ -4,8 +4,8 @@
 //! |-------------|----------------|--------------------|----------------------------------------------------|
 //! | `device`    | `device`       | `cold`             | the whole file, O_DIRECT 1 MiB reads, many in flight |
 //! | `kernel`    | `kernel-file`  | `cold`             | kernel `mmap` of the file, page cache dropped first |
-//! | `around`    | `faultmap`     | `readahead=around` | a new object, read-around only (seed 001's case A)  |
-//! | `readahead` | `faultmap`     | `readahead=full`   | a new object, the kernel's full readahead (case C)  |
+//! | `around`    | `faultmap`     | `readahead=around` | a new object, read-around only  |
+//! | `readahead` | `faultmap`     | `readahead=full`   | a new object, the kernel's full readahead  |
 //!
 //! # One measurement ([`Bench::measure`])
 //!

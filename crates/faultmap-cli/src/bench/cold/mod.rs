@@ -1,13 +1,12 @@
-//! `faultmap bench --cold`: seed 001's readahead comparison, on cold caches.
+//! `faultmap bench --cold`: the readahead comparison, on cold caches.
 //!
-//! Seed 001 measured, on a freshly booted desktop, mmap read-around only
-//! (its case A) against on-demand mmap readahead (cases B and C): readahead
-//! cut major faults by a third on clustered random reads, with the same
-//! miss ratio. This benchmark runs that comparison on one file, with the
+//! On-demand mmap readahead, measured against mmap read-around only on a
+//! freshly booted desktop, cut major faults by a third on clustered random
+//! reads, with the same miss ratio. This benchmark runs that comparison on one file, with the
 //! kernel and the disk as references:
 //!
 //! ```text
-//!                       device    kernel    around (A)   readahead (C)
+//!                       device    kernel    around   readahead
 //!   seconds, MB/s, major faults, I/O count, I/O size, miss ratio
 //!   ratios: vs device, vs kernel, major faults / around, bytes / kernel
 //! ```
@@ -34,23 +33,24 @@
 //!    readahead, so the columns of a row are measured seconds apart. Every
 //!    run's word sum must equal the first one of its workload and thread
 //!    count: an engine that served wrong bytes fails the benchmark;
-//! 7. the report ([`report`]) or the JSON document ([`json`]).
+//! 7. the report ([`report`]): the tables, or the JSON document; and the
+//!    plot.
 
 mod engine;
-mod json;
 mod report;
-mod results;
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use faultmap::{Config, FileIo, FileStore, Pager, Store, PAGE_SIZE};
 
+use self::engine::ColdSample;
 use self::engine::{Bench, ColdEngine};
-use self::results::{threads_of, ColdCell, ColdRun};
+use self::report::{threads_of, Cell, ColdRun, Key};
+use super::grid::{self, Checksums};
+use super::reps::Repetitions;
 use super::workload::Workload;
-use super::{dedup, note, or_default, progress_bar};
+use super::{dedup, note, or_default};
 use crate::access::{Access, AccessPlan, Coverage};
 use crate::kernel::{BlockDevice, CacheDropper, Caches, DROP_CACHES};
 use crate::{BenchArgs, Readahead};
@@ -182,13 +182,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         handler_threads: args.handler_threads,
         io_threads,
         sample_pages: sample,
-        cells: cells.into_iter().map(|c| c.cell).collect(),
+        cells: cells.into_iter().map(|p| (p.cell, p.touched)).collect(),
         wall_seconds: started.elapsed().as_secs_f64(),
     };
-    crate::output::print(
-        args.json,
-        |out| json::write(&run, out),
+    super::report(
+        args,
+        |out| report::write_json(&run, out),
         || report::render(&run),
+        || report::figure(&run),
     )
 }
 
@@ -206,10 +207,11 @@ fn probe_dropper() -> Option<CacheDropper> {
     }
 }
 
-/// A cell and the plan its runs follow.
+/// A cell, the plan its runs follow and the pages a run touches.
 struct Planned {
-    cell: ColdCell,
+    cell: Cell,
     plan: usize,
+    touched: u64,
 }
 
 /// One plan per (workload, thread count), and the cells in measurement
@@ -224,85 +226,82 @@ fn plan_cells(
     let pages = (len as u64).div_ceil(PAGE_SIZE as u64);
     let mut plans = Vec::new();
     let mut cells = Vec::new();
+    let planned = |workload, threads, engine, plan, touched| Planned {
+        cell: Cell::new(Key {
+            workload,
+            threads,
+            engine,
+        }),
+        plan,
+        touched,
+    };
     for &w in &settings.workloads {
         if engines.contains(&ColdEngine::Device) {
             // The device reads the whole file; its plan (the next) is unused.
-            let cell = ColdCell::new(w, 1, ColdEngine::Device, pages);
-            cells.push(Planned {
-                cell,
-                plan: plans.len(),
-            });
+            cells.push(planned(w, 1, ColdEngine::Device, plans.len(), pages));
         }
         for threads in threads_of(w, &settings.threads) {
             let plan = AccessPlan::new(w, len, usize::from(threads), Coverage::Sample(sample))?;
             let touched = plan.pages_touched();
             plans.push(plan);
             for &e in engines.iter().filter(|&&e| e != ColdEngine::Device) {
-                let cell = ColdCell::new(w, threads, e, touched);
-                cells.push(Planned {
-                    cell,
-                    plan: plans.len() - 1,
-                });
+                cells.push(planned(w, threads, e, plans.len() - 1, touched));
             }
         }
     }
     Ok((plans, cells))
 }
 
-/// Measures every cell `reps` times, a repetition at a time.
+/// Measures every cell `reps` times, a repetition at a time. A device
+/// that fails leaves its column out, with a note; every run's word sum
+/// must equal the first one of its workload and thread count.
 fn measure_all(
     bench: &Bench<'_>,
     plans: &[AccessPlan],
     reps: u32,
-    cells: &mut [Planned],
+    planned: &mut [Planned],
 ) -> Result<()> {
-    let bar = progress_bar();
-    bar.set_length(u64::from(reps) * cells.len() as u64);
-    let mut checksums: HashMap<(Access, u16), u64> = HashMap::new();
+    let plan_of: Vec<(Key, usize)> = planned.iter().map(|p| (p.cell.key, p.plan)).collect();
+    let mut cells: Vec<Cell> = planned.iter().map(|p| Cell::new(p.cell.key)).collect();
+    let mut checksums = Checksums::new();
     let mut device_failed = false;
-    for rep in 0..reps {
-        for Planned { cell, plan } in cells.iter_mut() {
-            bar.set_message(format!(
-                "repetition {}: {} × {} on {}",
-                rep + 1,
-                cell.workload.name(),
-                cell.threads,
-                cell.engine.column()
-            ));
-            bar.inc(1);
-            if cell.engine == ColdEngine::Device && device_failed {
-                continue;
-            }
-            match bench.measure(cell.engine, &plans[*plan]) {
-                Ok(sample) => {
-                    if let Some(sum) = sample.checksum {
-                        check_checksum(&mut checksums, cell, sum)?;
-                    }
-                    cell.samples.push(sample);
-                }
-                Err(err) if cell.engine == ColdEngine::Device => {
-                    note(&format!("no device column: {err:#}"));
-                    device_failed = true;
-                }
-                Err(err) => return Err(err),
-            }
+    let label = |k: &Key| {
+        format!(
+            "{} × {} on {}",
+            k.workload.name(),
+            k.threads,
+            k.engine.column()
+        )
+    };
+    grid::measure(&mut cells, Repetitions::Fixed(reps), label, |key, _| {
+        if key.engine == ColdEngine::Device && device_failed {
+            return Ok(None);
         }
-    }
-    bar.finish_and_clear();
-    Ok(())
-}
-
-/// Fails if a run read other bytes than the first run of its workload and
-/// thread count.
-fn check_checksum(sums: &mut HashMap<(Access, u16), u64>, cell: &ColdCell, got: u64) -> Result<()> {
-    let want = *sums.entry((cell.workload, cell.threads)).or_insert(got);
-    if want != got {
-        bail!(
-            "{} read different data than the first engine on {} × {} (word sum {got:#x}, expected {want:#x})",
-            cell.engine.column(),
-            cell.workload.name(),
-            cell.threads
-        );
+        let plan = plan_of.iter().find(|(k, _)| k == key).map_or(0, |p| p.1);
+        match bench.measure(key.engine, &plans[plan]) {
+            Ok(sample) => {
+                if let Some(sum) = sample.checksum {
+                    checksums.check((key.workload, key.threads), sum, || {
+                        format!(
+                            "{} on {} × {}",
+                            key.engine.column(),
+                            key.workload.name(),
+                            key.threads
+                        )
+                    })?;
+                }
+                Ok(Some(sample))
+            }
+            Err(err) if key.engine == ColdEngine::Device => {
+                note(&format!("no device column: {err:#}"));
+                device_failed = true;
+                Ok(None::<ColdSample>)
+            }
+            Err(err) => Err(err),
+        }
+    })?;
+    for (p, cell) in planned.iter_mut().zip(cells) {
+        p.cell = cell;
     }
     Ok(())
 }
@@ -335,7 +334,13 @@ mod tests {
         assert_eq!(plans.len(), 3);
         let shape: Vec<(Access, u16, &str)> = cells
             .iter()
-            .map(|p| (p.cell.workload, p.cell.threads, p.cell.engine.column()))
+            .map(|p| {
+                (
+                    p.cell.key.workload,
+                    p.cell.key.threads,
+                    p.cell.key.engine.column(),
+                )
+            })
             .collect();
         use Access::*;
         assert_eq!(
@@ -354,18 +359,7 @@ mod tests {
                 (Rand, 1, "readahead"),
             ]
         );
-        assert_eq!(cells[0].cell.pages_touched, 64);
-        assert_eq!(cells[8].cell.pages_touched, 8);
-    }
-
-    #[test]
-    fn a_different_checksum_fails() {
-        let mut sums = HashMap::new();
-        let cell = ColdCell::new(Access::Rand, 1, ColdEngine::Around, 1);
-        check_checksum(&mut sums, &cell, 7).unwrap();
-        check_checksum(&mut sums, &cell, 7).unwrap();
-        assert!(check_checksum(&mut sums, &cell, 8).is_err());
-        let other = ColdCell::new(Access::Rand, 2, ColdEngine::Around, 1);
-        check_checksum(&mut sums, &other, 8).unwrap();
+        assert_eq!(cells[0].touched, 64);
+        assert_eq!(cells[8].touched, 8);
     }
 }

@@ -1,4 +1,4 @@
-//! One `churn` sample (seed 004, like ebizzy): T threads fault on their own
+//! One `churn` sample (the speculative fault benchmark, like ebizzy): T threads fault on their own
 //! mappings while one more thread maps and unmaps other regions.
 //!
 //! ```text
@@ -35,7 +35,7 @@ use faultmap::{Advice, Mapping, PAGE_SIZE};
 use memmap2::{Mmap, UncheckedAdvice};
 
 use super::parts::{faultmap_parts, kernel_parts, map_faultmap, map_kernel};
-use super::results::Sample;
+use super::report::Sample;
 use super::{Bench, Column};
 
 /// Pages of each region the churn thread maps (64 KiB).

@@ -1,10 +1,10 @@
-//! `faultmap bench --parts` and `--churn`: the concurrency seeds, faultmap
+//! `faultmap bench --parts` and `--churn`: the concurrency benchmarks, faultmap
 //! against kernel `mmap` of a memfd holding the same data, in one process,
 //! one run.
 //!
-//! # parts: seed 003, the lockless page cache
+//! # parts: the lockless page cache benchmark
 //!
-//! Seed 003 had 64 processes each read-fault their own 512 MB part of a
+//! The kernel's lockless page cache was shown with 64 processes each read-fault their own 512 MB part of a
 //! file preloaded in the page cache. With every page-cache lookup taking
 //! `mapping->tree_lock`, 64 processes took 2.5 times as long as one; with
 //! lockless lookups they ran in parallel. Here, on one cached object:
@@ -18,14 +18,14 @@
 //! Columns: `kernel-memfd` (the threads' parts mapped with kernel mmap),
 //! `lock-free` (faultmap's cache) and `global-mutex`
 //! (`Config::bench_global_cache_lock`: every page lookup serialises on one
-//! mutex, the cache before seed 003). The delivery is signal by default, so
-//! each thread resolves its own faults as each of the seed's processes did:
+//! mutex, the cache before lockless lookups). The delivery is signal by
+//! default, so each thread resolves its own faults, as each process did:
 //! with handler delivery, one handler thread takes every fault, and the
 //! benchmark measures that thread, not the cache.
 //!
-//! # churn: seed 004, speculative page faults (ebizzy)
+//! # churn: the speculative fault benchmark (ebizzy)
 //!
-//! Seed 004 ran ebizzy, whose threads fault while others mmap and munmap.
+//! Speculative page faults were shown on ebizzy, whose threads fault while others mmap and munmap.
 //! When every fault takes mmap_sem, the faults wait for those changes;
 //! speculative faults do not. Here:
 //!
@@ -59,13 +59,12 @@
 //!    new pager over the one object, so that pager's counters are the
 //!    sample's ([`parts`], [`churn`]). Every parts sample must read the same
 //!    bytes: an engine that served wrong ones fails the benchmark;
-//! 6. the report ([`report`]) or the JSON document ([`json`]).
+//! 6. the report ([`report`]): the table, or the JSON document; and the
+//!    plot.
 
 mod churn;
-mod json;
 mod parts;
 mod report;
-mod results;
 
 use std::fs::File;
 use std::ops::Range;
@@ -74,18 +73,20 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use faultmap::{Config, Delivery, FileStore, Object, Pager, RegionLookup, PAGE_SIZE};
 
-use self::results::{Cell, Sample, ScaleRun};
+use self::report::{Cell, Key, ScaleRun};
 use super::engine::warm_object;
-use super::{dedup, deliveries, note, or_default, progress_bar};
+use super::grid::{self, Checksums};
+use super::reps::Repetitions;
+use super::{dedup, deliveries, note, or_default};
 use crate::access::split;
 use crate::{BenchArgs, DeliveryArg};
 
 /// Which of the two benchmarks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// Seed 003: threads fault on their own parts of one cached object.
+    /// The lockless page cache: threads fault on their own parts of one cached object.
     Parts,
-    /// Seed 004: threads fault while another maps and unmaps.
+    /// Speculative faults: threads fault while another maps and unmaps.
     Churn,
 }
 
@@ -373,7 +374,13 @@ pub fn run(args: &BenchArgs, kind: Kind) -> Result<()> {
     let mut cells: Vec<Cell> = settings
         .threads
         .iter()
-        .flat_map(|&t| settings.columns.iter().map(move |&c| Cell::new(t, c)))
+        .flat_map(|&threads| {
+            let keys = settings
+                .columns
+                .iter()
+                .map(move |&column| Key { threads, column });
+            keys.map(Cell::new)
+        })
         .collect();
     // 5. The measurements.
     let bench = Bench {
@@ -399,14 +406,17 @@ pub fn run(args: &BenchArgs, kind: Kind) -> Result<()> {
         cells,
         wall_seconds: started.elapsed().as_secs_f64(),
     };
-    crate::output::print(
-        args.json,
-        |out| json::write(&run, out),
+    super::report(
+        args,
+        |out| report::write_json(&run, out),
         || report::render(&run),
+        || report::figure(&run),
     )
 }
 
-/// Measures every cell `reps` times, a repetition at a time.
+/// Measures every cell `reps` times, a repetition at a time. Every parts
+/// sample reads every page once, however many threads: its byte sum must
+/// be the first one's.
 fn measure_all(
     bench: &Bench<'_>,
     kind: Kind,
@@ -414,51 +424,25 @@ fn measure_all(
     reps: u32,
     cells: &mut [Cell],
 ) -> Result<()> {
-    let bar = progress_bar();
-    bar.set_length(u64::from(reps) * cells.len() as u64);
-    let mut checksum = None;
-    for rep in 0..reps {
-        for cell in cells.iter_mut() {
-            bar.set_message(format!(
-                "repetition {}: {} × {} on {}",
-                rep + 1,
-                kind.name(),
-                cell.threads,
-                cell.column.variant()
-            ));
-            let parts = plans
-                .iter()
-                .find(|(t, _)| *t == cell.threads)
-                .map(|(_, parts)| parts.as_slice())
-                .context("a thread count without parts")?;
-            let sample = match kind {
-                Kind::Parts => parts::measure(bench, cell.column, parts)?,
-                Kind::Churn => churn::measure(bench, cell.column, parts)?,
-            };
-            if kind == Kind::Parts {
-                check_checksum(&mut checksum, &sample, cell)?;
-            }
-            cell.samples.push(sample);
-            bar.inc(1);
+    let mut checksums = Checksums::new();
+    let label = |k: &Key| format!("{} × {} on {}", kind.name(), k.threads, k.column.variant());
+    grid::measure(cells, Repetitions::Fixed(reps), label, |key, _| {
+        let parts = plans
+            .iter()
+            .find(|(t, _)| *t == key.threads)
+            .map(|(_, parts)| parts.as_slice())
+            .context("a thread count without parts")?;
+        let sample = match kind {
+            Kind::Parts => parts::measure(bench, key.column, parts)?,
+            Kind::Churn => churn::measure(bench, key.column, parts)?,
+        };
+        if kind == Kind::Parts {
+            checksums.check((), sample.checksum, || {
+                format!("{} with {} threads", key.column.variant(), key.threads)
+            })?;
         }
-    }
-    bar.finish_and_clear();
-    Ok(())
-}
-
-/// Fails if a parts sample read other bytes than the first one (every
-/// sample reads every page once, however many threads).
-fn check_checksum(expected: &mut Option<u64>, sample: &Sample, cell: &Cell) -> Result<()> {
-    match *expected {
-        None => *expected = Some(sample.checksum),
-        Some(want) if want != sample.checksum => bail!(
-            "{} with {} threads read different data than the first sample (byte sum {:#x}, expected {want:#x})",
-            cell.column.variant(),
-            cell.threads,
-            sample.checksum
-        ),
-        Some(_) => {}
-    }
+        Ok(Some(sample))
+    })?;
     Ok(())
 }
 
@@ -518,18 +502,5 @@ mod tests {
             Setting::Speculative.apply(base).region_lookup,
             RegionLookup::Speculative
         );
-    }
-
-    #[test]
-    fn a_different_checksum_fails() {
-        let cell = Cell::new(1, Column::KernelMemfd);
-        let sample = |checksum| Sample {
-            checksum,
-            ..Sample::default()
-        };
-        let mut expected = None;
-        check_checksum(&mut expected, &sample(7), &cell).unwrap();
-        check_checksum(&mut expected, &sample(7), &cell).unwrap();
-        assert!(check_checksum(&mut expected, &sample(8), &cell).is_err());
     }
 }

@@ -1,4 +1,4 @@
-//! One `parts` sample (seed 003): T threads, each touching one byte per
+//! One `parts` sample (the lockless page cache benchmark): T threads, each touching one byte per
 //! page of its own part of the data through its own mapping.
 //!
 //! 1. Map each thread's part: a kernel mmap of the memfd, or a faultmap
@@ -21,7 +21,7 @@ use anyhow::{Context, Result};
 use faultmap::{MapOptions, Mapping, Object, Pager, PAGE_SIZE};
 use memmap2::{Mmap, MmapOptions};
 
-use super::results::Sample;
+use super::report::Sample;
 use super::{Bench, Column};
 
 /// Measures one sample of `column` with one thread per part.
