@@ -23,7 +23,7 @@
 //! - [`measure`]: the passes over the cells under a [`Repetitions`] policy,
 //!   with the one progress bar; [`Checksums`]: every engine must read the
 //!   same bytes as the first one of its workload;
-//! - [`Row`] and [`write_document`]: the one JSON row type (DESIGN.md's
+//! - [`Row`] and [`write_document`]: the one JSON row type (the project's benchmark JSON:
 //!   fields, plus a benchmark's extras) and the one document,
 //!   `{"machine": {...}, "results": [row, ...]}`;
 //! - [`Grid`], [`header`], [`goals`]: the one text table shape: engines as
@@ -264,7 +264,7 @@ impl<G: Eq + Hash> Checksums<G> {
 // JSON.
 // ---------------------------------------------------------------------------
 
-/// One measured cell in the format of DESIGN.md ("Benchmarks"): the fields
+/// One measured cell in the project's benchmark JSON format: the fields
 /// every benchmark has (null where one does not apply), then the
 /// benchmark's own `extra` fields. `seconds` and the counts are medians.
 #[derive(Debug, Serialize)]

@@ -19,7 +19,7 @@
 //! mode and thread count, faultmap's fastest order, and its time over
 //! kernel-file's and kernel-memfd's.
 //!
-//! JSON rows (DESIGN.md's fields; `order`, `io_count`, `io_bytes` null for
+//! JSON rows (the project's benchmark JSON: fields; `order`, `io_count`, `io_bytes` null for
 //! the kernel engines, `folios` and `resident_pct` for faultmap) add
 //! `delivery` (faultmap: `signal` or `handler`; the variant names it when
 //! it is not the library's default: `order=4,delivery=handler`),
