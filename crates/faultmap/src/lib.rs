@@ -108,5 +108,8 @@ pub use cache::CacheError;
 pub use mm::evict::Memory;
 pub use mm::writeback::WriteBackError;
 pub use policy::readahead::Mode as ReadaheadMode;
-pub use store::{FileIo, FileStore, MemStore, ParseFileIoError, Store, StoreError};
+pub use store::{
+    open_url, FileIo, FileStore, HttpStore, MemStore, ParseFileIoError, ReadBuf, ReadDone,
+    RemoteErrorKind, RemoteTuning, S3Store, Store, StoreError,
+};
 pub use sys::PAGE_SIZE;

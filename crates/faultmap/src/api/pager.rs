@@ -354,7 +354,11 @@ impl Pager {
         })?;
         // 3. The I/O threads, then the handler threads.
         let counters = Arc::new(Counters::default());
-        let io_shared = Arc::new(IoShared::new(counters.clone(), config.io_retries));
+        let io_shared = Arc::new(IoShared::new(
+            counters.clone(),
+            config.io_retries,
+            config.io_depth,
+        ));
         let (io_threads, io) =
             IoThreads::start(config.io_threads, io_shared.clone()).map_err(|source| {
                 PagerError::Sys {

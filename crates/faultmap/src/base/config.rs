@@ -32,6 +32,12 @@ pub const MIN_BUDGET: u64 = 1 << 20;
 /// fail.
 pub const MAX_IO_RETRIES: u32 = 16;
 
+/// The default number of store requests in flight ([`Config::io_depth`]).
+pub const DEFAULT_IO_DEPTH: usize = 32;
+
+/// The most requests [`Config::io_depth`] allows in flight.
+pub const MAX_IO_DEPTH: usize = 4096;
+
 /// The default store timeout: a store call that has not returned after this
 /// long fails the faults that wait for it.
 pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -58,6 +64,9 @@ pub enum ConfigError {
     /// `dirty_expire` is zero.
     #[error("dirty_expire must be above zero")]
     DirtyExpire,
+    /// `io_depth` is 0 or above the maximum.
+    #[error("io_depth must be 1..={MAX_IO_DEPTH}, got {0}")]
+    IoDepth(usize),
     /// `io_threads` is 0 or above the maximum.
     #[error("io_threads must be 1..={MAX_IO_THREADS}, got {0}")]
     IoThreads(usize),
@@ -158,6 +167,13 @@ pub struct Config {
     /// of a miss the faulting thread waits for), so that handler threads
     /// never block on I/O (default 4: requests in flight at once).
     pub io_threads: usize,
+    /// How many store requests the pager keeps in flight at once, over all
+    /// its objects (default 32). A store that reads asynchronously (HTTP,
+    /// S3) keeps this many requests going on a small runtime of its own,
+    /// without a thread each; a synchronous store (a file) has at most
+    /// `io_threads` in flight. Reads that a fault waits for, and retries,
+    /// are never held back by it.
+    pub io_depth: usize,
     /// How faults reach the pager (default [`Delivery::Signal`]).
     pub delivery: Delivery,
     /// How a fault finds its region (default
@@ -189,6 +205,7 @@ impl Default for Config {
             handler_threads: 1,
             handler_spin_us: DEFAULT_HANDLER_SPIN_US,
             io_threads: 4,
+            io_depth: DEFAULT_IO_DEPTH,
             delivery: Delivery::default(),
             region_lookup: RegionLookup::default(),
             bench_global_cache_lock: false,
@@ -210,6 +227,12 @@ impl Config {
     /// Sets the number of I/O threads.
     pub fn io_threads(mut self, n: usize) -> Self {
         self.io_threads = n;
+        self
+    }
+
+    /// Sets how many store requests may be in flight at once.
+    pub fn io_depth(mut self, n: usize) -> Self {
+        self.io_depth = n;
         self
     }
 
@@ -276,6 +299,9 @@ impl Config {
         }
         if !(1..=MAX_IO_THREADS).contains(&self.io_threads) {
             return Err(ConfigError::IoThreads(self.io_threads));
+        }
+        if !(1..=MAX_IO_DEPTH).contains(&self.io_depth) {
+            return Err(ConfigError::IoDepth(self.io_depth));
         }
         if self.handler_spin_us > MAX_HANDLER_SPIN_US {
             return Err(ConfigError::HandlerSpin(self.handler_spin_us));

@@ -25,11 +25,10 @@
 use std::ffi::CString;
 use std::ops::Range;
 use std::os::fd::OwnedFd;
-use std::panic::{self, AssertUnwindSafe};
 
 use crate::base::index::ObjectPage;
 use crate::cache::page_state::{PageState, Word};
-use crate::store::{Store, StoreError};
+use crate::store::ReadBuf;
 use crate::sync::{AtomicPtr, Ordering};
 use crate::sys::{self, MappedRegion, PAGE_SIZE};
 
@@ -322,53 +321,94 @@ impl Cache {
         &self.memfd
     }
 
-    /// Reads object pages `pages` from `store` into the memfd. Returns the
-    /// bytes read from the store.
+    /// Reads object pages `pages` from `store` into the memfd, waiting.
+    /// Returns the bytes read from the store.
     ///
     /// The caller must own the read of every page in the range (it won
     /// `begin_read` on each, so they are READING): no mapping maps them and no
     /// other thread writes them (page_state invariant 1).
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn fill(
         &self,
-        store: &dyn Store,
+        store: &dyn crate::store::Store,
         pages: Range<ObjectPage>,
-    ) -> Result<usize, StoreError> {
-        let Some(alias) = &self.alias else {
+    ) -> Result<usize, crate::store::StoreError> {
+        let Some(target) = self.fill_target(pages) else {
             return Ok(0);
         };
+        // SAFETY: the caller owns the reads of `pages` (this function's
+        // contract), and the buffer is dropped before this returns.
+        let mut buf = unsafe { self.fill_buf(&target, std::sync::Arc::new(())) };
+        store.read_at(target.start as u64, buf.as_mut_slice())?;
+        drop(buf);
+        self.fill_finish(&target);
+        Ok(target.data_len)
+    }
+
+    /// Where a read of object pages `pages` puts its bytes: `None` when
+    /// there is nothing to read (the pages lie past the object's end).
+    pub(crate) fn fill_target(&self, pages: Range<ObjectPage>) -> Option<FillTarget> {
+        let alias = self.alias.as_ref()?;
         let start = pages.start.offset();
         let end_pages = ObjectPage(pages.end.0.min(self.pages)).offset();
         let end_data = end_pages.min(self.len);
         if start >= end_data {
-            return Ok(0);
+            return None;
         }
         // In range: start < end_pages <= alias.len(), so these fit in usize.
         let (start, end_data, end_pages) = (start as usize, end_data as usize, end_pages as usize);
-        // SAFETY: [start, end_pages) lies inside the alias mapping (checked
-        // above against `pages`, and the alias spans all pages). The caller
-        // owns the read of these pages, so no other reference to these bytes
-        // exists for the life of this slice, and no registered mapping maps
-        // them yet (page_state invariant 1).
-        let buf =
-            unsafe { std::slice::from_raw_parts_mut(alias.as_ptr().add(start), end_pages - start) };
-        let (data, tail) = buf.split_at_mut(end_data - start);
-        // A store that panics must not take the handler thread down with it
-        // (its faults, and every fault on pages it was reading, would hang):
-        // the panic is a failed read. AssertUnwindSafe: after a panic the
-        // store is only ever asked to read again, and `data` is overwritten
-        // by the next read before any page of it is marked up to date.
-        let read = panic::catch_unwind(AssertUnwindSafe(|| store.read_at(start as u64, data)));
-        read.unwrap_or_else(|payload| {
-            Err(StoreError::Read {
-                name: store.name().to_string(),
-                offset: start as u64,
-                len: data.len(),
-                source: std::io::Error::other(format!(
-                    "the store panicked: {}",
-                    panic_message(payload.as_ref())
-                )),
-            })
-        })?;
+        debug_assert!(end_pages <= alias.len());
+        Some(FillTarget {
+            start,
+            data_len: end_data - start,
+            pages_len: end_pages - start,
+        })
+    }
+
+    /// A buffer over `target`'s object bytes in the alias mapping, kept
+    /// alive (with the cache) by `owner`.
+    ///
+    /// # Safety
+    ///
+    /// The caller must own the read of every page of `target` (it won
+    /// `begin_read` on each: page_state invariant 1 then says no mapping
+    /// maps them and no other thread touches them) until the buffer is
+    /// dropped, and `owner` must keep this cache alive.
+    pub(crate) unsafe fn fill_buf(
+        &self,
+        target: &FillTarget,
+        owner: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+    ) -> ReadBuf {
+        let alias = self
+            .alias
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |a| a.as_ptr());
+        // SAFETY (pointer arithmetic): `fill_target` made `target` from
+        // this cache, inside the alias mapping, which exists (it returned
+        // `Some`).
+        let ptr = unsafe { alias.add(target.start) };
+        let ptr = std::ptr::NonNull::new(ptr).unwrap_or(std::ptr::NonNull::dangling());
+        // SAFETY: [ptr, ptr + data_len) lies in the alias, valid while the
+        // cache lives (kept by `owner`), and is the caller's alone until the
+        // buffer is dropped (this function's contract).
+        unsafe { ReadBuf::from_raw(ptr, target.data_len, owner) }
+    }
+
+    /// Ends a successful fill of `target`: the bytes past the object's end
+    /// on its last page read as zero, and the alias's PTEs go.
+    pub(crate) fn fill_finish(&self, target: &FillTarget) {
+        let Some(alias) = &self.alias else {
+            return;
+        };
+        // SAFETY: [start, start + pages_len) lies inside the alias mapping
+        // (`fill_target`); the caller still owns the reads of its pages, and
+        // the read's buffer is gone, so this slice is the only reference.
+        let tail = unsafe {
+            std::slice::from_raw_parts_mut(
+                alias.as_ptr().add(target.start + target.data_len),
+                target.pages_len - target.data_len,
+            )
+        };
         // The last page of the object: bytes past the end read as zero. The
         // page is normally fresh (zeroed by shmem), but may have been left by
         // a failed read.
@@ -376,8 +416,7 @@ impl Cache {
         // The alias's PTEs go (the pages stay in the memfd): else every
         // cached page would be mapped, and counted in the process's RSS,
         // twice, and the alias's page tables would grow with the cache.
-        let _ = sys::madvise_dontneed(alias.as_ptr() as usize + start, end_pages - start);
-        Ok(data.len())
+        let _ = sys::madvise_dontneed(alias.as_ptr() as usize + target.start, target.pages_len);
     }
 
     /// Drops the alias's PTEs over object pages `pages` (write-back read
@@ -469,12 +508,16 @@ unsafe fn volatile_copy(src: *const u8, dst: &mut [u8]) {
 }
 
 /// The text of a panic's payload, when it has one.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
+/// The alias bytes a read of some pages fills: `data_len` bytes of object
+/// data from `start`, on `pages_len` bytes of whole pages.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FillTarget {
+    /// The object offset (and alias offset) of the first byte.
+    pub(crate) start: usize,
+    /// The object's bytes in the pages.
+    pub(crate) data_len: usize,
+    /// The pages' bytes (the last page may pass the object's end).
+    pub(crate) pages_len: usize,
 }
 
 #[cfg(all(test, not(loom)))]

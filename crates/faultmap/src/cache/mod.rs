@@ -23,4 +23,4 @@ pub(crate) mod shadow;
 pub(crate) mod wait;
 
 pub use memfd::CacheError;
-pub(crate) use memfd::{Cache, Chunk};
+pub(crate) use memfd::{Cache, Chunk, FillTarget};

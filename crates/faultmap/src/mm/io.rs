@@ -42,8 +42,9 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -52,11 +53,12 @@ use crossbeam_channel::{select_biased, Receiver, Sender};
 use crate::base::index::ObjectPage;
 use crate::base::report::{ErrorLog, IoErrorKind};
 use crate::base::stats::{Counters, Stats};
+use crate::cache::FillTarget;
 use crate::mm::errors;
 use crate::mm::fault;
 use crate::mm::object::ObjectCore;
 use crate::mm::space::Region;
-use crate::store::StoreError;
+use crate::store::{ReadDone, StoreError};
 
 /// What a pager's I/O threads, its submitters and its watchdog share.
 pub(crate) struct IoShared {
@@ -68,16 +70,19 @@ pub(crate) struct IoShared {
     pub(crate) inflight: Inflight,
     /// The pager's error log.
     pub(crate) log: Arc<ErrorLog>,
+    /// The bound on reads in flight.
+    depth: Depth,
     /// The objects the pager opened or mapped, for the watchdog's length
     /// poll.
     objects: Mutex<Vec<std::sync::Weak<ObjectCore>>>,
 }
 
 impl IoShared {
-    pub(crate) fn new(counters: Arc<Counters>, retries: u32) -> Self {
+    pub(crate) fn new(counters: Arc<Counters>, retries: u32, depth: usize) -> Self {
         Self {
             counters,
             retries,
+            depth: Depth::new(depth),
             inflight: Inflight::default(),
             log: Arc::new(ErrorLog::default()),
             objects: Mutex::new(Vec::new()),
@@ -351,7 +356,12 @@ impl Drop for IoThreads {
     }
 }
 
-fn io_loop(sync: &Receiver<Msg>, async_: &Receiver<Msg>, stops: &Sender<Msg>, shared: &IoShared) {
+fn io_loop(
+    sync: &Receiver<Msg>,
+    async_: &Receiver<Msg>,
+    stops: &Sender<Msg>,
+    shared: &Arc<IoShared>,
+) {
     loop {
         // Sync first: a try on the sync queue, then whichever is ready with
         // the sync queue preferred.
@@ -387,22 +397,17 @@ fn io_loop(sync: &Receiver<Msg>, async_: &Receiver<Msg>, stops: &Sender<Msg>, sh
 
 /// Runs a queued job unless another thread took it first (it was on both
 /// queues), unlisting it from its object.
-fn run_queued(queued: &Arc<Queued>, shared: &IoShared) {
+fn run_queued(queued: &Arc<Queued>, shared: &Arc<IoShared>) {
     let Some(job) = queued.take() else {
         return;
     };
     lock(&job.object.queued).retain(|q| !Arc::ptr_eq(q, queued));
-    run(job, shared, queued.id);
+    let urgent = queued.promoted.load(Ordering::Acquire);
+    run(job, shared, queued.id, urgent);
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Whether trying a failed request again may help: not for a request
-/// outside the object or one that came back short (the object shrank).
-fn retriable(e: &StoreError) -> bool {
-    matches!(e, StoreError::Read { .. })
 }
 
 /// An error and its sources, as one line.
@@ -417,23 +422,150 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-/// Runs one job: fills its pages (trying a failed request again up to
-/// `shared.retries` times), ends their reads, wakes parked faults.
-fn run(job: ReadJob, shared: &IoShared, id: u64) {
-    let object = &*job.object;
+/// Runs one job: waits for room in the memory budget, then starts its
+/// read.
+fn run(job: ReadJob, shared: &Arc<IoShared>, id: u64, urgent: bool) {
     // Over the memory budget: wait for the evictor first (direct reclaim).
-    object.budget.throttle();
-    let mut tally = Stats::default();
-    let mut attempt = 0;
-    let result = loop {
-        match object.cache.fill(&*object.store, job.pages.clone()) {
-            Err(e) if attempt < shared.retries && retriable(&e) => {
-                tally.io_retries += 1;
-                std::thread::sleep(errors::backoff(attempt));
-                attempt += 1;
-            }
-            result => break result,
+    job.object.budget.throttle();
+    start(job, shared.clone(), id, 0, urgent);
+}
+
+/// Starts attempt `attempt` of `job`'s read: takes a slot of the pager's
+/// depth (not for an urgent read: a fault waits for it, or it is a retry),
+/// hands the store a buffer over the job's pages, and leaves the rest to
+/// the [`Pending`] read, which ends the job when both the store's answer
+/// and the buffer are gone.
+fn start(job: ReadJob, shared: Arc<IoShared>, id: u64, attempt: u32, urgent: bool) {
+    let object = job.object.clone();
+    let Some(target) = object.cache.fill_target(job.pages.clone()) else {
+        return finish(job, &shared, id, Ok(0), attempt);
+    };
+    shared.depth.acquire(urgent);
+    let pending = Arc::new(Pending {
+        job: Mutex::new(Some(job)),
+        result: Mutex::new(None),
+        shared,
+        id,
+        attempt,
+        target,
+    });
+    // SAFETY: the job owns the reads of its pages (its submitter claimed
+    // them, ABSENT -> READING), and they end only when the `Pending` read
+    // drops, which is after this buffer is gone (the buffer holds a
+    // reference to it). The `Pending` holds the job, whose object owns the
+    // cache.
+    let buf = unsafe { object.cache.fill_buf(&target, pending.clone()) };
+    let answer = pending.clone();
+    let done: ReadDone = Box::new(move |buf, result| {
+        drop(buf);
+        answer.answer(result);
+    });
+    let offset = target.start as u64;
+    let len = target.data_len;
+    let call = panic::catch_unwind(AssertUnwindSafe(|| {
+        object.store.start_read(offset, buf, done)
+    }));
+    if let Err(payload) = call {
+        // The store's answer is lost with the panic: this is it.
+        pending.answer(Err(StoreError::Read {
+            name: object.store.name().to_string(),
+            offset,
+            len,
+            source: std::io::Error::other(format!("the store panicked: {}", panic_text(&payload))),
+        }));
+    }
+}
+
+/// A read in flight: the job, and the store's answer when it comes. Its
+/// buffer and the store's callback each hold a reference; when the last
+/// goes, the read is over and [`Drop`] ends it (a store that drops the
+/// callback without calling it fails the read).
+struct Pending {
+    job: Mutex<Option<ReadJob>>,
+    result: Mutex<Option<Result<(), StoreError>>>,
+    shared: Arc<IoShared>,
+    id: u64,
+    attempt: u32,
+    target: FillTarget,
+}
+
+impl Pending {
+    /// Records the store's answer (the first one counts).
+    fn answer(&self, result: Result<(), StoreError>) {
+        let mut slot = lock(&self.result);
+        if slot.is_none() {
+            *slot = Some(result);
         }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let Some(job) = self.job.get_mut().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        self.shared.depth.release();
+        let result = self
+            .result
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_else(|| {
+                Err(StoreError::Read {
+                    name: job.object.store.name().to_string(),
+                    offset: self.target.start as u64,
+                    len: self.target.data_len,
+                    source: std::io::Error::other("the store dropped the read without an answer"),
+                })
+            });
+        match result {
+            // Tried again after a backoff, on this thread (an I/O thread,
+            // or the store's runtime for an asynchronous store: the backoff
+            // is at most `errors::BACKOFF_MAX`). A retry is urgent: it
+            // never waits for a depth slot (this may be a thread that the
+            // reads in flight need to end).
+            Err(e) if self.attempt < self.shared.retries && e.is_transient() => {
+                std::thread::sleep(errors::backoff(self.attempt));
+                start(job, self.shared.clone(), self.id, self.attempt + 1, true);
+            }
+            Ok(()) => {
+                job.object.cache.fill_finish(&self.target);
+                finish(
+                    job,
+                    &self.shared,
+                    self.id,
+                    Ok(self.target.data_len),
+                    self.attempt,
+                );
+            }
+            Err(e) => finish(job, &self.shared, self.id, Err(e), self.attempt),
+        }
+    }
+}
+
+/// The text of a panic's payload.
+fn panic_text(payload: &Box<dyn std::any::Any + Send>) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+/// Ends a job after its last attempt: counts it, ends its pages' reads
+/// (UPTODATE, or ABSENT again on failure, with a report), wakes the
+/// faults parked on them.
+fn finish(
+    job: ReadJob,
+    shared: &IoShared,
+    id: u64,
+    result: Result<usize, StoreError>,
+    retries: u32,
+) {
+    let object = &*job.object;
+    let mut tally = Stats {
+        io_retries: u64::from(retries),
+        ..Stats::default()
     };
     // Untracked before its reads end: see `Inflight::stall_overdue`.
     shared.inflight.remove(id);
@@ -461,5 +593,38 @@ fn run(job: ReadJob, shared: &IoShared, id: u64) {
     if waiters {
         let poison = job.demand.filter(|_| !ok && job.last_chance);
         fault::settle_parked(object, poison);
+    }
+}
+
+/// The pager's bound on reads in flight ([`crate::Config::io_depth`]).
+pub(crate) struct Depth {
+    limit: usize,
+    used: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Depth {
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            limit: limit.max(1),
+            used: Mutex::new(0),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Takes a slot: waits for one unless `urgent` (then it may go over).
+    fn acquire(&self, urgent: bool) {
+        let mut used = lock(&self.used);
+        while !urgent && *used >= self.limit {
+            used = self.freed.wait(used).unwrap_or_else(|e| e.into_inner());
+        }
+        *used += 1;
+    }
+
+    fn release(&self) {
+        let mut used = lock(&self.used);
+        *used = used.saturating_sub(1);
+        drop(used);
+        self.freed.notify_one();
     }
 }

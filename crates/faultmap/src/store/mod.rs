@@ -2,8 +2,10 @@
 //!
 //! A [`Store`] is a random-access byte source of fixed length: a local file
 //! ([`FileStore`], module `file`), a buffer ([`MemStore`], module
-//! `memory`), and later an HTTP URL or an S3 object, each in a module of
-//! its own. The fault path asks for a contiguous run of pages in one call
+//! `memory`), an object behind HTTP ([`HttpStore`], module `http`) or in an
+//! S3-compatible service ([`S3Store`], module `s3`), the last two on the
+//! shared remote core (module `remote`). [`open_url`] (module `url`) opens
+//! whichever a URL or path names. The fault path asks for a contiguous run of pages in one call
 //! ([`Store::read_at`]) and hands the store the final destination (the
 //! cache's alias mapping), so a store that can read straight into it
 //! (pread, a socket read) copies nothing twice.
@@ -16,19 +18,34 @@
 //! (short writes resubmitted, `EINTR` retried) and syncs with `fdatasync`;
 //! a [`MemStore`] writes into its buffer.
 //!
+//! Reads come in two shapes. [`Store::read_at`] fills a buffer and
+//! returns: enough for a file, whose requests cost microseconds, and for a
+//! simple custom store. [`Store::start_read`] starts a read into a
+//! [`ReadBuf`] and calls back when it ends: a remote store returns at once
+//! and keeps many requests in flight on one small runtime, so the I/O
+//! layer needs no thread per request (its default calls `read_at`).
+//!
 //! Layer rule: uses [`crate::base`], [`crate::policy`] (the default
 //! readahead window) and [`crate::sys`]. The page cache above fills itself
 //! through this trait and knows no kind of store.
 
 mod file;
+mod http;
 mod memory;
+mod remote;
+mod s3;
+mod url;
 
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use file::{FileIo, FileStore, ParseFileIoError};
+pub use http::HttpStore;
 pub use memory::MemStore;
+pub use remote::{RemoteErrorKind, RemoteTuning};
+pub use s3::S3Store;
+pub use url::open_url;
 
 /// Why a store could not be opened or read.
 #[derive(Debug, thiserror::Error)]
@@ -130,6 +147,17 @@ pub enum StoreError {
         /// The store's name.
         name: String,
     },
+    /// A remote object could not be opened or read. `url` never holds
+    /// credentials, nor does the source's text.
+    #[error("{url}: {kind}")]
+    Remote {
+        /// The object's URL.
+        url: String,
+        /// What went wrong.
+        kind: RemoteErrorKind,
+        /// The client's own words, when it had any.
+        source: Option<io::Error>,
+    },
     /// A read asked for bytes outside the object.
     #[error(
         "{name}: read of {len} bytes at offset {offset} is outside the object ({object_len} bytes)"
@@ -145,6 +173,105 @@ pub enum StoreError {
         object_len: u64,
     },
 }
+
+impl StoreError {
+    /// Whether trying the request again may help: a failed read, or a
+    /// remote failure that is transient (timeouts, throttling, 5xx, a
+    /// broken transfer). Not a read outside the object, a short read (the
+    /// object shrank) or a changed object.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Read { .. } => true,
+            StoreError::Remote { kind, .. } => kind.is_transient(),
+            _ => false,
+        }
+    }
+}
+
+/// Where an asynchronous read ([`Store::start_read`]) puts its bytes:
+/// writable memory that stays valid, and is this buffer's alone, for as
+/// long as the buffer lives. The fault path hands out buffers over the
+/// cache itself (the pages being read, which nothing else touches until
+/// the read ends); [`ReadBuf::from`] makes one over a `Vec`.
+pub struct ReadBuf {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    /// Keeps the memory alive.
+    _owner: Owner,
+}
+
+enum Owner {
+    Vec(#[allow(dead_code)] Vec<u8>),
+    Shared(#[allow(dead_code)] Arc<dyn std::any::Any + Send + Sync>),
+}
+
+// SAFETY: a ReadBuf is the only way to reach its bytes while it lives (the
+// constructors' contract), so moving it to another thread moves that
+// exclusive access with it; its owner is `Send` (a `Vec`, or an `Arc` of a
+// `Send + Sync` value).
+unsafe impl Send for ReadBuf {}
+
+impl ReadBuf {
+    /// A buffer over `[ptr, ptr + len)`, kept alive by `owner`.
+    ///
+    /// # Safety
+    ///
+    /// The bytes must be valid for reads and writes for as long as `owner`
+    /// lives, and nothing else may read or write them while the buffer
+    /// lives.
+    pub(crate) unsafe fn from_raw(
+        ptr: std::ptr::NonNull<u8>,
+        len: usize,
+        owner: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Self {
+        Self {
+            ptr,
+            len,
+            _owner: Owner::Shared(owner),
+        }
+    }
+
+    /// How many bytes the read is for.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes, to fill.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: valid for writes and ours alone while we live (the
+        // constructors' contract); `&mut self` makes this the only slice.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl From<Vec<u8>> for ReadBuf {
+    fn from(mut v: Vec<u8>) -> Self {
+        let len = v.len();
+        // A Vec's pointer is non-null (dangling but aligned when empty),
+        // and its heap buffer does not move when the Vec does.
+        let ptr = std::ptr::NonNull::new(v.as_mut_ptr()).unwrap_or(std::ptr::NonNull::dangling());
+        Self {
+            ptr,
+            len,
+            _owner: Owner::Vec(v),
+        }
+    }
+}
+
+impl std::fmt::Debug for ReadBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadBuf").field("len", &self.len).finish()
+    }
+}
+
+/// What an asynchronous read calls when it ends: the buffer back, and the
+/// result.
+pub type ReadDone = Box<dyn FnOnce(ReadBuf, Result<(), StoreError>) + Send>;
 
 /// An object of fixed length that faultmap pages in (and, if the store
 /// takes writes, writes back: [`Store::writable`]).
@@ -184,6 +311,18 @@ pub trait Store: Send + Sync + 'static {
     /// the object's end), covering a contiguous run of pages, so one call is
     /// one request to the backend. A short read is an error.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError>;
+
+    /// Starts reading `[offset, offset + buf.len())` into `buf`, and calls
+    /// `done` exactly once, with the buffer and the result, when the read
+    /// ends, on whatever thread it ends on. The same contract as
+    /// [`Store::read_at`] otherwise. The default reads with `read_at` on
+    /// the calling thread; a store that can keep many requests in flight
+    /// (a remote one) returns at once instead, so that the pager's I/O
+    /// threads can start the next request.
+    fn start_read(&self, offset: u64, mut buf: ReadBuf, done: ReadDone) {
+        let result = self.read_at(offset, buf.as_mut_slice());
+        done(buf, result);
+    }
 
     /// The object's length now, if the store can tell cheaply (a file:
     /// `fstat`); `None` (the default) if it cannot. The pager's watchdog
@@ -237,6 +376,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         (**self).read_at(offset, buf)
     }
+    fn start_read(&self, offset: u64, buf: ReadBuf, done: ReadDone) {
+        (**self).start_read(offset, buf, done)
+    }
     fn writable(&self) -> bool {
         (**self).writable()
     }
@@ -266,6 +408,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         (**self).read_at(offset, buf)
+    }
+    fn start_read(&self, offset: u64, buf: ReadBuf, done: ReadDone) {
+        (**self).start_read(offset, buf, done)
     }
     fn writable(&self) -> bool {
         (**self).writable()

@@ -1,0 +1,667 @@
+//! What the HTTP and S3 stores share: a pinned remote object read with
+//! conditional ranged GETs through the `object_store` client, on one small
+//! tokio runtime.
+//!
+//! **Why `object_store`.** It is the Arrow project's client for S3-style
+//! stores and plain HTTP: ranged GETs, SigV4 signing, the standard AWS
+//! environment, connection pooling and TLS (rustls). faultmap writes no
+//! HTTP client or signer of its own. Its own retry loop is switched off
+//! (`max_retries = 0`): a failed request goes back to faultmap's I/O layer,
+//! which retries it with its own policy (`Config::io_retries`, with
+//! backoff) and its own timeout (`Config::io_timeout`), the same for every
+//! store.
+//!
+//! **The runtime.** The client is asynchronous. One process-wide runtime
+//! with two worker threads (`faultmap-net`) drives every remote request,
+//! so that a pager keeps many requests in flight without an OS thread
+//! each ([`Store::start_read`]). It is built on first use and never
+//! dropped: a runtime may not be dropped from one of its own threads, and
+//! the last reference to a store can be let go anywhere.
+//!
+//! **Consistency.** An object must not change under a mapping. At open the
+//! store pins the object's version: its length and ETag (and version id
+//! where the service has one). Every ranged GET then carries `If-Match`
+//! with that ETag, so a changed object answers `412 Precondition Failed`
+//! and its unread pages fail ([`RemoteErrorKind::Changed`]); bytes of two
+//! versions are never mixed. Each response is also checked against the pin
+//! (ETag, Last-Modified, length and range), so a server that ignores the
+//! condition is caught too. A server that sends no ETag (versitygw for
+//! files put in its folder by hand, some HTTP servers) is pinned by length
+//! and `Last-Modified` alone, checked on every response: weaker, since a
+//! rewrite within the same second that keeps the length goes unseen.
+//! (`If-Unmodified-Since` is not sent: it has one-second precision on the
+//! wire, and servers that compare it with finer modification times refuse
+//! an unchanged object.)
+//!
+//! **Secrets.** Credentials never appear in an error, a log line, `Debug`
+//! output or JSON: the stores' `Debug` prints the URL and the pin only,
+//! URLs with user information are refused, and every message that comes
+//! from the client passes through [`Secrets::scrub`] first.
+
+use std::fmt;
+use std::io;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt};
+
+use super::{check_range, ReadBuf, ReadDone, StoreError};
+
+/// What went wrong with a remote object, for [`StoreError::Remote`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RemoteErrorKind {
+    /// The URL is not one faultmap can open (the reason says why).
+    BadUrl(&'static str),
+    /// The server has no such object (HTTP 404, S3 `NoSuchKey`).
+    NotFound,
+    /// The bucket does not exist (S3 `NoSuchBucket`).
+    NoSuchBucket,
+    /// The server refused the credentials or the request (HTTP 401/403).
+    AccessDenied,
+    /// Nothing listens at the host and port.
+    ConnectionRefused,
+    /// The host name does not resolve.
+    Dns,
+    /// The TLS handshake failed (not a TLS server, or a certificate that is
+    /// not trusted).
+    Tls,
+    /// The request took longer than the store's request timeout.
+    Timeout,
+    /// The server answered a ranged GET with the whole object: it does not
+    /// honour range requests.
+    RangesNotSupported,
+    /// The object changed since it was opened (its ETag or
+    /// `Last-Modified` no longer matches): its unread pages fail.
+    Changed,
+    /// The server is throttling requests (HTTP 503 `SlowDown`, 429).
+    Throttled,
+    /// The server failed (HTTP 5xx other than throttling).
+    ServerError,
+    /// The connection broke, or the body did not match the request (cut
+    /// short, too long, another range).
+    Transfer,
+    /// Anything else the client reported.
+    Other,
+}
+
+impl RemoteErrorKind {
+    /// Whether trying the request again may help.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::Timeout
+                | Self::Throttled
+                | Self::ServerError
+                | Self::Transfer
+                | Self::ConnectionRefused
+        )
+    }
+}
+
+impl fmt::Display for RemoteErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BadUrl(why) => write!(f, "not a URL faultmap can open: {why}"),
+            Self::NotFound => f.write_str("no such object"),
+            Self::NoSuchBucket => f.write_str("no such bucket"),
+            Self::AccessDenied => f.write_str("access denied (check the credentials and the object's permissions)"),
+            Self::ConnectionRefused => f.write_str("connection refused (is the server running?)"),
+            Self::Dns => f.write_str("the host name does not resolve"),
+            Self::Tls => f.write_str("the TLS handshake failed"),
+            Self::Timeout => f.write_str("the request timed out"),
+            Self::RangesNotSupported => f.write_str("the server does not honour range requests"),
+            Self::Changed => f.write_str(
+                "the object changed since it was opened (its ETag or Last-Modified no longer matches)",
+            ),
+            Self::Throttled => f.write_str("the server is throttling requests (503 SlowDown / 429)"),
+            Self::ServerError => f.write_str("server error"),
+            Self::Transfer => f.write_str("the transfer failed"),
+            Self::Other => f.write_str("request failed"),
+        }
+    }
+}
+
+/// Strings that must never leave the process in a message.
+#[derive(Clone, Default)]
+pub(crate) struct Secrets(Vec<String>);
+
+impl Secrets {
+    /// Adds `value` (ignored when empty or too short to be a secret worth
+    /// hiding and too likely to appear by chance).
+    pub(crate) fn add(&mut self, value: Option<String>) {
+        if let Some(v) = value.filter(|v| v.len() >= 4) {
+            self.0.push(v);
+        }
+    }
+
+    /// `text` with every secret replaced by `***`.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        self.0
+            .iter()
+            .fold(text.to_string(), |t, s| t.replace(s.as_str(), "***"))
+    }
+}
+
+/// The runtime that drives every remote request (see the module doc).
+pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime, io::Error> {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    if let Some(rt) = RUNTIME.get() {
+        return Ok(rt);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("faultmap-net")
+        .enable_all()
+        .build()?;
+    // Another thread may have won the race: its runtime is kept, ours is
+    // dropped here, on a thread that is not one of its own.
+    let _ = RUNTIME.set(rt);
+    RUNTIME.get().ok_or_else(|| io::Error::other("no runtime"))
+}
+
+/// Runs `future` on the runtime and waits for it, from any thread
+/// (including one of another runtime's: the future runs on ours).
+pub(crate) fn block_on<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, io::Error> {
+    let rt = runtime()?;
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    rt.spawn(async move {
+        let _ = tx.send(future.await);
+    });
+    rx.recv()
+        .map_err(|_| io::Error::other("the network runtime dropped a request"))
+}
+
+/// Request sizes and windows a remote store asks the fault path for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteTuning {
+    /// The largest ranged GET, in bytes (default 8 MiB: S3's guidance for
+    /// sequential reads is 8 to 16 MiB per request).
+    pub request_bytes: u64,
+    /// The default readahead window, in bytes (default 32 MiB: four
+    /// requests in flight per stream). The memory budget, when there is
+    /// one, shrinks it.
+    pub readahead_bytes: u64,
+    /// How long one request may take, connecting included (default 30 s).
+    pub request_timeout: Duration,
+    /// How long connecting may take (default 5 s).
+    pub connect_timeout: Duration,
+}
+
+impl Default for RemoteTuning {
+    fn default() -> Self {
+        Self {
+            request_bytes: 8 << 20,
+            readahead_bytes: 32 << 20,
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RemoteTuning {
+    /// The readahead window in pages (the store's `ra_pages`).
+    pub(crate) fn ra_pages(&self) -> u64 {
+        (self.readahead_bytes / crate::sys::PAGE_SIZE as u64)
+            .clamp(1, crate::base::config::MAX_RA_PAGES)
+    }
+
+    /// The largest request in pages (the store's `io_pages`).
+    pub(crate) fn io_pages(&self) -> u64 {
+        (self.request_bytes / crate::sys::PAGE_SIZE as u64).max(1)
+    }
+
+    /// The client options these timeouts ask for.
+    pub(crate) fn client_options(&self, allow_http: bool) -> object_store::ClientOptions {
+        object_store::ClientOptions::new()
+            .with_allow_http(allow_http)
+            .with_timeout(self.request_timeout)
+            .with_connect_timeout(self.connect_timeout)
+    }
+
+    /// No retries inside the client: faultmap's I/O layer retries.
+    pub(crate) fn retry_config(&self) -> object_store::RetryConfig {
+        object_store::RetryConfig {
+            max_retries: 0,
+            retry_timeout: self.request_timeout,
+            ..Default::default()
+        }
+    }
+}
+
+/// A remote object pinned at open: the client, its path, its version.
+pub(crate) struct Remote {
+    client: Arc<dyn ObjectStore>,
+    path: Path,
+    /// The URL as shown in messages (no credentials: see `url_for_display`).
+    url: String,
+    /// The version pinned at open.
+    pin: ObjectMeta,
+    secrets: Secrets,
+    tuning: RemoteTuning,
+}
+
+impl fmt::Debug for Remote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Remote")
+            .field("url", &self.url)
+            .field("len", &self.pin.size)
+            .field("etag", &self.pin.e_tag)
+            .field("version", &self.pin.version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Remote {
+    /// Opens the object at `path` through `client`: pins its version
+    /// (`HEAD`) and checks that the server honours ranges (a one-byte
+    /// ranged GET, conditional on the pin). `url` names it in messages.
+    pub(crate) fn open(
+        client: Arc<dyn ObjectStore>,
+        path: Path,
+        url: String,
+        secrets: Secrets,
+        tuning: RemoteTuning,
+    ) -> Result<Self, StoreError> {
+        let (c, p) = (client.clone(), path.clone());
+        let head = block_on(async move { c.head(&p).await }).map_err(|e| runtime_error(&url, e))?;
+        let pin = match head {
+            Ok(meta) => meta,
+            Err(e) => return Err(classify_open(&client, &path, &url, &secrets, e)),
+        };
+        let remote = Self {
+            client,
+            path,
+            url,
+            pin,
+            secrets,
+            tuning,
+        };
+        if remote.pin.size > 0 {
+            let mut probe = [0u8; 1];
+            remote.read_blocking(0, &mut probe)?;
+        }
+        Ok(remote)
+    }
+
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.pin.size
+    }
+
+    pub(crate) fn etag(&self) -> Option<&str> {
+        self.pin.e_tag.as_deref()
+    }
+
+    pub(crate) fn tuning(&self) -> &RemoteTuning {
+        &self.tuning
+    }
+
+    /// The GET options of a read of `range`: the range, conditional on the
+    /// pinned version.
+    fn options(&self, range: Range<u64>) -> GetOptions {
+        let mut options = GetOptions::default();
+        options.range = Some(GetRange::Bounded(range));
+        // Without an ETag, no condition is sent: `If-Unmodified-Since` has
+        // one-second precision on the wire, and servers compare it with
+        // finer modification times (versitygw answers 412 to an unchanged
+        // object). Each response's Last-Modified and length are checked
+        // against the pin instead (`check_pin`).
+        options.if_match = self.pin.e_tag.clone();
+        options.version = self.pin.version.clone();
+        options
+    }
+
+    /// Reads `[offset, offset + buf.len())` into `buf`, waiting.
+    pub(crate) fn read_blocking(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        check_range(&self.url, self.pin.size, offset, buf.len())?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let read = self.read_future(offset, ReadBuf::from(vec![0u8; buf.len()]));
+        let (mut owned, result) = block_on(read).map_err(|e| runtime_error(&self.url, e))?;
+        result?;
+        buf.copy_from_slice(owned.as_mut_slice());
+        Ok(())
+    }
+
+    /// Starts reading `[offset, offset + buf.len())` into `buf` on the
+    /// runtime; `done` gets the buffer and the result there.
+    pub(crate) fn start_read(&self, offset: u64, buf: ReadBuf, done: ReadDone) {
+        if let Err(e) = check_range(&self.url, self.pin.size, offset, buf.len()) {
+            return done(buf, Err(e));
+        }
+        let rt = match runtime() {
+            Ok(rt) => rt,
+            Err(e) => return done(buf, Err(runtime_error(&self.url, e))),
+        };
+        let read = self.read_future(offset, buf);
+        rt.spawn(async move {
+            let (buf, result) = read.await;
+            done(buf, result);
+        });
+    }
+
+    /// The future of one ranged GET into `buf`: `'static`, it owns what it
+    /// needs (the client, the pin, the buffer).
+    fn read_future(
+        &self,
+        offset: u64,
+        mut buf: ReadBuf,
+    ) -> impl std::future::Future<Output = (ReadBuf, Result<(), StoreError>)> + Send + 'static {
+        let client = self.client.clone();
+        let path = self.path.clone();
+        let url = self.url.clone();
+        let secrets = self.secrets.clone();
+        let pin = self.pin.clone();
+        let range = offset..offset + buf.len() as u64;
+        let options = self.options(range.clone());
+        let timeout = self.tuning.request_timeout;
+        async move {
+            let fetch = fetch_into(&*client, &path, options, range, &pin, buf.as_mut_slice());
+            let result = match tokio::time::timeout(timeout, fetch).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(failure)) => Err(failure.into_store_error(&url, &secrets)),
+                Err(_) => Err(StoreError::Remote {
+                    url: url.clone(),
+                    kind: RemoteErrorKind::Timeout,
+                    source: None,
+                }),
+            };
+            (buf, result)
+        }
+    }
+}
+
+/// Why one ranged GET failed.
+enum Failure {
+    /// The client failed.
+    Client(object_store::Error),
+    /// The response did not match the request.
+    Mismatch(RemoteErrorKind, String),
+}
+
+impl Failure {
+    fn into_store_error(self, url: &str, secrets: &Secrets) -> StoreError {
+        match self {
+            Failure::Client(e) => {
+                let kind = classify(&e);
+                StoreError::Remote {
+                    url: url.to_string(),
+                    kind,
+                    source: Some(io::Error::other(secrets.scrub(&chain(&e)))),
+                }
+            }
+            Failure::Mismatch(kind, detail) => StoreError::Remote {
+                url: url.to_string(),
+                kind,
+                source: Some(io::Error::other(detail)),
+            },
+        }
+    }
+}
+
+/// One ranged GET of `range` into `buf` (exactly `range`'s length),
+/// checked against the pin: the same ETag, the range asked for, and
+/// exactly as many bytes.
+async fn fetch_into(
+    client: &dyn ObjectStore,
+    path: &Path,
+    options: GetOptions,
+    range: Range<u64>,
+    pin: &ObjectMeta,
+    buf: &mut [u8],
+) -> Result<(), Failure> {
+    let result = client
+        .get_opts(path, options)
+        .await
+        .map_err(Failure::Client)?;
+    check_pin(pin, &result.meta)?;
+    if result.range != range {
+        return Err(Failure::Mismatch(
+            RemoteErrorKind::Transfer,
+            format!(
+                "asked for bytes {}..{}, got {}..{}",
+                range.start, range.end, result.range.start, result.range.end
+            ),
+        ));
+    }
+    let mut stream = result.into_stream();
+    let mut filled = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(Failure::Client)?;
+        let end = filled + chunk.len();
+        let Some(dest) = buf.get_mut(filled..end) else {
+            return Err(Failure::Mismatch(
+                RemoteErrorKind::Transfer,
+                format!("the body is longer than the {} bytes asked for", buf.len()),
+            ));
+        };
+        dest.copy_from_slice(&chunk);
+        filled = end;
+    }
+    if filled != buf.len() {
+        return Err(Failure::Mismatch(
+            RemoteErrorKind::Transfer,
+            format!("the body ended after {filled} of {} bytes", buf.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a response's object is the pinned version: the same ETag when
+/// both have one, else the same Last-Modified; and the same length.
+fn check_pin(pin: &ObjectMeta, got: &ObjectMeta) -> Result<(), Failure> {
+    let changed = match (&pin.e_tag, &got.e_tag) {
+        (Some(pinned), Some(now)) => {
+            (pinned != now).then(|| format!("ETag {now}, pinned {pinned}"))
+        }
+        _ => (pin.last_modified != got.last_modified).then(|| {
+            format!(
+                "Last-Modified {}, pinned {}",
+                got.last_modified, pin.last_modified
+            )
+        }),
+    };
+    let changed = changed.or_else(|| {
+        (pin.size != got.size).then(|| format!("{} bytes long, pinned at {}", got.size, pin.size))
+    });
+    match changed {
+        Some(detail) => Err(Failure::Mismatch(RemoteErrorKind::Changed, detail)),
+        None => Ok(()),
+    }
+}
+
+/// An error and its sources, as one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !out.contains(&s_text) {
+            out.push_str(": ");
+            out.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// What kind of failure `e` is: typed first (the client's variants, an
+/// `io::Error` in the chain), then by the words of the chain (DNS and TLS
+/// failures reach us only as text through `reqwest` and `hyper`).
+pub(crate) fn classify(e: &object_store::Error) -> RemoteErrorKind {
+    use object_store::Error as E;
+    match e {
+        E::NotFound { .. } if chain(e).contains("NoSuchBucket") => {
+            return RemoteErrorKind::NoSuchBucket
+        }
+        E::NotFound { .. } => return RemoteErrorKind::NotFound,
+        E::Precondition { .. } | E::NotModified { .. } => return RemoteErrorKind::Changed,
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => {
+            return RemoteErrorKind::AccessDenied
+        }
+        E::NotSupported { .. } => {
+            if chain(e).contains("Range") {
+                return RemoteErrorKind::RangesNotSupported;
+            }
+        }
+        _ => {}
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<io::Error>() {
+            match io.kind() {
+                io::ErrorKind::ConnectionRefused => return RemoteErrorKind::ConnectionRefused,
+                io::ErrorKind::TimedOut => return RemoteErrorKind::Timeout,
+                io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::BrokenPipe
+                | io::ErrorKind::UnexpectedEof => return RemoteErrorKind::Transfer,
+                _ => {}
+            }
+        }
+        source = s.source();
+    }
+    let text = chain(e).to_ascii_lowercase();
+    let has = |words: &[&str]| words.iter().any(|w| text.contains(w));
+    if has(&["nosuchbucket"]) {
+        RemoteErrorKind::NoSuchBucket
+    } else if has(&["nosuchkey", "404 not found"]) {
+        RemoteErrorKind::NotFound
+    } else if has(&["precondition", "412"]) {
+        RemoteErrorKind::Changed
+    } else if has(&[
+        "accessdenied",
+        "signaturedoesnotmatch",
+        "invalidaccesskeyid",
+        "403 forbidden",
+        "401 unauthorized",
+    ]) {
+        RemoteErrorKind::AccessDenied
+    } else if has(&[
+        "slowdown",
+        "503 service unavailable",
+        "429 too many requests",
+    ]) {
+        RemoteErrorKind::Throttled
+    } else if has(&[
+        "dns error",
+        "failed to lookup address",
+        "name or service not known",
+    ]) {
+        RemoteErrorKind::Dns
+    } else if has(&[
+        "tls",
+        "certificate",
+        "invalidcontenttype",
+        "corrupt message",
+        "handshake",
+    ]) {
+        RemoteErrorKind::Tls
+    } else if has(&["connection refused"]) {
+        RemoteErrorKind::ConnectionRefused
+    } else if has(&["timed out", "timeout"]) {
+        RemoteErrorKind::Timeout
+    } else if has(&[
+        "status code: 5",
+        "server error",
+        "500 internal",
+        "502 bad",
+        "504 gateway",
+    ]) {
+        RemoteErrorKind::ServerError
+    } else if has(&[
+        "connection reset",
+        "connection closed",
+        "incomplete",
+        "broken pipe",
+        "unexpected eof",
+        "error reading a body",
+        "error decoding response body",
+        "end of file before message length reached",
+    ]) {
+        RemoteErrorKind::Transfer
+    } else {
+        RemoteErrorKind::Other
+    }
+}
+
+/// The error of a failed open: `NoSuchBucket` is told apart from a
+/// missing key by a GET (a `HEAD` answers both with a bare 404).
+fn classify_open(
+    client: &Arc<dyn ObjectStore>,
+    path: &Path,
+    url: &str,
+    secrets: &Secrets,
+    e: object_store::Error,
+) -> StoreError {
+    let mut kind = classify(&e);
+    let mut detail = chain(&e);
+    if kind == RemoteErrorKind::NotFound {
+        let (c, p) = (client.clone(), path.clone());
+        let mut options = GetOptions::default();
+        options.range = Some(GetRange::Bounded(0..1));
+        if let Ok(Err(get)) = block_on(async move { c.get_opts(&p, options).await.map(|_| ()) }) {
+            let again = classify(&get);
+            if again == RemoteErrorKind::NoSuchBucket {
+                kind = again;
+                detail = chain(&get);
+            }
+        }
+    }
+    StoreError::Remote {
+        url: url.to_string(),
+        kind,
+        source: Some(io::Error::other(secrets.scrub(&detail))),
+    }
+}
+
+/// The runtime could not be started, or dropped a request.
+fn runtime_error(url: &str, e: io::Error) -> StoreError {
+    StoreError::Remote {
+        url: url.to_string(),
+        kind: RemoteErrorKind::Other,
+        source: Some(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_scrubbed() {
+        let mut s = Secrets::default();
+        s.add(Some("wJalrXUtnFEMI".to_string()));
+        s.add(Some("ab".to_string()));
+        s.add(None);
+        assert_eq!(s.scrub("key wJalrXUtnFEMI in ab"), "key *** in ab");
+    }
+
+    #[test]
+    fn transient_kinds_are_the_retriable_ones() {
+        assert!(RemoteErrorKind::Throttled.is_transient());
+        assert!(RemoteErrorKind::Transfer.is_transient());
+        assert!(!RemoteErrorKind::Changed.is_transient());
+        assert!(!RemoteErrorKind::NotFound.is_transient());
+        assert!(!RemoteErrorKind::AccessDenied.is_transient());
+    }
+
+    #[test]
+    fn block_on_works_inside_another_runtime() {
+        let outer = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let got = outer.block_on(async { block_on(async { 7 }).unwrap() });
+        assert_eq!(got, 7);
+    }
+}

@@ -1,0 +1,122 @@
+//! An object in any S3-compatible service: [`S3Store`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path;
+use object_store::ClientConfigKey;
+
+use super::remote::{Remote, RemoteErrorKind, RemoteTuning, Secrets};
+use super::url::{bad_url, parse};
+use super::{ReadBuf, ReadDone, Store, StoreError};
+
+/// An object at an `s3://bucket/key` URL in AWS S3 or any S3-compatible
+/// service (versitygw, MinIO, Ceph RGW, ...).
+///
+/// The client is configured from the standard AWS environment, as the
+/// `object_store` crate reads it: `AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION` (default
+/// `us-east-1`), `AWS_ENDPOINT_URL` (another service than AWS),
+/// `AWS_ALLOW_HTTP` (`true` for a plain-HTTP endpoint),
+/// `AWS_VIRTUAL_HOSTED_STYLE_REQUEST` (`true` for
+/// `bucket.host/key` addressing; path-style `host/bucket/key` otherwise),
+/// `AWS_SKIP_SIGNATURE` (public buckets), and the container, web-identity
+/// and instance credential providers. Profiles in `~/.aws` are not read
+/// (the client library does not): export a profile's keys, for example
+/// with `aws configure export-credentials --format env`.
+///
+/// The object's length, ETag and version id are pinned at open; every
+/// read is a ranged GET conditional on them (see the `store` module).
+/// Credentials never appear in its errors or its `Debug` output.
+pub struct S3Store {
+    remote: Remote,
+}
+
+impl S3Store {
+    /// Opens `s3://bucket/key` with the default [`RemoteTuning`].
+    pub fn open(url: &str) -> Result<Self, StoreError> {
+        Self::open_with(url, RemoteTuning::default())
+    }
+
+    /// Opens `s3://bucket/key` with `tuning`'s request sizes and timeouts.
+    pub fn open_with(url: &str, tuning: RemoteTuning) -> Result<Self, StoreError> {
+        let (parsed, shown) = parse(url)?;
+        if parsed.scheme() != "s3" {
+            return Err(bad_url(&shown, "an S3Store opens s3://bucket/key URLs"));
+        }
+        let Some(bucket) = parsed.host_str().filter(|b| !b.is_empty()) else {
+            return Err(bad_url(&shown, "no bucket (s3://bucket/key)"));
+        };
+        let path = Path::from_url_path(parsed.path())
+            .map_err(|_| bad_url(&shown, "the key is not a valid object path"))?;
+        if path.as_ref().is_empty() {
+            return Err(bad_url(&shown, "no key after the bucket (s3://bucket/key)"));
+        }
+        let mut secrets = Secrets::default();
+        for var in [
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "AWS_ACCESS_KEY_ID",
+        ] {
+            secrets.add(std::env::var(var).ok());
+        }
+        let mut options = tuning.client_options(false);
+        if let Ok(allow) = std::env::var("AWS_ALLOW_HTTP") {
+            options = options.with_config(ClientConfigKey::AllowHttp, allow);
+        }
+        let mut builder = AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_client_options(options)
+            .with_retry(tuning.retry_config());
+        if std::env::var_os("AWS_REGION").is_none()
+            && std::env::var_os("AWS_DEFAULT_REGION").is_none()
+        {
+            builder = builder.with_region("us-east-1");
+        }
+        let client = builder.build().map_err(|e| StoreError::Remote {
+            url: shown.clone(),
+            kind: RemoteErrorKind::Other,
+            source: Some(std::io::Error::other(secrets.scrub(&e.to_string()))),
+        })?;
+        let remote = Remote::open(Arc::new(client), path, shown, secrets, tuning)?;
+        Ok(Self { remote })
+    }
+
+    /// The ETag pinned at open.
+    pub fn etag(&self) -> Option<&str> {
+        self.remote.etag()
+    }
+}
+
+impl fmt::Debug for S3Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("S3Store").field(&self.remote).finish()
+    }
+}
+
+impl Store for S3Store {
+    fn name(&self) -> &str {
+        self.remote.url()
+    }
+
+    fn len(&self) -> u64 {
+        self.remote.len()
+    }
+
+    fn ra_pages(&self) -> u64 {
+        self.remote.tuning().ra_pages()
+    }
+
+    fn io_pages(&self) -> u64 {
+        self.remote.tuning().io_pages()
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.remote.read_blocking(offset, buf)
+    }
+
+    fn start_read(&self, offset: u64, buf: ReadBuf, done: ReadDone) {
+        self.remote.start_read(offset, buf, done)
+    }
+}

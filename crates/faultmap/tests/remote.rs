@@ -1,0 +1,366 @@
+//! Remote objects on real servers: nginx for HTTP ranges, versitygw for
+//! S3, both started by `scripts/remote-servers up` (which
+//! `scripts/test-all` runs around `cargo test`), and the fault-injecting
+//! proxy of `faultmap-proxy` between faultmap and them.
+//!
+//! Every object is a file written into a server's root; every read is
+//! checked byte for byte (CRC and a full comparison) against that file.
+
+mod common;
+use common::MapTrusted;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use faultmap::{
+    open_url, Config, Delivery, HttpStore, IoErrorKind, MapOptions, Pager, RemoteErrorKind,
+    RemoteTuning, S3Store, Store, StoreError,
+};
+
+/// The servers `scripts/remote-servers up` started, from its variables.
+struct Servers {
+    http_url: String,
+    http_root: PathBuf,
+    s3_bucket: String,
+    s3_root: PathBuf,
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: these tests need the project's servers; run them under \
+             ./scripts/test-all, or eval \"$(scripts/remote-servers up)\" first"
+        )
+    })
+}
+
+fn servers() -> Servers {
+    Servers {
+        http_url: env("FAULTMAP_HTTP_URL"),
+        http_root: PathBuf::from(env("FAULTMAP_HTTP_ROOT")),
+        s3_bucket: env("FAULTMAP_S3_BUCKET"),
+        s3_root: PathBuf::from(env("FAULTMAP_S3_ROOT")),
+    }
+}
+
+/// Which server an object is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Http,
+    S3,
+}
+
+const KINDS: [Kind; 2] = [Kind::Http, Kind::S3];
+
+/// A file in a server's root, removed when dropped.
+struct RemoteFile {
+    path: PathBuf,
+    url: String,
+    data: Vec<u8>,
+}
+
+impl Drop for RemoteFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Puts `len` pattern bytes under a fresh name on `kind`'s server.
+fn put(kind: Kind, name: &str, len: usize, seed: u64) -> RemoteFile {
+    let s = servers();
+    let name = format!("{name}-{}-{seed}", std::process::id());
+    let data = pattern(len, seed);
+    let (path, url) = match kind {
+        Kind::Http => (s.http_root.join(&name), format!("{}/{name}", s.http_url)),
+        Kind::S3 => (
+            s.s3_root.join(&name),
+            format!("s3://{}/{name}", s.s3_bucket),
+        ),
+    };
+    std::fs::write(&path, &data).unwrap();
+    RemoteFile { path, url, data }
+}
+
+fn open(kind: Kind, url: &str) -> Result<Box<dyn Store>, StoreError> {
+    match kind {
+        Kind::Http => HttpStore::open(url).map(|s| Box::new(s) as Box<dyn Store>),
+        Kind::S3 => S3Store::open(url).map(|s| Box::new(s) as Box<dyn Store>),
+    }
+}
+
+fn remote_kind(e: &StoreError) -> RemoteErrorKind {
+    match e {
+        StoreError::Remote { kind, .. } => kind.clone(),
+        other => panic!("expected a remote error, got {other}"),
+    }
+}
+
+fn pager(delivery: Delivery) -> Pager {
+    Pager::new(Config::default().delivery(delivery)).unwrap()
+}
+
+const DELIVERIES: [Delivery; 2] = [Delivery::Signal, Delivery::Handler];
+
+// ---------------------------------------------------------------------------
+// Bytes.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn small_objects_read_right_on_both_servers_every_order_both_deliveries() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            for len in [0usize, 1, 4095, 4096, 4097, 3 * 4096 + 17] {
+                let file = put(kind, "small", len, len as u64 + 1);
+                for delivery in DELIVERIES {
+                    let pager = pager(delivery);
+                    for order in 0..=9u8 {
+                        let store = open(kind, &file.url).unwrap();
+                        assert_eq!(store.len(), len as u64);
+                        let map = pager
+                            .map_trusted(store, MapOptions::new().fault_around_order(order))
+                            .unwrap();
+                        let what = format!("{kind:?} {len} bytes, {delivery:?}, order {order}");
+                        assert_eq!(crc(&map), crc(&file.data), "{what}");
+                        assert_bytes(&map, &file.data, &what);
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn a_few_mib_of_odd_length_read_right_in_every_order() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = put(kind, "mib", 5 * (1 << 20) + 1234, 11);
+            for delivery in DELIVERIES {
+                let pager = pager(delivery);
+                for order in [0u8, 4, 9] {
+                    let map = pager
+                        .map_trusted(
+                            open(kind, &file.url).unwrap(),
+                            MapOptions::new().fault_around_order(order),
+                        )
+                        .unwrap();
+                    let what = format!("{kind:?} {delivery:?} order {order}");
+                    assert_bytes(&map, &file.data, &what);
+                    let s = map.stats();
+                    assert!(s.io_bytes >= file.data.len() as u64, "{what}: {s:?}");
+                }
+            }
+        }
+    });
+}
+
+fn crc(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes)
+}
+
+#[test]
+fn open_url_opens_both_servers_and_local_paths() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = put(kind, "url", 10_000, 12);
+            let store = open_url(&file.url).unwrap();
+            assert_eq!(store.len(), 10_000);
+            assert_eq!(store.name(), file.url);
+            let mut buf = vec![0u8; 100];
+            store.read_at(4000, &mut buf).unwrap();
+            assert_eq!(buf, file.data[4000..4100]);
+        }
+        let local = TestFile::new(5000, 13);
+        assert_eq!(open_url(local.path.to_str().unwrap()).unwrap().len(), 5000);
+    });
+}
+
+#[test]
+fn threads_and_several_mappings_of_one_object_read_right() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = Arc::new(put(kind, "threads", 3 * (1 << 20) + 77, 14));
+            let pager = Arc::new(pager(Delivery::Signal));
+            let object = pager.open(open(kind, &file.url).unwrap()).unwrap();
+            let maps: Vec<_> = (0..3)
+                .map(|_| Arc::new(pager.map_trusted(&object, MapOptions::new()).unwrap()))
+                .collect();
+            let threads: Vec<_> = (0..4)
+                .map(|t| {
+                    let (map, file) = (maps[t % maps.len()].clone(), file.clone());
+                    std::thread::spawn(move || {
+                        // Each thread reads from another starting point.
+                        let n = file.data.len();
+                        let start = (t * n / 4) & !(PAGE - 1);
+                        let mut sum = 0u64;
+                        for i in (start..n).chain(0..start).step_by(509) {
+                            assert_eq!(map[i], file.data[i], "byte {i}");
+                            sum += u64::from(map[i]);
+                        }
+                        sum
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            for map in &maps {
+                assert_bytes(map, &file.data, &format!("{kind:?} mapping"));
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Errors at open.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_missing_object_is_not_found_naming_the_url() {
+    let s = servers();
+    for (kind, url) in [
+        (Kind::Http, format!("{}/no-such-object", s.http_url)),
+        (Kind::S3, format!("s3://{}/no-such-object", s.s3_bucket)),
+    ] {
+        let e = open(kind, &url).err().expect("opened a missing object");
+        assert_eq!(remote_kind(&e), RemoteErrorKind::NotFound, "{kind:?}: {e}");
+        assert!(e.to_string().contains(&url), "{e}");
+    }
+}
+
+#[test]
+fn a_missing_bucket_is_told_apart_from_a_missing_key() {
+    let e = S3Store::open("s3://no-such-bucket-faultmap/key").unwrap_err();
+    assert_eq!(remote_kind(&e), RemoteErrorKind::NoSuchBucket, "{e}");
+    assert!(
+        e.to_string().contains("s3://no-such-bucket-faultmap/key"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_connection_refused_a_dns_failure_and_a_tls_failure_are_told_apart() {
+    let s = servers();
+    let dead = free_port();
+    let e = HttpStore::open(&format!("http://127.0.0.1:{dead}/x")).unwrap_err();
+    assert_eq!(remote_kind(&e), RemoteErrorKind::ConnectionRefused, "{e}");
+    let e = HttpStore::open("http://no-such-host.invalid/x").unwrap_err();
+    assert_eq!(remote_kind(&e), RemoteErrorKind::Dns, "{e}");
+    // TLS to nginx's plain-HTTP port.
+    let tls = s.http_url.replacen("http://", "https://", 1) + "/x";
+    let e = HttpStore::open(&tls).unwrap_err();
+    assert_eq!(remote_kind(&e), RemoteErrorKind::Tls, "{e}");
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    port
+}
+
+#[test]
+fn wrong_credentials_are_access_denied_and_never_shown() {
+    let file = put(Kind::S3, "denied", 5000, 15);
+    let secret = "faultmap-wrong-secret-0123456789";
+    let e = with_env(&[("AWS_SECRET_ACCESS_KEY", secret)], || {
+        S3Store::open(&file.url).unwrap_err()
+    });
+    assert_eq!(remote_kind(&e), RemoteErrorKind::AccessDenied, "{e}");
+    let text = format!("{e} {e:?} {}", error_chain(&e));
+    assert!(!text.contains(secret), "the secret leaked: {text}");
+}
+
+/// Runs `f` with `vars` set in the environment (tests of this binary that
+/// read the AWS environment take the same lock).
+fn with_env<T>(vars: &[(&str, &str)], f: impl FnOnce() -> T) -> T {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let old: Vec<_> = vars
+        .iter()
+        .map(|(k, _)| (*k, std::env::var(k).ok()))
+        .collect();
+    for (k, v) in vars {
+        // SAFETY (of the environment): the tests of this binary that change
+        // the environment hold LOCK; the others only read AWS variables
+        // through S3Store::open, which tolerates either value.
+        unsafe { std::env::set_var(k, v) };
+    }
+    let out = f();
+    for (k, v) in old {
+        match v {
+            // SAFETY: as above.
+            Some(v) => unsafe { std::env::set_var(k, v) },
+            // SAFETY: as above.
+            None => unsafe { std::env::remove_var(k) },
+        }
+    }
+    out
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut s = e.source();
+    while let Some(x) = s {
+        out += &format!(": {x}");
+        s = x.source();
+    }
+    out
+}
+
+#[test]
+fn the_store_debug_output_holds_no_secret() {
+    let file = put(Kind::S3, "debug", 100, 16);
+    let store = S3Store::open(&file.url).unwrap();
+    let text = format!("{store:?}");
+    let secret = std::env::var("AWS_SECRET_ACCESS_KEY").unwrap();
+    assert!(!text.contains(&secret), "{text}");
+    assert!(text.contains(&file.url), "{text}");
+}
+
+// ---------------------------------------------------------------------------
+// Consistency.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_changed_object_fails_its_unread_pages_never_mixing_versions() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = put(kind, "changed", 64 * PAGE, 17);
+            let pager = pager(Delivery::Signal);
+            let store = open(kind, &file.url).unwrap();
+            let object = pager.open(store).unwrap();
+            // Read page 0 only (no readahead window reaches the rest).
+            let map = pager
+                .map_trusted(&object, MapOptions::new().fault_around_order(0))
+                .unwrap();
+            map.advise(faultmap::Advice::Random, 0..map.len()).unwrap();
+            assert_eq!(touch(&map, 0), file.data[0]);
+            // A new version of the object, same length.
+            std::fs::write(&file.path, pattern(64 * PAGE, 18)).unwrap();
+            // Let the mtime move on for servers with one-second ETags.
+            std::thread::sleep(Duration::from_millis(1100));
+            std::fs::write(&file.path, pattern(64 * PAGE, 18)).unwrap();
+            let r = page_range(&map, 40);
+            map.advise(faultmap::Advice::WillNeed, r).unwrap();
+            assert!(
+                wait_until(Duration::from_secs(20), || !object.io_errors().is_empty()),
+                "{kind:?}: no error for a read of the changed object"
+            );
+            let reports = object.io_errors();
+            let report = &reports[0];
+            assert_eq!(report.kind, IoErrorKind::Read);
+            assert_eq!(report.object, file.url);
+            assert!(report.message.contains("changed"), "{kind:?}: {report:?}");
+            assert!(
+                !object.is_cached(40),
+                "{kind:?}: page 40 must not be cached"
+            );
+        }
+    });
+}
+
+#[allow(dead_code)]
+fn unused(_: SocketAddr, _: RemoteTuning) {}
