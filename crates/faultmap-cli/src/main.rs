@@ -218,10 +218,15 @@ pub struct BudgetChildArgs {
 /// Options of `faultmap scan`.
 #[derive(Debug, Args)]
 struct ScanArgs {
-    /// The file to read (a regular file; directories, FIFOs and devices are
-    /// refused). It is read as memory, like `mmap`: do not write it while
-    /// the command runs.
-    file: PathBuf,
+    /// What to read: a local file (directories, FIFOs and devices are
+    /// refused), `http(s)://host/path` (a server that answers range
+    /// requests) or `s3://bucket/key` (credentials, region and endpoint
+    /// from the AWS environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    /// AWS_REGION, AWS_ENDPOINT_URL, AWS_ALLOW_HTTP). It is read as memory,
+    /// like `mmap`: a local file must not be written while the command
+    /// runs; a remote object that changes fails the reads after the change.
+    #[arg(value_name = "FILE|URL")]
+    file: String,
     /// Fault-around order: each fault maps a window of 2^N pages (0..=9).
     #[arg(long, short, default_value_t = 4, value_name = "N")]
     order: u8,
@@ -361,10 +366,15 @@ pub fn delivery_name(delivery: faultmap::Delivery) -> &'static str {
 /// Options of `faultmap stats`.
 #[derive(Debug, Args)]
 struct StatsArgs {
-    /// The file to read (a regular file; directories, FIFOs and devices are
-    /// refused). It is read as memory, like `mmap`: do not write it while
-    /// the command runs.
-    file: PathBuf,
+    /// What to read: a local file (directories, FIFOs and devices are
+    /// refused), `http(s)://host/path` (a server that answers range
+    /// requests) or `s3://bucket/key` (credentials, region and endpoint
+    /// from the AWS environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    /// AWS_REGION, AWS_ENDPOINT_URL, AWS_ALLOW_HTTP). It is read as memory,
+    /// like `mmap`: a local file must not be written while the command
+    /// runs; a remote object that changes fails the reads after the change.
+    #[arg(value_name = "FILE|URL")]
+    file: String,
     /// The access pattern. The file's pages are cut into T contiguous
     /// parts (on 64 KiB boundaries), one per thread, and each thread runs
     /// the pattern over its part. seq: every 8-byte word in order. rand:

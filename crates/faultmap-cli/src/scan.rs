@@ -1,7 +1,9 @@
 //! `faultmap scan`: read a whole file through a faultmap mapping.
 //!
-//! 1. Open the file as a [`FileStore`] (which refuses directories, FIFOs,
-//!    sockets and devices with a typed error) and map it at the asked
+//! 1. Open the file or URL ([`faultmap::open_url`]: a local file as a
+//!    [`faultmap::FileStore`], which refuses directories, FIFOs, sockets and
+//!    devices with a typed error; `http(s)://` and `s3://` as remote
+//!    stores) and map it at the asked
 //!    fault-around order and readahead. An empty file is an empty mapping:
 //!    CRC 0.
 //! 2. Cut the mapping into `T` contiguous parts on page boundaries; thread
@@ -19,11 +21,10 @@
 //! The time covers step 2 only: the reading, not opening or mapping.
 
 use std::ops::Range;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use faultmap::{Config, FileStore, Pager, Stats, PAGE_SIZE};
+use faultmap::{open_url, Config, Pager, Stats, PAGE_SIZE};
 use serde::Serialize;
 
 use crate::table::Table;
@@ -33,7 +34,7 @@ use crate::{Readahead, ScanArgs};
 /// What a scan found.
 #[derive(Debug, Serialize)]
 struct ScanReport<'a> {
-    file: &'a Path,
+    file: &'a str,
     crc32: u32,
     crc32_hex: String,
     bytes: u64,
@@ -53,9 +54,9 @@ pub fn run(args: &ScanArgs) -> Result<()> {
     opts.validate()?;
     let pager = Pager::new(Config::default().handler_threads(usize::from(args.handler_threads)))
         .context("cannot start the pager")?;
-    let object = pager.open(FileStore::open(&args.file)?)?;
+    let object = pager.open(open_url(&args.file)?)?;
     let map = crate::map_readonly(&pager, &object, opts)
-        .with_context(|| format!("cannot map {}", args.file.display()))?;
+        .with_context(|| format!("cannot map {}", args.file))?;
     let start = Instant::now();
     let crc = parallel_crc(&map, usize::from(args.threads))?;
     let elapsed = start.elapsed();
@@ -136,7 +137,7 @@ fn rate(bytes: u64, elapsed: Duration) -> Option<f64> {
 fn human(r: &ScanReport<'_>) -> String {
     let elapsed = Duration::from_secs_f64(r.seconds);
     let mut head = Table::new(2);
-    head.row(["file".to_string(), r.file.display().to_string()]);
+    head.row(["file".to_string(), r.file.to_string()]);
     head.row([
         "crc32".to_string(),
         format!("{} (0x{})", r.crc32, r.crc32_hex),

@@ -22,11 +22,10 @@
 //! The time covers step 5 only.
 
 use std::io::Write;
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use faultmap::{Config, FileStore, MapOptions, Pager, RaStats, Stats, Store, PAGE_SIZE};
+use faultmap::{open_url, Config, FileStore, MapOptions, Pager, RaStats, Stats, Store, PAGE_SIZE};
 use serde::Serialize;
 
 use crate::access::{Access, AccessPlan, Coverage};
@@ -39,7 +38,7 @@ use crate::{Readahead, StatsArgs};
 /// What a run found.
 #[derive(Debug, Serialize)]
 struct StatsReport<'a> {
-    file: &'a Path,
+    file: &'a str,
     access: Access,
     order: u8,
     ra_pages: u64,
@@ -59,6 +58,12 @@ struct StatsReport<'a> {
     readahead_stats: RaStats,
 }
 
+/// Whether `target` is a URL of a remote object (not a local path, nor a
+/// `file://` URL, which `FileStore` opens with the chosen `--file-io`).
+fn is_url(target: &str) -> bool {
+    target.contains("://") && !target.starts_with("file://")
+}
+
 /// Runs `faultmap stats`.
 pub fn run(args: &StatsArgs) -> Result<()> {
     // 1. The options.
@@ -69,12 +74,17 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     // 2. The pager, the file, the mapping.
     let io_threads = config.io_threads;
     let pager = Pager::new(config).context("cannot start the pager")?;
-    let store = FileStore::open_with(&args.file, crate::file_io(args.file_io))?;
+    let (store, file_io): (Box<dyn Store>, &str) = if is_url(&args.file) {
+        (open_url(&args.file)?, "remote")
+    } else {
+        let store = FileStore::open_with(&args.file, crate::file_io(args.file_io))?;
+        let io = store.io().as_str();
+        (Box::new(store), io)
+    };
     let ra_pages = args.ra_pages.unwrap_or_else(|| store.ra_pages());
-    let file_io = store.io().as_str();
     let object = pager.open(store)?;
     let map = crate::map_readonly(&pager, &object, opts)
-        .with_context(|| format!("cannot map {}", args.file.display()))?;
+        .with_context(|| format!("cannot map {}", args.file))?;
     // 3. The plan.
     let threads = usize::from(args.threads);
     let plan = AccessPlan::new(args.access, map.len(), threads, Coverage::All)?;
@@ -156,7 +166,7 @@ fn drop_kernel_cache() -> bool {
 
 fn human(r: &StatsReport<'_>) -> String {
     let mut head = Table::new(2);
-    head.row(["file".to_string(), r.file.display().to_string()]);
+    head.row(["file".to_string(), r.file.to_string()]);
     head.row(["access".to_string(), access_line(r)]);
     head.row(["settings".to_string(), settings_line(r)]);
     head.row(["caches".to_string(), cache_line(r)]);
