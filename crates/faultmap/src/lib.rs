@@ -110,6 +110,6 @@ pub use mm::writeback::WriteBackError;
 pub use policy::readahead::Mode as ReadaheadMode;
 pub use store::{
     open_url, FileIo, FileStore, HttpStore, MemStore, ParseFileIoError, ReadBuf, ReadDone,
-    RemoteErrorKind, RemoteTuning, S3Store, Store, StoreError,
+    RemoteErrorKind, RemoteTuning, S3Options, S3Store, Store, StoreError,
 };
 pub use sys::PAGE_SIZE;

@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use common::*;
 use faultmap::{
-    open_url, Config, Delivery, HttpStore, IoErrorKind, MapOptions, Pager, RemoteErrorKind,
-    RemoteTuning, S3Store, Store, StoreError,
+    open_url, Advice, Config, Delivery, HttpStore, IoErrorKind, MapOptions, Pager, RemoteErrorKind,
+    RemoteTuning, S3Options, S3Store, Store, StoreError,
 };
+use faultmap_proxy::{ErrorStatus, Fault, Proxy};
 
 /// The servers `scripts/remote-servers up` started, from its variables.
 struct Servers {
@@ -265,39 +266,14 @@ fn free_port() -> u16 {
 fn wrong_credentials_are_access_denied_and_never_shown() {
     let file = put(Kind::S3, "denied", 5000, 15);
     let secret = "faultmap-wrong-secret-0123456789";
-    let e = with_env(&[("AWS_SECRET_ACCESS_KEY", secret)], || {
-        S3Store::open(&file.url).unwrap_err()
-    });
+    let options = S3Options {
+        credentials: Some((env("AWS_ACCESS_KEY_ID"), secret.to_string())),
+        ..S3Options::default()
+    };
+    let e = S3Store::open_with(&file.url, &options).unwrap_err();
     assert_eq!(remote_kind(&e), RemoteErrorKind::AccessDenied, "{e}");
-    let text = format!("{e} {e:?} {}", error_chain(&e));
+    let text = format!("{e} {e:?} {} {options:?}", error_chain(&e));
     assert!(!text.contains(secret), "the secret leaked: {text}");
-}
-
-/// Runs `f` with `vars` set in the environment (tests of this binary that
-/// read the AWS environment take the same lock).
-fn with_env<T>(vars: &[(&str, &str)], f: impl FnOnce() -> T) -> T {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let old: Vec<_> = vars
-        .iter()
-        .map(|(k, _)| (*k, std::env::var(k).ok()))
-        .collect();
-    for (k, v) in vars {
-        // SAFETY (of the environment): the tests of this binary that change
-        // the environment hold LOCK; the others only read AWS variables
-        // through S3Store::open, which tolerates either value.
-        unsafe { std::env::set_var(k, v) };
-    }
-    let out = f();
-    for (k, v) in old {
-        match v {
-            // SAFETY: as above.
-            Some(v) => unsafe { std::env::set_var(k, v) },
-            // SAFETY: as above.
-            None => unsafe { std::env::remove_var(k) },
-        }
-    }
-    out
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -362,5 +338,233 @@ fn a_changed_object_fails_its_unread_pages_never_mixing_versions() {
     });
 }
 
-#[allow(dead_code)]
-fn unused(_: SocketAddr, _: RemoteTuning) {}
+// ---------------------------------------------------------------------------
+// Errors during reads, through the fault-injecting proxy.
+// ---------------------------------------------------------------------------
+
+/// The upstream address of `kind`'s server.
+fn upstream(kind: Kind) -> SocketAddr {
+    let url = match kind {
+        Kind::Http => env("FAULTMAP_HTTP_URL"),
+        Kind::S3 => env("AWS_ENDPOINT_URL"),
+    };
+    let hostport = url.trim_start_matches("http://").trim_end_matches('/');
+    hostport.parse().unwrap_or_else(|e| panic!("{url}: {e}"))
+}
+
+/// `file` opened through `proxy` (an S3 object with the proxy as its
+/// endpoint), with `tuning`.
+fn open_via(kind: Kind, proxy: &Proxy, file: &RemoteFile, tuning: RemoteTuning) -> Box<dyn Store> {
+    match kind {
+        Kind::Http => {
+            let name = file.url.rsplit('/').next().unwrap();
+            Box::new(HttpStore::open_with(&format!("{}/{name}", proxy.url()), tuning).unwrap())
+        }
+        Kind::S3 => {
+            let options = S3Options {
+                endpoint: Some(proxy.url()),
+                allow_http: Some(true),
+                tuning,
+                ..S3Options::default()
+            };
+            Box::new(S3Store::open_with(&file.url, &options).unwrap())
+        }
+    }
+}
+
+/// Small requests, so that one object takes many.
+fn small_requests() -> RemoteTuning {
+    RemoteTuning {
+        request_bytes: 64 << 10,
+        readahead_bytes: 256 << 10,
+        ..RemoteTuning::default()
+    }
+}
+
+#[test]
+fn transient_failures_are_retried_and_the_bytes_are_right() {
+    watchdog(WATCHDOG, || {
+        let faults = [
+            Fault::Status(ErrorStatus::SlowDown),
+            Fault::Status(ErrorStatus::InternalError),
+            Fault::Reset,
+            Fault::ResetMidBody,
+            Fault::CutBody,
+        ];
+        for kind in KINDS {
+            let file = put(kind, "transient", 2 * (1 << 20) + 999, 20);
+            for fault in faults {
+                let proxy = Proxy::start(upstream(kind)).unwrap();
+                let store = open_via(kind, &proxy, &file, small_requests());
+                let pager = Pager::new(Config::default().io_retries(3)).unwrap();
+                let object = pager.open(store).unwrap();
+                let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
+                // One injected failure, after the open.
+                proxy.faults().inject(fault, 1);
+                let what = format!("{kind:?} {fault:?}");
+                assert_bytes(&map, &file.data, &what);
+                drop(map);
+                drop(pager);
+                let (s, p) = (object.stats(), proxy.stats());
+                assert_eq!(
+                    proxy.faults().pending(),
+                    0,
+                    "{what}: the fault was not taken: {p:?}"
+                );
+                assert!(
+                    object.io_errors().is_empty(),
+                    "{what}: {:?}",
+                    object.io_errors()
+                );
+                assert_eq!(s.io_errors, 0, "{what}: {s:?}");
+                if matches!(fault, Fault::Status(_)) {
+                    assert!(s.io_retries >= 1, "{what}: no retry counted: {s:?} {p:?}");
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn persistent_failures_fail_the_pages_with_a_report_naming_the_url() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = put(kind, "persistent", 64 * PAGE, 21);
+            for fault in [Fault::Status(ErrorStatus::InternalError), Fault::CutBody] {
+                let proxy = Proxy::start(upstream(kind)).unwrap();
+                let store = open_via(kind, &proxy, &file, small_requests());
+                let pager = Pager::new(Config::default().io_retries(1)).unwrap();
+                let object = pager.open(store).unwrap();
+                let map = pager
+                    .map_trusted(&object, MapOptions::new().fault_around_order(0))
+                    .unwrap();
+                map.advise(Advice::Random, 0..map.len()).unwrap();
+                proxy.faults().inject(fault, 1000);
+                let r = page_range(&map, 10);
+                map.advise(Advice::WillNeed, r).unwrap();
+                let what = format!("{kind:?} {fault:?}");
+                assert!(
+                    wait_until(Duration::from_secs(20), || !object.io_errors().is_empty()),
+                    "{what}: no report"
+                );
+                let report = object.io_errors()[0].clone();
+                assert_eq!(report.object, object.name(), "{what}");
+                assert!(
+                    report.object.ends_with(&file.url[file.url.len() - 10..]),
+                    "{what}"
+                );
+                assert_eq!(report.kind, IoErrorKind::Read, "{what}");
+                assert!(!object.is_cached(10), "{what}: a failed page is cached");
+                // The server recovers: the page reads right.
+                proxy.faults().clear();
+                let r = page_range(&map, 10);
+                assert_bytes(&map[r.clone()], &file.data[r], &what);
+            }
+        }
+    });
+}
+
+#[test]
+fn a_failed_remote_page_is_sigbus_at_the_access() {
+    const NAME: &str = "a_failed_remote_page_is_sigbus_at_the_access";
+    if is_child(NAME) {
+        let file = put(Kind::Http, "sigbus", 16 * PAGE, 22);
+        let proxy = Proxy::start(upstream(Kind::Http)).unwrap();
+        let store = open_via(Kind::Http, &proxy, &file, small_requests());
+        let pager = Pager::new(Config::default().io_retries(1)).unwrap();
+        let map = pager
+            .map_trusted(store, MapOptions::new().fault_around_order(0))
+            .unwrap();
+        map.advise(Advice::Random, 0..map.len()).unwrap();
+        assert_eq!(touch(&map, 0), file.data[0]);
+        proxy
+            .faults()
+            .inject(Fault::Status(ErrorStatus::SlowDown), 1000);
+        println!("{BEFORE}");
+        let v = touch(&map, 9);
+        println!("CHILD: the page read as {v:#04x}: no SIGBUS");
+        return;
+    }
+    watchdog(WATCHDOG, || {
+        let end = run_child(NAME, Duration::from_secs(30));
+        let what = format!("{:?}\n{}\n{}", end.status, end.stdout, end.stderr);
+        assert!(end.stdout.contains(BEFORE), "{what}");
+        assert_eq!(end.signal(), Some(SIGBUS), "{what}");
+    });
+}
+
+const BEFORE: &str = "CHILD: touching the failing page";
+
+#[test]
+fn a_server_that_stops_answering_times_out_and_the_pager_still_drops() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = put(kind, "silent", 64 * PAGE, 23);
+            let proxy = Proxy::start(upstream(kind)).unwrap();
+            let store = open_via(kind, &proxy, &file, small_requests());
+            let pager =
+                Pager::new(Config::default().io_timeout(Duration::from_millis(300))).unwrap();
+            let object = pager.open(store).unwrap();
+            let map = pager
+                .map_trusted(&object, MapOptions::new().fault_around_order(0))
+                .unwrap();
+            map.advise(Advice::Random, 0..map.len()).unwrap();
+            // The server stops answering.
+            proxy.faults().set_latency(Duration::from_secs(3600));
+            map.advise(Advice::WillNeed, page_range(&map, 20)).unwrap();
+            assert!(
+                wait_until(Duration::from_secs(20), || pager.stats().io_timeouts >= 1),
+                "{kind:?}: no timeout: {:?}",
+                pager.stats()
+            );
+            let reports = pager.io_errors();
+            let report = reports
+                .iter()
+                .find(|r| r.kind == IoErrorKind::Timeout)
+                .unwrap_or_else(|| panic!("{kind:?}: no timeout report: {reports:?}"));
+            assert_eq!(report.object, object.name());
+            // Dropping everything returns although a request hangs.
+            drop(map);
+            drop(object);
+            drop(pager);
+            drop(proxy);
+        }
+    });
+}
+
+#[test]
+fn a_server_that_ignores_ranges_is_refused_at_open() {
+    let s = servers();
+    let dir = s.http_root.join("noranges");
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = format!("whole-{}", std::process::id());
+    std::fs::write(dir.join(&name), pattern(10_000, 24)).unwrap();
+    let url = format!("{}/noranges/{name}", s.http_url);
+    let e = HttpStore::open(&url).unwrap_err();
+    let _ = std::fs::remove_file(dir.join(&name));
+    assert_eq!(remote_kind(&e), RemoteErrorKind::RangesNotSupported, "{e}");
+    assert!(e.to_string().contains(&url), "{e}");
+}
+
+#[test]
+fn a_remote_scan_stays_within_the_memory_budget() {
+    const BUDGET: u64 = 8 << 20;
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = put(kind, "budget", 40 << 20, 25);
+            let pager = Pager::new(Config::default().memory_budget(BUDGET)).unwrap();
+            let map = pager
+                .map_trusted(open(kind, &file.url).unwrap(), MapOptions::new())
+                .unwrap();
+            for chunk in (0..file.data.len()).step_by(1 << 20) {
+                let end = (chunk + (1 << 20)).min(file.data.len());
+                assert_bytes(&map[chunk..end], &file.data[chunk..end], "scan");
+            }
+            let mem = pager.memory();
+            // As in the budget tests: the pages faults wait for while the
+            // evictor catches up may pass it, one per fault in flight.
+            assert!(mem.peak <= BUDGET + 8 * PAGE as u64, "{kind:?}: {mem:?}");
+            assert!(pager.stats().evicted > 0, "{kind:?}: {:?}", pager.stats());
+        }
+    });
+}

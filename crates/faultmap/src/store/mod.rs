@@ -44,7 +44,7 @@ pub use file::{FileIo, FileStore, ParseFileIoError};
 pub use http::HttpStore;
 pub use memory::MemStore;
 pub use remote::{RemoteErrorKind, RemoteTuning};
-pub use s3::S3Store;
+pub use s3::{S3Options, S3Store};
 pub use url::open_url;
 
 /// Why a store could not be opened or read.

@@ -531,29 +531,21 @@ pub(crate) fn classify(e: &object_store::Error) -> RemoteErrorKind {
         }
         source = s.source();
     }
-    let text = chain(e).to_ascii_lowercase();
+    let text = chain(e);
+    if let Some(status) = status_code(&text) {
+        return match status {
+            401 | 403 => RemoteErrorKind::AccessDenied,
+            404 if text.contains("NoSuchBucket") => RemoteErrorKind::NoSuchBucket,
+            404 => RemoteErrorKind::NotFound,
+            412 => RemoteErrorKind::Changed,
+            429 | 503 => RemoteErrorKind::Throttled,
+            500..=599 => RemoteErrorKind::ServerError,
+            _ => RemoteErrorKind::Other,
+        };
+    }
+    let text = text.to_ascii_lowercase();
     let has = |words: &[&str]| words.iter().any(|w| text.contains(w));
-    if has(&["nosuchbucket"]) {
-        RemoteErrorKind::NoSuchBucket
-    } else if has(&["nosuchkey", "404 not found"]) {
-        RemoteErrorKind::NotFound
-    } else if has(&["precondition", "412"]) {
-        RemoteErrorKind::Changed
-    } else if has(&[
-        "accessdenied",
-        "signaturedoesnotmatch",
-        "invalidaccesskeyid",
-        "403 forbidden",
-        "401 unauthorized",
-    ]) {
-        RemoteErrorKind::AccessDenied
-    } else if has(&[
-        "slowdown",
-        "503 service unavailable",
-        "429 too many requests",
-    ]) {
-        RemoteErrorKind::Throttled
-    } else if has(&[
+    if has(&[
         "dns error",
         "failed to lookup address",
         "name or service not known",
@@ -572,14 +564,6 @@ pub(crate) fn classify(e: &object_store::Error) -> RemoteErrorKind {
     } else if has(&["timed out", "timeout"]) {
         RemoteErrorKind::Timeout
     } else if has(&[
-        "status code: 5",
-        "server error",
-        "500 internal",
-        "502 bad",
-        "504 gateway",
-    ]) {
-        RemoteErrorKind::ServerError
-    } else if has(&[
         "connection reset",
         "connection closed",
         "incomplete",
@@ -593,6 +577,15 @@ pub(crate) fn classify(e: &object_store::Error) -> RemoteErrorKind {
     } else {
         RemoteErrorKind::Other
     }
+}
+
+/// The HTTP status of a failed request, from the client's words ("...
+/// status code: 503 Service Unavailable ..."): its error type that holds
+/// the status is not public.
+fn status_code(text: &str) -> Option<u16> {
+    const MARK: &str = "status code: ";
+    let at = text.find(MARK)? + MARK.len();
+    text.get(at..at + 3)?.parse().ok()
 }
 
 /// The error of a failed open: `NoSuchBucket` is told apart from a
@@ -645,6 +638,14 @@ mod tests {
         s.add(Some("ab".to_string()));
         s.add(None);
         assert_eq!(s.scrub("key wJalrXUtnFEMI in ab"), "key *** in ab");
+    }
+
+    #[test]
+    fn statuses_are_read_from_the_clients_words() {
+        let t = "Error performing GET http://h/x in 412.5µs - Server returned non-2xx status code: 503 Service Unavailable: <Error><Code>SlowDown</Code>";
+        assert_eq!(status_code(t), Some(503));
+        assert_eq!(status_code("Error performing GET in 412ms"), None);
+        assert_eq!(status_code("status code: 4"), None);
     }
 
     #[test]

@@ -33,14 +33,52 @@ pub struct S3Store {
     remote: Remote,
 }
 
+/// Settings of an [`S3Store`] that override the AWS environment, and its
+/// request sizes and timeouts. `Debug` never shows the secret.
+#[derive(Clone, Default)]
+pub struct S3Options {
+    /// The service's URL (`AWS_ENDPOINT_URL` otherwise; AWS if neither).
+    pub endpoint: Option<String>,
+    /// The key pair (`AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`
+    /// otherwise).
+    pub credentials: Option<(String, String)>,
+    /// The region (`AWS_REGION` otherwise, then `us-east-1`).
+    pub region: Option<String>,
+    /// Whether a plain-HTTP endpoint is allowed (`AWS_ALLOW_HTTP`
+    /// otherwise).
+    pub allow_http: Option<bool>,
+    /// Request sizes and timeouts.
+    pub tuning: RemoteTuning,
+}
+
+impl fmt::Debug for S3Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Options")
+            .field("endpoint", &self.endpoint)
+            .field(
+                "access_key_id",
+                &self.credentials.as_ref().map(|(id, _)| id),
+            )
+            .field(
+                "secret_access_key",
+                &self.credentials.as_ref().map(|_| "***"),
+            )
+            .field("region", &self.region)
+            .field("allow_http", &self.allow_http)
+            .field("tuning", &self.tuning)
+            .finish()
+    }
+}
+
 impl S3Store {
-    /// Opens `s3://bucket/key` with the default [`RemoteTuning`].
+    /// Opens `s3://bucket/key`, configured from the AWS environment.
     pub fn open(url: &str) -> Result<Self, StoreError> {
-        Self::open_with(url, RemoteTuning::default())
+        Self::open_with(url, &S3Options::default())
     }
 
-    /// Opens `s3://bucket/key` with `tuning`'s request sizes and timeouts.
-    pub fn open_with(url: &str, tuning: RemoteTuning) -> Result<Self, StoreError> {
+    /// Opens `s3://bucket/key` with `options` over the AWS environment.
+    pub fn open_with(url: &str, options: &S3Options) -> Result<Self, StoreError> {
+        let tuning = options.tuning;
         let (parsed, shown) = parse(url)?;
         if parsed.scheme() != "s3" {
             return Err(bad_url(&shown, "an S3Store opens s3://bucket/key URLs"));
@@ -61,18 +99,35 @@ impl S3Store {
         ] {
             secrets.add(std::env::var(var).ok());
         }
-        let mut options = tuning.client_options(false);
-        if let Ok(allow) = std::env::var("AWS_ALLOW_HTTP") {
-            options = options.with_config(ClientConfigKey::AllowHttp, allow);
+        let mut client_options = tuning.client_options(false);
+        match options.allow_http {
+            Some(allow) => client_options = client_options.with_allow_http(allow),
+            None => {
+                if let Ok(allow) = std::env::var("AWS_ALLOW_HTTP") {
+                    client_options = client_options.with_config(ClientConfigKey::AllowHttp, allow);
+                }
+            }
         }
         let mut builder = AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
-            .with_client_options(options)
+            .with_client_options(client_options)
             .with_retry(tuning.retry_config());
-        if std::env::var_os("AWS_REGION").is_none()
-            && std::env::var_os("AWS_DEFAULT_REGION").is_none()
-        {
-            builder = builder.with_region("us-east-1");
+        let env_region =
+            std::env::var_os("AWS_REGION").or_else(|| std::env::var_os("AWS_DEFAULT_REGION"));
+        match (&options.region, env_region) {
+            (Some(region), _) => builder = builder.with_region(region),
+            (None, None) => builder = builder.with_region("us-east-1"),
+            (None, Some(_)) => {}
+        }
+        if let Some(endpoint) = &options.endpoint {
+            builder = builder.with_endpoint(endpoint);
+        }
+        if let Some((id, secret)) = &options.credentials {
+            secrets.add(Some(id.clone()));
+            secrets.add(Some(secret.clone()));
+            builder = builder
+                .with_access_key_id(id)
+                .with_secret_access_key(secret);
         }
         let client = builder.build().map_err(|e| StoreError::Remote {
             url: shown.clone(),
