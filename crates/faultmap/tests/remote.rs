@@ -568,3 +568,35 @@ fn a_remote_scan_stays_within_the_memory_budget() {
         }
     });
 }
+
+#[test]
+fn prefetch_reads_ahead_in_large_requests_and_the_access_then_needs_none() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = put(kind, "prefetch", 6 * (1 << 20) + 5, 26);
+            let proxy = Proxy::start(upstream(kind)).unwrap();
+            let tuning = RemoteTuning {
+                request_bytes: 1 << 20,
+                ..RemoteTuning::default()
+            };
+            let store = open_via(kind, &proxy, &file, tuning);
+            let pager = Pager::new(Config::default()).unwrap();
+            let object = pager.open(store).unwrap();
+            let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
+            let before = proxy.stats();
+            map.prefetch(0..map.len()).unwrap();
+            let pages = map.len().div_ceil(PAGE) as u64;
+            assert!(
+                wait_until(Duration::from_secs(20), || (0..pages).all(|p| object.is_cached(p))),
+                "{kind:?}: the prefetch did not complete"
+            );
+            let fetched = proxy.stats().since(&before);
+            // Seven requests of at most 1 MiB, never one per page.
+            assert!(fetched.requests <= 8, "{kind:?}: {fetched:?}");
+            let after = proxy.stats();
+            assert_bytes(&map, &file.data, &format!("{kind:?}"));
+            assert_eq!(proxy.stats().since(&after).requests, 0, "{kind:?}: the access read again");
+            assert!(map.prefetch(0..map.len() + 1).is_err());
+        }
+    });
+}

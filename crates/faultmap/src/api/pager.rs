@@ -1160,6 +1160,18 @@ impl<A: Access> Mapping<A> {
         Ok(())
     }
 
+    /// Starts reading bytes `range` of the mapping (offsets into the
+    /// slice) now, and returns at once: the pages not cached yet are read
+    /// in the store's largest requests (`Store::io_pages`: 8 MiB for a
+    /// remote store), up to [`Config::io_depth`](crate::Config::io_depth)
+    /// of them in flight, charged to the memory budget as they come (a
+    /// range larger than the budget evicts its own beginning). The same as
+    /// [`Advice::WillNeed`]. A later access to a page still being read
+    /// waits for that read, not for a new one.
+    pub fn prefetch(&self, range: std::ops::Range<usize>) -> Result<(), MapError> {
+        self.advise(Advice::WillNeed, range)
+    }
+
     /// Drops the pages that hold bytes `range` of the mapping (offsets into
     /// the slice) from the object's cache and from every mapping of the
     /// object, while other threads may be faulting on them: see
