@@ -67,6 +67,7 @@ mod plot;
 mod probe;
 mod reps;
 mod scaling;
+mod remote;
 mod warm;
 pub mod workload;
 

@@ -1,0 +1,239 @@
+//! The engines of `faultmap bench --remote`, each reading one remote object
+//! cold through the fault-injecting proxy (which counts every engine's
+//! requests the same way, and adds the first-byte latency):
+//!
+//! - `raw-get`: the client library itself (`object_store`), ranged GETs
+//!   of one size with a fixed number in flight, every byte summed: the
+//!   limit of the link and the server;
+//! - `faultmap`: a mapping of the object ([`faultmap::HttpStore`] or
+//!   [`faultmap::S3Store`]) read by the workload, with full readahead or
+//!   read-around only;
+//! - `s3fs`, `rclone`: the FUSE mounts of `scripts/fuse-peers`, each file
+//!   read through a kernel `mmap` (`MAP_SHARED`), its page cache dropped
+//!   first (`posix_fadvise(DONTNEED)`).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use faultmap::{
+    Config, HttpStore, MapOptions, Pager, ReadaheadMode, RemoteTuning, S3Options, S3Store, Store,
+};
+use faultmap_proxy::Proxy;
+use futures::StreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use crate::access::{sum_words, AccessPlan};
+
+/// Which server an object is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    /// nginx, plain HTTP ranges.
+    Http,
+    /// versitygw, S3.
+    S3,
+}
+
+impl StoreKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Http => "http",
+            StoreKind::S3 => "s3",
+        }
+    }
+}
+
+/// Where the benchmark's object is, as each engine reaches it.
+pub struct Target<'a> {
+    pub kind: StoreKind,
+    /// The proxy in front of the store's server.
+    pub proxy: &'a Proxy,
+    /// The object's name in the HTTP root and in the bucket.
+    pub name: &'a str,
+    /// The bucket.
+    pub bucket: &'a str,
+    /// The object's length.
+    pub len: u64,
+}
+
+impl Target<'_> {
+    /// The URL faultmap names the object by.
+    pub fn url(&self) -> String {
+        match self.kind {
+            StoreKind::Http => format!("{}/{}", self.proxy.url(), self.name),
+            StoreKind::S3 => format!("s3://{}/{}", self.bucket, self.name),
+        }
+    }
+
+    /// A faultmap store of the object, through the proxy.
+    pub fn store(&self, tuning: RemoteTuning) -> Result<Box<dyn Store>> {
+        Ok(match self.kind {
+            StoreKind::Http => Box::new(HttpStore::open_with(&self.url(), tuning)?),
+            StoreKind::S3 => {
+                let options = S3Options {
+                    endpoint: Some(self.proxy.url()),
+                    allow_http: Some(true),
+                    tuning,
+                    ..S3Options::default()
+                };
+                Box::new(S3Store::open_with(&self.url(), &options)?)
+            }
+        })
+    }
+
+    /// The client library's own client for the object, through the proxy.
+    fn client(&self) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+        let options = object_store::ClientOptions::new()
+            .with_allow_http(true)
+            .with_timeout(std::time::Duration::from_secs(120));
+        let path = ObjectPath::from(self.name);
+        let client: Arc<dyn ObjectStore> = match self.kind {
+            StoreKind::Http => Arc::new(
+                object_store::http::HttpBuilder::new()
+                    .with_url(self.proxy.url())
+                    .with_client_options(options)
+                    .build()?,
+            ),
+            StoreKind::S3 => Arc::new(
+                object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(self.bucket)
+                    .with_endpoint(self.proxy.url())
+                    .with_client_options(options)
+                    .build()?,
+            ),
+        };
+        Ok((client, path))
+    }
+}
+
+/// What one run of an engine measured.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Run {
+    pub seconds: f64,
+    /// Requests the proxy saw.
+    pub requests: u64,
+    /// Their ranges' bytes (what was asked for).
+    pub request_bytes: u64,
+    /// Bytes that came back.
+    pub transferred: u64,
+    /// The most bytes the engine held: faultmap's cache peak, raw-get's
+    /// buffers in flight, a FUSE mapping's resident pages at the end.
+    pub peak_bytes: u64,
+    /// The wrapping sum of what the run read.
+    pub checksum: u64,
+}
+
+/// The proxy's counts over `f`, into a [`Run`].
+fn counted(proxy: &Proxy, f: impl FnOnce() -> Result<(f64, u64, u64)>) -> Result<Run> {
+    let before = proxy.stats();
+    let (seconds, peak_bytes, checksum) = f()?;
+    let d = proxy.stats().since(&before);
+    Ok(Run {
+        seconds,
+        requests: d.requests,
+        request_bytes: d.range_bytes,
+        transferred: d.body_bytes,
+        peak_bytes,
+        checksum,
+    })
+}
+
+/// `raw-get`: the whole object in ranged GETs of `request` bytes,
+/// `depth` in flight, each summed as it comes. Only `seq` (the link's
+/// limit).
+pub fn raw_get(target: &Target<'_>, request: u64, depth: usize) -> Result<Run> {
+    let (client, path) = target.client()?;
+    let rt = runtime()?;
+    let len = target.len;
+    counted(target.proxy, || {
+        let start = Instant::now();
+        let ranges: Vec<_> = (0..len.div_ceil(request))
+            .map(|i| i * request..((i + 1) * request).min(len))
+            .collect();
+        let sum = rt.block_on(async {
+            let mut sums = futures::stream::iter(ranges)
+                .map(|r| {
+                    let (client, path) = (client.clone(), path.clone());
+                    async move {
+                        let bytes = client.get_range(&path, r.clone()).await?;
+                        if bytes.len() as u64 != r.end - r.start {
+                            bail!("a ranged GET of {r:?} returned {} bytes", bytes.len());
+                        }
+                        Ok(sum_words(&bytes))
+                    }
+                })
+                .buffer_unordered(depth);
+            let mut total = 0u64;
+            while let Some(s) = sums.next().await {
+                total = total.wrapping_add(s?);
+            }
+            Ok::<_, anyhow::Error>(total)
+        })?;
+        Ok((start.elapsed().as_secs_f64(), request * depth as u64, sum))
+    })
+}
+
+/// The runtime of the raw-get engine: the same shape as faultmap's
+/// network runtime (two workers).
+fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    if let Some(rt) = RT.get() {
+        return Ok(rt);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let _ = RT.set(rt);
+    RT.get().context("no runtime")
+}
+
+/// `faultmap`: a fresh pager (a cold cache) maps the object; `plan` walks
+/// it on its threads.
+pub fn faultmap(
+    target: &Target<'_>,
+    plan: &AccessPlan,
+    readahead: ReadaheadMode,
+    budget: Option<u64>,
+) -> Result<Run> {
+    let mut config = Config::default();
+    if let Some(b) = budget {
+        config = config.memory_budget(b);
+    }
+    let pager = Pager::new(config)?;
+    let object = pager.open(target.store(RemoteTuning::default())?)?;
+    let opts = MapOptions::new().readahead(readahead);
+    // SAFETY: the object is the benchmark's own, pinned by its ETag or
+    // Last-Modified: it does not change under the mapping.
+    let map = unsafe { pager.map(&object, opts)? };
+    counted(target.proxy, || {
+        let timed = crate::timed::run(plan.threads(), |i| plan.walk(i, &map))?;
+        let sum = timed.sums.iter().fold(0u64, |a, s| a.wrapping_add(*s));
+        drop(map);
+        Ok((timed.seconds, pager.memory().peak, sum))
+    })
+}
+
+/// A FUSE peer: the mounted file, its page cache dropped, mapped
+/// `MAP_SHARED` and walked by `plan`.
+pub fn fuse(path: &Path, proxy: &Proxy, plan: &AccessPlan) -> Result<Run> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: posix_fadvise on an open descriptor; no memory is passed.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    // SAFETY: the benchmark's own object on a read-only mount: nothing
+    // writes it while it is mapped.
+    let map = unsafe { memmap2::Mmap::map(&file) }
+        .with_context(|| format!("mmap(MAP_SHARED) of {}", path.display()))?;
+    counted(proxy, || {
+        let timed = crate::timed::run(plan.threads(), |i| plan.walk(i, &map))?;
+        let sum = timed.sums.iter().fold(0u64, |a, s| a.wrapping_add(*s));
+        let resident = faultmap::sys::mincore_resident(map.as_ptr(), map.len())
+            .unwrap_or(0) as u64
+            * faultmap::PAGE_SIZE as u64;
+        Ok((timed.seconds, resident, sum))
+    })
+}
