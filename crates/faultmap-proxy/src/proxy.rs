@@ -50,6 +50,12 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 /// Idle upstream connections kept per proxy; more than any test opens.
 const UPSTREAM_IDLE_MAX: usize = 256;
 
+/// How long an idle upstream connection is kept: less than the servers'
+/// own idle limits (nginx's `keepalive_timeout` is 75 s in
+/// scripts/remote-servers), so the proxy drops a connection before the
+/// server does rather than racing the server's close with a new request.
+const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A running fault-injecting proxy in front of one upstream HTTP server.
 ///
 /// It listens on `127.0.0.1` on a free port; [`Proxy::stop`] or dropping it
@@ -219,6 +225,8 @@ impl Route {
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(UPSTREAM_IDLE_MAX)
+            .pool_idle_timeout(UPSTREAM_IDLE_TIMEOUT)
+            .pool_timer(TokioTimer::new())
             .build(connector);
         // A socket address always parses as an authority.
         let upstream = Authority::try_from(upstream.to_string())
