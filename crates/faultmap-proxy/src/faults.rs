@@ -315,7 +315,8 @@ impl Faults {
 
     /// Sets the hook called with each request's number (0, 1, 2, … in
     /// arrival order) before the request is forwarded or faulted. It runs
-    /// on a proxy thread while that request waits; keep it short.
+    /// on the proxy's thread, and every connection waits for it (the
+    /// upstream sees no request meanwhile); keep it short.
     pub fn set_hook(&self, hook: Hook) {
         *self
             .shared

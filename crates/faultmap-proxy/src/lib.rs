@@ -76,10 +76,11 @@
 //!
 //! # Runtime
 //!
-//! Each [`Proxy`] owns a two-worker tokio runtime on threads of its own, so
-//! it can be used from synchronous tests and from inside another tokio
-//! runtime alike. [`Proxy::stop`] (or dropping the proxy) stops accepting,
-//! closes every connection and joins the proxy's threads.
+//! Each [`Proxy`] owns a single-threaded tokio runtime on a thread of its
+//! own, so it can be used from synchronous tests and from inside another
+//! tokio runtime alike, and takes at most one core from the code under test.
+//! [`Proxy::stop`] (or dropping the proxy) stops accepting, closes every
+//! connection and joins the proxy's thread.
 
 #![warn(missing_docs)]
 
