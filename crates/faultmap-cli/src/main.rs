@@ -536,6 +536,42 @@ struct BenchArgs {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u16).range(1..=64))]
     io_threads: Option<u16>,
+    /// Remote objects: faultmap against raw ranged GETs and the FUSE
+    /// peers (s3fs, rclone mount, each with kernel mmap) on the project's
+    /// own HTTP (nginx) and S3 (versitygw) servers, which it starts and
+    /// stops itself (scripts/remote-servers, scripts/fuse-peers), on a
+    /// generated object (--size, default 1G), cold caches. Workloads
+    /// seq (with --threads), rand and clustered (one thread, a sample of
+    /// --sample-pages pages).
+    #[arg(long, conflicts_with_all = ["cold", "parts", "churn", "budget", "full", "orders", "file"])]
+    remote: bool,
+    /// With --remote: the stores, comma-separated (http, s3; default both).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        requires = "remote",
+        value_name = "LIST"
+    )]
+    store: Vec<bench::RemoteStore>,
+    /// With --remote: first-byte latencies to add through the proxy, in
+    /// milliseconds, comma-separated (default 0; 20 is a cloud object
+    /// store's).
+    #[arg(long, value_delimiter = ',', requires = "remote", value_name = "LIST",
+          value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    latency_ms: Vec<u64>,
+    /// With --remote: the pages rand touches (clustered: this many pages
+    /// in 64 KiB clusters). Default 300.
+    #[arg(long, requires = "remote", value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    sample_pages: Option<u64>,
+    /// With --remote: faultmap's memory budget (bytes, or with a K, M or G
+    /// suffix); its goal is a peak within 1 % of it.
+    #[arg(long, requires = "remote", value_parser = units::parse_size, value_name = "SIZE")]
+    memory_budget: Option<u64>,
+    /// With --remote: leave out the FUSE peers.
+    #[arg(long, requires = "remote")]
+    no_fuse: bool,
     /// Print only one JSON document, {"machine": {...}, "results": [...]},
     /// on stdout (progress and notes still go to stderr).
     #[arg(long)]

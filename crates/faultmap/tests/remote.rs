@@ -587,7 +587,8 @@ fn prefetch_reads_ahead_in_large_requests_and_the_access_then_needs_none() {
             map.prefetch(0..map.len()).unwrap();
             let pages = map.len().div_ceil(PAGE) as u64;
             assert!(
-                wait_until(Duration::from_secs(20), || (0..pages).all(|p| object.is_cached(p))),
+                wait_until(Duration::from_secs(20), || (0..pages)
+                    .all(|p| object.is_cached(p))),
                 "{kind:?}: the prefetch did not complete"
             );
             let fetched = proxy.stats().since(&before);
@@ -595,7 +596,11 @@ fn prefetch_reads_ahead_in_large_requests_and_the_access_then_needs_none() {
             assert!(fetched.requests <= 8, "{kind:?}: {fetched:?}");
             let after = proxy.stats();
             assert_bytes(&map, &file.data, &format!("{kind:?}"));
-            assert_eq!(proxy.stats().since(&after).requests, 0, "{kind:?}: the access read again");
+            assert_eq!(
+                proxy.stats().since(&after).requests,
+                0,
+                "{kind:?}: the access read again"
+            );
             assert!(map.prefetch(0..map.len() + 1).is_err());
         }
     });

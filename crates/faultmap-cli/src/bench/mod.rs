@@ -65,9 +65,9 @@ mod engine;
 mod grid;
 mod plot;
 mod probe;
+mod remote;
 mod reps;
 mod scaling;
-mod remote;
 mod warm;
 pub mod workload;
 
@@ -203,6 +203,53 @@ fn dedup<T: PartialEq + Copy>(list: &[T]) -> Vec<T> {
 /// Runs `faultmap bench` (or, with `--cold`, [`cold::run`]; with
 /// `--parts` or `--churn`, [`scaling::run`]; with `--budget`,
 /// [`budget::run`]).
+pub use remote::engines::StoreKind as RemoteStore;
+
+/// The options of `--remote`, from the command line.
+fn remote_options(args: &BenchArgs) -> Result<remote::RemoteOptions> {
+    use crate::access::Access;
+    let workloads = if args.workload.is_empty() {
+        vec![Access::Seq, Access::Rand, Access::Clustered]
+    } else {
+        args.workload
+            .iter()
+            .map(|w| match w {
+                Workload::Seq => Ok(Access::Seq),
+                Workload::Rand => Ok(Access::Rand),
+                Workload::Clustered => Ok(Access::Clustered),
+                Workload::Sparse => {
+                    anyhow::bail!("--remote runs seq, rand and clustered, not sparse")
+                }
+            })
+            .collect::<Result<_>>()?
+    };
+    Ok(remote::RemoteOptions {
+        stores: if args.store.is_empty() {
+            vec![RemoteStore::Http, RemoteStore::S3]
+        } else {
+            args.store.clone()
+        },
+        workloads,
+        latencies_ms: if args.latency_ms.is_empty() {
+            vec![0]
+        } else {
+            args.latency_ms.clone()
+        },
+        threads: if args.threads.is_empty() {
+            vec![1, 2]
+        } else {
+            args.threads.clone()
+        },
+        size: args.size.unwrap_or(DEFAULT_SIZE),
+        repetitions: args.repetitions.unwrap_or(3),
+        budget: args.memory_budget,
+        sample_pages: args.sample_pages.unwrap_or(300),
+        no_fuse: args.no_fuse,
+        json: args.json,
+        state: std::path::PathBuf::from("target/bench-remote"),
+    })
+}
+
 pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(path) = &args.plot {
         plot::check_target(path)?;
@@ -218,6 +265,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if args.budget {
         return budget::run(args);
+    }
+    if args.remote {
+        return remote::run(&remote_options(args)?);
     }
     let started = Instant::now();
     // 1. The arguments.

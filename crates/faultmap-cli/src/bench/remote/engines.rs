@@ -231,8 +231,7 @@ pub fn fuse(path: &Path, proxy: &Proxy, plan: &AccessPlan) -> Result<Run> {
     counted(proxy, || {
         let timed = crate::timed::run(plan.threads(), |i| plan.walk(i, &map))?;
         let sum = timed.sums.iter().fold(0u64, |a, s| a.wrapping_add(*s));
-        let resident = faultmap::sys::mincore_resident(map.as_ptr(), map.len())
-            .unwrap_or(0) as u64
+        let resident = faultmap::sys::mincore_resident(map.as_ptr(), map.len()).unwrap_or(0) as u64
             * faultmap::PAGE_SIZE as u64;
         Ok((timed.seconds, resident, sum))
     })

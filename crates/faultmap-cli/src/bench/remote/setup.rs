@@ -23,7 +23,10 @@ fn scripts() -> PathBuf {
 fn run_script(name: &str, arg: &str, env: &[(String, String)]) -> Result<HashMap<String, String>> {
     let path = scripts().join(name);
     if !path.exists() {
-        bail!("{} is missing: run faultmap bench --remote from its source tree", path.display());
+        bail!(
+            "{} is missing: run faultmap bench --remote from its source tree",
+            path.display()
+        );
     }
     let out = Command::new(&path)
         .arg(arg)
@@ -38,7 +41,12 @@ fn run_script(name: &str, arg: &str, env: &[(String, String)]) -> Result<HashMap
         .lines()
         .filter_map(|l| l.strip_prefix("export "))
         .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.trim_matches('\'').trim_matches('"').to_string()))
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                v.trim_matches('\'').trim_matches('"').to_string(),
+            )
+        })
         .collect())
 }
 
@@ -51,7 +59,11 @@ pub struct Setup {
     pub http_proxy: Proxy,
     pub s3_proxy: Proxy,
     /// The FUSE peers that are up: engine name → the object's path.
-    pub fuse: Vec<(&'static str, crate::bench::remote::engines::StoreKind, PathBuf)>,
+    pub fuse: Vec<(
+        &'static str,
+        crate::bench::remote::engines::StoreKind,
+        PathBuf,
+    )>,
     fuse_mounted: bool,
 }
 
@@ -61,11 +73,21 @@ impl Setup {
     pub fn start(state: &Path, len: u64, no_fuse: bool) -> Result<Setup> {
         std::fs::create_dir_all(state)?;
         let state = state.canonicalize()?;
-        let base = [("FAULTMAP_REMOTE_STATE".to_string(), state.join("servers").display().to_string())];
+        let base = [(
+            "FAULTMAP_REMOTE_STATE".to_string(),
+            state.join("servers").display().to_string(),
+        )];
         eprintln!("starting the servers (scripts/remote-servers up)");
         let vars = run_script("remote-servers", "up", &base)?;
-        let get = |k: &str| vars.get(k).cloned().with_context(|| format!("remote-servers gave no {k}"));
-        let (http_root, s3_root) = (PathBuf::from(get("FAULTMAP_HTTP_ROOT")?), PathBuf::from(get("FAULTMAP_S3_ROOT")?));
+        let get = |k: &str| {
+            vars.get(k)
+                .cloned()
+                .with_context(|| format!("remote-servers gave no {k}"))
+        };
+        let (http_root, s3_root) = (
+            PathBuf::from(get("FAULTMAP_HTTP_ROOT")?),
+            PathBuf::from(get("FAULTMAP_S3_ROOT")?),
+        );
         let name = format!("bench-{len}");
         write_object(&http_root.join(&name), len)?;
         let s3_path = s3_root.join(&name);
@@ -74,7 +96,10 @@ impl Setup {
             .or_else(|_| std::fs::copy(http_root.join(&name), &s3_path).map(|_| ()))?;
         let addr = |k: &str| -> Result<SocketAddr> {
             let url = get(k)?;
-            url.trim_start_matches("http://").trim_end_matches('/').parse().with_context(|| format!("{k}={url}"))
+            url.trim_start_matches("http://")
+                .trim_end_matches('/')
+                .parse()
+                .with_context(|| format!("{k}={url}"))
         };
         let http_proxy = Proxy::start(addr("FAULTMAP_HTTP_URL")?)?;
         let s3_proxy = Proxy::start(addr("AWS_ENDPOINT_URL")?)?;
@@ -108,7 +133,10 @@ impl Setup {
         env.retain(|(k, _)| k != "FAULTMAP_HTTP_URL" && k != "AWS_ENDPOINT_URL");
         env.push(("FAULTMAP_HTTP_URL".into(), self.http_proxy.url()));
         env.push(("AWS_ENDPOINT_URL".into(), self.s3_proxy.url()));
-        env.push(("FAULTMAP_FUSE_STATE".into(), self.state.join("fuse").display().to_string()));
+        env.push((
+            "FAULTMAP_FUSE_STATE".into(),
+            self.state.join("fuse").display().to_string(),
+        ));
         eprintln!("mounting the FUSE peers (scripts/fuse-peers mount)");
         let dirs = match run_script("fuse-peers", "mount", &env) {
             Ok(dirs) => dirs,
@@ -125,7 +153,8 @@ impl Setup {
             ("FAULTMAP_RCLONE_HTTP_DIR", "rclone", StoreKind::Http),
         ] {
             if let Some(dir) = dirs.get(var) {
-                self.fuse.push((engine, kind, PathBuf::from(dir).join(&self.name)));
+                self.fuse
+                    .push((engine, kind, PathBuf::from(dir).join(&self.name)));
             }
         }
         Ok(())
@@ -140,19 +169,27 @@ impl Setup {
     }
 
     pub fn bucket(&self) -> &str {
-        self.vars.get("FAULTMAP_S3_BUCKET").map_or("", String::as_str)
+        self.vars
+            .get("FAULTMAP_S3_BUCKET")
+            .map_or("", String::as_str)
     }
 }
 
 impl Drop for Setup {
     fn drop(&mut self) {
-        let env = [("FAULTMAP_FUSE_STATE".to_string(), self.state.join("fuse").display().to_string())];
+        let env = [(
+            "FAULTMAP_FUSE_STATE".to_string(),
+            self.state.join("fuse").display().to_string(),
+        )];
         if self.fuse_mounted {
             if let Err(e) = run_script("fuse-peers", "unmount", &env) {
                 eprintln!("faultmap: unmounting the FUSE peers: {e:#}");
             }
         }
-        let base = [("FAULTMAP_REMOTE_STATE".to_string(), self.state.join("servers").display().to_string())];
+        let base = [(
+            "FAULTMAP_REMOTE_STATE".to_string(),
+            self.state.join("servers").display().to_string(),
+        )];
         if let Err(e) = run_script("remote-servers", "down", &base) {
             eprintln!("faultmap: stopping the servers: {e:#}");
         }
