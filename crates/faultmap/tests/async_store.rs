@@ -1,0 +1,172 @@
+//! Stores that read asynchronously (`Store::start_read` returns before the
+//! read ends, as the remote stores' do): many reads in flight without a
+//! thread each, bounded by `Config::io_depth`; a store that drops a read
+//! without answering fails it; a store that keeps a read's buffer holds
+//! the read's end until it lets go.
+
+mod common;
+use common::MapTrusted;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use common::*;
+use faultmap::{Config, IoErrorKind, MapOptions, Pager, ReadBuf, ReadDone, Store, StoreError};
+
+/// What an [`Async`] store does with each read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Answers on a thread of its own once `gather` reads are in flight
+    /// (or after two seconds).
+    Answer { gather: usize },
+    /// Drops the callback and the buffer without answering.
+    Drop,
+    /// Drops the callback, keeps the buffer until released.
+    Keep,
+}
+
+struct Async {
+    data: Vec<u8>,
+    mode: Mode,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    started: AtomicUsize,
+    gate: (Mutex<bool>, Condvar),
+    kept: Mutex<Vec<ReadBuf>>,
+}
+
+impl Async {
+    fn new(data: Vec<u8>, mode: Mode) -> Arc<Self> {
+        Arc::new(Self {
+            data,
+            mode,
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+            started: AtomicUsize::new(0),
+            gate: (Mutex::new(false), Condvar::new()),
+            kept: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn release_kept(&self) {
+        self.kept.lock().unwrap().clear();
+    }
+}
+
+impl Store for Async {
+    fn name(&self) -> &str {
+        "async"
+    }
+    fn len(&self) -> u64 {
+        self.data.len() as u64
+    }
+    fn io_pages(&self) -> u64 {
+        4
+    }
+    fn ra_pages(&self) -> u64 {
+        64
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        let o = offset as usize;
+        buf.copy_from_slice(&self.data[o..o + buf.len()]);
+        Ok(())
+    }
+    fn start_read(&self, offset: u64, mut buf: ReadBuf, done: ReadDone) {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        match self.mode {
+            Mode::Drop => drop((buf, done)),
+            Mode::Keep => {
+                drop(done);
+                self.kept.lock().unwrap().push(buf);
+            }
+            Mode::Answer { gather } => {
+                let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+                if now >= gather {
+                    *self.gate.0.lock().unwrap() = true;
+                    self.gate.1.notify_all();
+                }
+                let o = offset as usize;
+                let bytes = self.data[o..o + buf.len()].to_vec();
+                let me: *const Async = self;
+                let me = me as usize;
+                std::thread::spawn(move || {
+                    // SAFETY (test): the store outlives its reads: the test
+                    // keeps an Arc of it until every read ended.
+                    let me = unsafe { &*(me as *const Async) };
+                    let (lock, cv) = &me.gate;
+                    let open = lock.lock().unwrap();
+                    let _open = cv.wait_timeout_while(open, Duration::from_secs(2), |o| !*o).unwrap();
+                    buf.as_mut_slice().copy_from_slice(&bytes);
+                    me.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    done(buf, Ok(()));
+                });
+            }
+        }
+    }
+}
+
+#[test]
+fn many_reads_are_in_flight_without_a_thread_each_and_within_io_depth() {
+    watchdog(WATCHDOG, || {
+        let data = pattern(256 * PAGE, 61);
+        // 4 I/O threads, a depth of 8: the store sees more reads at once
+        // than there are threads, and never more than the depth.
+        let store = Async::new(data.clone(), Mode::Answer { gather: 6 });
+        let pager = Pager::new(Config::default().io_threads(4).io_depth(8)).unwrap();
+        let object = pager.open(store.clone()).unwrap();
+        let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
+        map.prefetch(0..map.len()).unwrap();
+        assert!(
+            wait_until(Duration::from_secs(30), || (0..256).all(|p| object.is_cached(p))),
+            "the prefetch did not end"
+        );
+        let max = store.max_in_flight.load(Ordering::SeqCst);
+        assert!(max >= 6, "at most {max} reads in flight: one per thread?");
+        assert!(max <= 8, "{max} reads in flight, above io_depth 8");
+        assert_bytes(&map, &data, "async store");
+        assert!(object.io_errors().is_empty());
+    });
+}
+
+#[test]
+fn a_store_that_drops_a_read_without_answering_fails_it() {
+    watchdog(WATCHDOG, || {
+        let store = Async::new(pattern(16 * PAGE, 62), Mode::Drop);
+        let pager = Pager::new(Config::default().io_retries(0)).unwrap();
+        let object = pager.open(store.clone()).unwrap();
+        let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
+        map.prefetch(page_range(&map, 3)).unwrap();
+        assert!(
+            wait_until(Duration::from_secs(20), || !object.io_errors().is_empty()),
+            "no report"
+        );
+        let report = object.io_errors()[0].clone();
+        assert_eq!(report.kind, IoErrorKind::Read);
+        assert!(report.message.contains("without an answer"), "{report:?}");
+        assert!(!object.is_cached(3));
+    });
+}
+
+#[test]
+fn a_read_ends_only_when_the_store_lets_go_of_its_buffer() {
+    watchdog(WATCHDOG, || {
+        let store = Async::new(pattern(16 * PAGE, 63), Mode::Keep);
+        let pager = Pager::new(Config::default().io_retries(0)).unwrap();
+        let object = pager.open(store.clone()).unwrap();
+        let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
+        map.prefetch(page_range(&map, 3)).unwrap();
+        assert!(wait_until(Duration::from_secs(20), || store.started.load(Ordering::SeqCst) >= 1));
+        // The callback is gone but the buffer is held: the read has not
+        // ended, so nothing is reported yet.
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(object.io_errors().is_empty(), "{:?}", object.io_errors());
+        store.release_kept();
+        assert!(
+            wait_until(Duration::from_secs(20), || !object.io_errors().is_empty()),
+            "the read did not end when the buffer went"
+        );
+        assert!(!object.is_cached(3));
+    });
+}
