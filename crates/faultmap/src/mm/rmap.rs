@@ -29,6 +29,7 @@ use std::sync::{Arc, RwLock, Weak};
 
 use iset::IntervalMap;
 
+use crate::base::index::{HostAddr, ObjectPage};
 use crate::mm::space::Region;
 
 /// The regions that map one object, by the object pages they cover.
@@ -39,7 +40,7 @@ pub(crate) struct Rmap<R = Region> {
 }
 
 /// Interval → the regions (start address, weak handle) with exactly it.
-type Tree<R> = IntervalMap<u64, Vec<(usize, Weak<R>)>>;
+type Tree<R> = IntervalMap<ObjectPage, Vec<(HostAddr, Weak<R>)>>;
 
 impl<R> Default for Rmap<R> {
     fn default() -> Self {
@@ -52,7 +53,7 @@ impl<R> Default for Rmap<R> {
 impl<R> Rmap<R> {
     /// Records that `region` (keyed by its start address `key`) maps object
     /// pages `pages`.
-    pub(crate) fn insert(&self, pages: Range<u64>, key: usize, region: &Arc<R>) {
+    pub(crate) fn insert(&self, pages: Range<ObjectPage>, key: HostAddr, region: &Arc<R>) {
         if pages.is_empty() {
             return;
         }
@@ -67,7 +68,7 @@ impl<R> Rmap<R> {
     }
 
     /// Forgets the region `key` that mapped `pages`.
-    pub(crate) fn remove(&self, pages: Range<u64>, key: usize) {
+    pub(crate) fn remove(&self, pages: Range<ObjectPage>, key: HostAddr) {
         if pages.is_empty() {
             return;
         }
@@ -85,7 +86,7 @@ impl<R> Rmap<R> {
     }
 
     /// The live regions that map any of object pages `pages`.
-    pub(crate) fn overlapping(&self, pages: Range<u64>) -> Vec<Arc<R>> {
+    pub(crate) fn overlapping(&self, pages: Range<ObjectPage>) -> Vec<Arc<R>> {
         if pages.is_empty() {
             return Vec::new();
         }
@@ -101,6 +102,10 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn pages(r: Range<u64>) -> Range<ObjectPage> {
+        ObjectPage(r.start)..ObjectPage(r.end)
+    }
+
     proptest! {
         /// Inserts and removes (several regions may share an interval),
         /// then overlap queries: the tree's answer is exactly a naive
@@ -115,11 +120,11 @@ mod tests {
             for (i, (start, len, remove, pick)) in ops.into_iter().enumerate() {
                 if remove && !live.is_empty() {
                     let (r, id) = live.remove(pick % live.len());
-                    rmap.remove(r, *id);
+                    rmap.remove(pages(r), HostAddr(*id));
                 } else {
                     let r = start..start + len;
                     let id = Arc::new(i);
-                    rmap.insert(r.clone(), i, &id);
+                    rmap.insert(pages(r.clone()), HostAddr(i), &id);
                     live.push((r, id));
                 }
             }
@@ -131,7 +136,7 @@ mod tests {
                     .map(|(_, id)| **id)
                     .collect();
                 want.sort_unstable();
-                let mut got: Vec<usize> = rmap.overlapping(q).iter().map(|a| **a).collect();
+                let mut got: Vec<usize> = rmap.overlapping(pages(q)).iter().map(|a| **a).collect();
                 got.sort_unstable();
                 prop_assert_eq!(got, want);
             }
@@ -141,12 +146,12 @@ mod tests {
     #[test]
     fn dropped_regions_are_skipped_and_empty_queries_answer_nothing() {
         let rmap: Rmap<u32> = Rmap::default();
-        assert!(rmap.overlapping(0..10).is_empty());
+        assert!(rmap.overlapping(pages(0..10)).is_empty());
         let a = Arc::new(1);
-        rmap.insert(0..10, 100, &a);
-        assert!(rmap.overlapping(5..5).is_empty());
-        assert_eq!(rmap.overlapping(0..u64::MAX).len(), 1);
+        rmap.insert(pages(0..10), HostAddr(100), &a);
+        assert!(rmap.overlapping(pages(5..5)).is_empty());
+        assert_eq!(rmap.overlapping(pages(0..u64::MAX)).len(), 1);
         drop(a);
-        assert!(rmap.overlapping(0..10).is_empty(), "held weakly");
+        assert!(rmap.overlapping(pages(0..10)).is_empty(), "held weakly");
     }
 }
