@@ -18,8 +18,13 @@
 //! The tree is `iset`'s augmented red-black tree (each node keeps the
 //! largest end in its subtree, as `rb_subtree_last` does). Several regions
 //! can cover the same pages, so a key holds every region with that exact
-//! interval, by start address. Regions are held weakly: the tree never
-//! keeps a region alive, and a region being dropped is skipped.
+//! interval. A region is told apart from the others by its identity, not
+//! by its start address: two regions can have the same interval *and* the
+//! same start (a successor moved where another pager's region of the
+//! object still is, until that pager reads its UNMAP event:
+//! `crate::mm::events`), and forgetting one must keep the other. Regions
+//! are held weakly: the tree never keeps a region alive, and a region
+//! being dropped is skipped.
 //!
 //! Locking: a read-write lock, as `i_mmap_rwsem`: written by map and unmap,
 //! read by the walkers. Never taken on the fault path.
@@ -29,7 +34,7 @@ use std::sync::{Arc, RwLock, Weak};
 
 use iset::IntervalMap;
 
-use crate::base::index::{HostAddr, ObjectPage};
+use crate::base::index::ObjectPage;
 use crate::mm::space::Region;
 
 /// The regions that map one object, by the object pages they cover.
@@ -39,8 +44,8 @@ pub(crate) struct Rmap<R = Region> {
     tree: RwLock<Tree<R>>,
 }
 
-/// Interval → the regions (start address, weak handle) with exactly it.
-type Tree<R> = IntervalMap<ObjectPage, Vec<(HostAddr, Weak<R>)>>;
+/// Interval → the regions (weak handles) with exactly it.
+type Tree<R> = IntervalMap<ObjectPage, Vec<Weak<R>>>;
 
 impl<R> Default for Rmap<R> {
     fn default() -> Self {
@@ -51,14 +56,13 @@ impl<R> Default for Rmap<R> {
 }
 
 impl<R> Rmap<R> {
-    /// Records that `region` (keyed by its start address `key`) maps object
-    /// pages `pages`.
-    pub(crate) fn insert(&self, pages: Range<ObjectPage>, key: HostAddr, region: &Arc<R>) {
+    /// Records that `region` maps object pages `pages`.
+    pub(crate) fn insert(&self, pages: Range<ObjectPage>, region: &Arc<R>) {
         if pages.is_empty() {
             return;
         }
         let mut tree = self.tree.write().unwrap_or_else(|e| e.into_inner());
-        let entry = (key, Arc::downgrade(region));
+        let entry = Arc::downgrade(region);
         match tree.get_mut(pages.clone()) {
             Some(list) => list.push(entry),
             None => {
@@ -67,15 +71,15 @@ impl<R> Rmap<R> {
         }
     }
 
-    /// Forgets the region `key` that mapped `pages`.
-    pub(crate) fn remove(&self, pages: Range<ObjectPage>, key: HostAddr) {
+    /// Forgets `region`, which mapped `pages`.
+    pub(crate) fn remove(&self, pages: Range<ObjectPage>, region: &R) {
         if pages.is_empty() {
             return;
         }
         let mut tree = self.tree.write().unwrap_or_else(|e| e.into_inner());
         let now_empty = match tree.get_mut(pages.clone()) {
             Some(list) => {
-                list.retain(|(k, _)| *k != key);
+                list.retain(|w| !std::ptr::eq(w.as_ptr(), region));
                 list.is_empty()
             }
             None => false,
@@ -92,7 +96,7 @@ impl<R> Rmap<R> {
         }
         let tree = self.tree.read().unwrap_or_else(|e| e.into_inner());
         tree.values(pages)
-            .flat_map(|list| list.iter().filter_map(|(_, w)| w.upgrade()))
+            .flat_map(|list| list.iter().filter_map(Weak::upgrade))
             .collect()
     }
 }
@@ -120,11 +124,11 @@ mod tests {
             for (i, (start, len, remove, pick)) in ops.into_iter().enumerate() {
                 if remove && !live.is_empty() {
                     let (r, id) = live.remove(pick % live.len());
-                    rmap.remove(pages(r), HostAddr(*id));
+                    rmap.remove(pages(r), &*id);
                 } else {
                     let r = start..start + len;
                     let id = Arc::new(i);
-                    rmap.insert(pages(r.clone()), HostAddr(i), &id);
+                    rmap.insert(pages(r.clone()), &id);
                     live.push((r, id));
                 }
             }
@@ -148,10 +152,32 @@ mod tests {
         let rmap: Rmap<u32> = Rmap::default();
         assert!(rmap.overlapping(pages(0..10)).is_empty());
         let a = Arc::new(1);
-        rmap.insert(pages(0..10), HostAddr(100), &a);
+        rmap.insert(pages(0..10), &a);
         assert!(rmap.overlapping(pages(5..5)).is_empty());
         assert_eq!(rmap.overlapping(pages(0..u64::MAX)).len(), 1);
         drop(a);
         assert!(rmap.overlapping(pages(0..10)).is_empty(), "held weakly");
+    }
+
+    /// A successor moved where another pager's region of the object still
+    /// is (same object pages, same start address), until that pager reads
+    /// its UNMAP event and forgets its region: the successor stays listed.
+    /// (With regions keyed by start address, forgetting one forgot both,
+    /// and write-back no longer write-protected the successor's pages.)
+    #[test]
+    fn regions_sharing_interval_and_start_are_forgotten_one_by_one() {
+        let rmap: Rmap<u32> = Rmap::default();
+        let (stale, moved) = (Arc::new(1), Arc::new(2));
+        rmap.insert(pages(0..10), &stale);
+        rmap.insert(pages(0..10), &moved);
+        rmap.remove(pages(0..10), &stale);
+        let left: Vec<u32> = rmap.overlapping(pages(0..10)).iter().map(|a| **a).collect();
+        assert_eq!(
+            left,
+            vec![2],
+            "forgetting the stale region forgot the successor"
+        );
+        rmap.remove(pages(0..10), &moved);
+        assert!(rmap.overlapping(pages(0..10)).is_empty());
     }
 }
