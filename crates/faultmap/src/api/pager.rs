@@ -1031,7 +1031,7 @@ impl<A: Access> Mapping<A> {
 
     /// The object pages that hold bytes `range` (not empty) of the mapping,
     /// whose region is `region`.
-    fn pages_holding(&self, region: &Region, range: &std::ops::Range<usize>) -> Range<ObjectPage> {
+    fn pages_holding(&self, region: &Region, range: &Range<usize>) -> Range<ObjectPage> {
         let pages = region.pages_holding(self.addr().add(range.start)..self.addr().add(range.end));
         region.object_page(pages.start)..region.object_page(pages.end)
     }

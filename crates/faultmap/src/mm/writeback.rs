@@ -551,7 +551,7 @@ fn protect(object: &ObjectCore, runs: &[Range<u64>]) -> Result<(), Failure> {
     let (Some(first), Some(last)) = (runs.first(), runs.last()) else {
         return Ok(());
     };
-    for region in regions_over(object, ObjectPage(first.start)..ObjectPage(last.end)) {
+    for region in regions_over(object, ObjectPage::range(first.start..last.end)) {
         let env = region.owner.env();
         for run in runs {
             let Some(pages) = region.region_pages(ObjectPage::range(run.clone())) else {
