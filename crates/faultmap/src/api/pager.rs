@@ -57,7 +57,7 @@
 
 use std::io;
 use std::marker::PhantomData;
-use std::ops::{Deref, DerefMut};
+use std::ops::{Deref, DerefMut, Range};
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
@@ -68,7 +68,7 @@ use std::time::{Duration, Instant};
 
 use crate::api::object::{IntoObject, InvalidateError, Object};
 use crate::base::config::{Config, ConfigError, Delivery, MapOptions, RegionLookup};
-use crate::base::index::ObjectPage;
+use crate::base::index::{HostAddr, ObjectPage, RegionPage};
 use crate::base::report::IoErrorReport;
 use crate::base::stats::{Counters, RaCounters, RaStats, RaTally, Stats};
 use crate::cache::wait::Uffd;
@@ -274,13 +274,6 @@ fn fail_after_register() -> bool {
 #[cfg(not(all(test, not(loom))))]
 fn fail_after_register() -> bool {
     false
-}
-
-/// The region pages of `region` that hold object pages `pages`, if any.
-fn region_pages(region: &Region, pages: std::ops::Range<u64>) -> Option<std::ops::Range<u64>> {
-    let ours = region.object_pages();
-    let (start, stop) = (pages.start.max(ours.start), pages.end.min(ours.end));
-    (start < stop).then(|| start - ours.start..stop - ours.start)
 }
 
 /// How long the drop of a pager's last handle, or of an object's, waits
@@ -811,9 +804,10 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
         {
             let tid = msg.thread_id();
             if msg.flags & sys::UFFD_PAGEFAULT_FLAG_WP != 0 {
-                fault::handle_wp(&env, msg.address as usize, tid);
+                fault::handle_wp(&env, HostAddr(msg.address as usize), tid);
             } else {
-                fault::handle(&env, msg.address as usize, fault::Origin::Uffd { tid });
+                let addr = HostAddr(msg.address as usize);
+                fault::handle(&env, addr, fault::Origin::Uffd { tid });
             }
         }
         n
@@ -1034,6 +1028,18 @@ impl<A: Access> Mapping<A> {
         A::WRITABLE
     }
 
+    /// The address of the first byte.
+    fn addr(&self) -> HostAddr {
+        HostAddr(self.ptr.as_ptr() as usize)
+    }
+
+    /// The object pages that hold bytes `range` (not empty) of the mapping,
+    /// whose region is `region`.
+    fn pages_holding(&self, region: &Region, range: &Range<usize>) -> Range<ObjectPage> {
+        let pages = region.pages_holding(self.addr().add(range.start)..self.addr().add(range.end));
+        region.object_page(pages.start)..region.object_page(pages.end)
+    }
+
     /// The object pages that hold bytes `range` of the mapping; `None`
     /// for an empty range or mapping.
     fn object_pages(
@@ -1053,10 +1059,8 @@ impl<A: Access> Mapping<A> {
         if range.is_empty() {
             return Ok(None);
         }
-        let lead = self.ptr.as_ptr() as usize - region.start();
-        let first = region.first_page.0 + ((lead + range.start) / PAGE_SIZE) as u64;
-        let end = region.first_page.0 + (lead + range.end).div_ceil(PAGE_SIZE) as u64;
-        Ok(Some(first..end))
+        let pages = self.pages_holding(region, range);
+        Ok(Some(pages.start.0..pages.end.0))
     }
 
     /// The object it maps.
@@ -1108,11 +1112,8 @@ impl<A: Access> Mapping<A> {
         if range.is_empty() {
             return Ok(());
         }
-        // Object pages touched by the range (the slice starts `lead` bytes
-        // into the region's first page).
-        let lead = self.ptr.as_ptr() as usize - region.start();
-        let first = region.first_page.0 + ((lead + range.start) / PAGE_SIZE) as u64;
-        let end = region.first_page.0 + (lead + range.end).div_ceil(PAGE_SIZE) as u64;
+        // Object pages touched by the range.
+        let touched = self.pages_holding(region, &range);
         // The regions that serve the range now: the mapping's own, or, after
         // the application unmapped or moved part of it, the successors that
         // serve what is left (`crate::mm::events`); each with the region pages
@@ -1126,14 +1127,14 @@ impl<A: Access> Mapping<A> {
             // events meanwhile.
             drop(table);
             for live in &lives {
-                if let Some(pages) = region_pages(live, first..end) {
+                if let Some(pages) = live.region_pages(touched.clone()) {
                     self.will_need(live, pages);
                 }
             }
             return Ok(());
         }
         for live in lives {
-            let Some(pages) = region_pages(&live, first..end) else {
+            let Some(pages) = live.region_pages(touched.clone()) else {
                 continue;
             };
             let set_hint =
@@ -1144,8 +1145,8 @@ impl<A: Access> Mapping<A> {
                 Advice::Random => set_hint(Hint::Random),
                 Advice::WillNeed => {}
                 Advice::DontNeed => {
-                    let addr = live.page_addr(pages.start);
-                    let len = (pages.end - pages.start) as usize * PAGE_SIZE;
+                    let addr = live.addr_of(pages.start).get();
+                    let len = pages.end.since(pages.start) as usize * PAGE_SIZE;
                     // Cleared first: a bit set for an unmapped page would
                     // keep fault-around from mapping it.
                     live.mapped.mark(pages.clone(), false);
@@ -1187,13 +1188,11 @@ impl<A: Access> Mapping<A> {
         let Some(region) = &self.region else {
             return Ok(0);
         };
-        // The slice starts `lead` bytes into the region, which starts at
-        // the object offset of its first page.
         if range.is_empty() {
             return Ok(0);
         }
-        let lead = (self.ptr.as_ptr() as usize - region.start()) as u64;
-        let base = region.first_page.offset() + lead;
+        // The object offset of the slice's first byte.
+        let base = region.object_offset(self.addr());
         self.object
             .invalidate(base + range.start as u64..base + range.end as u64)
     }
@@ -1218,7 +1217,7 @@ impl<A: Access> Mapping<A> {
 
     /// `WillNeed`: submits the absent pages of region pages `pages` to the
     /// I/O threads and returns.
-    fn will_need(&self, region: &Arc<Region>, pages: std::ops::Range<u64>) {
+    fn will_need(&self, region: &Arc<Region>, pages: Range<RegionPage>) {
         let env = self.core.env();
         let mut ra = RaTally::default();
         let (io_count, refault) = fault::read_ahead(&env, region, pages, &mut ra);

@@ -38,6 +38,7 @@
 //! A waiter remembers the userfaultfd its fault came from: an object can be
 //! mapped by several pagers, and a wake on the wrong userfaultfd wakes no one.
 
+use crate::base::index::HostAddr;
 use crate::cache::page_state::PageState;
 use crate::sync::Mutex;
 
@@ -190,7 +191,7 @@ pub(crate) struct Uffd {
     fd: std::os::fd::OwnedFd,
     /// How many threads have a record: the fault path's fast check.
     pending: std::sync::atomic::AtomicUsize,
-    retries: std::sync::Mutex<std::collections::HashMap<u32, usize>>,
+    retries: std::sync::Mutex<std::collections::HashMap<u32, HostAddr>>,
 }
 
 impl Uffd {
@@ -203,7 +204,7 @@ impl Uffd {
     }
 
     /// Thread `tid`'s fault at `addr` was woken and will fault again.
-    pub(crate) fn expect_retry(&self, tid: u32, addr: usize) {
+    pub(crate) fn expect_retry(&self, tid: u32, addr: HostAddr) {
         let mut map = self.retries.lock().unwrap_or_else(|e| e.into_inner());
         map.insert(tid, addr);
         self.pending
@@ -213,7 +214,7 @@ impl Uffd {
     /// Whether thread `tid`'s fault at `addr` is the retry of its woken
     /// fault; the thread's record goes either way. Lock-free when no thread
     /// has a record.
-    pub(crate) fn take_retry(&self, tid: u32, addr: usize) -> bool {
+    pub(crate) fn take_retry(&self, tid: u32, addr: HostAddr) -> bool {
         if self.pending.load(std::sync::atomic::Ordering::Acquire) == 0 {
             return false;
         }
@@ -240,18 +241,24 @@ mod tests {
     #[test]
     fn a_threads_next_fault_takes_its_retry_record() {
         let uffd = Uffd::new(crate::sys::eventfd().unwrap());
-        assert!(!uffd.take_retry(7, 0x1000), "no record");
-        uffd.expect_retry(7, 0x1000);
-        assert!(!uffd.take_retry(8, 0x1000), "another thread's fault");
-        assert!(uffd.take_retry(7, 0x1000), "the retry");
-        assert!(!uffd.take_retry(7, 0x1000), "taken once");
+        assert!(!uffd.take_retry(7, HostAddr(0x1000)), "no record");
+        uffd.expect_retry(7, HostAddr(0x1000));
+        assert!(
+            !uffd.take_retry(8, HostAddr(0x1000)),
+            "another thread's fault"
+        );
+        assert!(uffd.take_retry(7, HostAddr(0x1000)), "the retry");
+        assert!(!uffd.take_retry(7, HostAddr(0x1000)), "taken once");
         // A thread that faults elsewhere first: the stale record goes.
-        uffd.expect_retry(7, 0x2000);
-        assert!(!uffd.take_retry(7, 0x3000));
-        assert!(!uffd.take_retry(7, 0x2000), "the stale record is gone");
+        uffd.expect_retry(7, HostAddr(0x2000));
+        assert!(!uffd.take_retry(7, HostAddr(0x3000)));
+        assert!(
+            !uffd.take_retry(7, HostAddr(0x2000)),
+            "the stale record is gone"
+        );
         // One record per thread: the newest wins.
-        uffd.expect_retry(9, 0x4000);
-        uffd.expect_retry(9, 0x5000);
-        assert!(uffd.take_retry(9, 0x5000));
+        uffd.expect_retry(9, HostAddr(0x4000));
+        uffd.expect_retry(9, HostAddr(0x5000));
+        assert!(uffd.take_retry(9, HostAddr(0x5000)));
     }
 }

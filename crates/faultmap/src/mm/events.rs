@@ -109,6 +109,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::base::index::HostAddr;
 use crate::mm::pager_core::Core;
 use crate::mm::space::{Region, TableLock};
 use crate::mm::writeback;
@@ -125,15 +126,16 @@ pub(crate) fn handle(table: &TableLock<'_>, core: &Arc<Core>, msg: &UffdMsg) {
     match msg.event {
         sys::UFFD_EVENT_UNMAP => {
             let gone = msg.unmapped();
+            let gone = HostAddr(gone.start)..HostAddr(gone.end);
             for region in ours_overlapping(table, core, gone.clone()) {
                 split(table, &region, gone.clone(), None);
             }
         }
         sys::UFFD_EVENT_REMAP => {
             let (from, to, len) = msg.remapped();
-            let moved = from..from.saturating_add(len);
+            let moved = HostAddr(from)..HostAddr(from.saturating_add(len));
             for region in ours_overlapping(table, core, moved.clone()) {
-                split(table, &region, moved.clone(), Some(to));
+                split(table, &region, moved.clone(), Some(HostAddr(to)));
             }
         }
         _ => {}
@@ -144,7 +146,7 @@ pub(crate) fn handle(table: &TableLock<'_>, core: &Arc<Core>, msg: &UffdMsg) {
 fn ours_overlapping(
     table: &TableLock<'_>,
     core: &Arc<Core>,
-    range: Range<usize>,
+    range: Range<HostAddr>,
 ) -> Vec<Arc<Region>> {
     let mut regions = table.overlapping(range);
     regions.retain(|r| Arc::ptr_eq(&r.owner, core));
@@ -154,7 +156,12 @@ fn ours_overlapping(
 /// Steps 1 to 3 for `region`, whose part `gone` the application unmapped
 /// (`moved_to: None`) or moved to `moved_to` (the new address of
 /// `gone.start`).
-fn split(table: &TableLock<'_>, region: &Arc<Region>, gone: Range<usize>, moved_to: Option<usize>) {
+fn split(
+    table: &TableLock<'_>,
+    region: &Arc<Region>,
+    gone: Range<HostAddr>,
+    moved_to: Option<HostAddr>,
+) {
     let cut = gone.start.max(region.start())..gone.end.min(region.end());
     // 1. The successors: the parts left in place, and the moved part at
     //    its new address.
@@ -162,7 +169,7 @@ fn split(table: &TableLock<'_>, region: &Arc<Region>, gone: Range<usize>, moved_
         (region.start()..cut.start, region.start()),
         (cut.end..region.end(), cut.end),
     ];
-    let moved = moved_to.map(|to| to + (cut.start - gone.start));
+    let moved = moved_to.map(|to| to.add(cut.start.since(gone.start)));
     if let Some(at) = moved {
         parts.push((cut.clone(), at));
     }

@@ -449,9 +449,10 @@ impl Budget {
         let table = RegionTable::get().lock();
         // 2. Unmap to sample.
         for run in crate::mm::invalidate::runs_of(&unmap) {
-            for region in object.rmap.overlapping(run.clone()) {
+            let pages = ObjectPage::range(run);
+            for region in object.rmap.overlapping(pages.clone()) {
                 // Best effort: a failed DONTNEED only delays the sampling.
-                let _ = crate::mm::invalidate::zap(&region, run.clone());
+                let _ = crate::mm::invalidate::zap(&region, pages.clone());
             }
         }
         tally.clock_unmapped += unmap.len() as u64;

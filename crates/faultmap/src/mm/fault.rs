@@ -122,7 +122,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::base::index::ObjectPage;
+use crate::base::index::{HostAddr, ObjectPage, RegionPage};
 use crate::base::stats::{Counters, RaCounters, RaTally, Stats};
 use crate::cache::page_state::{State, Word};
 use crate::cache::wait::Uffd;
@@ -174,7 +174,7 @@ enum WakeTarget {
     /// kept: an object may be mapped by several pagers.
     Uffd {
         uffd: Arc<Uffd>,
-        addr: usize,
+        addr: HostAddr,
         tid: u32,
     },
     /// A SIGBUS handler waiting on its request.
@@ -258,8 +258,8 @@ struct Progress {
 
 /// Handles one fault: a userfaultfd message, or a fault that a SIGBUS
 /// handler forwarded.
-pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize, origin: Origin<'_>) {
-    let page_addr = addr & !(PAGE_SIZE - 1);
+pub(crate) fn handle(env: &FaultEnv<'_>, addr: HostAddr, origin: Origin<'_>) {
+    let page_addr = addr.page_down();
     let mut tally = Stats::default();
     let mut ra = RaTally::default();
     env.counters.begin();
@@ -332,12 +332,12 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: usize, origin: Origin<'_>) {
 /// there is no cache lookup and no window, only [`write_fault`], then the
 /// thread is woken. A region that is not found at once (or a page that
 /// cannot be pinned) takes the full path, [`handle`].
-pub(crate) fn handle_wp(env: &FaultEnv<'_>, addr: usize, tid: u32) {
-    let page_addr = addr & !(PAGE_SIZE - 1);
+pub(crate) fn handle_wp(env: &FaultEnv<'_>, addr: HostAddr, tid: u32) {
+    let page_addr = addr.page_down();
     if let Speculated::Found(spec) = RegionTable::get().speculate(page_addr) {
         let region = spec.region;
         if region.writable {
-            let page = ((page_addr - region.start()) / PAGE_SIZE) as u64;
+            let page = region.page_of(page_addr);
             let mut tally = Stats::default();
             let object = &region.object;
             for c in [env.counters, &region.counters, &object.counters] {
@@ -347,7 +347,7 @@ pub(crate) fn handle_wp(env: &FaultEnv<'_>, addr: usize, tid: u32) {
             if done {
                 tally.pgfault = 1;
                 tally.spf_success = 1;
-                let _ = sys::uffd_wake(env.uffd, page_addr, PAGE_SIZE);
+                let _ = sys::uffd_wake(env.uffd, page_addr.get(), PAGE_SIZE);
             }
             for c in [env.counters, &region.counters, &object.counters] {
                 c.end(&tally);
@@ -361,15 +361,15 @@ pub(crate) fn handle_wp(env: &FaultEnv<'_>, addr: usize, tid: u32) {
 }
 
 /// Lets the faulting thread go as `ending` says.
-fn finish(env: &FaultEnv<'_>, origin: Origin<'_>, page_addr: usize, ending: Ending) {
+fn finish(env: &FaultEnv<'_>, origin: Origin<'_>, page_addr: HostAddr, ending: Ending) {
     match (origin, ending) {
         (_, Ending::Parked) | (Origin::Uffd { .. }, Ending::Woken) => {}
         (Origin::Uffd { .. }, Ending::Resolved) => {
-            let _ = sys::uffd_wake(env.uffd, page_addr, PAGE_SIZE);
+            let _ = sys::uffd_wake(env.uffd, page_addr.get(), PAGE_SIZE);
         }
         (Origin::Uffd { .. }, Ending::Failed) => {
-            if sys::uffd_poison(env.uffd, page_addr, PAGE_SIZE).is_err() {
-                let _ = sys::uffd_wake(env.uffd, page_addr, PAGE_SIZE);
+            if sys::uffd_poison(env.uffd, page_addr.get(), PAGE_SIZE).is_err() {
+                let _ = sys::uffd_wake(env.uffd, page_addr.get(), PAGE_SIZE);
             }
         }
         (Origin::Request(r), Ending::Woken | Ending::Resolved) => r.complete(Reply::Mapped),
@@ -384,7 +384,7 @@ fn finish(env: &FaultEnv<'_>, origin: Origin<'_>, page_addr: usize, ending: Endi
 fn resolve(
     env: &FaultEnv<'_>,
     region: &Arc<Region>,
-    page_addr: usize,
+    page_addr: HostAddr,
     origin: Origin<'_>,
     progress: &mut Progress,
     pager_tally: &mut Stats,
@@ -398,9 +398,8 @@ fn resolve(
     object.counters.begin();
 
     // 2. The fault-around window, in region pages.
-    let page = ((page_addr - region.start()) / PAGE_SIZE) as u64;
-    let slot = (page_addr / PAGE_SIZE) % PTRS_PER_PTE;
-    let window = fault_around::window(slot, page, region.pages, region.order());
+    let page = region.page_of(page_addr);
+    let window = fault_window(region, page_addr, page);
 
     let mut ending = Some(Ending::Resolved);
     for _ in 0..MAX_LOOKUPS {
@@ -505,6 +504,14 @@ fn resolve(
     ending
 }
 
+/// Step 2: the fault-around window of a fault at `page_addr` (region page
+/// `page`), in region pages. The policy counts in plain numbers.
+fn fault_window(region: &Region, page_addr: HostAddr, page: RegionPage) -> Range<RegionPage> {
+    let slot = page_addr.pte_index();
+    let w = fault_around::window(slot, page.0, region.pages, region.order());
+    RegionPage(w.start)..RegionPage(w.end)
+}
+
 /// What [`fast`] did.
 pub(crate) enum Fast {
     /// The faulting page is mapped.
@@ -525,17 +532,16 @@ pub(crate) fn fast(
     env: &FaultEnv<'_>,
     region: &Arc<Region>,
     spec: Option<&Speculation<'_>>,
-    page_addr: usize,
+    page_addr: HostAddr,
     retry: bool,
 ) -> Fast {
     let object = &*region.object;
-    let page = ((page_addr - region.start()) / PAGE_SIZE) as u64;
+    let page = region.page_of(page_addr);
     let word = object.cache.states.load(region.object_page(page));
     if word.state() != State::UpToDate || word.is_marker() {
         return Fast::Forward;
     }
-    let slot = (page_addr / PAGE_SIZE) % PTRS_PER_PTE;
-    let window = fault_around::window(slot, page, region.pages, region.order());
+    let window = fault_window(region, page_addr, page);
     let mut tally = Stats::default();
     let mut ra = RaTally::default();
     env.counters.begin();
@@ -590,7 +596,7 @@ pub(crate) fn fast(
 pub(crate) fn write_fault(
     env: &FaultEnv<'_>,
     region: &Region,
-    page: u64,
+    page: RegionPage,
     tally: &mut Stats,
     spec: Option<&Speculation<'_>>,
 ) -> bool {
@@ -630,7 +636,8 @@ pub(crate) fn write_fault(
     // leaves the page protected: the write faults again. DIRTY is set
     // anyway: at worst an extra write-back.
     let clean = crate::mm::writeback::dirty_after_unprotect(state, || {
-        let _ = sys::uffd_writeprotect(env.uffd, region.page_addr(page), PAGE_SIZE, false, true);
+        let addr = region.addr_of(page).get();
+        let _ = sys::uffd_writeprotect(env.uffd, addr, PAGE_SIZE, false, true);
     });
     if clean {
         tally.write_faults += 1;
@@ -648,7 +655,7 @@ pub(crate) fn write_fault(
 fn hit(
     env: &FaultEnv<'_>,
     region: &Arc<Region>,
-    page: u64,
+    page: RegionPage,
     word: Word,
     tally: &mut Stats,
     ra: &mut RaTally,
@@ -688,7 +695,7 @@ fn hit(
 fn miss(
     env: &FaultEnv<'_>,
     region: &Arc<Region>,
-    page: u64,
+    page: RegionPage,
     word: Word,
     tally: &mut Stats,
     ra: &mut RaTally,
@@ -859,21 +866,22 @@ fn submit_window(
 pub(crate) fn read_ahead(
     env: &FaultEnv<'_>,
     region: &Arc<Region>,
-    pages: Range<u64>,
+    pages: Range<RegionPage>,
     ra: &mut RaTally,
 ) -> (u64, u64) {
     let most = region.object.io_pages.max(region.ra_pages).max(1);
     let end = pages
         .end
+        .0
         .min(region.pages)
-        .min(pages.start.saturating_add(most));
-    if pages.start >= end {
+        .min(pages.start.0.saturating_add(most));
+    if pages.start.0 >= end {
         return (0, 0);
     }
     let first = region.object_page(pages.start);
     let w = Window {
         start: first.0,
-        size: end - pages.start,
+        size: end - pages.start.0,
         async_size: 0,
         pattern: readahead::Pattern::Random,
         sync: false,
@@ -889,7 +897,7 @@ fn park(
     env: &FaultEnv<'_>,
     object: &ObjectCore,
     opage: ObjectPage,
-    addr: usize,
+    addr: HostAddr,
     origin: Origin<'_>,
 ) -> bool {
     let Some(state) = object.cache.states.get(opage) else {
@@ -967,11 +975,11 @@ pub(crate) fn settle_parked(object: &ObjectCore, poison: Option<ObjectPage>) {
         let failed = Some(w.page) == poison || stalled();
         match w.target {
             WakeTarget::Uffd { uffd, addr, tid } => {
-                let poisoned = failed && sys::uffd_poison(&uffd, addr, PAGE_SIZE).is_ok();
+                let poisoned = failed && sys::uffd_poison(&uffd, addr.get(), PAGE_SIZE).is_ok();
                 if !poisoned {
                     // Recorded before the wake: the retry may arrive at once.
                     uffd.expect_retry(tid, addr);
-                    let _ = sys::uffd_wake(&uffd, addr, PAGE_SIZE);
+                    let _ = sys::uffd_wake(&uffd, addr.get(), PAGE_SIZE);
                 }
             }
             WakeTarget::Request(r) => r.complete(if failed { Reply::Failed } else { Reply::Retry }),
@@ -1000,14 +1008,14 @@ enum MapOutcome {
 fn map_window(
     env: &FaultEnv<'_>,
     region: &Region,
-    window: &Range<u64>,
-    page: u64,
+    window: &Range<RegionPage>,
+    page: RegionPage,
     tally: &mut Stats,
     ra: &mut RaTally,
     spec: Option<&Speculation<'_>>,
 ) -> MapOutcome {
-    let n = (window.end - window.start) as usize;
-    let fault_i = (page - window.start) as usize;
+    let n = window.end.since(window.start) as usize;
+    let fault_i = page.since(window.start) as usize;
     let pinned = {
         let _serial = env.global_cache_lock.then(global_cache_lock);
         pin_ready(region, window, fault_i, tally, ra)
@@ -1051,7 +1059,7 @@ fn map_window(
     // Fault-around hits pay mmap_miss down; the window's end is where a
     // sequential reader's next miss will be.
     let object = &region.object;
-    let last = region.object_page(window.start + fault_run.end as u64 - 1);
+    let last = region.object_page(window.start.add(fault_run.end as u64 - 1));
     object.with_ra_counts(|st| {
         readahead::on_fault_around(st, around_paying);
         readahead::on_mapped(st, last.0);
@@ -1078,14 +1086,14 @@ fn global_cache_lock() -> std::sync::MutexGuard<'static, ()> {
 /// the faulting page). A pinned page stays UPTODATE until unpinned.
 fn pin_ready(
     region: &Region,
-    window: &Range<u64>,
+    window: &Range<RegionPage>,
     fault_i: usize,
     tally: &mut Stats,
     ra: &mut RaTally,
 ) -> PageSet {
     let states = &region.object.cache.states;
     let mut pinned = PageSet::new();
-    for (i, p) in window.clone().enumerate() {
+    for (i, p) in (window.start.0..window.end.0).map(RegionPage).enumerate() {
         let Some(state) = states.get(region.object_page(p)) else {
             continue;
         };
@@ -1129,11 +1137,11 @@ fn pin_ready(
     pinned
 }
 
-fn unpin_all(region: &Region, window: &Range<u64>, pinned: &PageSet) {
-    let n = (window.end - window.start) as usize;
+fn unpin_all(region: &Region, window: &Range<RegionPage>, pinned: &PageSet) {
+    let n = window.end.since(window.start) as usize;
     for run in pinned.runs(n) {
         for i in run {
-            let opage = region.object_page(window.start + i as u64);
+            let opage = region.object_page(window.start.add(i as u64));
             if let Some(state) = region.object.cache.states.get(opage) {
                 state.unpin();
             }
@@ -1166,7 +1174,7 @@ struct RunResult {
 fn continue_run(
     env: &FaultEnv<'_>,
     region: &Region,
-    base: u64,
+    base: RegionPage,
     run: Range<usize>,
     fault: Option<usize>,
     tally: &mut Stats,
@@ -1187,7 +1195,7 @@ fn continue_run(
         // write faults (`crate::mm::writeback`).
         let result = sys::uffd_continue(
             env.uffd,
-            region.page_addr(base + cur as u64),
+            region.addr_of(base.add(cur as u64)).get(),
             len * PAGE_SIZE,
             wake,
             region.writable,
@@ -1207,8 +1215,8 @@ fn continue_run(
                     }
                     libc::EEXIST => {
                         tally.map_eexist += 1;
-                        let p = base + cur as u64;
-                        region.mapped.mark(p..p + 1, true);
+                        let p = base.add(cur as u64);
+                        region.mapped.mark(p..p.add(1), true);
                         if fault == Some(cur) {
                             out.fault = FaultPage::AlreadyMapped;
                             return out;
@@ -1233,7 +1241,7 @@ fn continue_run(
         }
         region
             .mapped
-            .mark(base + cur as u64..base + (cur + done) as u64, true);
+            .mark(base.add(cur as u64)..base.add((cur + done) as u64), true);
         out.pages += done as u64;
         cur += done;
     }

@@ -189,8 +189,9 @@ pub(crate) fn drop_frozen(object: &ObjectCore, frozen: &[u64]) -> std::io::Resul
     // 2. Unmap from every mapping of the object over the run; 3. punch.
     let mut result = Ok(());
     for run in &runs {
-        for region in &object.rmap.overlapping(run.clone()) {
-            if let Err(e) = zap(region, run.clone()) {
+        let pages = ObjectPage::range(run.clone());
+        for region in &object.rmap.overlapping(pages.clone()) {
+            if let Err(e) = zap(region, pages.clone()) {
                 result = Err(e);
             }
         }
@@ -240,23 +241,20 @@ fn freeze(object: &ObjectCore, page: ObjectPage) -> Freeze {
 }
 
 /// Unmaps object pages `pages` from `region`, if it maps any of them.
-pub(crate) fn zap(region: &Arc<Region>, pages: Range<u64>) -> std::io::Result<()> {
+pub(crate) fn zap(region: &Arc<Region>, pages: Range<ObjectPage>) -> std::io::Result<()> {
     // A range the application unmapped is not faultmap's any more
     // (`crate::mm::events`).
     if region.map.is_disowned() {
         return Ok(());
     }
-    let first = region.first_page.0;
-    let start = pages.start.max(first);
-    let end = pages.end.min(first + region.pages);
-    if start >= end {
+    let Some(pages) = region.region_pages(pages) else {
         return Ok(());
-    }
-    let (rs, re) = (start - first, end - first);
+    };
     // Cleared first: a set bit for an unmapped page would keep fault-around
     // from mapping it later.
-    region.mapped.mark(rs..re, false);
-    sys::madvise_dontneed(region.page_addr(rs), (re - rs) as usize * PAGE_SIZE)
+    region.mapped.mark(pages.clone(), false);
+    let len = pages.end.since(pages.start) as usize * PAGE_SIZE;
+    sys::madvise_dontneed(region.addr_of(pages.start).get(), len)
 }
 
 /// Sorted pages as maximal runs.

@@ -174,13 +174,12 @@ impl ObjectCore {
 
     /// Records that `region` maps this object.
     pub(crate) fn add_mapping(&self, region: &Arc<Region>) {
-        self.rmap
-            .insert(region.object_pages(), region.start(), region);
+        self.rmap.insert(region.object_pages(), region);
     }
 
     /// Forgets `region` (being unmapped).
     pub(crate) fn remove_mapping(&self, region: &Region) {
-        self.rmap.remove(region.object_pages(), region.start());
+        self.rmap.remove(region.object_pages(), region);
     }
 
     /// Runs a readahead decision on the object's whole readahead state,

@@ -18,8 +18,13 @@
 //! The tree is `iset`'s augmented red-black tree (each node keeps the
 //! largest end in its subtree, as `rb_subtree_last` does). Several regions
 //! can cover the same pages, so a key holds every region with that exact
-//! interval, by start address. Regions are held weakly: the tree never
-//! keeps a region alive, and a region being dropped is skipped.
+//! interval. A region is told apart from the others by its identity, not
+//! by its start address: two regions can have the same interval *and* the
+//! same start (a successor moved where another pager's region of the
+//! object still is, until that pager reads its UNMAP event:
+//! `crate::mm::events`), and forgetting one must keep the other. Regions
+//! are held weakly: the tree never keeps a region alive, and a region
+//! being dropped is skipped.
 //!
 //! Locking: a read-write lock, as `i_mmap_rwsem`: written by map and unmap,
 //! read by the walkers. Never taken on the fault path.
@@ -29,6 +34,7 @@ use std::sync::{Arc, RwLock, Weak};
 
 use iset::IntervalMap;
 
+use crate::base::index::ObjectPage;
 use crate::mm::space::Region;
 
 /// The regions that map one object, by the object pages they cover.
@@ -38,8 +44,8 @@ pub(crate) struct Rmap<R = Region> {
     tree: RwLock<Tree<R>>,
 }
 
-/// Interval → the regions (start address, weak handle) with exactly it.
-type Tree<R> = IntervalMap<u64, Vec<(usize, Weak<R>)>>;
+/// Interval → the regions (weak handles) with exactly it.
+type Tree<R> = IntervalMap<ObjectPage, Vec<Weak<R>>>;
 
 impl<R> Default for Rmap<R> {
     fn default() -> Self {
@@ -50,14 +56,13 @@ impl<R> Default for Rmap<R> {
 }
 
 impl<R> Rmap<R> {
-    /// Records that `region` (keyed by its start address `key`) maps object
-    /// pages `pages`.
-    pub(crate) fn insert(&self, pages: Range<u64>, key: usize, region: &Arc<R>) {
+    /// Records that `region` maps object pages `pages`.
+    pub(crate) fn insert(&self, pages: Range<ObjectPage>, region: &Arc<R>) {
         if pages.is_empty() {
             return;
         }
         let mut tree = self.tree.write().unwrap_or_else(|e| e.into_inner());
-        let entry = (key, Arc::downgrade(region));
+        let entry = Arc::downgrade(region);
         match tree.get_mut(pages.clone()) {
             Some(list) => list.push(entry),
             None => {
@@ -66,15 +71,15 @@ impl<R> Rmap<R> {
         }
     }
 
-    /// Forgets the region `key` that mapped `pages`.
-    pub(crate) fn remove(&self, pages: Range<u64>, key: usize) {
+    /// Forgets `region`, which mapped `pages`.
+    pub(crate) fn remove(&self, pages: Range<ObjectPage>, region: &R) {
         if pages.is_empty() {
             return;
         }
         let mut tree = self.tree.write().unwrap_or_else(|e| e.into_inner());
         let now_empty = match tree.get_mut(pages.clone()) {
             Some(list) => {
-                list.retain(|(k, _)| *k != key);
+                list.retain(|w| !std::ptr::eq(w.as_ptr(), region));
                 list.is_empty()
             }
             None => false,
@@ -85,13 +90,13 @@ impl<R> Rmap<R> {
     }
 
     /// The live regions that map any of object pages `pages`.
-    pub(crate) fn overlapping(&self, pages: Range<u64>) -> Vec<Arc<R>> {
+    pub(crate) fn overlapping(&self, pages: Range<ObjectPage>) -> Vec<Arc<R>> {
         if pages.is_empty() {
             return Vec::new();
         }
         let tree = self.tree.read().unwrap_or_else(|e| e.into_inner());
         tree.values(pages)
-            .flat_map(|list| list.iter().filter_map(|(_, w)| w.upgrade()))
+            .flat_map(|list| list.iter().filter_map(Weak::upgrade))
             .collect()
     }
 }
@@ -100,6 +105,10 @@ impl<R> Rmap<R> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    fn pages(r: Range<u64>) -> Range<ObjectPage> {
+        ObjectPage(r.start)..ObjectPage(r.end)
+    }
 
     proptest! {
         /// Inserts and removes (several regions may share an interval),
@@ -115,11 +124,11 @@ mod tests {
             for (i, (start, len, remove, pick)) in ops.into_iter().enumerate() {
                 if remove && !live.is_empty() {
                     let (r, id) = live.remove(pick % live.len());
-                    rmap.remove(r, *id);
+                    rmap.remove(pages(r), &*id);
                 } else {
                     let r = start..start + len;
                     let id = Arc::new(i);
-                    rmap.insert(r.clone(), i, &id);
+                    rmap.insert(pages(r.clone()), &id);
                     live.push((r, id));
                 }
             }
@@ -131,7 +140,7 @@ mod tests {
                     .map(|(_, id)| **id)
                     .collect();
                 want.sort_unstable();
-                let mut got: Vec<usize> = rmap.overlapping(q).iter().map(|a| **a).collect();
+                let mut got: Vec<usize> = rmap.overlapping(pages(q)).iter().map(|a| **a).collect();
                 got.sort_unstable();
                 prop_assert_eq!(got, want);
             }
@@ -141,12 +150,34 @@ mod tests {
     #[test]
     fn dropped_regions_are_skipped_and_empty_queries_answer_nothing() {
         let rmap: Rmap<u32> = Rmap::default();
-        assert!(rmap.overlapping(0..10).is_empty());
+        assert!(rmap.overlapping(pages(0..10)).is_empty());
         let a = Arc::new(1);
-        rmap.insert(0..10, 100, &a);
-        assert!(rmap.overlapping(5..5).is_empty());
-        assert_eq!(rmap.overlapping(0..u64::MAX).len(), 1);
+        rmap.insert(pages(0..10), &a);
+        assert!(rmap.overlapping(pages(5..5)).is_empty());
+        assert_eq!(rmap.overlapping(pages(0..u64::MAX)).len(), 1);
         drop(a);
-        assert!(rmap.overlapping(0..10).is_empty(), "held weakly");
+        assert!(rmap.overlapping(pages(0..10)).is_empty(), "held weakly");
+    }
+
+    /// A successor moved where another pager's region of the object still
+    /// is (same object pages, same start address), until that pager reads
+    /// its UNMAP event and forgets its region: the successor stays listed.
+    /// (With regions keyed by start address, forgetting one forgot both,
+    /// and write-back no longer write-protected the successor's pages.)
+    #[test]
+    fn regions_sharing_interval_and_start_are_forgotten_one_by_one() {
+        let rmap: Rmap<u32> = Rmap::default();
+        let (stale, moved) = (Arc::new(1), Arc::new(2));
+        rmap.insert(pages(0..10), &stale);
+        rmap.insert(pages(0..10), &moved);
+        rmap.remove(pages(0..10), &stale);
+        let left: Vec<u32> = rmap.overlapping(pages(0..10)).iter().map(|a| **a).collect();
+        assert_eq!(
+            left,
+            vec![2],
+            "forgetting the stale region forgot the successor"
+        );
+        rmap.remove(pages(0..10), &moved);
+        assert!(rmap.overlapping(pages(0..10)).is_empty());
     }
 }

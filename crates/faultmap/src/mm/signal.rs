@@ -64,10 +64,11 @@ use std::sync::{Arc, OnceLock};
 use crate::sync::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::base::index::HostAddr;
 use crate::mm::fault::{self, Fast};
 use crate::mm::pager_core::Core;
 use crate::mm::space::{RegionTable, Speculated};
-use crate::sys::{self, Disposition, PAGE_SIZE};
+use crate::sys::{self, Disposition};
 
 /// Requests a pager can have in flight from SIGBUS handlers; a thread that
 /// finds none free sleeps briefly and faults again.
@@ -106,6 +107,7 @@ pub(crate) enum Reply {
 
 struct Slot {
     state: AtomicU32,
+    /// The faulting page's address ([`HostAddr`], stored raw).
     addr: AtomicUsize,
     retry: AtomicBool,
 }
@@ -218,7 +220,7 @@ impl Requests {
 
     /// Runs `f` on every posted request (a pager thread). Returns how many
     /// it ran.
-    pub(crate) fn serve(self: &Arc<Self>, mut f: impl FnMut(usize, &RequestRef)) -> usize {
+    pub(crate) fn serve(self: &Arc<Self>, mut f: impl FnMut(HostAddr, &RequestRef)) -> usize {
         let mut n = 0;
         for (index, slot) in self.slots.iter().enumerate() {
             if slot.state.load(Ordering::Acquire) != POSTED
@@ -233,7 +235,7 @@ impl Requests {
                 requests: self.clone(),
                 index,
             };
-            f(slot.addr.load(Ordering::Relaxed), &r);
+            f(HostAddr(slot.addr.load(Ordering::Relaxed)), &r);
             n += 1;
         }
         n
@@ -242,7 +244,7 @@ impl Requests {
     /// Forwards the fault at `addr` and waits for its completion (in a
     /// SIGBUS handler: async-signal-safe). `None`: no slot was free; the
     /// caller returns and the access faults again.
-    fn forward(&self, addr: usize, retry: bool) -> Option<Reply> {
+    fn forward(&self, addr: HostAddr, retry: bool) -> Option<Reply> {
         let Some(slot) = self.post(addr, retry) else {
             // Every slot is busy: back off a little (a futex wait on a word
             // that never changes is an async-signal-safe sleep).
@@ -257,14 +259,14 @@ impl Requests {
     /// Claims a free slot (FREE → CLAIMED) and posts the request in it
     /// (→ POSTED, Release: a pager thread that takes it sees `addr` and
     /// `retry`). `None` if no slot is free.
-    fn post(&self, addr: usize, retry: bool) -> Option<&Slot> {
+    fn post(&self, addr: HostAddr, retry: bool) -> Option<&Slot> {
         let slot = self.slots.iter().find(|s| {
             s.state.load(Ordering::Relaxed) == FREE
                 && s.state
                     .compare_exchange(FREE, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
         })?;
-        slot.addr.store(addr, Ordering::Relaxed);
+        slot.addr.store(addr.get(), Ordering::Relaxed);
         slot.retry.store(retry, Ordering::Relaxed);
         slot.state.store(POSTED, Ordering::Release);
         Some(slot)
@@ -320,7 +322,7 @@ fn handle_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c
     // Only a userfaultfd's SIGBUS (BUS_ADRERR); a sent SIGBUS, a machine
     // check (BUS_MCEERR_*) or an alignment fault is never ours.
     if let Some((addr, libc::BUS_ADRERR)) = fault {
-        if let Outcome::Resolved = resolve(addr) {
+        if let Outcome::Resolved = resolve(HostAddr(addr)) {
             return;
         }
     }
@@ -360,7 +362,7 @@ fn count_forwarded(pager: &crate::base::stats::Counters, region: &crate::mm::spa
 /// calls (map, a mapping's drop, option changes), none of which touches a
 /// mapping's memory, and this handler runs only on such a touch; async
 /// signals are blocked while it runs. It is a futex lock: no allocation.
-fn classic(table: &RegionTable, core: &Core, page_addr: usize, retry: bool) -> bool {
+fn classic(table: &RegionTable, core: &Core, page_addr: HostAddr, retry: bool) -> bool {
     let env = core.env();
     let lock = table.lock();
     let Some(region) = lock.lookup(page_addr) else {
@@ -374,11 +376,11 @@ fn classic(table: &RegionTable, core: &Core, page_addr: usize, retry: bool) -> b
 }
 
 /// Steps 1 to 3 of the module documentation.
-fn resolve(addr: usize) -> Outcome {
+fn resolve(addr: HostAddr) -> Outcome {
     let Some(table) = RegionTable::get_if_ready() else {
         return Outcome::NotOurs;
     };
-    let page_addr = addr & !(PAGE_SIZE - 1);
+    let page_addr = addr.page_down();
     let mut retry = false;
     loop {
         // The pager's request array, found inside the read section and used
@@ -431,6 +433,7 @@ fn resolve(addr: usize) -> Outcome {
 #[cfg(all(test, loom))]
 mod loom_models {
     use super::{wait_done, Reply, Requests};
+    use crate::base::index::HostAddr;
     // std's Arc: `serve` takes one; its count is no part of the protocol.
     use loom::thread;
     use std::sync::Arc;
@@ -450,7 +453,7 @@ mod loom_models {
                 for (addr, want) in [(4096, Reply::Mapped), (8192, Reply::Retry)] {
                     let slot = loop {
                         // The slot is not free yet: the access faults again.
-                        match r.post(addr, false) {
+                        match r.post(HostAddr(addr), false) {
                             Some(slot) => break slot,
                             None => thread::yield_now(),
                         }
@@ -462,6 +465,7 @@ mod loom_models {
             let mut served = Vec::new();
             while served.len() < 2 {
                 requests.serve(|addr, req| {
+                    let addr = addr.get();
                     served.push(addr);
                     req.complete(if addr == 4096 {
                         Reply::Mapped

@@ -27,7 +27,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::base::index::ObjectPage;
+use crate::base::index::{HostAddr, ObjectPage, RegionPage};
 use crate::base::stats::{Counters, RaCounters};
 use crate::mm::object::ObjectCore;
 use crate::mm::pager_core::Core;
@@ -68,7 +68,7 @@ pub(crate) struct Region {
     /// Published like the table (read in read sections, replaced under the
     /// table's lock, the old list freed after a grace period): a SIGBUS
     /// handler reads it.
-    pub(crate) hints: AtomicPtr<Vec<(Range<u64>, Hint)>>,
+    pub(crate) hints: AtomicPtr<Vec<(Range<RegionPage>, Hint)>>,
     /// Pages this region has mapped: see [`MappedPages`].
     pub(crate) mapped: MappedPages,
     /// The regions that took over the parts of this one that the
@@ -96,14 +96,16 @@ impl MappedPages {
     }
 
     /// Whether page `page` is known to be mapped.
-    pub(crate) fn contains(&self, page: u64) -> bool {
+    pub(crate) fn contains(&self, page: RegionPage) -> bool {
+        let page = page.0;
         self.0
             .get((page / 64) as usize)
             .is_some_and(|w| w.load(Ordering::Relaxed) & (1 << (page % 64)) != 0)
     }
 
     /// Marks `pages` as mapped (`set`) or not.
-    pub(crate) fn mark(&self, pages: Range<u64>, set: bool) {
+    pub(crate) fn mark(&self, pages: Range<RegionPage>, set: bool) {
+        let pages = pages.start.0..pages.end.0;
         let mut p = pages.start;
         while p < pages.end {
             let word = (p / 64) as usize;
@@ -127,31 +129,63 @@ impl MappedPages {
 }
 
 impl Region {
-    pub(crate) fn start(&self) -> usize {
-        self.map.addr()
+    /// The address of the region's first byte.
+    pub(crate) fn start(&self) -> HostAddr {
+        HostAddr(self.map.addr())
     }
 
-    pub(crate) fn end(&self) -> usize {
-        self.map.addr() + self.map.len()
+    /// The address after the region's last byte.
+    pub(crate) fn end(&self) -> HostAddr {
+        self.start().add(self.map.len())
     }
 
     /// The address of page `page` of the region.
-    pub(crate) fn page_addr(&self, page: u64) -> usize {
-        self.start() + page as usize * PAGE_SIZE
+    pub(crate) fn addr_of(&self, page: RegionPage) -> HostAddr {
+        self.start().add(page.0 as usize * PAGE_SIZE)
+    }
+
+    /// The region page that holds address `addr` (inside the region).
+    pub(crate) fn page_of(&self, addr: HostAddr) -> RegionPage {
+        RegionPage((addr.since(self.start()) / PAGE_SIZE) as u64)
+    }
+
+    /// The region pages that hold bytes `bytes` (inside the region, not
+    /// empty): from the page of the first byte to the page after the
+    /// last.
+    pub(crate) fn pages_holding(&self, bytes: Range<HostAddr>) -> Range<RegionPage> {
+        let (lead, end) = (
+            bytes.start.since(self.start()),
+            bytes.end.since(self.start()),
+        );
+        RegionPage((lead / PAGE_SIZE) as u64)..RegionPage(end.div_ceil(PAGE_SIZE) as u64)
+    }
+
+    /// The object offset of the byte mapped at `addr` (inside the region).
+    pub(crate) fn object_offset(&self, addr: HostAddr) -> u64 {
+        self.first_page.offset() + addr.since(self.start()) as u64
     }
 
     /// The object pages this region maps.
-    pub(crate) fn object_pages(&self) -> std::ops::Range<u64> {
-        self.first_page.0..self.first_page.0 + self.pages
+    pub(crate) fn object_pages(&self) -> Range<ObjectPage> {
+        self.first_page..self.first_page.add(self.pages)
     }
 
     /// The object page that page `page` of the region maps.
-    pub(crate) fn object_page(&self, page: u64) -> ObjectPage {
-        self.first_page.add(page)
+    pub(crate) fn object_page(&self, page: RegionPage) -> ObjectPage {
+        self.first_page.add(page.0)
+    }
+
+    /// The region pages that map object pages `pages`; `None` if the
+    /// region maps none of them.
+    pub(crate) fn region_pages(&self, pages: Range<ObjectPage>) -> Option<Range<RegionPage>> {
+        let ours = self.object_pages();
+        let (start, stop) = (pages.start.max(ours.start), pages.end.min(ours.end));
+        (start < stop)
+            .then(|| RegionPage(start.0 - ours.start.0)..RegionPage(stop.0 - ours.start.0))
     }
 
     /// The readahead parameters of a fault on region page `page`.
-    pub(crate) fn ra_params(&self, page: u64) -> Params {
+    pub(crate) fn ra_params(&self, page: RegionPage) -> Params {
         // SAFETY: the list is live: it is replaced only under the table's
         // lock and freed after a grace period (or with the region), and
         // every caller is in a read section or holds the lock.
@@ -173,7 +207,7 @@ impl Region {
 
     /// Sets the hint of region pages `pages`; the caller holds the table's
     /// lock, and brackets the change with the region's count.
-    pub(crate) fn set_hint(&self, lock: &TableLock<'_>, pages: Range<u64>, hint: Hint) {
+    pub(crate) fn set_hint(&self, lock: &TableLock<'_>, pages: Range<RegionPage>, hint: Hint) {
         // SAFETY: as in `ra_params`; the lock keeps other writers out.
         let old = unsafe { &*self.hints.load(Ordering::Acquire) };
         let next = Box::into_raw(Box::new(set_hint(old, pages, hint)));
@@ -194,35 +228,43 @@ impl Region {
     /// The caller (`crate::mm::events`, under the table's lock) disowns this
     /// region before the lock is let go, so each part has one owner: the
     /// successor, whose drop unregisters and unmaps it.
-    pub(crate) fn successor(&self, part: Range<usize>, at: usize) -> Option<Arc<Region>> {
+    pub(crate) fn successor(&self, part: Range<HostAddr>, at: HostAddr) -> Option<Arc<Region>> {
         if part.start < self.start() || part.end > self.end() || part.is_empty() {
             return None;
         }
-        let skip = ((part.start - self.start()) / PAGE_SIZE) as u64;
-        let pages = ((part.end - part.start) / PAGE_SIZE) as u64;
+        let skip = self.page_of(part.start);
+        let pages = (part.end.since(part.start) / PAGE_SIZE) as u64;
         // SAFETY: `part` is mapped at `at` (the application left it there or
         // moved it there, and the kernel told us so), and only this
         // successor will own it: this region is disowned before the table's
         // lock is let go (see above), and a disowned region is never split
         // again.
-        let map = unsafe { sys::MappedRegion::adopt(at, part.end - part.start) }?;
+        let map = unsafe { sys::MappedRegion::adopt(at.get(), part.end.since(part.start)) }?;
         // SAFETY: as in `ra_params`.
         let hints = unsafe { &*self.hints.load(Ordering::Acquire) };
-        let hints: Vec<(Range<u64>, Hint)> = hints
+        // This region's pages `skip..skip + pages` are the successor's
+        // pages `0..pages`.
+        let rebase = |p: RegionPage| RegionPage(p.since(skip));
+        let hints: Vec<(Range<RegionPage>, Hint)> = hints
             .iter()
-            .filter(|(r, _)| r.end > skip && r.start < skip + pages)
-            .map(|(r, h)| (r.start.max(skip) - skip..r.end.min(skip + pages) - skip, *h))
+            .filter(|(r, _)| r.end > skip && r.start < skip.add(pages))
+            .map(|(r, h)| {
+                (
+                    rebase(r.start.max(skip))..rebase(r.end.min(skip.add(pages))),
+                    *h,
+                )
+            })
             .collect();
         let mapped = MappedPages::new(pages);
-        for p in 0..pages {
-            if self.mapped.contains(skip + p) {
-                mapped.mark(p..p + 1, true);
+        for p in (0..pages).map(RegionPage) {
+            if self.mapped.contains(skip.add(p.0)) {
+                mapped.mark(p..p.add(1), true);
             }
         }
         Some(Arc::new(Region {
             map,
             object: self.object.clone(),
-            first_page: self.first_page.add(skip),
+            first_page: self.object_page(skip),
             pages,
             order: AtomicU8::new(self.order()),
             seq: SeqCount::default(),
@@ -269,7 +311,7 @@ impl Drop for Region {
         // there may be none left). A detached range is not ours any more:
         // neither unregistered nor unmapped here.
         if !self.map.is_disowned() {
-            let _ = sys::uffd_unregister(self.owner.env().uffd, self.start(), self.map.len());
+            let _ = sys::uffd_unregister(self.owner.env().uffd, self.start().get(), self.map.len());
         }
         // SAFETY: the last owner; the list came from Box::into_raw.
         drop(unsafe { Box::from_raw(*self.hints.get_mut()) });
@@ -277,14 +319,15 @@ impl Drop for Region {
 }
 
 /// `hints` with `range` set to `hint`: the ranges stay sorted and disjoint,
-/// `Normal` is not stored, and neighbours with the same hint merge.
-pub(crate) fn set_hint(
-    hints: &[(Range<u64>, Hint)],
-    range: Range<u64>,
+/// `Normal` is not stored, and neighbours with the same hint merge. `P` is
+/// a region page ([`RegionPage`]; the tests use plain numbers).
+pub(crate) fn set_hint<P: Ord + Copy>(
+    hints: &[(Range<P>, Hint)],
+    range: Range<P>,
     hint: Hint,
-) -> Vec<(Range<u64>, Hint)> {
-    let mut out: Vec<(Range<u64>, Hint)> = Vec::with_capacity(hints.len() + 2);
-    let push = |r: Range<u64>, h: Hint, out: &mut Vec<(Range<u64>, Hint)>| {
+) -> Vec<(Range<P>, Hint)> {
+    let mut out: Vec<(Range<P>, Hint)> = Vec::with_capacity(hints.len() + 2);
+    let push = |r: Range<P>, h: Hint, out: &mut Vec<(Range<P>, Hint)>| {
         if r.is_empty() || h == Hint::Normal {
             return;
         }
@@ -326,18 +369,18 @@ const LEAF_MAX: usize = 4;
 /// table's own code.
 pub(crate) trait Entry {
     /// The first address.
-    fn start(&self) -> usize;
+    fn start(&self) -> HostAddr;
     /// The address after the last.
-    fn end(&self) -> usize;
+    fn end(&self) -> HostAddr;
     /// The count that brackets changes.
     fn seq(&self) -> &SeqCount;
 }
 
 impl Entry for Region {
-    fn start(&self) -> usize {
+    fn start(&self) -> HostAddr {
         Region::start(self)
     }
-    fn end(&self) -> usize {
+    fn end(&self) -> HostAddr {
         Region::end(self)
     }
     fn seq(&self) -> &SeqCount {
@@ -369,7 +412,7 @@ impl<R> Default for Snapshot<R> {
 }
 
 impl<R: Entry> Snapshot<R> {
-    fn find(&self, addr: usize) -> Option<&Arc<R>> {
+    fn find(&self, addr: HostAddr) -> Option<&Arc<R>> {
         // The last leaf whose first region starts at or below addr.
         let i = self.leaves.partition_point(|l| l.0[0].start() <= addr);
         let leaf = self.leaves.get(i.checked_sub(1)?)?;
@@ -378,7 +421,7 @@ impl<R: Entry> Snapshot<R> {
     }
 
     /// Whether a region overlaps `range` (not empty).
-    fn overlaps(&self, range: Range<usize>) -> bool {
+    fn overlaps(&self, range: Range<HostAddr>) -> bool {
         if self.find(range.start).is_some() {
             return true;
         }
@@ -417,7 +460,7 @@ impl<R: Entry> Snapshot<R> {
     }
 
     /// A pending successor that contains `addr`.
-    fn find_pending(&self, addr: usize) -> Option<&Arc<R>> {
+    fn find_pending(&self, addr: HostAddr) -> Option<&Arc<R>> {
         self.pending
             .iter()
             .find(|r| r.start() <= addr && addr < r.end())
@@ -445,7 +488,7 @@ impl<R: Entry> Snapshot<R> {
         }
     }
 
-    fn without(&self, start: usize) -> Option<(Snapshot<R>, Arc<R>)> {
+    fn without(&self, start: HostAddr) -> Option<(Snapshot<R>, Arc<R>)> {
         let mut leaves = self.leaves.clone();
         let i = leaves
             .partition_point(|l| l.0[0].start() <= start)
@@ -590,7 +633,7 @@ impl RegionTable {
 impl<R: Entry> RegionTable<R> {
     /// Looks `addr` up without a lock (see the type's documentation).
     /// Async-signal-safe.
-    pub(crate) fn speculate(&self, addr: usize) -> Speculated<'_, R> {
+    pub(crate) fn speculate(&self, addr: HostAddr) -> Speculated<'_, R> {
         let section = self.srcu.read();
         // SAFETY: the pointer is always a live published snapshot: writers
         // free a snapshot only after unpublishing it and waiting for every
@@ -640,7 +683,7 @@ impl<R: Entry> TableLock<'_, R> {
     }
 
     /// The region that contains `addr`, if any.
-    pub(crate) fn lookup(&self, addr: usize) -> Option<&Arc<R>> {
+    pub(crate) fn lookup(&self, addr: HostAddr) -> Option<&Arc<R>> {
         self.current().find(addr)
     }
 
@@ -653,7 +696,7 @@ impl<R: Entry> TableLock<'_, R> {
     /// Unpublishes the region that starts at `start` and waits until no
     /// speculative fault can still be using it; returns it, for the caller
     /// to drop (which unmaps it once no I/O job holds it).
-    pub(crate) fn remove(&self, start: usize) -> Option<Arc<R>> {
+    pub(crate) fn remove(&self, start: HostAddr) -> Option<Arc<R>> {
         let (next, gone) = self.current().without(start)?;
         // Odd for good: a speculative fault that found it aborts.
         gone.seq().write_begin();
@@ -662,7 +705,7 @@ impl<R: Entry> TableLock<'_, R> {
     }
 
     /// The published regions that overlap `range`, in address order.
-    pub(crate) fn overlapping(&self, range: Range<usize>) -> Vec<Arc<R>> {
+    pub(crate) fn overlapping(&self, range: Range<HostAddr>) -> Vec<Arc<R>> {
         self.current()
             .leaves
             .iter()
@@ -810,23 +853,26 @@ mod tests {
 
     #[test]
     fn mapped_pages_mark_and_clear_across_words() {
+        let pages = |r: Range<u64>| RegionPage(r.start)..RegionPage(r.end);
         let m = MappedPages::new(200);
-        m.mark(3..130, true);
-        assert!(!m.contains(2) && m.contains(3) && m.contains(63) && m.contains(64));
-        assert!(m.contains(129) && !m.contains(130));
-        m.mark(60..70, false);
-        assert!(m.contains(59) && !m.contains(60) && !m.contains(69) && m.contains(70));
-        m.mark(0..200, true);
-        assert!((0..200).all(|p| m.contains(p)));
-        assert!(!m.contains(1000), "out of range reads as unmapped");
-        m.mark(190..1000, false);
-        assert!(!m.contains(199));
+        let has = |p| m.contains(RegionPage(p));
+        m.mark(pages(3..130), true);
+        assert!(!has(2) && has(3) && has(63) && has(64));
+        assert!(has(129) && !has(130));
+        m.mark(pages(60..70), false);
+        assert!(has(59) && !has(60) && !has(69) && has(70));
+        m.mark(pages(0..200), true);
+        assert!((0..200).all(has));
+        assert!(!has(1000), "out of range reads as unmapped");
+        m.mark(pages(190..1000), false);
+        assert!(!has(199));
     }
 }
 
 #[cfg(all(test, loom))]
 mod loom_models {
     use super::{Entry, RegionTable, Speculated};
+    use crate::base::index::HostAddr;
     use crate::sync::seqcount::SeqCount;
     use loom::thread;
     use std::sync::Arc;
@@ -839,11 +885,11 @@ mod loom_models {
     }
 
     impl Entry for Stub {
-        fn start(&self) -> usize {
-            self.start
+        fn start(&self) -> HostAddr {
+            HostAddr(self.start)
         }
-        fn end(&self) -> usize {
-            self.end
+        fn end(&self) -> HostAddr {
+            HostAddr(self.end)
         }
         fn seq(&self) -> &SeqCount {
             &self.seq
@@ -877,7 +923,7 @@ mod loom_models {
                 })
             };
             for addr in [10, 35] {
-                match table.speculate(addr) {
+                match table.speculate(HostAddr(addr)) {
                     Speculated::Found(spec) => {
                         let r = spec.region;
                         assert!(r.start <= addr && addr < r.end, "{addr} outside its region");
@@ -889,8 +935,8 @@ mod loom_models {
                 }
             }
             writer.join().unwrap();
-            assert!(!table.speculate(25).is_found());
-            assert!(table.speculate(5).is_found());
+            assert!(!table.speculate(HostAddr(25)).is_found());
+            assert!(table.speculate(HostAddr(5)).is_found());
         });
     }
 
@@ -918,7 +964,7 @@ mod loom_models {
                     table.lock().swap_in(&stale, &[]);
                 })
             };
-            match table.speculate(155) {
+            match table.speculate(HostAddr(155)) {
                 Speculated::Found(spec) => {
                     assert!(Arc::ptr_eq(spec.region, &stale) || Arc::ptr_eq(spec.region, &moved));
                 }
@@ -928,7 +974,7 @@ mod loom_models {
                 Speculated::None => panic!("155 is mapped throughout"),
             }
             writer.join().unwrap();
-            let published = match table.speculate(155) {
+            let published = match table.speculate(HostAddr(155)) {
                 Speculated::Found(spec) => Arc::ptr_eq(spec.region, &moved),
                 _ => false,
             };

@@ -142,7 +142,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::base::index::ObjectPage;
+use crate::base::index::{HostAddr, ObjectPage, RegionPage};
 use crate::base::stats::{Counters, Stats};
 use crate::cache::page_state::{PageState, State};
 use crate::mm::invalidate::runs_of;
@@ -338,7 +338,7 @@ pub(crate) fn write_section() -> Option<ReadGuard<'static>> {
 
 /// The regions that may map object pages `pages` writably: the object's
 /// interval tree of mappings (`crate::mm::rmap`), O(log n + hits).
-pub(crate) fn regions_over(object: &ObjectCore, pages: Range<u64>) -> Vec<Arc<Region>> {
+pub(crate) fn regions_over(object: &ObjectCore, pages: Range<ObjectPage>) -> Vec<Arc<Region>> {
     let mut regions = object.rmap.overlapping(pages);
     regions.retain(|r| r.writable && !r.map.is_disowned());
     regions
@@ -551,19 +551,16 @@ fn protect(object: &ObjectCore, runs: &[Range<u64>]) -> Result<(), Failure> {
     let (Some(first), Some(last)) = (runs.first(), runs.last()) else {
         return Ok(());
     };
-    for region in regions_over(object, first.start..last.end) {
+    for region in regions_over(object, ObjectPage::range(first.start..last.end)) {
         let env = region.owner.env();
-        let rfirst = region.first_page.0;
         for run in runs {
-            let start = run.start.max(rfirst);
-            let end = run.end.min(rfirst + region.pages);
-            if start >= end {
+            let Some(pages) = region.region_pages(ObjectPage::range(run.clone())) else {
                 continue;
-            }
-            let addr = region.page_addr(start - rfirst);
-            let len = (end - start) as usize * PAGE_SIZE;
+            };
+            let addr = region.addr_of(pages.start);
+            let len = pages.end.since(pages.start) as usize * PAGE_SIZE;
             protect_range(env.uffd, addr, len, true).map_err(|e| Failure::Protect {
-                offset: start * PAGE_SIZE as u64,
+                offset: region.object_page(pages.start).offset(),
                 kind: e.kind(),
                 message: e.to_string(),
             })?;
@@ -593,14 +590,14 @@ fn protect(object: &ObjectCore, runs: &[Range<u64>]) -> Result<(), Failure> {
 /// few times only: waiting would wait for itself.
 fn protect_range(
     uffd: &std::os::fd::OwnedFd,
-    addr: usize,
+    addr: HostAddr,
     len: usize,
     patient: bool,
 ) -> io::Result<()> {
     let mut eagain = 0;
     let mut since = None;
     loop {
-        match sys::uffd_writeprotect(uffd, addr, len, true, false) {
+        match sys::uffd_writeprotect(uffd, addr.get(), len, true, false) {
             Ok(()) => return Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                 if len <= PAGE_SIZE {
@@ -608,7 +605,7 @@ fn protect_range(
                 }
                 let half = (len / PAGE_SIZE).div_ceil(2) * PAGE_SIZE;
                 protect_range(uffd, addr, half, patient)?;
-                return protect_range(uffd, addr + half, len - half, patient);
+                return protect_range(uffd, addr.add(half), len - half, patient);
             }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && eagain < MAX_EAGAIN => {
                 eagain += 1;
@@ -644,7 +641,7 @@ pub(crate) fn adopt_moved(region: &Region) {
     }
     let _section = write_section();
     let object = &*region.object;
-    for page in 0..region.pages {
+    for page in (0..region.pages).map(RegionPage) {
         let Some(state) = object.cache.states.get(region.object_page(page)) else {
             continue;
         };
