@@ -97,7 +97,9 @@ impl Store for Async {
                     let me = unsafe { &*(me as *const Async) };
                     let (lock, cv) = &me.gate;
                     let open = lock.lock().unwrap();
-                    let _open = cv.wait_timeout_while(open, Duration::from_secs(2), |o| !*o).unwrap();
+                    let _open = cv
+                        .wait_timeout_while(open, Duration::from_secs(2), |o| !*o)
+                        .unwrap();
                     buf.as_mut_slice().copy_from_slice(&bytes);
                     me.in_flight.fetch_sub(1, Ordering::SeqCst);
                     done(buf, Ok(()));
@@ -119,7 +121,8 @@ fn many_reads_are_in_flight_without_a_thread_each_and_within_io_depth() {
         let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
         map.prefetch(0..map.len()).unwrap();
         assert!(
-            wait_until(Duration::from_secs(30), || (0..256).all(|p| object.is_cached(p))),
+            wait_until(Duration::from_secs(30), || (0..256)
+                .all(|p| object.is_cached(p))),
             "the prefetch did not end"
         );
         let max = store.max_in_flight.load(Ordering::SeqCst);
@@ -157,7 +160,10 @@ fn a_read_ends_only_when_the_store_lets_go_of_its_buffer() {
         let object = pager.open(store.clone()).unwrap();
         let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
         map.prefetch(page_range(&map, 3)).unwrap();
-        assert!(wait_until(Duration::from_secs(20), || store.started.load(Ordering::SeqCst) >= 1));
+        assert!(wait_until(Duration::from_secs(20), || store
+            .started
+            .load(Ordering::SeqCst)
+            >= 1));
         // The callback is gone but the buffer is held: the read has not
         // ended, so nothing is reported yet.
         std::thread::sleep(Duration::from_millis(200));

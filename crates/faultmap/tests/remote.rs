@@ -605,3 +605,28 @@ fn prefetch_reads_ahead_in_large_requests_and_the_access_then_needs_none() {
         }
     });
 }
+
+#[test]
+fn a_prefetch_larger_than_the_budget_stays_within_it() {
+    const BUDGET: u64 = 4 << 20;
+    watchdog(WATCHDOG, || {
+        let file = put(Kind::Http, "prefetch-budget", 24 << 20, 27);
+        let pager = Pager::new(Config::default().memory_budget(BUDGET)).unwrap();
+        let object = pager.open(open(Kind::Http, &file.url).unwrap()).unwrap();
+        let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
+        map.prefetch(0..map.len()).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            pager.memory().peak <= BUDGET + 8 * PAGE as u64,
+            "{:?}",
+            pager.memory()
+        );
+        // What was left out reads right on access.
+        assert_bytes(&map, &file.data, "after a prefetch over the budget");
+        assert!(
+            pager.memory().peak <= BUDGET + 8 * PAGE as u64,
+            "{:?}",
+            pager.memory()
+        );
+    });
+}

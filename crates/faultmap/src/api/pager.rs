@@ -1095,7 +1095,8 @@ impl<A: Access> Mapping<A> {
     ///   readahead (the default);
     /// - [`Advice::Sequential`]: full windows of `ra_pages` on each miss;
     /// - [`Advice::Random`]: no readahead, one page per miss;
-    /// - [`Advice::WillNeed`]: start reading the range now; returns at once;
+    /// - [`Advice::WillNeed`]: start reading the range now, all of it (see
+    ///   [`Mapping::prefetch`]); returns at once;
     /// - [`Advice::DontNeed`]: unmap the range from this mapping; its pages
     ///   stay cached, and the next touch maps them again without I/O.
     pub fn advise(&self, advice: Advice, range: std::ops::Range<usize>) -> Result<(), MapError> {
@@ -1165,8 +1166,9 @@ impl<A: Access> Mapping<A> {
     /// slice) now, and returns at once: the pages not cached yet are read
     /// in the store's largest requests (`Store::io_pages`: 8 MiB for a
     /// remote store), up to [`Config::io_depth`](crate::Config::io_depth)
-    /// of them in flight, charged to the memory budget as they come (a
-    /// range larger than the budget evicts its own beginning). The same as
+    /// of them in flight. Under a memory budget the pages that do not fit
+    /// when the prefetch is made are left out, as readahead leaves them: a
+    /// later access reads them. The same as
     /// [`Advice::WillNeed`]. A later access to a page still being read
     /// waits for that read, not for a new one.
     pub fn prefetch(&self, range: std::ops::Range<usize>) -> Result<(), MapError> {
@@ -1220,7 +1222,19 @@ impl<A: Access> Mapping<A> {
     fn will_need(&self, region: &Arc<Region>, pages: Range<RegionPage>) {
         let env = self.core.env();
         let mut ra = RaTally::default();
-        let (io_count, refault) = fault::read_ahead(&env, region, pages, &mut ra);
+        // The whole range, in pieces of the kernel's per-call bound
+        // (`force_page_cache_ra` reads at most `max(io_pages, ra_pages)`
+        // from the start of what it is given; `madvise` would stop there).
+        let piece = region.object.io_pages.max(region.ra_pages).max(1);
+        let (mut io_count, mut refault) = (0, 0);
+        let mut start = pages.start;
+        while start < pages.end {
+            let end = RegionPage(start.0.saturating_add(piece).min(pages.end.0));
+            let (io, re) = fault::read_ahead(&env, region, start..end, &mut ra);
+            io_count += io;
+            refault += re;
+            start = end;
+        }
         let tally = Stats {
             io_count,
             refault,
