@@ -40,15 +40,14 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use faultmap::{FileIo, FileStore, MapOptions, Stats, MIN_BUDGET, PAGE_SIZE};
-use serde_json::json;
+use faultmap::{FileIo, FileStore, MapOptions, MIN_BUDGET, PAGE_SIZE};
+use serde_json::{json, Value};
 
 use self::cgroup::KernelError;
 use self::touch::{BudgetWorkload, RssSampler};
-use super::grid::{self, Checksums, DataInfo, Row};
+use super::grid::{self, rate as per_second, Checksums, Row, Sample};
 use super::note;
 use super::plot::{Figure, Panel, Series};
-use super::probe::Machine;
 use super::reps::Repetitions;
 use crate::table::Table;
 use crate::units;
@@ -77,61 +76,32 @@ enum Engine {
     KernelFile,
 }
 
-impl Engine {
-    fn name(self) -> &'static str {
+impl grid::Column for Engine {
+    fn heading(self) -> String {
+        self.engine().into()
+    }
+
+    fn engine(self) -> &'static str {
         match self {
             Engine::Faultmap => "faultmap",
             Engine::KernelFile => "kernel-file",
         }
     }
-}
 
-/// One sample of one cell.
-#[derive(Clone, Copy, Debug)]
-struct Sample {
-    seconds: f64,
-    touches: u64,
-    checksum: u64,
-    /// faultmap: `pgfault`; kernel: minor + major faults.
-    faults: u64,
-    /// faultmap: `pgmajfault`; kernel: majflt.
-    major_faults: u64,
-    /// faultmap only.
-    evicted: Option<u64>,
-    /// faultmap: `refault`; kernel: the cgroup's `workingset_refault_file`.
-    refault: Option<u64>,
-    /// faultmap: the pager's peak cached bytes; kernel: the cgroup's
-    /// `memory.max_usage_in_bytes`.
-    peak_bytes: u64,
-    /// The largest sampled RssFile + RssShmem.
-    peak_rss_bytes: u64,
-    /// faultmap only: bytes read from the store.
-    io_bytes: Option<u64>,
-    /// faultmap only: all the counters.
-    stats: Option<Stats>,
-}
-
-impl grid::Sample for Sample {
-    fn seconds(&self) -> f64 {
-        self.seconds
+    /// The run's is [`variant`]: it names the budget.
+    fn variant(self) -> String {
+        "default".into()
     }
 }
 
-/// What a cell measures: a workload on an engine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Key {
-    workload: BudgetWorkload,
-    engine: Engine,
+impl grid::Named for BudgetWorkload {
+    fn name(self) -> &'static str {
+        BudgetWorkload::name(self)
+    }
 }
 
-/// A cell of the budget benchmark; the outputs show its median sample by
-/// seconds (real counts of one run, not a mix of medians).
-type Cell = grid::Cell<Key, Sample>;
-
-/// The whole run, for the outputs.
-struct BudgetRun {
-    machine: Machine,
-    data: DataInfo,
+/// The budget benchmark's settings, beside its cells.
+struct Budget {
     budget: u64,
     /// Why the budget is not the one asked, if it is not.
     shrunk_from: Option<u64>,
@@ -139,11 +109,13 @@ struct BudgetRun {
     /// Why kernel-file was skipped, if it was.
     kernel_skipped: Option<String>,
     repetitions: u32,
-    cells: Vec<Cell>,
-    wall_seconds: f64,
 }
 
-impl BudgetRun {
+/// The budget benchmark's results; the outputs show each cell's median
+/// sample by seconds (real counts of one run, not a mix of medians).
+type Run = grid::Report<BudgetWorkload, Engine, Budget>;
+
+impl Budget {
     /// Whether `peak` is within the budget + 1%.
     fn within(&self, peak: u64) -> bool {
         peak <= self.budget + self.budget / 100
@@ -224,25 +196,26 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .iter()
         .map(|&w| (w, touch::plan(w, pages, budget / page)))
         .collect();
-    let mut cells: Vec<Cell> = BudgetWorkload::ALL
-        .iter()
-        .flat_map(|&workload| {
-            let engines = [Engine::Faultmap, Engine::KernelFile].into_iter();
-            engines.map(move |engine| Cell::new(Key { workload, engine }))
-        })
-        .collect();
+    let engines = [Engine::Faultmap, Engine::KernelFile];
+    let mut cells = grid::cells(&BudgetWorkload::ALL, |_| vec![1], &engines);
     // 5. The measurements: repetitions outermost.
     let mut kernel_skipped = kernel_skipped;
     let mut checksums = Checksums::new();
-    let label = |k: &Key| format!("{} on {}", k.workload.name(), k.engine.name());
+    let label = |k: &grid::Key<BudgetWorkload, Engine>| {
+        format!(
+            "{} on {}",
+            k.workload.name(),
+            grid::Column::engine(k.column)
+        )
+    };
     let reps = Repetitions::Fixed(repetitions);
-    grid::measure(&mut cells, reps, label, |key, bar| {
+    grid::measure(&mut cells, reps, |key, bar| {
         let plan = plans
             .iter()
             .find(|(w, _)| *w == key.workload)
             .map(|(_, plan)| plan.as_slice())
             .context("a workload without a plan")?;
-        let sample = match key.engine {
+        let sample = match key.column {
             Engine::Faultmap => Some(measure_faultmap(&config, data.path(), plan)?),
             Engine::KernelFile if kernel_skipped.is_none() => {
                 match cgroup::measure(data.path(), key.workload, budget) {
@@ -270,25 +243,31 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     "{}: {:.3} s, {} major faults",
                     label(key),
                     sample.seconds,
-                    units::count(sample.major_faults)
+                    grid::count(sample.major_faults)
                 ));
             });
-            checksums.check(key.workload, sample.checksum, || label(key))?;
+            let sum = sample.checksum.unwrap_or(0);
+            checksums.check(key.workload, sum, || label(key))?;
         }
         Ok(sample)
     })?;
-    cells.retain(|c| !c.samples.is_empty());
     // 6. The report.
-    let run = BudgetRun {
-        machine: Machine::read(),
+    let run = Run {
+        machine: super::probe::Machine::read(),
         data: super::data_info(&data),
-        budget,
-        shrunk_from,
-        file_io,
-        kernel_skipped,
-        repetitions,
+        workloads: BudgetWorkload::ALL.to_vec(),
+        threads: vec![1],
+        deliveries: Vec::new(),
+        columns: engines.to_vec(),
         cells,
         wall_seconds: started.elapsed().as_secs_f64(),
+        mode: Budget {
+            budget,
+            shrunk_from,
+            file_io,
+            kernel_skipped,
+            repetitions,
+        },
     };
     super::report(
         args,
@@ -321,60 +300,154 @@ fn measure_faultmap(config: &faultmap::Config, path: &Path, plan: &[u32]) -> Res
     drop(pager);
     Ok(Sample {
         seconds,
-        touches: plan.len() as u64,
-        checksum,
-        faults: stats.pgfault,
-        major_faults: stats.pgmajfault,
+        touches: Some(plan.len() as u64),
+        checksum: Some(checksum),
+        faults: Some(stats.pgfault),
+        major_faults: Some(stats.pgmajfault),
+        io_count: Some(stats.io_count),
+        io_bytes: Some(stats.io_bytes),
         evicted: Some(stats.evicted),
         refault: Some(stats.refault),
-        peak_bytes: memory.peak,
-        peak_rss_bytes,
-        io_bytes: Some(stats.io_bytes),
+        peak_bytes: Some(memory.peak),
+        peak_rss_bytes: Some(peak_rss_bytes),
         stats: Some(stats),
+        ..Sample::default()
     })
 }
 
 fn kernel_sample(k: &cgroup::KernelSample) -> Sample {
     Sample {
         seconds: k.child.seconds,
-        touches: k.child.touches,
-        checksum: k.child.checksum,
-        faults: k.child.minor_faults + k.child.major_faults,
-        major_faults: k.child.major_faults,
-        evicted: None,
+        touches: Some(k.child.touches),
+        checksum: Some(k.child.checksum),
+        faults: Some(k.child.minor_faults + k.child.major_faults),
+        major_faults: Some(k.child.major_faults),
         refault: k.refault,
-        peak_bytes: k.max_usage,
-        peak_rss_bytes: k.child.peak_rss_bytes,
-        io_bytes: None,
-        stats: None,
+        peak_bytes: Some(k.max_usage),
+        peak_rss_bytes: Some(k.child.peak_rss_bytes),
+        ..Sample::default()
     }
 }
 
 /// 1 − major faults / touches.
 fn hit_ratio(s: &Sample) -> f64 {
-    if s.touches == 0 {
+    let touches = s.touches.unwrap_or(0);
+    if touches == 0 {
         return 1.0;
     }
-    (1.0 - s.major_faults as f64 / s.touches as f64).max(0.0)
+    let major = s.major_faults.unwrap_or(0);
+    (1.0 - major as f64 / touches as f64).max(0.0)
 }
 
-use self::grid::rate as per_second;
+/// A field of a cell's median sample: its table heading (none: JSON only),
+/// its JSON key, its value, and how the table shows that value.
+type Field = (
+    Option<&'static str>,
+    &'static str,
+    fn(&Run, &Sample) -> Value,
+    Show,
+);
+
+/// How the table shows a value (`-` for null).
+#[derive(Clone, Copy)]
+enum Show {
+    /// Seconds, three decimals.
+    Seconds,
+    /// A count (a rate rounded down).
+    Count,
+    /// A ratio, four decimals.
+    Ratio,
+    /// Bytes in binary units.
+    Bytes,
+    /// `yes` or `no`.
+    YesNo,
+}
+
+impl Show {
+    fn text(self, v: &Value) -> String {
+        let text = match self {
+            Show::Seconds => v.as_f64().map(|x| format!("{x:.3}")),
+            Show::Count => v.as_f64().map(|x| units::count(x as u64)),
+            Show::Ratio => v.as_f64().map(|x| format!("{x:.4}")),
+            Show::Bytes => v.as_u64().map(units::bytes),
+            Show::YesNo => v.as_bool().map(|b| if b { "yes" } else { "no" }.into()),
+        };
+        text.unwrap_or_else(|| "-".into())
+    }
+}
+
+/// The fields, in the table's column order (then JSON's extra fields).
+const FIELDS: [Field; 12] = [
+    (Some("seconds"), "", |_, s| s.seconds.into(), Show::Seconds),
+    (
+        Some("touches/s"),
+        "touches_per_second",
+        |_, s| per_second(s.touches.unwrap_or(0), s.seconds).into(),
+        Show::Count,
+    ),
+    (
+        Some("hit ratio"),
+        "hit_ratio",
+        |_, s| hit_ratio(s).into(),
+        Show::Ratio,
+    ),
+    (
+        Some("evictions/s"),
+        "evicted_per_second",
+        |_, s| s.evicted.map(|e| per_second(e, s.seconds)).into(),
+        Show::Count,
+    ),
+    (
+        Some("refaults"),
+        "refault",
+        |_, s| s.refault.into(),
+        Show::Count,
+    ),
+    (
+        Some("peak cached"),
+        "peak_bytes",
+        |_, s| s.peak_bytes.into(),
+        Show::Bytes,
+    ),
+    (
+        Some("peak RSS"),
+        "peak_rss_bytes",
+        |_, s| s.peak_rss_bytes.into(),
+        Show::Bytes,
+    ),
+    (
+        Some("budget"),
+        "budget_bytes",
+        |r, _| r.mode.budget.into(),
+        Show::Bytes,
+    ),
+    (
+        Some("≤ budget+1%"),
+        "within_budget",
+        |r, s| r.mode.within(s.peak_bytes.unwrap_or(0)).into(),
+        Show::YesNo,
+    ),
+    (None, "touches", |_, s| s.touches.into(), Show::Count),
+    (None, "evicted", |_, s| s.evicted.into(), Show::Count),
+    (None, "stats", |_, s| json!(s.stats), Show::Count),
+];
 
 // ---------------------------------------------------------------------------
 // The table.
 // ---------------------------------------------------------------------------
 
-fn render(run: &BudgetRun) -> String {
+fn render(run: &Run) -> String {
+    let m = &run.mode;
     let title = format!(
         "faultmap bench --budget: a memory budget on an object {OBJECT_PER_BUDGET} × its size, \
          faultmap's CLOCK eviction against the kernel's reclaim under a cgroup memory limit"
     );
     let mut budget = format!(
         "{} ({} pages)",
-        units::bytes(run.budget),
-        units::count(run.budget / PAGE_SIZE as u64)
+        units::bytes(m.budget),
+        units::count(m.budget / PAGE_SIZE as u64)
     );
-    if let Some(asked) = run.shrunk_from {
+    if let Some(asked) = m.shrunk_from {
         let _ = write!(
             budget,
             "; the file is smaller than 4 × the {} asked, so the budget is a quarter of it",
@@ -389,12 +462,12 @@ fn render(run: &BudgetRun) -> String {
                 "a new pager per sample with memory_budget = budget, {} delivery, fault-around \
                  order {ORDER}, full readahead, file store {}",
                 crate::delivery_name(faultmap::Delivery::default()),
-                run.file_io.as_str()
+                m.file_io.as_str()
             ),
         ),
         (
             "kernel-file",
-            match &run.kernel_skipped {
+            match &m.kernel_skipped {
                 None => "kernel mmap of the file in a child process in a new cgroup v1 memory \
                          cgroup with memory.limit_in_bytes = budget"
                     .to_string(),
@@ -409,7 +482,7 @@ fn render(run: &BudgetRun) -> String {
                  rand and hotcold touch once per page of the object, at most {} times",
                 units::count(touch::hot_pages(
                     run.data.pages,
-                    run.budget / PAGE_SIZE as u64
+                    m.budget / PAGE_SIZE as u64
                 )),
                 units::count(u64::from(touch::RANDOM_TOUCHES))
             ),
@@ -419,52 +492,31 @@ fn render(run: &BudgetRun) -> String {
             format!(
                 "{} per cell (the median by seconds), each from cold caches; total wall time \
                  {:.1} s",
-                run.repetitions, run.wall_seconds
+                m.repetitions, run.wall_seconds
             ),
         ),
     ];
-    let mut out = grid::header(&title, &run.machine, &run.data, lines);
+    let mut out = run.header(&title, lines);
     out.push_str("RSS bound: peak cached must stay within budget + 1%\n\n");
-
-    let mut t = Table::new(2).note_column(10);
-    t.row([
-        "workload",
-        "engine",
-        "seconds",
-        "touches/s",
-        "hit ratio",
-        "evictions/s",
-        "refaults",
-        "peak cached",
-        "peak RSS",
-        "budget",
-        "≤ budget+1%",
-    ]);
+    let shown = FIELDS.iter().filter(|f| f.0.is_some());
+    let mut t = Table::new(2).note_column(2 + shown.clone().count() - 1);
+    t.row(
+        ["workload", "engine"]
+            .into_iter()
+            .chain(shown.clone().filter_map(|f| f.0)),
+    );
     for cell in &run.cells {
         let Some(s) = cell.median_sample() else {
             continue;
         };
-        t.row([
-            cell.key.workload.name().to_string(),
-            cell.key.engine.name().to_string(),
-            format!("{:.3}", s.seconds),
-            units::count(per_second(s.touches, s.seconds) as u64),
-            format!("{:.4}", hit_ratio(s)),
-            s.evicted.map_or(
-                "-".into(),
-                |e| units::count(per_second(e, s.seconds) as u64),
-            ),
-            s.refault.map_or("-".into(), units::count),
-            units::bytes(s.peak_bytes),
-            units::bytes(s.peak_rss_bytes),
-            units::bytes(run.budget),
-            if run.within(s.peak_bytes) {
-                "yes"
-            } else {
-                "no"
-            }
-            .to_string(),
-        ]);
+        let key = [
+            cell.key.workload.name(),
+            grid::Column::engine(cell.key.column),
+        ];
+        let values = shown
+            .clone()
+            .map(|(_, _, value, show)| show.text(&value(run, s)));
+        t.row(key.into_iter().map(String::from).chain(values));
     }
     out.push_str(&t.render());
     out.push_str(
@@ -482,48 +534,29 @@ fn render(run: &BudgetRun) -> String {
 // ---------------------------------------------------------------------------
 
 /// Writes the document: one row per cell, its median sample's.
-fn write_json(run: &BudgetRun, out: &mut impl std::io::Write) -> Result<()> {
-    let machine = json!({
+fn write_json(run: &Run, out: &mut impl std::io::Write) -> Result<()> {
+    let m = &run.mode;
+    let settings = json!({
         "benchmark": "budget",
-        "budget_bytes": run.budget,
-        "budget_asked_bytes": run.shrunk_from,
+        "budget_bytes": m.budget,
+        "budget_asked_bytes": m.shrunk_from,
         "order": ORDER,
         "delivery": crate::delivery_name(faultmap::Delivery::default()),
-        "file_io": run.file_io.as_str(),
-        "kernel_file_skipped": run.kernel_skipped.as_deref(),
-        "repetitions": run.repetitions,
+        "file_io": m.file_io.as_str(),
+        "kernel_file_skipped": m.kernel_skipped.as_deref(),
+        "repetitions": m.repetitions,
         "wall_seconds": run.wall_seconds,
     });
-    let rows = run.cells.iter().filter_map(|cell| {
-        let s = cell.median_sample()?;
-        let mut row = Row::new(cell, cell.key.engine.name(), variant(run.budget));
-        row.workload = cell.key.workload.name();
-        row.order = (cell.key.engine == Engine::Faultmap).then_some(ORDER);
-        row.pages = run.data.pages;
-        row.seconds = s.seconds;
-        row.faults = Some(s.faults);
-        row.major_faults = Some(s.major_faults);
-        row.io_bytes = s.io_bytes;
-        row.io_count = s.stats.map(|s| s.io_count);
-        Some(
-            row.with("touches", s.touches)
-                .with("hit_ratio", hit_ratio(s))
-                .with("evicted", s.evicted)
-                .with("refault", s.refault)
-                .with("peak_bytes", s.peak_bytes)
-                .with("budget_bytes", run.budget)
-                .with("within_budget", run.within(s.peak_bytes))
-                .with("touches_per_second", per_second(s.touches, s.seconds))
-                .with(
-                    "evicted_per_second",
-                    s.evicted.map(|e| per_second(e, s.seconds)),
-                )
-                .with("peak_rss_bytes", s.peak_rss_bytes)
-                .with("stats", s.stats),
-        )
-    });
-    let machine = grid::machine_json(&run.machine, &run.data, machine);
-    grid::write_document(out, machine, rows.collect())
+    run.document(out, settings, |run, cell| {
+        let s = cell.median_sample().copied().unwrap_or_default();
+        let mut row = Row::new(run, cell);
+        row.variant = variant(run.mode.budget);
+        row.order = (cell.key.column == Engine::Faultmap).then_some(ORDER);
+        (row.seconds, row.faults, row.major_faults) = (s.seconds, s.faults, s.major_faults);
+        (row.io_count, row.io_bytes) = (s.io_count, s.io_bytes);
+        let extra = FIELDS.iter().filter(|f| !f.1.is_empty());
+        extra.fold(row, |row, (_, key, value, _)| row.with(key, value(run, &s)))
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -531,24 +564,19 @@ fn write_json(run: &BudgetRun, out: &mut impl std::io::Write) -> Result<()> {
 // ---------------------------------------------------------------------------
 
 /// The hit ratio and the time of each engine, per workload.
-fn figure(run: &BudgetRun) -> Figure {
+fn figure(run: &Run) -> Figure {
     let names: Vec<String> = BudgetWorkload::ALL
         .iter()
         .map(|w| w.name().to_string())
         .collect();
     let panel = |title: &str, log_y, value: fn(&Sample) -> f64| {
-        let series = [Engine::Faultmap, Engine::KernelFile]
-            .into_iter()
-            .map(|engine| {
-                let points = BudgetWorkload::ALL
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, &workload)| {
-                        let cell = grid::find(&run.cells, Key { workload, engine })?;
-                        Some((i as f64, value(cell.median_sample()?)))
-                    });
-                Series::line(engine.name().to_string(), points.collect())
+        let series = run.columns.iter().map(|&engine| {
+            let points = run.workloads.iter().enumerate().filter_map(|(i, &w)| {
+                let cell = run.cell(w, 1, engine)?;
+                Some((i as f64, value(cell.median_sample()?)))
             });
+            Series::line(grid::Column::heading(engine), points.collect())
+        });
         Panel {
             title: title.to_string(),
             x_label: "workload".into(),
@@ -586,16 +614,11 @@ mod tests {
     fn hit_ratios_count_major_faults() {
         let s = Sample {
             seconds: 2.0,
-            touches: 100,
-            checksum: 0,
-            faults: 30,
-            major_faults: 25,
+            touches: Some(100),
+            faults: Some(30),
+            major_faults: Some(25),
             evicted: Some(10),
-            refault: None,
-            peak_bytes: 0,
-            peak_rss_bytes: 0,
-            io_bytes: None,
-            stats: None,
+            ..Sample::default()
         };
         assert!((hit_ratio(&s) - 0.75).abs() < 1e-9);
         assert!((per_second(10, s.seconds) - 5.0).abs() < 1e-9);
