@@ -340,10 +340,11 @@ fn hit_ratio(s: &Sample) -> f64 {
 }
 
 /// A field of a cell's median sample: its table heading (none: JSON only),
-/// its JSON key, its value, and how the table shows that value.
+/// its extra JSON field (none: a common one), its value, and how the table
+/// shows that value.
 type Field = (
     Option<&'static str>,
-    &'static str,
+    Option<&'static str>,
     fn(&Run, &Sample) -> Value,
     Show,
 );
@@ -378,58 +379,63 @@ impl Show {
 
 /// The fields, in the table's column order (then JSON's extra fields).
 const FIELDS: [Field; 12] = [
-    (Some("seconds"), "", |_, s| s.seconds.into(), Show::Seconds),
+    (
+        Some("seconds"),
+        None,
+        |_, s| s.seconds.into(),
+        Show::Seconds,
+    ),
     (
         Some("touches/s"),
-        "touches_per_second",
+        Some("touches_per_second"),
         |_, s| per_second(s.touches.unwrap_or(0), s.seconds).into(),
         Show::Count,
     ),
     (
         Some("hit ratio"),
-        "hit_ratio",
+        Some("hit_ratio"),
         |_, s| hit_ratio(s).into(),
         Show::Ratio,
     ),
     (
         Some("evictions/s"),
-        "evicted_per_second",
+        Some("evicted_per_second"),
         |_, s| s.evicted.map(|e| per_second(e, s.seconds)).into(),
         Show::Count,
     ),
     (
         Some("refaults"),
-        "refault",
+        Some("refault"),
         |_, s| s.refault.into(),
         Show::Count,
     ),
     (
         Some("peak cached"),
-        "peak_bytes",
+        Some("peak_bytes"),
         |_, s| s.peak_bytes.into(),
         Show::Bytes,
     ),
     (
         Some("peak RSS"),
-        "peak_rss_bytes",
+        Some("peak_rss_bytes"),
         |_, s| s.peak_rss_bytes.into(),
         Show::Bytes,
     ),
     (
         Some("budget"),
-        "budget_bytes",
+        Some("budget_bytes"),
         |r, _| r.mode.budget.into(),
         Show::Bytes,
     ),
     (
         Some("≤ budget+1%"),
-        "within_budget",
+        Some("within_budget"),
         |r, s| r.mode.within(s.peak_bytes.unwrap_or(0)).into(),
         Show::YesNo,
     ),
-    (None, "touches", |_, s| s.touches.into(), Show::Count),
-    (None, "evicted", |_, s| s.evicted.into(), Show::Count),
-    (None, "stats", |_, s| json!(s.stats), Show::Count),
+    (None, Some("touches"), |_, s| s.touches.into(), Show::Count),
+    (None, Some("evicted"), |_, s| s.evicted.into(), Show::Count),
+    (None, Some("stats"), |_, s| json!(s.stats), Show::Count),
 ];
 
 // ---------------------------------------------------------------------------
@@ -554,8 +560,8 @@ fn write_json(run: &Run, out: &mut impl std::io::Write) -> Result<()> {
         row.order = (cell.key.column == Engine::Faultmap).then_some(ORDER);
         (row.seconds, row.faults, row.major_faults) = (s.seconds, s.faults, s.major_faults);
         (row.io_count, row.io_bytes) = (s.io_count, s.io_bytes);
-        let extra = FIELDS.iter().filter(|f| !f.1.is_empty());
-        extra.fold(row, |row, (_, key, value, _)| row.with(key, value(run, &s)))
+        let extra = FIELDS.iter().filter_map(|f| Some((f.1?, f.2)));
+        extra.fold(row, |row, (key, value)| row.with(key, value(run, &s)))
     })
 }
 

@@ -63,7 +63,6 @@
 //!
 //! # The report
 //!
-
 //! ```text
 //!   parts: each thread touches one byte per page of its own 1/T of the data
 //!                                        kernel-memfd   lock-free  global-mutex
