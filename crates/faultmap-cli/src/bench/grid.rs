@@ -450,6 +450,20 @@ impl<W: Named, C: Column, X> Report<W, C, X> {
         self.cell(workload, threads, column).map(Cell::seconds)
     }
 
+    /// The median of a count of the key's cell (0 if no sample has it),
+    /// blank without the cell.
+    pub fn count(&self, k: Key<W, C>, f: impl Fn(&Sample) -> Option<u64>) -> String {
+        let cell = self.cell(k.workload, k.threads, k.column);
+        cell.map_or_else(String::new, |c| units::count(c.median_u64(f).unwrap_or(0)))
+    }
+
+    /// The median seconds of the key's cell with `decimals` decimals, blank
+    /// without the cell.
+    pub fn time(&self, k: Key<W, C>, decimals: usize) -> String {
+        let s = self.seconds(k.workload, k.threads, k.column);
+        s.map_or_else(String::new, |s| format!("{s:.decimals$}"))
+    }
+
     /// The report's title and header: `name  text` lines, the machine and
     /// the data first.
     pub fn header(&self, title: &str, lines: Vec<(&str, String)>) -> String {

@@ -304,30 +304,21 @@ fn folio_text(sample: Option<FolioSample>) -> String {
 
 /// The lines of a workload's table.
 const LINES: [Line<Run, Key>; 5] = [
-    ("minor-faults", |r, k| count(r, k, |s| s.faults)),
+    ("minor-faults", |r, k| r.count(k, |s| s.faults)),
     ("major-faults", |r, k| {
         // Only where some cell of the workload had major faults.
         let mut cells = r.cells.iter().filter(|c| c.key.workload == k.workload);
         let any = cells.any(|c| c.median_u64(|s| s.major_faults).unwrap_or(0) > 0);
         if any {
-            count(r, k, |s| s.major_faults)
+            r.count(k, |s| s.major_faults)
         } else {
             String::new()
         }
     }),
-    ("time, seconds", |r, k| {
-        let s = r.seconds(k.workload, k.threads, k.column);
-        s.map_or_else(String::new, |s| format!("{s:.6}"))
-    }),
+    ("time, seconds", |r, k| r.time(k, 6)),
     ("vs kernel-file", |r, k| versus(r, k, Engine::KernelFile)),
     ("vs kernel-memfd", |r, k| versus(r, k, Engine::KernelMemfd)),
 ];
-
-/// The median of a count of a cell, blank without the cell.
-fn count(run: &Run, k: Key, f: fn(&grid::Sample) -> Option<u64>) -> String {
-    let cell = run.cell(k.workload, k.threads, k.column);
-    cell.map_or_else(String::new, |c| units::count(c.median_u64(f).unwrap_or(0)))
-}
 
 /// `reference`'s time over the column's (blank in the reference's own).
 fn versus(run: &Run, k: Key, reference: Engine) -> String {

@@ -652,11 +652,8 @@ fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
 }
 
 const PARTS_LINES: [Line<Run, Key>; 6] = [
-    ("faults", |r, k| count(r, k, |s| s.faults)),
-    ("time, seconds", |r, k| {
-        let s = r.seconds(k.workload, k.threads, k.column);
-        s.map_or_else(String::new, |v| format!("{v:.6}"))
-    }),
+    ("faults", |r, k| r.count(k, |s| s.faults)),
+    ("time, seconds", |r, k| r.time(k, 6)),
     ("faults/s", |r, k| show_rate(fps(r, k.threads, k.column))),
     ("vs kernel-memfd, time", |r, k| {
         let s = |c| r.seconds(k.workload, k.threads, c);
@@ -676,12 +673,9 @@ const PARTS_LINES: [Line<Run, Key>; 6] = [
 ];
 
 const CHURN_LINES: [Line<Run, Key>; 12] = [
-    ("faults", |r, k| count(r, k, |s| s.faults)),
-    ("pages touched", |r, k| count(r, k, |s| s.pages_touched)),
-    ("time, seconds", |r, k| {
-        let s = r.seconds(k.workload, k.threads, k.column);
-        s.map_or_else(String::new, |v| format!("{v:.3}"))
-    }),
+    ("faults", |r, k| r.count(k, |s| s.faults)),
+    ("pages touched", |r, k| r.count(k, |s| s.pages_touched)),
+    ("time, seconds", |r, k| r.time(k, 3)),
     ("faults/s", |r, k| show_rate(fps(r, k.threads, k.column))),
     ("pages/s", |r, k| {
         show_rate(rate_of(r, k.threads, k.column, pages_per_second))
@@ -706,12 +700,6 @@ const CHURN_LINES: [Line<Run, Key>; 12] = [
     ("spf_fallback", |r, k| counter(r, k, |s| s.spf_fallback)),
     ("forwarded", |r, k| counter(r, k, |s| s.forwarded)),
 ];
-
-/// The median of a count of the key's cell, blank without one.
-fn count(run: &Run, k: Key, f: fn(&Sample) -> Option<u64>) -> String {
-    let cell = run.cell(k.workload, k.threads, k.column);
-    cell.map_or_else(String::new, |c| units::count(med(c, f)))
-}
 
 fn show_rate(v: Option<f64>) -> String {
     v.map_or_else(String::new, |v| units::count(v.round() as u64))
