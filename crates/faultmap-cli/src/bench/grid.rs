@@ -1,11 +1,12 @@
 //! The framework every `faultmap bench` mode is built on: engines ×
 //! workloads × cells.
 //!
-//! A mode names its workloads (`W`, [`Named`]) and its columns (`C`: an
-//! engine and its settings, [`Column`]). A cell is a [`Key`] (workload,
-//! thread count, column) and its [`Sample`]s, one per repetition; a sample
-//! is one type for every mode, each filling what it measures. Everything
-//! else is here, written once:
+//! A mode ([`Mode`]) names its workloads (`Workload`, [`Named`]) and its
+//! columns (`Column`: an engine and its settings, [`Column`]), and writes
+//! its outputs of a [`Report`]: the text, the JSON settings and rows, the
+//! figure. A cell is a [`Key`] (workload, thread count, column) and its
+//! [`Sample`]s, one per repetition; a sample is one type for every mode,
+//! each filling what it measures. Everything else is here, written once:
 //!
 //! ```text
 //!   keys, in measurement order ──▶ Cell { key, samples }
@@ -15,9 +16,9 @@
 //!     known before the first sample    │ row are measured seconds apart
 //!                                      ▼
 //!   Report { machine, data, workloads, threads, columns, cells, mode }
-//!        │                         │                          │
+//!        │ write(args)             │                          │
 //!        ▼                         ▼                          ▼
-//!   header + grid(&[Line])    document(settings, Row)    plot::Figure (SVG)
+//!   header + grid(&[Line])    document: settings, Row    Mode::figure (SVG)
 //! ```
 //!
 //! - [`Cell`]: a key and its samples, with the medians every report shows
@@ -26,18 +27,19 @@
 //! - [`measure`]: the passes over the cells under a [`Repetitions`] policy,
 //!   with the one progress bar; [`Checksums`]: every engine must read the
 //!   same bytes as the first one of its group;
-//! - [`Report`]: a mode's results; its [`Report::grid`] renders a table
-//!   described as data, a list of [`Line`]s (a label and what a line shows
-//!   in one column), with engines as columns and a group of lines per
-//!   thread count; [`Report::document`] writes the one JSON document,
-//!   `{"machine": {...}, "results": [row, ...]}`, of [`Row`]s (the fields
-//!   every benchmark has, filled from the cell's medians, plus a mode's
-//!   extras); [`goals`]: the goal lines.
+//! - [`Report`]: a mode's results, written by [`Report::write`] (the text
+//!   or the JSON on stdout, the figure with `--plot`). [`Report::grid`]
+//!   renders a table described as data, a list of [`Line`]s (a label and
+//!   what a line shows in one column), with engines as columns and a group
+//!   of lines per thread count; [`Report::document`] writes the one JSON
+//!   document, `{"machine": {...}, "results": [row, ...]}`, of [`Row`]s
+//!   (the fields every benchmark has, filled from the cell's medians, plus
+//!   a mode's extras); [`goals`]: the goal lines.
 //!
 //! A new benchmark (a remote store, huge pages) defines its workloads, its
-//! columns, a closure measuring one key, and its lines, extra JSON fields
-//! and plot; it inherits the repetition policy, the progress bar, the
-//! medians and the output formats.
+//! columns, a closure measuring one key, and its [`Mode`]: its lines, extra
+//! JSON fields and plot; it inherits the repetition policy, the progress
+//! bar, the medians and the output formats.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -50,11 +52,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::plot::Figure;
 use super::probe::{FolioSample, Machine};
 use super::reps::Repetitions;
 use crate::kernel::BlockReads;
 use crate::table::Table;
-use crate::units;
+use crate::{units, BenchArgs};
 
 /// What one measurement found, in every mode: the time, and each count the
 /// mode measures (`None` where it does not apply).
@@ -403,38 +406,62 @@ impl DataInfo {
     }
 }
 
+/// A benchmark mode: what stands for its workloads and its columns, and its
+/// outputs of a [`Report`], which [`Report::write`] writes.
+pub trait Mode: Sized {
+    /// What stands for a workload.
+    type Workload: Named;
+    /// A column: an engine with its settings.
+    type Column: Column;
+    /// The text report.
+    fn render(run: &Report<Self>) -> String;
+    /// The mode's settings, in the document's `machine` object.
+    fn settings(run: &Report<Self>) -> Value;
+    /// The JSON row of a cell with samples ([`Row::new`] and the extras).
+    fn row(run: &Report<Self>, cell: &Cell<Self::Workload, Self::Column>) -> Row;
+    /// The `--plot` figure.
+    fn figure(run: &Report<Self>) -> Figure;
+}
+
 /// A mode's results: the cells of its workloads × thread counts × columns,
 /// and the mode's own settings (`mode`).
-#[derive(Debug)]
-pub struct Report<W, C, X> {
+pub struct Report<M: Mode> {
     /// The machine.
     pub machine: Machine,
     /// The data.
     pub data: DataInfo,
     /// Workloads, in the order asked.
-    pub workloads: Vec<W>,
+    pub workloads: Vec<M::Workload>,
     /// Thread counts, in the order asked.
     pub threads: Vec<u16>,
     /// faultmap's delivery modes (a second heading line when more than one).
     pub deliveries: Vec<Delivery>,
     /// Columns, in order.
-    pub columns: Vec<C>,
+    pub columns: Vec<M::Column>,
     /// The cells, in measurement order.
-    pub cells: Vec<Cell<W, C>>,
+    pub cells: Vec<Cell<M::Workload, M::Column>>,
     /// Wall time of the whole benchmark, setup included.
     pub wall_seconds: f64,
     /// The mode's settings.
-    pub mode: X,
+    pub mode: M,
 }
 
-/// A line of a table: its label, and what it shows in the column of a key
-/// (blank lines are left out).
-pub type Line<R, K> = (&'static str, fn(&R, K) -> String);
+/// The key of a mode's cells.
+pub type KeyOf<M> = Key<<M as Mode>::Workload, <M as Mode>::Column>;
 
-impl<W: Named, C: Column, X> Report<W, C, X> {
+/// A line of a mode's table: its label, and what it shows in the column of
+/// a key (blank lines are left out).
+pub type Line<M> = (&'static str, fn(&Report<M>, KeyOf<M>) -> String);
+
+impl<M: Mode> Report<M> {
     /// The cell of one combination (a [`Column::once`] column's: its one
     /// thread's), if it has samples.
-    pub fn cell(&self, workload: W, threads: u16, column: C) -> Option<&Cell<W, C>> {
+    pub fn cell(
+        &self,
+        workload: M::Workload,
+        threads: u16,
+        column: M::Column,
+    ) -> Option<&Cell<M::Workload, M::Column>> {
         let threads = if column.once() { 1 } else { threads };
         let key = Key {
             workload,
@@ -446,20 +473,20 @@ impl<W: Named, C: Column, X> Report<W, C, X> {
     }
 
     /// The median seconds of one combination.
-    pub fn seconds(&self, workload: W, threads: u16, column: C) -> Option<f64> {
+    pub fn seconds(&self, workload: M::Workload, threads: u16, column: M::Column) -> Option<f64> {
         self.cell(workload, threads, column).map(Cell::seconds)
     }
 
     /// The median of a count of the key's cell (0 if no sample has it),
     /// blank without the cell.
-    pub fn count(&self, k: Key<W, C>, f: impl Fn(&Sample) -> Option<u64>) -> String {
+    pub fn count(&self, k: KeyOf<M>, f: impl Fn(&Sample) -> Option<u64>) -> String {
         let cell = self.cell(k.workload, k.threads, k.column);
         cell.map_or_else(String::new, |c| units::count(c.median_u64(f).unwrap_or(0)))
     }
 
     /// The median seconds of the key's cell with `decimals` decimals, blank
     /// without the cell.
-    pub fn time(&self, k: Key<W, C>, decimals: usize) -> String {
+    pub fn time(&self, k: KeyOf<M>, decimals: usize) -> String {
         let s = self.seconds(k.workload, k.threads, k.column);
         s.map_or_else(String::new, |s| format!("{s:.decimals$}"))
     }
@@ -486,7 +513,7 @@ impl<W: Named, C: Column, X> Report<W, C, X> {
     ///   1 thread   time, seconds    0.061234      0.093121   1.0212   1.3310
     ///              vs kernel-file                     0.66     0.06     0.05
     /// ```
-    pub fn grid(&self, workload: W, threads: &[u16], lines: &[Line<Self, Key<W, C>>]) -> String {
+    pub fn grid(&self, workload: M::Workload, threads: &[u16], lines: &[Line<M>]) -> String {
         let mut t = Table::new(2);
         let headings = self.columns.iter().map(|c| c.heading());
         t.row(["", ""].into_iter().map(String::from).chain(headings));
@@ -520,15 +547,20 @@ impl<W: Named, C: Column, X> Report<W, C, X> {
         t.render()
     }
 
+    /// Writes the report on stdout (its JSON document with `--json`, else
+    /// its text), and with `--plot` its figure.
+    pub fn write(&self, args: &BenchArgs) -> Result<()> {
+        if let Some(path) = &args.plot {
+            super::plot::write(&M::figure(self), path)?;
+            super::note(&format!("plot written to {}", path.display()));
+        }
+        crate::output::print(args.json, |out| self.document(out), || M::render(self))
+    }
+
     /// Writes the document, `{"machine": {...}, "results": [row, ...]}`,
     /// and a newline, to `out`: the machine, the data and the mode's
-    /// `settings` (an object), then a row per cell with samples.
-    pub fn document(
-        &self,
-        out: &mut impl Write,
-        settings: Value,
-        row: impl Fn(&Self, &Cell<W, C>) -> Row,
-    ) -> Result<()> {
+    /// settings, then a row per cell with samples.
+    pub fn document(&self, out: &mut impl Write) -> Result<()> {
         #[derive(Serialize)]
         struct Document {
             machine: Value,
@@ -542,13 +574,13 @@ impl<W: Named, C: Column, X> Report<W, C, X> {
         machine.insert("data_generated".into(), self.data.generated.into());
         machine.insert("file_bytes".into(), self.data.bytes.into());
         machine.insert("pages".into(), self.data.pages.into());
-        if let Value::Object(settings) = settings {
+        if let Value::Object(settings) = M::settings(self) {
             machine.extend(settings);
         }
         let cells = self.cells.iter().filter(|c| !c.samples.is_empty());
         let document = Document {
             machine: Value::Object(machine),
-            results: cells.map(|c| row(self, c)).collect(),
+            results: cells.map(|c| M::row(self, c)).collect(),
         };
         serde_json::to_writer_pretty(&mut *out, &document)?;
         writeln!(out)?;
@@ -583,7 +615,7 @@ pub struct Row {
 impl Row {
     /// The row of `cell` of `report`: its key, its time spread, and the
     /// medians of its counts; `order` null until set.
-    pub fn new<W: Named, C: Column, X>(report: &Report<W, C, X>, cell: &Cell<W, C>) -> Row {
+    pub fn new<M: Mode>(report: &Report<M>, cell: &Cell<M::Workload, M::Column>) -> Row {
         let s = cell.spread();
         let Key {
             workload,
@@ -732,6 +764,29 @@ mod tests {
         }
     }
 
+    /// A mode with one workload and columns `a`, `b`, `c`.
+    struct T;
+
+    impl Mode for T {
+        type Workload = W;
+        type Column = C;
+        fn render(_: &Report<T>) -> String {
+            String::new()
+        }
+        fn settings(_: &Report<T>) -> Value {
+            Value::Null
+        }
+        fn row(run: &Report<T>, cell: &Cell<W, C>) -> Row {
+            Row::new(run, cell)
+        }
+        fn figure(_: &Report<T>) -> Figure {
+            Figure {
+                panels: Vec::new(),
+                columns: 1,
+            }
+        }
+    }
+
     fn secs(seconds: f64) -> Sample {
         Sample {
             seconds,
@@ -800,10 +855,9 @@ mod tests {
             columns: vec![C(0), C(1)],
             cells: Vec::new(),
             wall_seconds: 0.0,
-            mode: (),
+            mode: T,
         };
-        type R = Report<W, C, ()>;
-        let lines: [Line<R, Key<W, C>>; 2] = [
+        let lines: [Line<T>; 2] = [
             ("blank", |_, _| String::new()),
             ("x", |_, k| ["1", "22"][usize::from(k.column.0)].into()),
         ];

@@ -97,21 +97,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
 }
 
-/// Writes a benchmark's report on stdout (its JSON document with
-/// `--json`, else its text), and with `--plot` its figure.
-fn report<W: FnOnce(&mut std::io::StdoutLock<'static>) -> Result<()>>(
-    args: &BenchArgs,
-    json: W,
-    text: impl FnOnce() -> String,
-    figure: impl FnOnce() -> plot::Figure,
-) -> Result<()> {
-    if let Some(path) = &args.plot {
-        plot::write(&figure(), path)?;
-        note(&format!("plot written to {}", path.display()));
-    }
-    crate::output::print(args.json, json, text)
-}
-
 /// A pager with `config`; its error names the delivery mode.
 fn start_pager(config: Config) -> Result<Pager> {
     let delivery = crate::delivery_name(config.delivery);

@@ -56,12 +56,11 @@
 //! the sampled counts) and `resident_pct` (kernel-file: the lowest
 //! residency before a repetition).
 
-use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use faultmap::MapOptions;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::engine::{Engine, Engines, WarmUp};
 use super::grid::{self, threads_label, Checksums, Column, Line, Row};
@@ -104,9 +103,11 @@ pub struct Warm {
 }
 
 /// The fault-around benchmark's results.
-pub type Run = grid::Report<Workload, Engine, Warm>;
+pub type Run = grid::Report<Warm>;
 
 type Key = grid::Key<Workload, Engine>;
+
+type Cell = grid::Cell<Workload, Engine>;
 
 impl grid::Named for Workload {
     fn name(self) -> &'static str {
@@ -194,12 +195,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             warm_up: engines.warm_up(),
         },
     };
-    super::report(
-        args,
-        |out| write_json(&run, out),
-        || render(&run),
-        || figure(&run),
-    )
+    run.write(args)
 }
 
 /// All folio samples of one engine's cells together.
@@ -219,22 +215,121 @@ fn min_resident_pct<'a>(samples: impl Iterator<Item = &'a grid::Sample>) -> Opti
 // The table.
 // ---------------------------------------------------------------------------
 
-/// The whole report: header, one table per workload, headline, legend.
-pub fn render(run: &Run) -> String {
-    let title = if run.mode.full {
-        "faultmap bench --full: the fault-around benchmark, faultmap against kernel mmap"
-    } else {
-        "faultmap bench: the fault-around benchmark (a representative subset; --full for the \
+impl grid::Mode for Warm {
+    type Workload = Workload;
+    type Column = Engine;
+
+    /// The whole report: header, one table per workload, headline, legend.
+    fn render(run: &Run) -> String {
+        let title = if run.mode.full {
+            "faultmap bench --full: the fault-around benchmark, faultmap against kernel mmap"
+        } else {
+            "faultmap bench: the fault-around benchmark (a representative subset; --full for the \
          whole table), faultmap against kernel mmap"
-    };
-    let mut out = run.header(title, header_lines(run));
-    for &w in &run.workloads {
-        let grid = run.grid(w, &run.threads, &LINES);
-        out.push_str(&format!("\n{}: {}\n{grid}", w.name(), w.describe()));
+        };
+        let mut out = run.header(title, header_lines(run));
+        for &w in &run.workloads {
+            let grid = run.grid(w, &run.threads, &LINES);
+            out.push_str(&format!("\n{}: {}\n{grid}", w.name(), w.describe()));
+        }
+        out.push_str(&headline(run));
+        out.push_str(LEGEND);
+        out
     }
-    out.push_str(&headline(run));
-    out.push_str(LEGEND);
-    out
+
+    /// The settings in the document's `machine` object.
+    fn settings(run: &Run) -> Value {
+        let kind = |e| folios(run, e).unwrap_or_default().kind().name();
+        let w = &run.mode.warm_up;
+        let (passes, from) = run.mode.repetitions;
+        json!({
+            "full": run.mode.full,
+            "repetitions": passes,
+            "repetitions_from": match from {
+                RepsFrom::Argument => "argument",
+                RepsFrom::Budget => "budget",
+            },
+            "repetitions_budget_seconds": (from == RepsFrom::Budget).then(|| BUDGET.as_secs()),
+            "handler_threads": run.mode.handler_threads,
+            "deliveries": run.deliveries.iter().map(|&d| crate::delivery_name(d)).collect::<Vec<_>>(),
+            "kernel_file_folios": kind(Engine::KernelFile),
+            "kernel_file_resident_pct_min": min_resident_pct(run.cells.iter().flat_map(|c| &c.samples)),
+            "kernel_memfd_folios": kind(Engine::KernelMemfd),
+            "faultmap_warm_seconds": w.seconds,
+            "faultmap_warm_io_count": w.stats.io_count,
+            "faultmap_warm_io_bytes": w.stats.io_bytes,
+            "faultmap_cached_pct": w.cached_pct,
+            "wall_seconds": run.wall_seconds,
+        })
+    }
+
+    /// A cell's JSON row.
+    fn row(run: &Run, cell: &Cell) -> Row {
+        let engine = cell.key.column;
+        let folios = cell.samples.iter().filter_map(|s| s.folios);
+        let folios = folios.reduce(FolioSample::merge);
+        let mut row = Row::new(run, cell);
+        row.order = engine.order();
+        row.with("delivery", engine.delivery().map(crate::delivery_name))
+            .with(
+                "fault_around_pages",
+                cell.median_u64(|s| s.fault_around_pages),
+            )
+            .with("folios", folios.map(|f| f.kind().name()))
+            .with("folio_sample", folios)
+            .with("resident_pct", min_resident_pct(cell.samples.iter()))
+    }
+
+    /// Per workload, time and faults against the fault-around order: a line
+    /// per delivery mode and thread count, the kernel columns as horizontal
+    /// reference lines.
+    fn figure(run: &Run) -> Figure {
+        type Value = fn(&grid::Cell<Workload, Engine>) -> f64;
+        let values: [(&str, Value); 2] = [
+            ("time, seconds", |c| c.seconds()),
+            ("minor faults", |c| {
+                c.median_u64(|s| s.faults).unwrap_or(0) as f64
+            }),
+        ];
+        let mut panels = Vec::new();
+        for &w in &run.workloads {
+            for (what, value) in values {
+                let mut series = Vec::new();
+                for &threads in &run.threads {
+                    let cell = |e| run.cell(w, threads, e);
+                    for &d in &run.deliveries {
+                        let points = run
+                            .columns
+                            .iter()
+                            .filter(|e| e.delivery() == Some(d))
+                            .filter_map(|&e| Some((f64::from(e.order()?), value(cell(e)?))))
+                            .collect();
+                        let label = format!(
+                            "faultmap {}, {}",
+                            crate::delivery_name(d),
+                            threads_label(threads)
+                        );
+                        series.push(Series::line(label, points));
+                    }
+                    for k in [Engine::KernelFile, Engine::KernelMemfd] {
+                        if let Some(c) = cell(k) {
+                            let label = format!("{}, {}", k.name(), threads_label(threads));
+                            series.push(Series::reference(label, value(c)));
+                        }
+                    }
+                }
+                panels.push(Panel {
+                    title: format!("{}: {what}", w.name()),
+                    x_label: "fault-around order".into(),
+                    y_label: what.into(),
+                    log_y: true,
+                    series,
+                    ..Panel::default()
+                });
+            }
+        }
+        Figure { panels, columns: 2 }
+    }
 }
 
 fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
@@ -303,7 +398,7 @@ fn folio_text(sample: Option<FolioSample>) -> String {
 }
 
 /// The lines of a workload's table.
-const LINES: [Line<Run, Key>; 5] = [
+const LINES: [Line<Warm>; 5] = [
     ("minor-faults", |r, k| r.count(k, |s| s.faults)),
     ("major-faults", |r, k| {
         // Only where some cell of the workload had major faults.
@@ -385,98 +480,6 @@ vs X: X's median time divided by the column's; above 1, the column was faster th
 // JSON.
 // ---------------------------------------------------------------------------
 
-/// Writes the document, and a newline, to `out`.
-pub fn write_json(run: &Run, out: &mut impl Write) -> Result<()> {
-    let kind = |e| folios(run, e).unwrap_or_default().kind().name();
-    let w = &run.mode.warm_up;
-    let (passes, from) = run.mode.repetitions;
-    let settings = json!({
-        "full": run.mode.full,
-        "repetitions": passes,
-        "repetitions_from": match from {
-            RepsFrom::Argument => "argument",
-            RepsFrom::Budget => "budget",
-        },
-        "repetitions_budget_seconds": (from == RepsFrom::Budget).then(|| BUDGET.as_secs()),
-        "handler_threads": run.mode.handler_threads,
-        "deliveries": run.deliveries.iter().map(|&d| crate::delivery_name(d)).collect::<Vec<_>>(),
-        "kernel_file_folios": kind(Engine::KernelFile),
-        "kernel_file_resident_pct_min": min_resident_pct(run.cells.iter().flat_map(|c| &c.samples)),
-        "kernel_memfd_folios": kind(Engine::KernelMemfd),
-        "faultmap_warm_seconds": w.seconds,
-        "faultmap_warm_io_count": w.stats.io_count,
-        "faultmap_warm_io_bytes": w.stats.io_bytes,
-        "faultmap_cached_pct": w.cached_pct,
-        "wall_seconds": run.wall_seconds,
-    });
-    run.document(out, settings, |run, cell| {
-        let engine = cell.key.column;
-        let folios = cell.samples.iter().filter_map(|s| s.folios);
-        let folios = folios.reduce(FolioSample::merge);
-        let mut row = Row::new(run, cell);
-        row.order = engine.order();
-        row.with("delivery", engine.delivery().map(crate::delivery_name))
-            .with(
-                "fault_around_pages",
-                cell.median_u64(|s| s.fault_around_pages),
-            )
-            .with("folios", folios.map(|f| f.kind().name()))
-            .with("folio_sample", folios)
-            .with("resident_pct", min_resident_pct(cell.samples.iter()))
-    })
-}
-
 // ---------------------------------------------------------------------------
 // The plot.
 // ---------------------------------------------------------------------------
-
-/// Per workload, time and faults against the fault-around order: a line
-/// per delivery mode and thread count, the kernel columns as horizontal
-/// reference lines.
-pub fn figure(run: &Run) -> Figure {
-    type Value = fn(&grid::Cell<Workload, Engine>) -> f64;
-    let values: [(&str, Value); 2] = [
-        ("time, seconds", |c| c.seconds()),
-        ("minor faults", |c| {
-            c.median_u64(|s| s.faults).unwrap_or(0) as f64
-        }),
-    ];
-    let mut panels = Vec::new();
-    for &w in &run.workloads {
-        for (what, value) in values {
-            let mut series = Vec::new();
-            for &threads in &run.threads {
-                let cell = |e| run.cell(w, threads, e);
-                for &d in &run.deliveries {
-                    let points = run
-                        .columns
-                        .iter()
-                        .filter(|e| e.delivery() == Some(d))
-                        .filter_map(|&e| Some((f64::from(e.order()?), value(cell(e)?))))
-                        .collect();
-                    let label = format!(
-                        "faultmap {}, {}",
-                        crate::delivery_name(d),
-                        threads_label(threads)
-                    );
-                    series.push(Series::line(label, points));
-                }
-                for k in [Engine::KernelFile, Engine::KernelMemfd] {
-                    if let Some(c) = cell(k) {
-                        let label = format!("{}, {}", k.name(), threads_label(threads));
-                        series.push(Series::reference(label, value(c)));
-                    }
-                }
-            }
-            panels.push(Panel {
-                title: format!("{}: {what}", w.name()),
-                x_label: "fault-around order".into(),
-                y_label: what.into(),
-                log_y: true,
-                series,
-                ..Panel::default()
-            });
-        }
-    }
-    Figure { panels, columns: 2 }
-}

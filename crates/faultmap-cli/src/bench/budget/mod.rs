@@ -113,7 +113,9 @@ struct Budget {
 
 /// The budget benchmark's results; the outputs show each cell's median
 /// sample by seconds (real counts of one run, not a mix of medians).
-type Run = grid::Report<BudgetWorkload, Engine, Budget>;
+type Run = grid::Report<Budget>;
+
+type Cell = grid::Cell<BudgetWorkload, Engine>;
 
 impl Budget {
     /// Whether `peak` is within the budget + 1%.
@@ -269,12 +271,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             repetitions,
         },
     };
-    super::report(
-        args,
-        |out| write_json(&run, out),
-        || render(&run),
-        || figure(&run),
-    )
+    run.write(args)
 }
 
 /// One faultmap sample: a new pager with the budget, a new object, cold.
@@ -442,118 +439,121 @@ const FIELDS: [Field; 12] = [
 // The table.
 // ---------------------------------------------------------------------------
 
-fn render(run: &Run) -> String {
-    let m = &run.mode;
-    let title = format!(
+impl grid::Mode for Budget {
+    type Workload = BudgetWorkload;
+    type Column = Engine;
+
+    fn render(run: &Run) -> String {
+        let m = &run.mode;
+        let title = format!(
         "faultmap bench --budget: a memory budget on an object {OBJECT_PER_BUDGET} × its size, \
          faultmap's CLOCK eviction against the kernel's reclaim under a cgroup memory limit"
     );
-    let mut budget = format!(
-        "{} ({} pages)",
-        units::bytes(m.budget),
-        units::count(m.budget / PAGE_SIZE as u64)
-    );
-    if let Some(asked) = m.shrunk_from {
-        let _ = write!(
-            budget,
-            "; the file is smaller than 4 × the {} asked, so the budget is a quarter of it",
-            units::bytes(asked)
+        let mut budget = format!(
+            "{} ({} pages)",
+            units::bytes(m.budget),
+            units::count(m.budget / PAGE_SIZE as u64)
         );
-    }
-    let lines = vec![
-        ("budget", budget),
-        (
-            "faultmap",
-            format!(
+        if let Some(asked) = m.shrunk_from {
+            let _ = write!(
+                budget,
+                "; the file is smaller than 4 × the {} asked, so the budget is a quarter of it",
+                units::bytes(asked)
+            );
+        }
+        let lines = vec![
+            ("budget", budget),
+            (
+                "faultmap",
+                format!(
                 "a new pager per sample with memory_budget = budget, {} delivery, fault-around \
                  order {ORDER}, full readahead, file store {}",
                 crate::delivery_name(faultmap::Delivery::default()),
                 m.file_io.as_str()
             ),
-        ),
-        (
-            "kernel-file",
-            match &m.kernel_skipped {
-                None => "kernel mmap of the file in a child process in a new cgroup v1 memory \
+            ),
+            (
+                "kernel-file",
+                match &m.kernel_skipped {
+                    None => "kernel mmap of the file in a child process in a new cgroup v1 memory \
                          cgroup with memory.limit_in_bytes = budget"
-                    .to_string(),
-                Some(why) => format!("skipped: cannot use a cgroup v1 memory limit ({why})"),
-            },
-        ),
-        (
-            "workloads",
-            format!(
-                "one byte per touch; seq: every page in order, twice; rand: uniformly random \
+                        .to_string(),
+                    Some(why) => format!("skipped: cannot use a cgroup v1 memory limit ({why})"),
+                },
+            ),
+            (
+                "workloads",
+                format!(
+                    "one byte per touch; seq: every page in order, twice; rand: uniformly random \
                  pages; hotcold: 90% on a hot set of {} pages (10% of the budget), 10% uniform; \
                  rand and hotcold touch once per page of the object, at most {} times",
-                units::count(touch::hot_pages(
-                    run.data.pages,
-                    m.budget / PAGE_SIZE as u64
-                )),
-                units::count(u64::from(touch::RANDOM_TOUCHES))
+                    units::count(touch::hot_pages(
+                        run.data.pages,
+                        m.budget / PAGE_SIZE as u64
+                    )),
+                    units::count(u64::from(touch::RANDOM_TOUCHES))
+                ),
             ),
-        ),
-        (
-            "repetitions",
-            format!(
-                "{} per cell (the median by seconds), each from cold caches; total wall time \
+            (
+                "repetitions",
+                format!(
+                    "{} per cell (the median by seconds), each from cold caches; total wall time \
                  {:.1} s",
-                m.repetitions, run.wall_seconds
+                    m.repetitions, run.wall_seconds
+                ),
             ),
-        ),
-    ];
-    let mut out = run.header(&title, lines);
-    out.push_str("RSS bound: peak cached must stay within budget + 1%\n\n");
-    let shown = FIELDS.iter().filter(|f| f.0.is_some());
-    let mut t = Table::new(2).note_column(2 + shown.clone().count() - 1);
-    t.row(
-        ["workload", "engine"]
-            .into_iter()
-            .chain(shown.clone().filter_map(|f| f.0)),
-    );
-    for cell in &run.cells {
-        let Some(s) = cell.median_sample() else {
-            continue;
-        };
-        let key = [
-            cell.key.workload.name(),
-            grid::Column::engine(cell.key.column),
         ];
-        let values = shown
-            .clone()
-            .map(|(_, _, value, show)| show.text(&value(run, s)));
-        t.row(key.into_iter().map(String::from).chain(values));
-    }
-    out.push_str(&t.render());
-    out.push_str(
+        let mut out = run.header(&title, lines);
+        out.push_str("RSS bound: peak cached must stay within budget + 1%\n\n");
+        let shown = FIELDS.iter().filter(|f| f.0.is_some());
+        let mut t = Table::new(2).note_column(2 + shown.clone().count() - 1);
+        t.row(
+            ["workload", "engine"]
+                .into_iter()
+                .chain(shown.clone().filter_map(|f| f.0)),
+        );
+        for cell in &run.cells {
+            let Some(s) = cell.median_sample() else {
+                continue;
+            };
+            let key = [
+                cell.key.workload.name(),
+                grid::Column::engine(cell.key.column),
+            ];
+            let values = shown
+                .clone()
+                .map(|(_, _, value, show)| show.text(&value(run, s)));
+            t.row(key.into_iter().map(String::from).chain(values));
+        }
+        out.push_str(&t.render());
+        out.push_str(
         "\nhit ratio: 1 − major faults / touches (faultmap's pgmajfault; the child's getrusage \
          majflt). evictions/s: faultmap's evicted over the time (not counted per cgroup by the \
          kernel: -). refaults: faultmap's refault; the cgroup's workingset_refault_file. peak \
          cached: faultmap's Pager::memory().peak; the cgroup's memory.max_usage_in_bytes. peak \
          RSS: the largest RssFile + RssShmem sampled every 5 ms.\n",
     );
-    out
-}
+        out
+    }
 
-// ---------------------------------------------------------------------------
-// JSON.
-// ---------------------------------------------------------------------------
+    /// The settings in the document's `machine` object.
+    fn settings(run: &Run) -> Value {
+        let m = &run.mode;
+        json!({
+            "benchmark": "budget",
+            "budget_bytes": m.budget,
+            "budget_asked_bytes": m.shrunk_from,
+            "order": ORDER,
+            "delivery": crate::delivery_name(faultmap::Delivery::default()),
+            "file_io": m.file_io.as_str(),
+            "kernel_file_skipped": m.kernel_skipped.as_deref(),
+            "repetitions": m.repetitions,
+            "wall_seconds": run.wall_seconds,
+        })
+    }
 
-/// Writes the document: one row per cell, its median sample's.
-fn write_json(run: &Run, out: &mut impl std::io::Write) -> Result<()> {
-    let m = &run.mode;
-    let settings = json!({
-        "benchmark": "budget",
-        "budget_bytes": m.budget,
-        "budget_asked_bytes": m.shrunk_from,
-        "order": ORDER,
-        "delivery": crate::delivery_name(faultmap::Delivery::default()),
-        "file_io": m.file_io.as_str(),
-        "kernel_file_skipped": m.kernel_skipped.as_deref(),
-        "repetitions": m.repetitions,
-        "wall_seconds": run.wall_seconds,
-    });
-    run.document(out, settings, |run, cell| {
+    /// A cell's JSON row.
+    fn row(run: &Run, cell: &Cell) -> Row {
         let s = cell.median_sample().copied().unwrap_or_default();
         let mut row = Row::new(run, cell);
         row.variant = variant(run.mode.budget);
@@ -562,44 +562,48 @@ fn write_json(run: &Run, out: &mut impl std::io::Write) -> Result<()> {
         (row.io_count, row.io_bytes) = (s.io_count, s.io_bytes);
         let extra = FIELDS.iter().filter_map(|f| Some((f.1?, f.2)));
         extra.fold(row, |row, (key, value)| row.with(key, value(run, &s)))
-    })
+    }
+
+    /// The hit ratio and the time of each engine, per workload.
+    fn figure(run: &Run) -> Figure {
+        let names: Vec<String> = BudgetWorkload::ALL
+            .iter()
+            .map(|w| w.name().to_string())
+            .collect();
+        let panel = |title: &str, log_y, value: fn(&Sample) -> f64| {
+            let series = run.columns.iter().map(|&engine| {
+                let points = run.workloads.iter().enumerate().filter_map(|(i, &w)| {
+                    let cell = run.cell(w, 1, engine)?;
+                    Some((i as f64, value(cell.median_sample()?)))
+                });
+                Series::line(grid::Column::heading(engine), points.collect())
+            });
+            Panel {
+                title: title.to_string(),
+                x_label: "workload".into(),
+                x_names: names.clone(),
+                y_label: title.to_string(),
+                log_y,
+                series: series.filter(|s| !s.points.is_empty()).collect(),
+            }
+        };
+        Figure {
+            panels: vec![
+                panel("hit ratio", false, hit_ratio),
+                panel("time, seconds", true, |s| s.seconds),
+            ],
+            columns: 2,
+        }
+    }
 }
+
+// ---------------------------------------------------------------------------
+// JSON.
+// ---------------------------------------------------------------------------
 
 // ---------------------------------------------------------------------------
 // The plot.
 // ---------------------------------------------------------------------------
-
-/// The hit ratio and the time of each engine, per workload.
-fn figure(run: &Run) -> Figure {
-    let names: Vec<String> = BudgetWorkload::ALL
-        .iter()
-        .map(|w| w.name().to_string())
-        .collect();
-    let panel = |title: &str, log_y, value: fn(&Sample) -> f64| {
-        let series = run.columns.iter().map(|&engine| {
-            let points = run.workloads.iter().enumerate().filter_map(|(i, &w)| {
-                let cell = run.cell(w, 1, engine)?;
-                Some((i as f64, value(cell.median_sample()?)))
-            });
-            Series::line(grid::Column::heading(engine), points.collect())
-        });
-        Panel {
-            title: title.to_string(),
-            x_label: "workload".into(),
-            x_names: names.clone(),
-            y_label: title.to_string(),
-            log_y,
-            series: series.filter(|s| !s.points.is_empty()).collect(),
-        }
-    };
-    Figure {
-        panels: vec![
-            panel("hit ratio", false, hit_ratio),
-            panel("time, seconds", true, |s| s.seconds),
-        ],
-        columns: 2,
-    }
-}
 
 #[cfg(test)]
 mod tests {

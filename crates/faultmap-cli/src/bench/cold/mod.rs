@@ -65,12 +65,11 @@
 
 mod engine;
 
-use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use faultmap::{FileIo, FileStore, Pager, RaStats, Stats, Store, PAGE_SIZE};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use self::engine::{Bench, ColdEngine};
 use super::grid::{self, threads_label, Checksums, Column, Goal, Line, Row};
@@ -126,7 +125,7 @@ pub struct Cold {
 }
 
 /// The readahead comparison's results.
-type Run = grid::Report<Access, ColdEngine, Cold>;
+type Run = grid::Report<Cold>;
 
 type Key = grid::Key<Access, ColdEngine>;
 
@@ -251,12 +250,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             sample_pages: sample,
         },
     };
-    super::report(
-        args,
-        |out| write_json(&run, out),
-        || render(&run),
-        || figure(&run),
-    )
+    run.write(args)
 }
 
 /// Drops the kernel's caches once; `None`, with a note, if not permitted.
@@ -409,19 +403,107 @@ fn goals(run: &Run) -> Vec<(Access, u16, Goal)> {
 // The tables.
 // ---------------------------------------------------------------------------
 
-/// The whole report.
-fn render(run: &Run) -> String {
-    let title = "faultmap bench --cold: the readahead comparison on cold caches (read-around \
+impl grid::Mode for Cold {
+    type Workload = Access;
+    type Column = ColdEngine;
+
+    /// The whole report.
+    fn render(run: &Run) -> String {
+        let title = "faultmap bench --cold: the readahead comparison on cold caches (read-around \
                  only against full readahead),\nfaultmap against kernel mmap and the device";
-    let mut out = run.header(title, header_lines(run));
-    for &w in &run.workloads {
-        let grid = run.grid(w, &threads_of(w, &run.threads), &LINES);
-        out.push_str(&format!("\n{}: {}\n{grid}", w.name(), describe(w)));
+        let mut out = run.header(title, header_lines(run));
+        for &w in &run.workloads {
+            let grid = run.grid(w, &threads_of(w, &run.threads), &LINES);
+            out.push_str(&format!("\n{}: {}\n{grid}", w.name(), describe(w)));
+        }
+        out.push_str(&grid::goals(goals(run).iter().map(|g| &g.2)));
+        out.push_str(&ra_tables(run));
+        out.push_str(LEGEND);
+        out
     }
-    out.push_str(&grid::goals(goals(run).iter().map(|g| &g.2)));
-    out.push_str(&ra_tables(run));
-    out.push_str(LEGEND);
-    out
+
+    /// The settings in the document's `machine` object.
+    fn settings(run: &Run) -> Value {
+        let goals: Vec<_> = goals(run)
+            .into_iter()
+            .map(|(w, t, g)| {
+                json!({"workload": w.name(), "threads": t, "what": g.what, "value": g.value,
+                   "bound": g.bound, "at_least": g.at_least, "met": g.met()})
+            })
+            .collect();
+        let m = &run.mode;
+        json!({
+            "cold": true,
+            "repetitions": m.repetitions,
+            "caches_dropped": m.dropped.map(|d| d.command()),
+            "block_device": m.device.as_ref().map(|d| d.name.as_str()),
+            "read_ahead_kb": m.device.as_ref().and_then(|d| d.read_ahead_kb()),
+            "order": m.order,
+            "ra_pages": m.ra_pages.0,
+            "ra_pages_from": if m.ra_pages.1 { "argument" } else { "store" },
+            "file_io": m.file_io.as_str(),
+            "handler_threads": m.handler_threads,
+            "io_threads": m.io_threads,
+            "sample_pages": m.sample_pages,
+            "wall_seconds": run.wall_seconds,
+            "goals": goals,
+        })
+    }
+
+    /// A cell's JSON row.
+    fn row(run: &Run, cell: &Cell) -> Row {
+        let faultmap = cell.key.column.readahead().is_some();
+        let median = median_stats(cell);
+        let mut row = Row::new(run, cell);
+        row.order = faultmap.then_some(run.mode.order);
+        let miss = |s: &grid::Sample| s.ra.and_then(|r| r.miss_ratio);
+        row.with("pages_touched", cell.median_u64(|s| s.pages_touched))
+            .with("io_size_kib", cell_io_size(cell))
+            .with("miss_ratio", cell.median_f64(miss))
+            .with("mb_per_second", mb_per_s(run, cell))
+            .with("block_reads", cell.median_u64(|x| x.block.map(|b| b.reads)))
+            .with(
+                "block_read_bytes",
+                cell.median_u64(|x| x.block.map(|b| b.bytes)),
+            )
+            .with("ra_pages", faultmap.then_some(run.mode.ra_pages.0))
+            .with("stats", median.map(|m| m.0))
+            .with("readahead_stats", median.map(|m| m.1))
+    }
+
+    /// Per workload, the throughput of each engine (the bytes a run read
+    /// through its mapping, or the device's whole file, per second): a line
+    /// per thread count over the engines.
+    fn figure(run: &Run) -> Figure {
+        let names: Vec<String> = run.columns.iter().map(|e| e.heading()).collect();
+        let panels = run
+            .workloads
+            .iter()
+            .map(|&w| {
+                let series = threads_of(w, &run.threads)
+                    .into_iter()
+                    .map(|t| {
+                        let points = run.columns.iter().enumerate().filter_map(|(i, &e)| {
+                            let cell = run.cell(w, t, e)?;
+                            let touched = cell.median_u64(|s| s.pages_touched)?;
+                            let mb = (touched * PAGE_SIZE as u64) as f64 / 1e6;
+                            Some((i as f64, grid::ratio(mb, cell.seconds())?))
+                        });
+                        Series::line(threads_label(t), points.collect())
+                    })
+                    .collect();
+                Panel {
+                    title: format!("{}: throughput per engine", w.name()),
+                    x_label: "engine".into(),
+                    x_names: names.clone(),
+                    y_label: "MB/s read".into(),
+                    log_y: true,
+                    series,
+                }
+            })
+            .collect();
+        Figure { panels, columns: 3 }
+    }
 }
 
 fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
@@ -513,7 +595,7 @@ fn describe(w: Access) -> &'static str {
 /// The lines of a workload's table: the measured ones (`-` where a cell has
 /// no value), then the ratios (blank where a column has none; a ratio no
 /// column has, without a kernel column say, is left out).
-const LINES: [Line<Run, Key>; 10] = [
+const LINES: [Line<Cold>; 10] = [
     ("seconds", |r, k| {
         measured(r, k, |_, c| Some(format!("{:.3}", c.seconds())))
     }),
@@ -624,90 +706,9 @@ column's count by X's.
 // JSON.
 // ---------------------------------------------------------------------------
 
-/// Writes the document, and a newline, to `out`.
-fn write_json(run: &Run, out: &mut impl Write) -> Result<()> {
-    let goals: Vec<_> = goals(run)
-        .into_iter()
-        .map(|(w, t, g)| {
-            json!({"workload": w.name(), "threads": t, "what": g.what, "value": g.value,
-                   "bound": g.bound, "at_least": g.at_least, "met": g.met()})
-        })
-        .collect();
-    let m = &run.mode;
-    let settings = json!({
-        "cold": true,
-        "repetitions": m.repetitions,
-        "caches_dropped": m.dropped.map(|d| d.command()),
-        "block_device": m.device.as_ref().map(|d| d.name.as_str()),
-        "read_ahead_kb": m.device.as_ref().and_then(|d| d.read_ahead_kb()),
-        "order": m.order,
-        "ra_pages": m.ra_pages.0,
-        "ra_pages_from": if m.ra_pages.1 { "argument" } else { "store" },
-        "file_io": m.file_io.as_str(),
-        "handler_threads": m.handler_threads,
-        "io_threads": m.io_threads,
-        "sample_pages": m.sample_pages,
-        "wall_seconds": run.wall_seconds,
-        "goals": goals,
-    });
-    run.document(out, settings, |run, cell| {
-        let faultmap = cell.key.column.readahead().is_some();
-        let median = median_stats(cell);
-        let mut row = Row::new(run, cell);
-        row.order = faultmap.then_some(run.mode.order);
-        let miss = |s: &grid::Sample| s.ra.and_then(|r| r.miss_ratio);
-        row.with("pages_touched", cell.median_u64(|s| s.pages_touched))
-            .with("io_size_kib", cell_io_size(cell))
-            .with("miss_ratio", cell.median_f64(miss))
-            .with("mb_per_second", mb_per_s(run, cell))
-            .with("block_reads", cell.median_u64(|x| x.block.map(|b| b.reads)))
-            .with(
-                "block_read_bytes",
-                cell.median_u64(|x| x.block.map(|b| b.bytes)),
-            )
-            .with("ra_pages", faultmap.then_some(run.mode.ra_pages.0))
-            .with("stats", median.map(|m| m.0))
-            .with("readahead_stats", median.map(|m| m.1))
-    })
-}
-
 // ---------------------------------------------------------------------------
 // The plot.
 // ---------------------------------------------------------------------------
-
-/// Per workload, the throughput of each engine (the bytes a run read
-/// through its mapping, or the device's whole file, per second): a line
-/// per thread count over the engines.
-fn figure(run: &Run) -> Figure {
-    let names: Vec<String> = run.columns.iter().map(|e| e.heading()).collect();
-    let panels = run
-        .workloads
-        .iter()
-        .map(|&w| {
-            let series = threads_of(w, &run.threads)
-                .into_iter()
-                .map(|t| {
-                    let points = run.columns.iter().enumerate().filter_map(|(i, &e)| {
-                        let cell = run.cell(w, t, e)?;
-                        let touched = cell.median_u64(|s| s.pages_touched)?;
-                        let mb = (touched * PAGE_SIZE as u64) as f64 / 1e6;
-                        Some((i as f64, grid::ratio(mb, cell.seconds())?))
-                    });
-                    Series::line(threads_label(t), points.collect())
-                })
-                .collect();
-            Panel {
-                title: format!("{}: throughput per engine", w.name()),
-                x_label: "engine".into(),
-                x_names: names.clone(),
-                y_label: "MB/s read".into(),
-                log_y: true,
-                series,
-            }
-        })
-        .collect();
-    Figure { panels, columns: 3 }
-}
 
 #[cfg(test)]
 mod tests {
@@ -844,7 +845,7 @@ mod tests {
             .collect();
         let mut r = run(cells);
         r.workloads = vec![Access::Seq];
-        let text = render(&r);
+        let text = <Cold as grid::Mode>::render(&r);
         let numbers = |start: &str| -> Vec<String> {
             let line = text.lines().find(|l| l.contains(start)).unwrap();
             let rest = &line[line.find(start).unwrap() + start.len()..];
@@ -859,7 +860,7 @@ mod tests {
         // Without a kernel column, its ratios are left out.
         r.cells.retain(|c| c.key.column != ColdEngine::Kernel);
         r.columns = ColdEngine::columns(false);
-        let text = render(&r);
+        let text = <Cold as grid::Mode>::render(&r);
         assert!(!text.contains("vs kernel"), "{text}");
     }
 }

@@ -102,13 +102,12 @@ mod churn;
 mod parts;
 
 use std::fs::File;
-use std::io::Write;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use faultmap::{Config, Delivery, FileStore, Object, Pager, RegionLookup, Stats, PAGE_SIZE};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use self::churn::{CHURN_LIVE, CHURN_PAGES};
 use super::engine::{warm_object, WarmUp};
@@ -317,7 +316,7 @@ pub struct Scaling {
 }
 
 /// The parts or churn results.
-type Run = grid::Report<Kind, Column, Scaling>;
+type Run = grid::Report<Scaling>;
 
 type Key = grid::Key<Kind, Column>;
 
@@ -448,12 +447,7 @@ pub fn run(args: &BenchArgs, kind: Kind) -> Result<()> {
             warm_up,
         },
     };
-    super::report(
-        args,
-        |out| write_json(&run, out),
-        || render(&run),
-        || figure(&run),
-    )
+    run.write(args)
 }
 
 /// Faults per second of a sample.
@@ -546,47 +540,152 @@ fn goals(run: &Run) -> Vec<(u16, Delivery, Goal)> {
 // The table.
 // ---------------------------------------------------------------------------
 
-/// The whole report.
-fn render(run: &Run) -> String {
-    let kind = run.mode.kind;
-    let title = match kind {
-        Kind::Parts => {
-            "faultmap bench --parts: the lockless page cache benchmark, threads faulting on \
+impl grid::Mode for Scaling {
+    type Workload = Kind;
+    type Column = Column;
+
+    /// The whole report.
+    fn render(run: &Run) -> String {
+        let kind = run.mode.kind;
+        let title = match kind {
+            Kind::Parts => {
+                "faultmap bench --parts: the lockless page cache benchmark, threads faulting on \
              their own parts of one cached object"
-        }
-        Kind::Churn => {
-            "faultmap bench --churn: the speculative fault benchmark, threads faulting \
+            }
+            Kind::Churn => {
+                "faultmap bench --churn: the speculative fault benchmark, threads faulting \
              while another maps and unmaps (like ebizzy)"
-        }
-    };
-    let mut out = run.header(title, header_lines(run));
-    let what = match kind {
-        Kind::Parts => {
-            "parts: each thread touches one byte per page of its own contiguous 1/T of the \
+            }
+        };
+        let mut out = run.header(title, header_lines(run));
+        let what = match kind {
+            Kind::Parts => {
+                "parts: each thread touches one byte per page of its own contiguous 1/T of the \
              data, through its own mapping"
-        }
-        Kind::Churn => "churn: each thread touches one byte per page of its own 1/T of the data",
-    };
-    let how = match run.mode.duration {
-        Some(d) => format!(
+            }
+            Kind::Churn => {
+                "churn: each thread touches one byte per page of its own 1/T of the data"
+            }
+        };
+        let how = match run.mode.duration {
+            Some(d) => format!(
             "\n  through its own mapping, MADV_DONTNEED after each pass, for {:.2} s, while one \
              more thread maps a {} KiB region\n  and unmaps the oldest of the {CHURN_LIVE} it \
              keeps, in a loop",
             d.as_secs_f64(),
             CHURN_PAGES * PAGE_SIZE as u64 / 1024
         ),
-        None => String::new(),
-    };
-    let lines = match kind {
-        Kind::Parts => PARTS_LINES.as_slice(),
-        Kind::Churn => CHURN_LINES.as_slice(),
-    };
-    let grid = run.grid(kind, &run.threads, lines);
-    out.push_str(&format!("\n{what}{how}\n{grid}"));
-    out.push_str(&grid::goals(goals(run).iter().map(|g| &g.2)));
-    out.push_str(&notes(run));
-    out.push_str(legend(kind));
-    out
+            None => String::new(),
+        };
+        let lines = match kind {
+            Kind::Parts => PARTS_LINES.as_slice(),
+            Kind::Churn => CHURN_LINES.as_slice(),
+        };
+        let grid = run.grid(kind, &run.threads, lines);
+        out.push_str(&format!("\n{what}{how}\n{grid}"));
+        out.push_str(&grid::goals(goals(run).iter().map(|g| &g.2)));
+        out.push_str(&notes(run));
+        out.push_str(legend(kind));
+        out
+    }
+
+    /// The settings in the document's `machine` object.
+    fn settings(run: &Run) -> Value {
+        let m = &run.mode;
+        let churn = m.kind == Kind::Churn;
+        let goals: Vec<_> = goals(run)
+            .into_iter()
+            .map(|(threads, delivery, g)| {
+                let what = g.what.rsplit_once(", ").map_or(g.what.as_str(), |x| x.0);
+                json!({"what": what, "threads": threads, "delivery": crate::delivery_name(delivery),
+                   "value": g.value, "at_least": g.bound, "met": g.met()})
+            })
+            .collect();
+        json!({
+            "benchmark": grid::Named::name(m.kind),
+            "repetitions": m.repetitions,
+            "handler_threads": m.handler_threads,
+            "order": 0,
+            "deliveries": run.deliveries.iter().map(|&d| crate::delivery_name(d)).collect::<Vec<_>>(),
+            "duration_seconds": m.duration.map(|d| d.as_secs_f64()),
+            "churn_region_pages": churn.then_some(CHURN_PAGES),
+            "churn_live_regions": churn.then_some(CHURN_LIVE),
+            "faultmap_warm_seconds": m.warm_up.seconds,
+            "faultmap_warm_io_count": m.warm_up.stats.io_count,
+            "faultmap_warm_io_bytes": m.warm_up.stats.io_bytes,
+            "faultmap_cached_pct": m.warm_up.cached_pct,
+            "wall_seconds": run.wall_seconds,
+            "goals": goals,
+        })
+    }
+
+    /// A cell's JSON row.
+    fn row(run: &Run, cell: &Cell) -> Row {
+        let column = cell.key.column;
+        let of = |key| {
+            column
+                .setting()
+                .filter(|s| s.key() == key)
+                .map(|s| s.name())
+        };
+        let stats = median_stats(cell);
+        let counter = |f: fn(&Stats) -> u64| stats.as_ref().map(f);
+        let mut row = Row::new(run, cell);
+        row.order = column.setting().map(|_| 0);
+        row.faults = Some(med(cell, |s| s.faults));
+        row.major_faults = Some(med(cell, |s| s.major_faults));
+        row.io_count = counter(|x| x.io_count);
+        row.io_bytes = counter(|x| x.io_bytes);
+        let rate = |f: fn(&Sample) -> f64| cell.median_f64(|s| Some(f(s))).unwrap_or(0.0);
+        row.with(
+            "delivery",
+            grid::Column::delivery(column).map(crate::delivery_name),
+        )
+        .with("cache", of("cache"))
+        .with("region_lookup", of("lookup"))
+        .with("pages_touched", med(cell, |s| s.pages_touched))
+        .with("faults_per_second", rate(faults_per_second))
+        .with("pages_per_second", rate(pages_per_second))
+        .with("maps", cell.median_u64(|s| s.maps))
+        .with("maps_per_second", cell.median_f64(maps_per_second))
+        .with("spf_success", counter(|x| x.spf_success))
+        .with("spf_abort", counter(|x| x.spf_abort))
+        .with("spf_fallback", counter(|x| x.spf_fallback))
+        .with("forwarded", counter(|x| x.forwarded))
+        .with("stats", stats)
+    }
+
+    /// Faults/s against the thread count, a line per column (and delivery).
+    fn figure(run: &Run) -> Figure {
+        use grid::Column as _;
+        let series = run
+            .columns
+            .iter()
+            .map(|&c| {
+                let label = match c.delivery() {
+                    Some(d) => format!("{}, {}", c.heading(), crate::delivery_name(d)),
+                    None => c.heading(),
+                };
+                let points = run
+                    .threads
+                    .iter()
+                    .filter_map(|&t| Some((f64::from(t), fps(run, t, c)?)));
+                Series::line(label, points.collect())
+            })
+            .collect();
+        let panel = Panel {
+            title: format!("{}: faults/s per column", grid::Named::name(run.mode.kind)),
+            x_label: "faulting threads".into(),
+            y_label: "faults/s".into(),
+            log_y: true,
+            series,
+            ..Panel::default()
+        };
+        Figure {
+            panels: vec![panel],
+            columns: 1,
+        }
+    }
 }
 
 fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
@@ -651,7 +750,7 @@ fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
     ]
 }
 
-const PARTS_LINES: [Line<Run, Key>; 6] = [
+const PARTS_LINES: [Line<Scaling>; 6] = [
     ("faults", |r, k| r.count(k, |s| s.faults)),
     ("time, seconds", |r, k| r.time(k, 6)),
     ("faults/s", |r, k| show_rate(fps(r, k.threads, k.column))),
@@ -672,7 +771,7 @@ const PARTS_LINES: [Line<Run, Key>; 6] = [
     }),
 ];
 
-const CHURN_LINES: [Line<Run, Key>; 12] = [
+const CHURN_LINES: [Line<Scaling>; 12] = [
     ("faults", |r, k| r.count(k, |s| s.faults)),
     ("pages touched", |r, k| r.count(k, |s| s.pages_touched)),
     ("time, seconds", |r, k| r.time(k, 3)),
@@ -785,105 +884,9 @@ fn legend(kind: Kind) -> &'static str {
 // JSON.
 // ---------------------------------------------------------------------------
 
-/// Writes the document, and a newline, to `out`.
-fn write_json(run: &Run, out: &mut impl Write) -> Result<()> {
-    let m = &run.mode;
-    let churn = m.kind == Kind::Churn;
-    let goals: Vec<_> = goals(run)
-        .into_iter()
-        .map(|(threads, delivery, g)| {
-            let what = g.what.rsplit_once(", ").map_or(g.what.as_str(), |x| x.0);
-            json!({"what": what, "threads": threads, "delivery": crate::delivery_name(delivery),
-                   "value": g.value, "at_least": g.bound, "met": g.met()})
-        })
-        .collect();
-    let settings = json!({
-        "benchmark": grid::Named::name(m.kind),
-        "repetitions": m.repetitions,
-        "handler_threads": m.handler_threads,
-        "order": 0,
-        "deliveries": run.deliveries.iter().map(|&d| crate::delivery_name(d)).collect::<Vec<_>>(),
-        "duration_seconds": m.duration.map(|d| d.as_secs_f64()),
-        "churn_region_pages": churn.then_some(CHURN_PAGES),
-        "churn_live_regions": churn.then_some(CHURN_LIVE),
-        "faultmap_warm_seconds": m.warm_up.seconds,
-        "faultmap_warm_io_count": m.warm_up.stats.io_count,
-        "faultmap_warm_io_bytes": m.warm_up.stats.io_bytes,
-        "faultmap_cached_pct": m.warm_up.cached_pct,
-        "wall_seconds": run.wall_seconds,
-        "goals": goals,
-    });
-    run.document(out, settings, |run, cell| {
-        let column = cell.key.column;
-        let of = |key| {
-            column
-                .setting()
-                .filter(|s| s.key() == key)
-                .map(|s| s.name())
-        };
-        let stats = median_stats(cell);
-        let counter = |f: fn(&Stats) -> u64| stats.as_ref().map(f);
-        let mut row = Row::new(run, cell);
-        row.order = column.setting().map(|_| 0);
-        row.faults = Some(med(cell, |s| s.faults));
-        row.major_faults = Some(med(cell, |s| s.major_faults));
-        row.io_count = counter(|x| x.io_count);
-        row.io_bytes = counter(|x| x.io_bytes);
-        let rate = |f: fn(&Sample) -> f64| cell.median_f64(|s| Some(f(s))).unwrap_or(0.0);
-        row.with(
-            "delivery",
-            grid::Column::delivery(column).map(crate::delivery_name),
-        )
-        .with("cache", of("cache"))
-        .with("region_lookup", of("lookup"))
-        .with("pages_touched", med(cell, |s| s.pages_touched))
-        .with("faults_per_second", rate(faults_per_second))
-        .with("pages_per_second", rate(pages_per_second))
-        .with("maps", cell.median_u64(|s| s.maps))
-        .with("maps_per_second", cell.median_f64(maps_per_second))
-        .with("spf_success", counter(|x| x.spf_success))
-        .with("spf_abort", counter(|x| x.spf_abort))
-        .with("spf_fallback", counter(|x| x.spf_fallback))
-        .with("forwarded", counter(|x| x.forwarded))
-        .with("stats", stats)
-    })
-}
-
 // ---------------------------------------------------------------------------
 // The plot.
 // ---------------------------------------------------------------------------
-
-/// Faults/s against the thread count, a line per column (and delivery).
-fn figure(run: &Run) -> Figure {
-    use grid::Column as _;
-    let series = run
-        .columns
-        .iter()
-        .map(|&c| {
-            let label = match c.delivery() {
-                Some(d) => format!("{}, {}", c.heading(), crate::delivery_name(d)),
-                None => c.heading(),
-            };
-            let points = run
-                .threads
-                .iter()
-                .filter_map(|&t| Some((f64::from(t), fps(run, t, c)?)));
-            Series::line(label, points.collect())
-        })
-        .collect();
-    let panel = Panel {
-        title: format!("{}: faults/s per column", grid::Named::name(run.mode.kind)),
-        x_label: "faulting threads".into(),
-        y_label: "faults/s".into(),
-        log_y: true,
-        series,
-        ..Panel::default()
-    };
-    Figure {
-        panels: vec![panel],
-        columns: 1,
-    }
-}
 
 #[cfg(test)]
 mod tests {
