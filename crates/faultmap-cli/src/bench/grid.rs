@@ -406,6 +406,19 @@ impl DataInfo {
     }
 }
 
+#[cfg(test)]
+impl DataInfo {
+    /// A generated 1 MiB file, for the reports' tests.
+    pub fn test() -> DataInfo {
+        DataInfo {
+            path: "x".into(),
+            generated: true,
+            bytes: 1 << 20,
+            pages: 256,
+        }
+    }
+}
+
 /// A benchmark mode: what stands for its workloads and its columns, and its
 /// outputs of a [`Report`], which [`Report::write`] writes.
 pub trait Mode: Sized {
@@ -843,12 +856,7 @@ mod tests {
     fn a_grid_leaves_out_blank_rows_and_labels_the_first() {
         let report = Report {
             machine: Machine::read(),
-            data: DataInfo {
-                path: "x".into(),
-                generated: true,
-                bytes: 1,
-                pages: 1,
-            },
+            data: DataInfo::test(),
             workloads: vec![W],
             threads: vec![1],
             deliveries: Vec::new(),

@@ -777,12 +777,7 @@ mod tests {
     fn run(cells: Vec<Cell>) -> Run {
         Run {
             machine: Machine::read(),
-            data: DataInfo {
-                path: "x".into(),
-                generated: true,
-                bytes: 1 << 20,
-                pages: 256,
-            },
+            data: DataInfo::test(),
             workloads: vec![Access::Seq, Access::Rand, Access::Clustered],
             threads: vec![1],
             deliveries: Vec::new(),

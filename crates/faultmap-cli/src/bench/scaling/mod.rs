@@ -974,12 +974,7 @@ mod tests {
     fn run(kind: Kind, cells: Vec<Cell>) -> Run {
         Run {
             machine: Machine::read(),
-            data: DataInfo {
-                path: "x".into(),
-                generated: true,
-                bytes: 1 << 20,
-                pages: 256,
-            },
+            data: DataInfo::test(),
             workloads: vec![kind],
             threads: vec![1, 2],
             deliveries: vec![Delivery::Signal],
