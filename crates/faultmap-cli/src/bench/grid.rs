@@ -47,11 +47,12 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use faultmap::{Delivery, RaStats, Stats};
+use faultmap::{Delivery, RaStats, Stats, PAGE_SIZE};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::data::Data;
 use super::plot::Figure;
 use super::probe::{FolioSample, Machine};
 use super::reps::Repetitions;
@@ -467,6 +468,42 @@ pub type KeyOf<M> = Key<<M as Mode>::Workload, <M as Mode>::Column>;
 pub type Line<M> = (&'static str, fn(&Report<M>, KeyOf<M>) -> String);
 
 impl<M: Mode> Report<M> {
+    /// The report of `cells` over `data`, measured since `started`: the
+    /// machine read now, faultmap's delivery modes those of the columns.
+    pub fn new(
+        data: &Data,
+        started: Instant,
+        workloads: Vec<M::Workload>,
+        threads: Vec<u16>,
+        columns: Vec<M::Column>,
+        cells: Vec<Cell<M::Workload, M::Column>>,
+        mode: M,
+    ) -> Self {
+        let mut deliveries = Vec::new();
+        for d in columns.iter().filter_map(|c| c.delivery()) {
+            if !deliveries.contains(&d) {
+                deliveries.push(d);
+            }
+        }
+        let data = DataInfo {
+            path: data.path().display().to_string(),
+            generated: data.generated(),
+            bytes: data.len(),
+            pages: data.len().div_ceil(PAGE_SIZE as u64),
+        };
+        Report {
+            machine: Machine::read(),
+            data,
+            workloads,
+            threads,
+            deliveries,
+            columns,
+            cells,
+            wall_seconds: started.elapsed().as_secs_f64(),
+            mode,
+        }
+    }
+
     /// The cell of one combination (a [`Column::once`] column's: its one
     /// thread's), if it has samples.
     pub fn cell(

@@ -35,10 +35,9 @@ pub mod workload;
 use std::io::Write;
 
 use anyhow::{Context, Result};
-use faultmap::{Config, Delivery, Pager, PAGE_SIZE};
+use faultmap::{Config, Delivery, Pager};
 
 use self::data::Data;
-use self::grid::DataInfo;
 use crate::units;
 use crate::{BenchArgs, DeliveryArg};
 
@@ -113,16 +112,6 @@ fn open_data(args: &BenchArgs, default_size: u64) -> Result<Data> {
             note(&format!("writing a {} data file", units::bytes(size)));
             Data::generate(size)
         }
-    }
-}
-
-/// What the report says about the data.
-fn data_info(data: &Data) -> DataInfo {
-    DataInfo {
-        path: data.path().display().to_string(),
-        generated: data.generated(),
-        bytes: data.len(),
-        pages: data.len().div_ceil(PAGE_SIZE as u64),
     }
 }
 

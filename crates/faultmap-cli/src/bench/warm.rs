@@ -179,22 +179,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         Ok(Some(sample))
     })?;
     // 6. The report.
-    let run = Run {
-        machine: super::probe::Machine::read(),
-        data: super::data_info(&data),
+    let run = Run::new(
+        &data,
+        started,
         workloads,
         threads,
-        deliveries,
         columns,
         cells,
-        wall_seconds: started.elapsed().as_secs_f64(),
-        mode: Warm {
+        Warm {
             full: args.full,
             repetitions: (passes, reps.from()),
             handler_threads: args.handler_threads,
             warm_up: engines.warm_up(),
         },
-    };
+    );
     run.write(args)
 }
 

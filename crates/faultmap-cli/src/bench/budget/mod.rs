@@ -254,23 +254,21 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         Ok(sample)
     })?;
     // 6. The report.
-    let run = Run {
-        machine: super::probe::Machine::read(),
-        data: super::data_info(&data),
-        workloads: BudgetWorkload::ALL.to_vec(),
-        threads: vec![1],
-        deliveries: Vec::new(),
-        columns: engines.to_vec(),
+    let run = Run::new(
+        &data,
+        started,
+        BudgetWorkload::ALL.to_vec(),
+        vec![1],
+        engines.to_vec(),
         cells,
-        wall_seconds: started.elapsed().as_secs_f64(),
-        mode: Budget {
+        Budget {
             budget,
             shrunk_from,
             file_io,
             kernel_skipped,
             repetitions,
         },
-    };
+    );
     run.write(args)
 }
 

@@ -229,16 +229,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
     })?;
     // 7. The report.
-    let run = Run {
-        machine: super::probe::Machine::read(),
-        data: super::data_info(&data),
+    let run = Run::new(
+        &data,
+        started,
         workloads,
         threads,
-        deliveries: Vec::new(),
         columns,
         cells,
-        wall_seconds: started.elapsed().as_secs_f64(),
-        mode: Cold {
+        Cold {
             repetitions,
             dropped: dropper.as_ref().map(CacheDropper::what),
             device,
@@ -249,7 +247,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             io_threads: config.io_threads,
             sample_pages: sample,
         },
-    };
+    );
     run.write(args)
 }
 

@@ -430,23 +430,21 @@ pub fn run(args: &BenchArgs, kind: Kind) -> Result<()> {
         Ok(Some(sample))
     })?;
     // 6. The report.
-    let run = Run {
-        machine: super::probe::Machine::read(),
-        data: super::data_info(&data),
-        workloads: vec![kind],
+    let run = Run::new(
+        &data,
+        started,
+        vec![kind],
         threads,
-        deliveries,
         columns,
         cells,
-        wall_seconds: started.elapsed().as_secs_f64(),
-        mode: Scaling {
+        Scaling {
             kind,
             repetitions,
             handler_threads: args.handler_threads,
             duration: (kind == Kind::Churn).then_some(duration),
             warm_up,
         },
-    };
+    );
     run.write(args)
 }
 
