@@ -215,9 +215,10 @@ pub struct BudgetChildArgs {
     pub file: PathBuf,
 }
 
-/// Options of `faultmap scan`.
+/// Options `scan` and `stats` share: the file, and how faultmap maps and
+/// reads it.
 #[derive(Debug, Args)]
-struct ScanArgs {
+struct MapArgs {
     /// What to read: a local file (directories, FIFOs and devices are
     /// refused), `http(s)://host/path` (a server that answers range
     /// requests) or `s3://bucket/key` (credentials, region and endpoint
@@ -231,14 +232,15 @@ struct ScanArgs {
     #[arg(long, short, default_value_t = 4, value_name = "N")]
     order: u8,
     /// The largest readahead window, in pages (0 disables readahead; at
-    /// most 16384). Default: the store's, for a file the device's
-    /// read_ahead_kb.
+    /// most 16384, 64 MiB). Default: the store's, for a file the device's
+    /// read_ahead_kb, as in the kernel.
     #[arg(long, value_name = "N")]
     ra_pages: Option<u64>,
-    /// Which readahead faultmap runs (see `faultmap stats --help`).
+    /// Which readahead faultmap runs.
     #[arg(long, value_enum, default_value = "full", value_name = "MODE")]
     readahead: Readahead,
-    /// Threads reading the mapping, each a contiguous part of it.
+    /// Threads, each reading (scan) or running the pattern over (stats) its
+    /// own contiguous part of the one mapping.
     #[arg(long, short, default_value_t = 1, value_name = "T",
           value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: u16,
@@ -246,6 +248,13 @@ struct ScanArgs {
     #[arg(long, default_value_t = 1, value_name = "H",
           value_parser = clap::value_parser!(u16).range(1..=64))]
     handler_threads: u16,
+}
+
+/// Options of `faultmap scan`.
+#[derive(Debug, Args)]
+struct ScanArgs {
+    #[command(flatten)]
+    map: MapArgs,
     /// Print one JSON object instead of the human-readable report.
     #[arg(long)]
     json: bool,
@@ -366,15 +375,8 @@ pub fn delivery_name(delivery: faultmap::Delivery) -> &'static str {
 /// Options of `faultmap stats`.
 #[derive(Debug, Args)]
 struct StatsArgs {
-    /// What to read: a local file (directories, FIFOs and devices are
-    /// refused), `http(s)://host/path` (a server that answers range
-    /// requests) or `s3://bucket/key` (credentials, region and endpoint
-    /// from the AWS environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-    /// AWS_REGION, AWS_ENDPOINT_URL, AWS_ALLOW_HTTP). It is read as memory,
-    /// like `mmap`: a local file must not be written while the command
-    /// runs; a remote object that changes fails the reads after the change.
-    #[arg(value_name = "FILE|URL")]
-    file: String,
+    #[command(flatten)]
+    map: MapArgs,
     /// The access pattern. The file's pages are cut into T contiguous
     /// parts (on 64 KiB boundaries), one per thread, and each thread runs
     /// the pattern over its part. seq: every 8-byte word in order. rand:
@@ -385,17 +387,6 @@ struct StatsArgs {
     /// in order.
     #[arg(long, short, value_enum, default_value = "seq", value_name = "PATTERN")]
     access: Access,
-    /// Fault-around order: each fault maps a window of 2^N pages (0..=9).
-    #[arg(long, short, default_value_t = 4, value_name = "N")]
-    order: u8,
-    /// The largest readahead window, in pages (0 disables readahead; at
-    /// most 16384, 64 MiB). Default: the store's, for a file the device's
-    /// read_ahead_kb, as in the kernel.
-    #[arg(long, value_name = "N")]
-    ra_pages: Option<u64>,
-    /// Which readahead faultmap runs.
-    #[arg(long, value_enum, default_value = "full", value_name = "MODE")]
-    readahead: Readahead,
     /// How faultmap's file store reads (default: the library's, buffered;
     /// a filesystem without O_DIRECT falls back to buffered, and the report
     /// says which mode was in force).
@@ -407,15 +398,6 @@ struct StatsArgs {
     /// faultmap's own cache is always empty at the start.
     #[arg(long)]
     cold: bool,
-    /// Threads running the pattern, each over its own contiguous part of
-    /// the one mapping.
-    #[arg(long, short, default_value_t = 1, value_name = "T",
-          value_parser = clap::value_parser!(u16).range(1..=1024))]
-    threads: u16,
-    /// faultmap handler threads serving the faults.
-    #[arg(long, default_value_t = 1, value_name = "H",
-          value_parser = clap::value_parser!(u16).range(1..=64))]
-    handler_threads: u16,
     /// faultmap I/O threads reading from the store (default: the library's,
     /// 4).
     #[arg(long, value_name = "N",

@@ -50,15 +50,16 @@ struct ScanReport<'a> {
 
 /// Runs `faultmap scan`.
 pub fn run(args: &ScanArgs) -> Result<()> {
-    let opts = crate::stats::map_options(args.order, args.ra_pages, args.readahead);
+    let opts = crate::stats::map_options(args.map.order, args.map.ra_pages, args.map.readahead);
     opts.validate()?;
-    let pager = Pager::new(Config::default().handler_threads(usize::from(args.handler_threads)))
-        .context("cannot start the pager")?;
-    let object = pager.open(open_url(&args.file)?)?;
+    let pager =
+        Pager::new(Config::default().handler_threads(usize::from(args.map.handler_threads)))
+            .context("cannot start the pager")?;
+    let object = pager.open(open_url(&args.map.file)?)?;
     let map = crate::map_readonly(&pager, &object, opts)
-        .with_context(|| format!("cannot map {}", args.file))?;
+        .with_context(|| format!("cannot map {}", args.map.file))?;
     let start = Instant::now();
-    let crc = parallel_crc(&map, usize::from(args.threads))?;
+    let crc = parallel_crc(&map, usize::from(args.map.threads))?;
     let elapsed = start.elapsed();
     let bytes = map.len() as u64;
     // Settle: the pager's I/O threads finish their queued reads as it goes,
@@ -66,17 +67,17 @@ pub fn run(args: &ScanArgs) -> Result<()> {
     drop(map);
     drop(pager);
     let report = ScanReport {
-        file: &args.file,
+        file: &args.map.file,
         crc32: crc,
         crc32_hex: format!("{crc:08x}"),
         bytes,
         pages: bytes.div_ceil(PAGE_SIZE as u64),
         seconds: elapsed.as_secs_f64(),
         bytes_per_second: rate(bytes, elapsed),
-        order: args.order,
-        readahead: args.readahead,
-        threads: args.threads,
-        handler_threads: args.handler_threads,
+        order: args.map.order,
+        readahead: args.map.readahead,
+        threads: args.map.threads,
+        handler_threads: args.map.handler_threads,
         stats: object.stats(),
     };
     crate::output::print(

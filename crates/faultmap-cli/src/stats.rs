@@ -67,26 +67,26 @@ fn is_url(target: &str) -> bool {
 /// Runs `faultmap stats`.
 pub fn run(args: &StatsArgs) -> Result<()> {
     // 1. The options.
-    let opts = map_options(args.order, args.ra_pages, args.readahead);
+    let opts = map_options(args.map.order, args.map.ra_pages, args.map.readahead);
     opts.validate()?;
-    let config = pager_config(args.handler_threads, args.io_threads);
+    let config = pager_config(args.map.handler_threads, args.io_threads);
     config.validate()?;
     // 2. The pager, the file, the mapping.
     let io_threads = config.io_threads;
     let pager = Pager::new(config).context("cannot start the pager")?;
-    let (store, file_io): (Box<dyn Store>, &str) = if is_url(&args.file) {
-        (open_url(&args.file)?, "remote")
+    let (store, file_io): (Box<dyn Store>, &str) = if is_url(&args.map.file) {
+        (open_url(&args.map.file)?, "remote")
     } else {
-        let store = FileStore::open_with(&args.file, crate::file_io(args.file_io))?;
+        let store = FileStore::open_with(&args.map.file, crate::file_io(args.file_io))?;
         let io = store.io().as_str();
         (Box::new(store), io)
     };
-    let ra_pages = args.ra_pages.unwrap_or_else(|| store.ra_pages());
+    let ra_pages = args.map.ra_pages.unwrap_or_else(|| store.ra_pages());
     let object = pager.open(store)?;
     let map = crate::map_readonly(&pager, &object, opts)
-        .with_context(|| format!("cannot map {}", args.file))?;
+        .with_context(|| format!("cannot map {}", args.map.file))?;
     // 3. The plan.
-    let threads = usize::from(args.threads);
+    let threads = usize::from(args.map.threads);
     let plan = AccessPlan::new(args.access, map.len(), threads, Coverage::All)?;
     // 4. The kernel's page cache.
     let kernel_cache_dropped = args.cold && drop_kernel_cache();
@@ -98,20 +98,20 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     drop(pager);
     // 7. The report.
     let report = StatsReport {
-        file: &args.file,
+        file: &args.map.file,
         access: args.access,
-        order: args.order,
+        order: args.map.order,
         ra_pages,
-        ra_pages_from: if args.ra_pages.is_some() {
+        ra_pages_from: if args.map.ra_pages.is_some() {
             "argument"
         } else {
             "store"
         },
-        readahead: args.readahead,
+        readahead: args.map.readahead,
         file_io,
         seconds: timed.seconds,
-        threads: args.threads,
-        handler_threads: args.handler_threads,
+        threads: args.map.threads,
+        handler_threads: args.map.handler_threads,
         io_threads,
         bytes,
         pages: bytes.div_ceil(PAGE_SIZE as u64),

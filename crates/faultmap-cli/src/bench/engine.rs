@@ -38,6 +38,7 @@ use faultmap::{Delivery, FileStore, MapOptions, Mapping, Object, Pager, Stats, P
 use memmap2::Mmap;
 
 use super::data::Data;
+use super::grid::{Column, Sample};
 use super::probe::{self, FolioSample};
 use super::workload::{run_timed, Plan};
 
@@ -84,9 +85,32 @@ impl Engine {
         }
     }
 
-    /// The `variant` field of a JSON row: `order=N`, and `,delivery=handler`
-    /// when the delivery is not the library's default.
-    pub fn variant(self) -> String {
+    /// The fault-around order, for faultmap.
+    pub fn order(self) -> Option<u8> {
+        match self {
+            Engine::Faultmap { order, .. } => Some(order),
+            Engine::KernelFile | Engine::KernelMemfd => None,
+        }
+    }
+}
+
+impl Column for Engine {
+    /// `order=N` for faultmap (the delivery mode goes on a second heading
+    /// line).
+    fn heading(self) -> String {
+        match self {
+            Engine::KernelFile | Engine::KernelMemfd => self.name().into(),
+            Engine::Faultmap { order, .. } => format!("order={order}"),
+        }
+    }
+
+    fn engine(self) -> &'static str {
+        self.name()
+    }
+
+    /// `order=N`, and `,delivery=handler` when the delivery is not the
+    /// library's default.
+    fn variant(self) -> String {
         match self {
             Engine::KernelFile | Engine::KernelMemfd => "default".into(),
             Engine::Faultmap { order, delivery } if delivery == Delivery::default() => {
@@ -98,54 +122,12 @@ impl Engine {
         }
     }
 
-    /// The column heading in the table (the delivery mode goes on a second
-    /// heading line).
-    pub fn column(self) -> String {
-        match self {
-            Engine::KernelFile | Engine::KernelMemfd => self.name().into(),
-            Engine::Faultmap { order, .. } => format!("order={order}"),
-        }
-    }
-
-    /// The fault-around order, for faultmap.
-    pub fn order(self) -> Option<u8> {
-        match self {
-            Engine::Faultmap { order, .. } => Some(order),
-            Engine::KernelFile | Engine::KernelMemfd => None,
-        }
-    }
-
-    /// The delivery mode, for faultmap.
-    pub fn delivery(self) -> Option<Delivery> {
+    fn delivery(self) -> Option<Delivery> {
         match self {
             Engine::Faultmap { delivery, .. } => Some(delivery),
             Engine::KernelFile | Engine::KernelMemfd => None,
         }
     }
-}
-
-/// What one measurement found.
-#[derive(Clone, Copy, Debug)]
-pub struct Sample {
-    /// Wall time of the walk.
-    pub seconds: f64,
-    /// Minor (kernel) or handled (faultmap) faults, all threads together.
-    pub faults: u64,
-    /// Major faults (kernel) or faults that needed store I/O (faultmap).
-    pub major_faults: u64,
-    /// faultmap: store reads during the walk.
-    pub io_count: Option<u64>,
-    /// faultmap: bytes read from the store during the walk.
-    pub io_bytes: Option<u64>,
-    /// faultmap: neighbour pages mapped by fault-around.
-    pub fault_around_pages: Option<u64>,
-    /// kernel-file: percent of the file's pages resident before the walk.
-    pub resident_pct: Option<f64>,
-    /// kernel engines: the folios of sampled pages.
-    pub folios: Option<FolioSample>,
-    /// The sum of the words thread 0 read, to check all engines read the
-    /// same bytes.
-    pub checksum: u64,
 }
 
 /// How faultmap's cache was filled before the measurements.
@@ -230,14 +212,12 @@ impl Engines {
         // 3. Fault counts.
         let mut sample = Sample {
             seconds: timed.seconds,
-            faults: timed.minor_faults,
-            major_faults: timed.major_faults,
-            io_count: None,
-            io_bytes: None,
-            fault_around_pages: None,
+            faults: Some(timed.minor_faults),
+            major_faults: Some(timed.major_faults),
             resident_pct: cache.map(|c| c.0),
             folios: cache.map(|c| c.1),
-            checksum: timed.checksum,
+            checksum: Some(timed.checksum),
+            ..Sample::default()
         };
         if let Engine::KernelMemfd = engine {
             sample.folios = Some(probe::sample_folios(&views[0]));
@@ -354,8 +334,8 @@ fn add_faultmap_counts(sample: &mut Sample, views: &[View]) {
             total.io_bytes += s.io_bytes;
         }
     }
-    sample.faults = total.pgfault;
-    sample.major_faults = total.pgmajfault;
+    sample.faults = Some(total.pgfault);
+    sample.major_faults = Some(total.pgmajfault);
     sample.io_count = Some(total.io_count);
     sample.io_bytes = Some(total.io_bytes);
     sample.fault_around_pages = Some(total.pgfault_around);

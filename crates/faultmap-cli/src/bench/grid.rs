@@ -1,38 +1,44 @@
 //! The framework every `faultmap bench` mode is built on: engines ×
 //! workloads × cells.
 //!
-//! A benchmark names its *key* (what varies: a workload, a thread count, an
-//! engine, perhaps a setting) and its *sample* (what one measurement
-//! found). Everything else is here, written once:
+//! A mode ([`Mode`]) names its workloads (`Workload`, [`Named`]) and its
+//! columns (`Column`: an engine and its settings, [`Column`]), and writes
+//! its outputs of a [`Report`]: the text, the JSON settings and rows, the
+//! figure. A cell is a [`Key`] (workload, thread count, column) and its
+//! [`Sample`]s, one per repetition; a sample is one type for every mode,
+//! each filling what it measures. Everything else is here, written once:
 //!
 //! ```text
-//!   keys, in measurement order ──▶ Cell<K, S> { key, samples }
+//!   keys, in measurement order ──▶ Cell { key, samples }
 //!                                      │
 //!   measure(cells, reps, ...)          │ passes over the cells, repetitions
 //!     one progress bar, its total      │ outermost, so the engines of one
 //!     known before the first sample    │ row are measured seconds apart
 //!                                      ▼
-//!   Cell::spread / median_*        medians: one slow repetition must not
-//!                                  move a result on a shared machine
-//!        │             │              │
-//!        ▼             ▼              ▼
-//!   Grid (text)   Row (JSON)    plot::Figure (SVG)
+//!   Report { machine, data, workloads, threads, columns, cells, mode }
+//!        │ write(args)             │                          │
+//!        ▼                         ▼                          ▼
+//!   header + grid(&[Line])    document: settings, Row    Mode::figure (SVG)
 //! ```
 //!
-//! - [`Cell`]: a key and its samples, with the medians every report shows;
+//! - [`Cell`]: a key and its samples, with the medians every report shows
+//!   (a median, not a mean: one slow repetition must not move a result on
+//!   a shared machine);
 //! - [`measure`]: the passes over the cells under a [`Repetitions`] policy,
 //!   with the one progress bar; [`Checksums`]: every engine must read the
-//!   same bytes as the first one of its workload;
-//! - [`Row`] and [`write_document`]: the one JSON row type (the project's benchmark JSON:
-//!   fields, plus a benchmark's extras) and the one document,
-//!   `{"machine": {...}, "results": [row, ...]}`;
-//! - [`Grid`], [`header`], [`goals`]: the one text table shape: engines as
-//!   columns, groups of rows per thread count (or workload), a label column
-//!   and a what column on the left.
+//!   same bytes as the first one of its group;
+//! - [`Report`]: a mode's results, written by [`Report::write`] (the text
+//!   or the JSON on stdout, the figure with `--plot`). [`Report::grid`]
+//!   renders a table described as data, a list of [`Line`]s (a label and
+//!   what a line shows in one column), with engines as columns and a group
+//!   of lines per thread count; [`Report::document`] writes the one JSON
+//!   document, `{"machine": {...}, "results": [row, ...]}`, of [`Row`]s
+//!   (the fields every benchmark has, filled from the cell's medians, plus
+//!   a mode's extras); [`goals`]: the goal lines.
 //!
-//! A new benchmark (a remote store, huge pages) defines its key, its sample
-//! (implementing [`Sample`]), a closure measuring one key, and the rows of
-//! its grid, JSON and plot; it inherits the repetition policy, the progress
+//! A new benchmark (a remote store, huge pages) defines its workloads, its
+//! columns, a closure measuring one key, and its [`Mode`]: its lines, extra
+//! JSON fields and plot; it inherits the repetition policy, the progress
 //! bar, the medians and the output formats.
 
 use std::collections::HashMap;
@@ -41,28 +47,119 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
+use faultmap::{Delivery, RaStats, Stats, PAGE_SIZE};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::probe::Machine;
+use super::data::Data;
+use super::plot::Figure;
+use super::probe::{FolioSample, Machine};
 use super::reps::Repetitions;
+use crate::kernel::BlockReads;
 use crate::table::Table;
-use crate::units;
+use crate::{units, BenchArgs};
 
-/// What every benchmark's sample has: the time it measured.
-pub trait Sample {
-    /// The measured wall time, in seconds.
-    fn seconds(&self) -> f64;
+/// What one measurement found, in every mode: the time, and each count the
+/// mode measures (`None` where it does not apply).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Sample {
+    /// Wall time from the threads' common start to the last one's end.
+    pub seconds: f64,
+    /// faultmap: `pgfault`; the kernel: `getrusage` minor faults (cold,
+    /// budget: minor + major).
+    pub faults: Option<u64>,
+    /// faultmap: `pgmajfault`; the kernel: `getrusage` major faults.
+    pub major_faults: Option<u64>,
+    /// Read requests: faultmap's store reads, the device's 1 MiB reads, the
+    /// disk's completed reads during a cold kernel run.
+    pub io_count: Option<u64>,
+    /// Bytes read by those requests.
+    pub io_bytes: Option<u64>,
+    /// Pages the run touched, all threads together.
+    pub pages_touched: Option<u64>,
+    /// The wrapping sum of what the run read: the same for every engine.
+    pub checksum: Option<u64>,
+    /// faultmap: the counters of the run's mappings, object or pager.
+    pub stats: Option<Stats>,
+    /// faultmap: the readahead table (cold).
+    pub ra: Option<RaStats>,
+    /// warm faultmap: neighbour pages mapped by fault-around.
+    pub fault_around_pages: Option<u64>,
+    /// warm kernel-file: percent of the file's pages resident before the
+    /// walk.
+    pub resident_pct: Option<f64>,
+    /// warm kernel engines: the folios of sampled pages.
+    pub folios: Option<FolioSample>,
+    /// cold: the block device's reads during the run (every process's).
+    pub block: Option<BlockReads>,
+    /// churn: regions the churn thread mapped.
+    pub maps: Option<u64>,
+    /// budget: touches (one byte each).
+    pub touches: Option<u64>,
+    /// budget, faultmap: pages evicted.
+    pub evicted: Option<u64>,
+    /// budget: faultmap's `refault`; the cgroup's `workingset_refault_file`.
+    pub refault: Option<u64>,
+    /// budget: the peak cached bytes (faultmap's pager, the cgroup).
+    pub peak_bytes: Option<u64>,
+    /// budget: the largest sampled RssFile + RssShmem.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+/// A workload, or what stands in for one: it has a name.
+pub trait Named: Copy + PartialEq {
+    /// The name on the command line, in the table and in JSON.
+    fn name(self) -> &'static str;
+}
+
+/// A column of a mode's table: an engine with its settings.
+pub trait Column: Copy + PartialEq {
+    /// The table's heading.
+    fn heading(self) -> String;
+    /// The `engine` field of a JSON row.
+    fn engine(self) -> &'static str;
+    /// The `variant` field of a JSON row.
+    fn variant(self) -> String;
+    /// faultmap's delivery mode, for the second heading line.
+    fn delivery(self) -> Option<Delivery> {
+        None
+    }
+    /// Whether the column runs once per workload, on one thread (cold's
+    /// `device`): every thread count's group shows that one cell.
+    fn once(self) -> bool {
+        false
+    }
+}
+
+/// What a cell measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key<W, C> {
+    /// The workload.
+    pub workload: W,
+    /// Threads.
+    pub threads: u16,
+    /// The column.
+    pub column: C,
+}
+
+impl<W: Named, C: Column> Key<W, C> {
+    /// `seq × 2 on order=4 handler`, for the progress bar and errors.
+    pub fn label(&self) -> String {
+        let delivery = self.column.delivery().map_or("", crate::delivery_name);
+        let on = format!("{} {delivery}", self.column.heading());
+        let (w, t) = (self.workload.name(), self.threads);
+        format!("{w} × {t} on {}", on.trim_end())
+    }
 }
 
 /// One key and its samples, one per repetition, in order.
 #[derive(Debug)]
-pub struct Cell<K, S> {
+pub struct Cell<W, C> {
     /// What the cell measures.
-    pub key: K,
+    pub key: Key<W, C>,
     /// One sample per repetition that produced one.
-    pub samples: Vec<S>,
+    pub samples: Vec<Sample>,
 }
 
 /// The median, fastest and slowest of a cell's times (all 0 for none), and
@@ -79,9 +176,14 @@ pub struct Spread {
     pub seconds_all: Vec<f64>,
 }
 
-impl<K, S: Sample> Cell<K, S> {
+impl<W, C> Cell<W, C> {
     /// A cell with no samples yet.
-    pub fn new(key: K) -> Self {
+    pub fn new(workload: W, threads: u16, column: C) -> Self {
+        let key = Key {
+            workload,
+            threads,
+            column,
+        };
         Cell {
             key,
             samples: Vec::new(),
@@ -90,7 +192,7 @@ impl<K, S: Sample> Cell<K, S> {
 
     /// The spread of the samples' times.
     pub fn spread(&self) -> Spread {
-        let all: Vec<f64> = self.samples.iter().map(Sample::seconds).collect();
+        let all: Vec<f64> = self.samples.iter().map(|s| s.seconds).collect();
         Spread {
             seconds: median_f64(&all),
             seconds_min: all.iter().copied().reduce(f64::min).unwrap_or(0.0),
@@ -106,38 +208,50 @@ impl<K, S: Sample> Cell<K, S> {
 
     /// The median of a count over the samples that have it; `None` if none
     /// has.
-    pub fn median_u64(&self, f: impl Fn(&S) -> Option<u64>) -> Option<u64> {
+    pub fn median_u64(&self, f: impl Fn(&Sample) -> Option<u64>) -> Option<u64> {
         let v: Vec<u64> = self.samples.iter().filter_map(f).collect();
         (!v.is_empty()).then(|| median_u64(&v))
     }
 
     /// The median of a value over the samples that have it; `None` if none
     /// has.
-    pub fn median_f64(&self, f: impl Fn(&S) -> Option<f64>) -> Option<f64> {
+    pub fn median_f64(&self, f: impl Fn(&Sample) -> Option<f64>) -> Option<f64> {
         let v: Vec<f64> = self.samples.iter().filter_map(f).collect();
         (!v.is_empty()).then(|| median_f64(&v))
     }
 
     /// The median sample by `f` (the lower middle one for an even count):
     /// the counters a report shows are that one run's, not a mix of medians.
-    pub fn median_sample_by(&self, f: impl Fn(&S) -> f64) -> Option<&S> {
-        let mut order: Vec<&S> = self.samples.iter().collect();
+    pub fn median_sample_by(&self, f: impl Fn(&Sample) -> f64) -> Option<&Sample> {
+        let mut order: Vec<&Sample> = self.samples.iter().collect();
         order.sort_by(|a, b| f(a).total_cmp(&f(b)));
         order.get(order.len().checked_sub(1)? / 2).copied()
     }
 
     /// The median sample by time.
-    pub fn median_sample(&self) -> Option<&S> {
-        self.median_sample_by(S::seconds)
+    pub fn median_sample(&self) -> Option<&Sample> {
+        self.median_sample_by(|s| s.seconds)
     }
 }
 
-/// The cell of `key` among `cells`, if it has samples.
-pub fn find<K: PartialEq, S>(cells: &[Cell<K, S>], key: K) -> Option<&Cell<K, S>> {
+/// The cells of `workloads` × their thread counts × `columns`, in
+/// measurement order: per workload, the [`Column::once`] columns on one
+/// thread, then per thread count every other column.
+pub fn cells<W: Copy, C: Column>(
+    workloads: &[W],
+    threads_of: impl Fn(W) -> Vec<u16>,
+    columns: &[C],
+) -> Vec<Cell<W, C>> {
+    let mut cells = Vec::new();
+    for &w in workloads {
+        let once = columns.iter().filter(|c| c.once());
+        cells.extend(once.map(|&c| Cell::new(w, 1, c)));
+        for t in threads_of(w) {
+            let each = columns.iter().filter(|c| !c.once());
+            cells.extend(each.map(|&c| Cell::new(w, t, c)));
+        }
+    }
     cells
-        .iter()
-        .find(|c| c.key == key)
-        .filter(|c| !c.samples.is_empty())
 }
 
 /// The median; the mean of the two middle values for an even count; 0 for
@@ -186,11 +300,10 @@ pub fn rate(n: u64, seconds: f64) -> f64 {
 /// to get, known before the first sample; only the budget policy's extra
 /// passes for cheap cells (`--full` without `--repetitions`) add to it,
 /// and their message says so.
-pub fn measure<K, S: Sample>(
-    cells: &mut [Cell<K, S>],
+pub fn measure<W: Named, C: Column>(
+    cells: &mut [Cell<W, C>],
     reps: Repetitions,
-    label: impl Fn(&K) -> String,
-    mut measure: impl FnMut(&K, &ProgressBar) -> Result<Option<S>>,
+    mut measure: impl FnMut(&Key<W, C>, &ProgressBar) -> Result<Option<Sample>>,
 ) -> Result<u32> {
     let started = Instant::now();
     let bar = progress_bar();
@@ -200,7 +313,7 @@ pub fn measure<K, S: Sample>(
         let wanted: Vec<usize> = (0..cells.len())
             .filter(|&c| {
                 let samples = &cells[c].samples;
-                let spent: f64 = samples.iter().map(Sample::seconds).sum();
+                let spent: f64 = samples.iter().map(|s| s.seconds).sum();
                 let n = u32::try_from(samples.len()).unwrap_or(u32::MAX);
                 reps.wants(n, Duration::from_secs_f64(spent), started.elapsed())
             })
@@ -216,7 +329,7 @@ pub fn measure<K, S: Sample>(
         for c in wanted {
             let cell = &mut cells[c];
             let what = if extra { "extra pass" } else { "pass" };
-            bar.set_message(format!("{what} {}: {}", pass + 1, label(&cell.key)));
+            bar.set_message(format!("{what} {}: {}", pass + 1, cell.key.label()));
             if let Some(sample) = measure(&cell.key, &bar)? {
                 cell.samples.push(sample);
             }
@@ -261,102 +374,7 @@ impl<G: Eq + Hash> Checksums<G> {
 }
 
 // ---------------------------------------------------------------------------
-// JSON.
-// ---------------------------------------------------------------------------
-
-/// One measured cell in the project's benchmark JSON format: the fields
-/// every benchmark has (null where one does not apply), then the
-/// benchmark's own `extra` fields. `seconds` and the counts are medians.
-#[derive(Debug, Serialize)]
-pub struct Row {
-    pub workload: &'static str,
-    pub threads: u16,
-    pub engine: &'static str,
-    pub variant: String,
-    pub order: Option<u8>,
-    pub pages: u64,
-    pub faults: Option<u64>,
-    pub major_faults: Option<u64>,
-    pub io_count: Option<u64>,
-    pub io_bytes: Option<u64>,
-    pub seconds: f64,
-    pub repetitions: usize,
-    pub seconds_min: f64,
-    pub seconds_max: f64,
-    pub seconds_all: Vec<f64>,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
-}
-
-impl Row {
-    /// A row of `cell`: its time spread and repetitions, the rest null or
-    /// empty until set.
-    pub fn new<K, S: Sample>(cell: &Cell<K, S>, engine: &'static str, variant: String) -> Row {
-        let s = cell.spread();
-        Row {
-            workload: "",
-            threads: 1,
-            engine,
-            variant,
-            order: None,
-            pages: 0,
-            faults: None,
-            major_faults: None,
-            io_count: None,
-            io_bytes: None,
-            seconds: s.seconds,
-            repetitions: cell.samples.len(),
-            seconds_min: s.seconds_min,
-            seconds_max: s.seconds_max,
-            seconds_all: s.seconds_all,
-            extra: Map::new(),
-        }
-    }
-
-    /// Adds an extra field.
-    pub fn with(mut self, key: &str, value: impl Serialize) -> Row {
-        self.extra.insert(key.into(), to_value(value));
-        self
-    }
-}
-
-/// `value` as JSON (null if it cannot be: a non-finite float).
-fn to_value(value: impl Serialize) -> Value {
-    serde_json::to_value(value).unwrap_or(Value::Null)
-}
-
-/// The machine object: the machine, the data, then the benchmark's
-/// settings (`extra`, an object).
-pub fn machine_json(machine: &Machine, data: &DataInfo, extra: Value) -> Value {
-    let mut object = match to_value(machine) {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    };
-    object.insert("data".into(), data.path.clone().into());
-    object.insert("data_generated".into(), data.generated.into());
-    object.insert("file_bytes".into(), data.bytes.into());
-    object.insert("pages".into(), data.pages.into());
-    if let Value::Object(extra) = extra {
-        object.extend(extra);
-    }
-    Value::Object(object)
-}
-
-/// Writes the document of every benchmark, `{"machine": {...}, "results":
-/// [row, ...]}`, and a newline, to `out`.
-pub fn write_document(out: &mut impl Write, machine: Value, results: Vec<Row>) -> Result<()> {
-    #[derive(Serialize)]
-    struct Document {
-        machine: Value,
-        results: Vec<Row>,
-    }
-    serde_json::to_writer_pretty(&mut *out, &Document { machine, results })?;
-    writeln!(out)?;
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------
-// Text.
+// The report.
 // ---------------------------------------------------------------------------
 
 /// The data a benchmark ran on.
@@ -389,66 +407,301 @@ impl DataInfo {
     }
 }
 
-/// A report's title and header: `name  text` lines, the machine and the
-/// data first.
-pub fn header(
-    title: &str,
-    machine: &Machine,
-    data: &DataInfo,
-    lines: Vec<(&str, String)>,
-) -> String {
-    let mut t = Table::new(2);
-    t.row(["machine".to_string(), machine.line()]);
-    t.row(["data".to_string(), data.line()]);
-    for (name, text) in lines {
-        t.row([name.to_string(), text]);
+#[cfg(test)]
+impl DataInfo {
+    /// A generated 1 MiB file, for the reports' tests.
+    pub fn test() -> DataInfo {
+        DataInfo {
+            path: "x".into(),
+            generated: true,
+            bytes: 1 << 20,
+            pages: 256,
+        }
     }
-    format!("{title}\n\n{}", t.render())
 }
 
-/// A table with engines as columns and groups of rows (per thread count,
-/// say) on the left:
-///
-/// ```text
-///                            kernel-file  kernel-memfd  order=0  order=0
-///                                                        signal  handler
-///   1 thread   time, seconds    0.061234      0.093121   1.0212   1.3310
-///              vs kernel-file                     0.66     0.06     0.05
-/// ```
-#[derive(Debug)]
-pub struct Grid(Table);
+/// A benchmark mode: what stands for its workloads and its columns, and its
+/// outputs of a [`Report`], which [`Report::write`] writes.
+pub trait Mode: Sized {
+    /// What stands for a workload.
+    type Workload: Named;
+    /// A column: an engine with its settings.
+    type Column: Column;
+    /// The text report.
+    fn render(run: &Report<Self>) -> String;
+    /// The mode's settings, in the document's `machine` object.
+    fn settings(run: &Report<Self>) -> Value;
+    /// The JSON row of a cell with samples ([`Row::new`] and the extras).
+    fn row(run: &Report<Self>, cell: &Cell<Self::Workload, Self::Column>) -> Row;
+    /// The `--plot` figure.
+    fn figure(run: &Report<Self>) -> Figure;
+}
 
-impl Grid {
-    /// A grid with these column headings, and a second heading line (the
-    /// delivery modes) if given.
-    pub fn new(headings: Vec<String>, second: Option<Vec<String>>) -> Grid {
-        let mut t = Table::new(2);
-        for line in std::iter::once(headings).chain(second) {
-            let mut row = vec![String::new(), String::new()];
-            row.extend(line);
-            t.row(row);
-        }
-        Grid(t)
-    }
+/// A mode's results: the cells of its workloads × thread counts × columns,
+/// and the mode's own settings (`mode`).
+pub struct Report<M: Mode> {
+    /// The machine.
+    pub machine: Machine,
+    /// The data.
+    pub data: DataInfo,
+    /// Workloads, in the order asked.
+    pub workloads: Vec<M::Workload>,
+    /// Thread counts, in the order asked.
+    pub threads: Vec<u16>,
+    /// faultmap's delivery modes (a second heading line when more than one).
+    pub deliveries: Vec<Delivery>,
+    /// Columns, in order.
+    pub columns: Vec<M::Column>,
+    /// The cells, in measurement order.
+    pub cells: Vec<Cell<M::Workload, M::Column>>,
+    /// Wall time of the whole benchmark, setup included.
+    pub wall_seconds: f64,
+    /// The mode's settings.
+    pub mode: M,
+}
 
-    /// A group of rows: the label on its first row, then each `(what,
-    /// cells)`; a row with every cell blank is left out.
-    pub fn group(&mut self, label: String, rows: Vec<(String, Vec<String>)>) {
-        let mut label = label;
-        for (what, cells) in rows {
-            if cells.iter().all(String::is_empty) {
-                continue;
+/// The key of a mode's cells.
+pub type KeyOf<M> = Key<<M as Mode>::Workload, <M as Mode>::Column>;
+
+/// A line of a mode's table: its label, and what it shows in the column of
+/// a key (blank lines are left out).
+pub type Line<M> = (&'static str, fn(&Report<M>, KeyOf<M>) -> String);
+
+impl<M: Mode> Report<M> {
+    /// The report of `cells` over `data`, measured since `started`: the
+    /// machine read now, faultmap's delivery modes those of the columns.
+    pub fn new(
+        data: &Data,
+        started: Instant,
+        workloads: Vec<M::Workload>,
+        threads: Vec<u16>,
+        columns: Vec<M::Column>,
+        cells: Vec<Cell<M::Workload, M::Column>>,
+        mode: M,
+    ) -> Self {
+        let mut deliveries = Vec::new();
+        for d in columns.iter().filter_map(|c| c.delivery()) {
+            if !deliveries.contains(&d) {
+                deliveries.push(d);
             }
-            let mut row = vec![std::mem::take(&mut label), what];
-            row.extend(cells);
-            self.0.row(row);
+        }
+        let data = DataInfo {
+            path: data.path().display().to_string(),
+            generated: data.generated(),
+            bytes: data.len(),
+            pages: data.len().div_ceil(PAGE_SIZE as u64),
+        };
+        Report {
+            machine: Machine::read(),
+            data,
+            workloads,
+            threads,
+            deliveries,
+            columns,
+            cells,
+            wall_seconds: started.elapsed().as_secs_f64(),
+            mode,
         }
     }
 
-    /// The table as text.
-    pub fn render(&self) -> String {
-        self.0.render()
+    /// The cell of one combination (a [`Column::once`] column's: its one
+    /// thread's), if it has samples.
+    pub fn cell(
+        &self,
+        workload: M::Workload,
+        threads: u16,
+        column: M::Column,
+    ) -> Option<&Cell<M::Workload, M::Column>> {
+        let threads = if column.once() { 1 } else { threads };
+        let key = Key {
+            workload,
+            threads,
+            column,
+        };
+        let cell = self.cells.iter().find(|c| c.key == key);
+        cell.filter(|c| !c.samples.is_empty())
     }
+
+    /// The median seconds of one combination.
+    pub fn seconds(&self, workload: M::Workload, threads: u16, column: M::Column) -> Option<f64> {
+        self.cell(workload, threads, column).map(Cell::seconds)
+    }
+
+    /// The median of a count of the key's cell (0 if no sample has it),
+    /// blank without the cell.
+    pub fn count(&self, k: KeyOf<M>, f: impl Fn(&Sample) -> Option<u64>) -> String {
+        let cell = self.cell(k.workload, k.threads, k.column);
+        cell.map_or_else(String::new, |c| units::count(c.median_u64(f).unwrap_or(0)))
+    }
+
+    /// The median seconds of the key's cell with `decimals` decimals, blank
+    /// without the cell.
+    pub fn time(&self, k: KeyOf<M>, decimals: usize) -> String {
+        let s = self.seconds(k.workload, k.threads, k.column);
+        s.map_or_else(String::new, |s| format!("{s:.decimals$}"))
+    }
+
+    /// The report's title and header: `name  text` lines, the machine and
+    /// the data first.
+    pub fn header(&self, title: &str, lines: Vec<(&str, String)>) -> String {
+        let mut t = Table::new(2);
+        t.row(["machine".to_string(), self.machine.line()]);
+        t.row(["data".to_string(), self.data.line()]);
+        for (name, text) in lines {
+            t.row([name.to_string(), text]);
+        }
+        format!("{title}\n\n{}", t.render())
+    }
+
+    /// A table of `workload`: the columns' headings (and delivery modes),
+    /// then per thread count a group of `lines`; a line with every cell
+    /// blank is left out.
+    ///
+    /// ```text
+    ///                            kernel-file  kernel-memfd  order=0  order=0
+    ///                                                        signal  handler
+    ///   1 thread   time, seconds    0.061234      0.093121   1.0212   1.3310
+    ///              vs kernel-file                     0.66     0.06     0.05
+    /// ```
+    pub fn grid(&self, workload: M::Workload, threads: &[u16], lines: &[Line<M>]) -> String {
+        let mut t = Table::new(2);
+        let headings = self.columns.iter().map(|c| c.heading());
+        t.row(["", ""].into_iter().map(String::from).chain(headings));
+        if self.deliveries.len() > 1 {
+            let second = self.columns.iter().map(|c| c.delivery());
+            let second = second.map(|d| d.map_or("", crate::delivery_name));
+            t.row(["", ""].into_iter().chain(second));
+        }
+        for &threads in threads {
+            let mut label = threads_label(threads);
+            for (what, show) in lines {
+                let cells: Vec<String> = self
+                    .columns
+                    .iter()
+                    .map(|&column| {
+                        let key = Key {
+                            workload,
+                            threads,
+                            column,
+                        };
+                        show(self, key)
+                    })
+                    .collect();
+                if cells.iter().all(String::is_empty) {
+                    continue;
+                }
+                let head = [std::mem::take(&mut label), what.to_string()];
+                t.row(head.into_iter().chain(cells));
+            }
+        }
+        t.render()
+    }
+
+    /// Writes the report on stdout (its JSON document with `--json`, else
+    /// its text), and with `--plot` its figure.
+    pub fn write(&self, args: &BenchArgs) -> Result<()> {
+        if let Some(path) = &args.plot {
+            super::plot::write(&M::figure(self), path)?;
+            super::note(&format!("plot written to {}", path.display()));
+        }
+        crate::output::print(args.json, |out| self.document(out), || M::render(self))
+    }
+
+    /// Writes the document, `{"machine": {...}, "results": [row, ...]}`,
+    /// and a newline, to `out`: the machine, the data and the mode's
+    /// settings, then a row per cell with samples.
+    pub fn document(&self, out: &mut impl Write) -> Result<()> {
+        #[derive(Serialize)]
+        struct Document {
+            machine: Value,
+            results: Vec<Row>,
+        }
+        let mut machine = match to_value(&self.machine) {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        };
+        machine.insert("data".into(), self.data.path.clone().into());
+        machine.insert("data_generated".into(), self.data.generated.into());
+        machine.insert("file_bytes".into(), self.data.bytes.into());
+        machine.insert("pages".into(), self.data.pages.into());
+        if let Value::Object(settings) = M::settings(self) {
+            machine.extend(settings);
+        }
+        let cells = self.cells.iter().filter(|c| !c.samples.is_empty());
+        let document = Document {
+            machine: Value::Object(machine),
+            results: cells.map(|c| M::row(self, c)).collect(),
+        };
+        serde_json::to_writer_pretty(&mut *out, &document)?;
+        writeln!(out)?;
+        Ok(())
+    }
+}
+
+/// One measured cell in the project's benchmark JSON format: the fields
+/// every benchmark has (null where one does not apply), then the
+/// benchmark's own `extra` fields. `seconds` and the counts are medians.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    pub workload: &'static str,
+    pub threads: u16,
+    pub engine: &'static str,
+    pub variant: String,
+    pub order: Option<u8>,
+    pub pages: u64,
+    pub faults: Option<u64>,
+    pub major_faults: Option<u64>,
+    pub io_count: Option<u64>,
+    pub io_bytes: Option<u64>,
+    pub seconds: f64,
+    pub repetitions: usize,
+    pub seconds_min: f64,
+    pub seconds_max: f64,
+    pub seconds_all: Vec<f64>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl Row {
+    /// The row of `cell` of `report`: its key, its time spread, and the
+    /// medians of its counts; `order` null until set.
+    pub fn new<M: Mode>(report: &Report<M>, cell: &Cell<M::Workload, M::Column>) -> Row {
+        let s = cell.spread();
+        let Key {
+            workload,
+            threads,
+            column,
+        } = cell.key;
+        Row {
+            workload: workload.name(),
+            threads,
+            engine: column.engine(),
+            variant: column.variant(),
+            order: None,
+            pages: report.data.pages,
+            faults: cell.median_u64(|s| s.faults),
+            major_faults: cell.median_u64(|s| s.major_faults),
+            io_count: cell.median_u64(|s| s.io_count),
+            io_bytes: cell.median_u64(|s| s.io_bytes),
+            seconds: s.seconds,
+            repetitions: cell.samples.len(),
+            seconds_min: s.seconds_min,
+            seconds_max: s.seconds_max,
+            seconds_all: s.seconds_all,
+            extra: Map::new(),
+        }
+    }
+
+    /// Adds an extra field.
+    pub fn with(mut self, key: &str, value: impl Serialize) -> Row {
+        self.extra.insert(key.into(), to_value(value));
+        self
+    }
+}
+
+/// `value` as JSON (null if it cannot be: a non-finite float).
+fn to_value(value: impl Serialize) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
 }
 
 /// `1 thread`, `2 threads`.
@@ -463,6 +716,28 @@ pub fn threads_label(threads: u16) -> String {
 /// A ratio with two decimals, `-` if there is none.
 pub fn two(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.2}"))
+}
+
+/// A count with thousands separators, blank if there is none.
+pub fn count(v: Option<u64>) -> String {
+    v.map_or_else(String::new, units::count)
+}
+
+/// What the delivery modes of a run are.
+pub fn deliveries_text(deliveries: &[Delivery]) -> String {
+    let text: Vec<&str> = deliveries
+        .iter()
+        .map(|&d| match d {
+            Delivery::Signal => {
+                "signal delivery (the faulting thread resolves its own hit in a SIGBUS handler)"
+            }
+            Delivery::Handler => {
+                "handler delivery (a handler thread reads the userfaultfd message and \
+                 wakes the faulting thread)"
+            }
+        })
+        .collect();
+    text.join(" and ")
 }
 
 /// A goal: a ratio a benchmark is judged by, with its bound.
@@ -492,10 +767,7 @@ impl Goal {
 }
 
 /// The goals, one line each: where, what, value, bound, met or not.
-pub fn goals(goals: &[Goal]) -> String {
-    if goals.is_empty() {
-        return String::new();
-    }
+pub fn goals<'a>(goals: impl IntoIterator<Item = &'a Goal>) -> String {
     let mut t = Table::new(2).note_column(4);
     for g in goals {
         let op = if g.at_least { ">=" } else { "<=" };
@@ -507,16 +779,69 @@ pub fn goals(goals: &[Goal]) -> String {
             if g.met() { "met" } else { "NOT met" }.to_string(),
         ]);
     }
-    format!("\ngoals\n{}", t.render())
+    let text = t.render();
+    if text.is_empty() {
+        return text;
+    }
+    format!("\ngoals\n{text}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    impl Sample for f64 {
-        fn seconds(&self) -> f64 {
-            *self
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct W;
+
+    impl Named for W {
+        fn name(self) -> &'static str {
+            "w"
+        }
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct C(u8);
+
+    impl Column for C {
+        fn heading(self) -> String {
+            ["a", "b", "c"][usize::from(self.0)].into()
+        }
+        fn engine(self) -> &'static str {
+            "e"
+        }
+        fn variant(self) -> String {
+            "v".into()
+        }
+    }
+
+    /// A mode with one workload and columns `a`, `b`, `c`.
+    struct T;
+
+    impl Mode for T {
+        type Workload = W;
+        type Column = C;
+        fn render(_: &Report<T>) -> String {
+            String::new()
+        }
+        fn settings(_: &Report<T>) -> Value {
+            Value::Null
+        }
+        fn row(run: &Report<T>, cell: &Cell<W, C>) -> Row {
+            Row::new(run, cell)
+        }
+        fn figure(_: &Report<T>) -> Figure {
+            Figure {
+                panels: Vec::new(),
+                columns: 1,
+            }
+        }
+    }
+
+    fn secs(seconds: f64) -> Sample {
+        Sample {
+            seconds,
+            faults: (seconds > 0.15).then_some(7),
+            ..Sample::default()
         }
     }
 
@@ -532,26 +857,23 @@ mod tests {
 
     #[test]
     fn a_cell_summarises_its_samples() {
-        let mut cell = Cell::new(());
-        cell.samples = vec![0.3, 0.1, 0.2];
+        let mut cell = Cell::new(W, 1, C(0));
+        cell.samples = vec![secs(0.3), secs(0.1), secs(0.2)];
         let s = cell.spread();
         assert_eq!((s.seconds, s.seconds_min, s.seconds_max), (0.2, 0.1, 0.3));
         assert_eq!(s.seconds_all, [0.3, 0.1, 0.2]);
-        assert_eq!(cell.median_sample(), Some(&0.2));
-        assert_eq!(cell.median_u64(|&x| (x > 0.15).then_some(7)), Some(7));
+        assert_eq!(cell.median_sample(), Some(&secs(0.2)));
+        assert_eq!(cell.median_u64(|s| s.faults), Some(7));
         assert_eq!(cell.median_u64(|_| None), None);
-        assert!(Cell::<(), f64>::new(()).median_sample().is_none());
+        assert!(Cell::new(W, 1, C(0)).median_sample().is_none());
     }
 
     #[test]
     fn measure_gives_every_cell_its_repetitions() {
-        let mut cells: Vec<Cell<u8, f64>> = (0..3).map(Cell::new).collect();
-        let passes = measure(
-            &mut cells,
-            Repetitions::Fixed(2),
-            |k| k.to_string(),
-            |&k, _| Ok((k != 1).then_some(0.0)),
-        )
+        let mut cells: Vec<Cell<W, C>> = (0..3).map(|c| Cell::new(W, 1, C(c))).collect();
+        let passes = measure(&mut cells, Repetitions::Fixed(2), |k, _| {
+            Ok((k.column != C(1)).then(|| secs(0.0)))
+        })
         .unwrap();
         assert_eq!(passes, 2);
         let counts: Vec<usize> = cells.iter().map(|c| c.samples.len()).collect();
@@ -569,15 +891,23 @@ mod tests {
 
     #[test]
     fn a_grid_leaves_out_blank_rows_and_labels_the_first() {
-        let mut g = Grid::new(vec!["a".into(), "b".into()], None);
-        g.group(
-            "1 thread".into(),
-            vec![
-                ("blank".into(), vec![String::new(), String::new()]),
-                ("x".into(), vec!["1".into(), "22".into()]),
-            ],
-        );
-        assert_eq!(g.render(), "             a   b\n1 thread  x  1  22\n");
+        let report = Report {
+            machine: Machine::read(),
+            data: DataInfo::test(),
+            workloads: vec![W],
+            threads: vec![1],
+            deliveries: Vec::new(),
+            columns: vec![C(0), C(1)],
+            cells: Vec::new(),
+            wall_seconds: 0.0,
+            mode: T,
+        };
+        let lines: [Line<T>; 2] = [
+            ("blank", |_, _| String::new()),
+            ("x", |_, k| ["1", "22"][usize::from(k.column.0)].into()),
+        ];
+        let text = report.grid(W, &[1], &lines);
+        assert_eq!(text, "             a   b\n1 thread  x  1  22\n");
     }
 
     #[test]
@@ -591,5 +921,6 @@ mod tests {
         };
         assert!(!g.met());
         assert!(goals(&[g]).contains("NOT met"));
+        assert!(goals(&[]).is_empty());
     }
 }

@@ -1,6 +1,7 @@
-//! The fault-around benchmark's results: the table, the headline, the JSON
-//! rows and the plot, all from one [`Run`] of [`grid::Cell`]s keyed by
-//! (workload, threads, engine).
+//! The fault-around benchmark (plain `faultmap bench` and `--full`): minor
+//! faults and time per fault-around order for three synthetic workloads
+//! and several thread counts, with faultmap's fault-around order as the
+//! variable and two kernel baselines as fixed columns:
 //!
 //! ```text
 //!   seq: sequential access: every 8-byte word in order
@@ -12,167 +13,337 @@
 //!              vs kernel-memfd       1.52                    0.09  ...
 //! ```
 //!
-//! Every number is the median over the repetitions. A `vs X` line divides
-//! X's time by each column's: above 1, that column was faster than X. The
-//! second heading line (the delivery mode) is there when the run measured
-//! more than one. After the tables, the headline: per workload, delivery
-//! mode and thread count, faultmap's fastest order, and its time over
-//! kernel-file's and kernel-memfd's.
+//! Plain `faultmap bench` measures orders 0, 4 and 9 (one page, the
+//! kernel's default 64 KiB, a whole page table), [`MAIN_REPETITIONS`]
+//! samples per cell, so that it answers in under two minutes here;
+//! `--full` measures the seven orders of the kernel's fault-around series
+//! with the [`reps`](super::reps) budget policy (about 4.5 minutes). Every
+//! number is the median over the repetitions. A `vs X` line divides X's
+//! time by each column's: above 1, that column was faster than X. After the
+//! tables, the headline: per workload, delivery mode and thread count,
+//! faultmap's fastest order, and its time over kernel-file's and
+//! kernel-memfd's.
 //!
-//! JSON rows (the project's benchmark JSON: fields; `order`, `io_count`, `io_bytes` null for
-//! the kernel engines, `folios` and `resident_pct` for faultmap) add
-//! `delivery` (faultmap: `signal` or `handler`; the variant names it when
-//! it is not the library's default: `order=4,delivery=handler`),
-//! `seconds_min`, `seconds_max`, `seconds_all`, `fault_around_pages`
-//! (faultmap's `pgfault_around`), `folios` and `folio_sample` (kernel
-//! engines: `large`, `4k`, `mixed` or `unknown`, and the sampled counts) and
-//! `resident_pct` (kernel-file: the lowest residency before a repetition).
+//! faultmap's columns are one per fault-around order *and* fault delivery
+//! mode (`--delivery`): `signal` (the faulting thread resolves its own hit
+//! in a SIGBUS handler) and `handler` (a handler thread reads the
+//! userfaultfd message and wakes the faulting thread), each with its own
+//! pager over the one object, so the two modes map the same cached pages.
+//!
+//! [`run`] reads top to bottom:
+//!
+//! 1. check the arguments (orders against the library's bound) before
+//!    anything costly;
+//! 2. start the pagers, one per delivery mode: without userfaultfd nothing
+//!    else is worth doing, and the error says what is missing;
+//! 3. the data ([`super::data`]) and every engine over it
+//!    ([`super::engine`]): the file, its memfd copy, faultmap's object with
+//!    its cache filled;
+//! 4. the workloads' inputs ([`Plan`]), made once, untimed;
+//! 5. the measurements ([`grid::measure`]): repetitions outermost, then
+//!    workload, threads and engine, so the engines of one row are measured
+//!    seconds apart and machine noise hits them alike. Every walk's
+//!    checksum must equal the first one of its workload: an engine that
+//!    served wrong bytes fails the benchmark;
+//! 6. the report: the tables and the headline, or one JSON document; and
+//!    the plot.
+//!
+//! JSON rows (`order`, `io_count`, `io_bytes` null for the kernel engines)
+//! add `delivery` (faultmap: `signal` or `handler`; the variant names it
+//! when it is not the library's default: `order=4,delivery=handler`),
+//! `fault_around_pages` (faultmap's `pgfault_around`), `folios` and
+//! `folio_sample` (kernel engines: `large`, `4k`, `mixed` or `unknown`, and
+//! the sampled counts) and `resident_pct` (kernel-file: the lowest
+//! residency before a repetition).
 
-use std::io::Write;
+use std::time::Instant;
 
-use anyhow::Result;
-use faultmap::Delivery;
-use serde_json::json;
+use anyhow::{bail, Context, Result};
+use faultmap::MapOptions;
+use serde_json::{json, Value};
 
-use super::engine::{Engine, Sample, WarmUp};
-use super::grid::{self, threads_label, DataInfo, Grid, Row};
+use super::engine::{Engine, Engines, WarmUp};
+use super::grid::{self, threads_label, Checksums, Column, Line, Row};
 use super::plot::{Figure, Panel, Series};
-use super::probe::{FolioSample, Machine};
-use super::reps::{RepsFrom, BUDGET, CELL_BUDGET, MIN_REPS};
-use super::workload::Workload;
-use crate::units;
+use super::probe::FolioSample;
+use super::reps::{Repetitions, RepsFrom, BUDGET, CELL_BUDGET, MIN_REPS};
+use super::workload::{Plan, Workload};
+use super::{dedup, deliveries, or_default};
+use crate::{units, BenchArgs, DeliveryArg};
 
-/// What a cell measures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Key {
-    /// The workload.
-    pub workload: Workload,
-    /// Threads, each with its own view of the whole data.
-    pub threads: u16,
-    /// The engine.
-    pub engine: Engine,
-}
+/// The workloads without `--workload`.
+const WORKLOADS: [Workload; 3] = [Workload::Seq, Workload::Rand, Workload::Sparse];
 
-/// A cell of the fault-around benchmark.
-pub type Cell = grid::Cell<Key, Sample>;
+/// The orders of `--full` without `--orders`: the kernel's fault-around
+/// series.
+const FULL_ORDERS: [u8; 7] = [0, 1, 3, 4, 5, 7, 9];
 
-impl grid::Sample for Sample {
-    fn seconds(&self) -> f64 {
-        self.seconds
-    }
-}
+/// The orders of plain `faultmap bench` without `--orders`: one page, the
+/// kernel's default (64 KiB) and a whole page table (2 MiB).
+const MAIN_ORDERS: [u8; 3] = [0, 4, 9];
 
-/// Everything the outputs need.
+/// Samples per cell of plain `faultmap bench` without `--repetitions`: the
+/// median of 3, and the whole run (1 GiB) in about 90 s here.
+const MAIN_REPETITIONS: u32 = 3;
+
+/// The delivery modes without `--delivery`.
+const DELIVERIES: [DeliveryArg; 2] = [DeliveryArg::Signal, DeliveryArg::Handler];
+
+/// The fault-around benchmark's settings, beside its cells.
 #[derive(Debug)]
-pub struct Run {
-    /// The machine.
-    pub machine: Machine,
-    /// The data.
-    pub data: DataInfo,
+pub struct Warm {
     /// The whole table (`--full`) or the default subset.
-    pub full: bool,
-    /// Workloads, in the order asked.
-    pub workloads: Vec<Workload>,
-    /// Thread counts, in the order asked.
-    pub threads: Vec<u16>,
-    /// faultmap's delivery modes, in the order asked.
-    pub deliveries: Vec<Delivery>,
-    /// Engines, in column order.
-    pub engines: Vec<Engine>,
-    /// Repetitions run (passes).
-    pub repetitions: u32,
-    /// How that number was chosen.
-    pub repetitions_from: RepsFrom,
+    full: bool,
+    /// Repetitions run (passes), and how that number was chosen.
+    repetitions: (u32, RepsFrom),
     /// faultmap handler threads.
-    pub handler_threads: u16,
+    handler_threads: u16,
     /// How faultmap's cache was filled.
-    pub warm_up: WarmUp,
-    /// The cells, workload-major, then threads, then engines.
-    pub cells: Vec<Cell>,
-    /// Wall time of the whole benchmark, setup included.
-    pub wall_seconds: f64,
+    warm_up: WarmUp,
 }
 
-impl Run {
-    /// The cell of one combination, if it has samples.
-    fn cell(&self, workload: Workload, threads: u16, engine: Engine) -> Option<&Cell> {
-        let key = Key {
-            workload,
-            threads,
-            engine,
-        };
-        grid::find(&self.cells, key)
-    }
+/// The fault-around benchmark's results.
+pub type Run = grid::Report<Warm>;
 
-    /// The median seconds of one combination.
-    fn seconds(&self, workload: Workload, threads: u16, engine: Engine) -> Option<f64> {
-        self.cell(workload, threads, engine).map(Cell::seconds)
-    }
+type Key = grid::Key<Workload, Engine>;
 
-    /// All folio samples of one engine's cells together.
-    fn folios(&self, engine: Engine) -> Option<FolioSample> {
-        let cells = self.cells.iter().filter(|c| c.key.engine == engine);
-        cells
-            .flat_map(|c| c.samples.iter().filter_map(|s| s.folios))
-            .reduce(FolioSample::merge)
-    }
+type Cell = grid::Cell<Workload, Engine>;
 
-    /// The lowest residency of kernel-file's page cache before a walk.
-    fn min_resident_pct(&self) -> Option<f64> {
-        let samples = self.cells.iter().flat_map(|c| &c.samples);
-        samples.filter_map(|s| s.resident_pct).reduce(f64::min)
+impl grid::Named for Workload {
+    fn name(self) -> &'static str {
+        Workload::name(self)
     }
+}
 
-    /// faultmap's fastest order for a workload, delivery and thread count:
-    /// the engine and its median seconds.
-    fn best(&self, w: Workload, threads: u16, delivery: Delivery) -> Option<(Engine, f64)> {
-        let faultmap = self
-            .engines
+/// Runs the fault-around benchmark.
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let started = Instant::now();
+    // 1. The arguments.
+    let orders = dedup(or_default(
+        &args.orders,
+        if args.full {
+            &FULL_ORDERS
+        } else {
+            &MAIN_ORDERS
+        },
+    ));
+    for &order in &orders {
+        MapOptions::new().fault_around_order(order).validate()?;
+    }
+    let workloads = dedup(or_default(&args.workload, &WORKLOADS));
+    if let Some(w) = workloads.iter().find(|w| !w.is_warm()) {
+        bail!(
+            "workload {} is a workload of the cold benchmark: add --cold",
+            w.name()
+        );
+    }
+    let deliveries = deliveries(&args.delivery, &DELIVERIES);
+    let reps = match (args.repetitions, args.full) {
+        (Some(n), _) => Repetitions::Fixed(n),
+        (None, true) => Repetitions::Budget,
+        (None, false) => Repetitions::Fixed(MAIN_REPETITIONS),
+    };
+    let threads = dedup(or_default(&args.threads, &super::DEFAULT_THREADS));
+    let columns = Engine::all(&orders, &deliveries);
+    let config = crate::stats::pager_config(args.handler_threads, args.io_threads);
+    config.validate()?;
+    // 2. The pagers, one per delivery mode.
+    let pagers = deliveries
+        .iter()
+        .map(|&d| super::start_pager(config.clone().delivery(d)).map(|p| (d, p)))
+        .collect::<Result<Vec<_>>>()?;
+    // 3. The data and the engines.
+    let data = super::open_data(args, super::DEFAULT_SIZE)?;
+    super::note("copying it into a memfd and filling faultmap's cache");
+    let mut engines = Engines::new(&data, pagers)?;
+    // 4. The workloads' inputs.
+    let len = usize::try_from(data.len()).context("the file does not fit the address space")?;
+    let max_threads = threads.iter().copied().max().map_or(1, usize::from);
+    let plans = workloads
+        .iter()
+        .map(|&w| Plan::new(w, len, max_threads))
+        .collect::<Result<Vec<_>>>()?;
+    // 5. The measurements.
+    let mut cells = grid::cells(&workloads, |_| threads.clone(), &columns);
+    let mut checksums = Checksums::new();
+    let passes = grid::measure(&mut cells, reps, |key, _| {
+        let plan = plans
             .iter()
-            .filter(|e| e.delivery() == Some(delivery));
-        faultmap
-            .filter_map(|&e| Some((e, self.seconds(w, threads, e)?)))
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-    }
+            .find(|p| p.workload() == key.workload)
+            .context("a workload without a plan")?;
+        let sample = engines.measure(key.column, plan, usize::from(key.threads))?;
+        let sum = sample.checksum.unwrap_or(0);
+        checksums.check(key.workload, sum, || {
+            format!("{} on {}", key.column.heading(), key.workload.name())
+        })?;
+        Ok(Some(sample))
+    })?;
+    // 6. The report.
+    let run = Run::new(
+        &data,
+        started,
+        workloads,
+        threads,
+        columns,
+        cells,
+        Warm {
+            full: args.full,
+            repetitions: (passes, reps.from()),
+            handler_threads: args.handler_threads,
+            warm_up: engines.warm_up(),
+        },
+    );
+    run.write(args)
+}
+
+/// All folio samples of one engine's cells together.
+fn folios(run: &Run, engine: Engine) -> Option<FolioSample> {
+    let cells = run.cells.iter().filter(|c| c.key.column == engine);
+    cells
+        .flat_map(|c| c.samples.iter().filter_map(|s| s.folios))
+        .reduce(FolioSample::merge)
+}
+
+/// The lowest residency of kernel-file's page cache before a walk.
+fn min_resident_pct<'a>(samples: impl Iterator<Item = &'a grid::Sample>) -> Option<f64> {
+    samples.filter_map(|s| s.resident_pct).reduce(f64::min)
 }
 
 // ---------------------------------------------------------------------------
 // The table.
 // ---------------------------------------------------------------------------
 
-/// The whole report: header, one table per workload, headline, legend.
-pub fn render(run: &Run) -> String {
-    let title = if run.full {
-        "faultmap bench --full: the fault-around benchmark, faultmap against kernel mmap"
-    } else {
-        "faultmap bench: the fault-around benchmark (a representative subset; --full for the \
+impl grid::Mode for Warm {
+    type Workload = Workload;
+    type Column = Engine;
+
+    /// The whole report: header, one table per workload, headline, legend.
+    fn render(run: &Run) -> String {
+        let title = if run.mode.full {
+            "faultmap bench --full: the fault-around benchmark, faultmap against kernel mmap"
+        } else {
+            "faultmap bench: the fault-around benchmark (a representative subset; --full for the \
          whole table), faultmap against kernel mmap"
-    };
-    let mut out = grid::header(title, &run.machine, &run.data, header_lines(run));
-    for &w in &run.workloads {
-        out.push('\n');
-        out.push_str(&block(run, w));
+        };
+        let mut out = run.header(title, header_lines(run));
+        for &w in &run.workloads {
+            let grid = run.grid(w, &run.threads, &LINES);
+            out.push_str(&format!("\n{}: {}\n{grid}", w.name(), w.describe()));
+        }
+        out.push_str(&headline(run));
+        out.push_str(LEGEND);
+        out
     }
-    out.push_str(&headline(run));
-    out.push_str(LEGEND);
-    out
+
+    /// The settings in the document's `machine` object.
+    fn settings(run: &Run) -> Value {
+        let kind = |e| folios(run, e).unwrap_or_default().kind().name();
+        let w = &run.mode.warm_up;
+        let (passes, from) = run.mode.repetitions;
+        json!({
+            "full": run.mode.full,
+            "repetitions": passes,
+            "repetitions_from": match from {
+                RepsFrom::Argument => "argument",
+                RepsFrom::Budget => "budget",
+            },
+            "repetitions_budget_seconds": (from == RepsFrom::Budget).then(|| BUDGET.as_secs()),
+            "handler_threads": run.mode.handler_threads,
+            "deliveries": run.deliveries.iter().map(|&d| crate::delivery_name(d)).collect::<Vec<_>>(),
+            "kernel_file_folios": kind(Engine::KernelFile),
+            "kernel_file_resident_pct_min": min_resident_pct(run.cells.iter().flat_map(|c| &c.samples)),
+            "kernel_memfd_folios": kind(Engine::KernelMemfd),
+            "faultmap_warm_seconds": w.seconds,
+            "faultmap_warm_io_count": w.stats.io_count,
+            "faultmap_warm_io_bytes": w.stats.io_bytes,
+            "faultmap_cached_pct": w.cached_pct,
+            "wall_seconds": run.wall_seconds,
+        })
+    }
+
+    /// A cell's JSON row.
+    fn row(run: &Run, cell: &Cell) -> Row {
+        let engine = cell.key.column;
+        let folios = cell.samples.iter().filter_map(|s| s.folios);
+        let folios = folios.reduce(FolioSample::merge);
+        let mut row = Row::new(run, cell);
+        row.order = engine.order();
+        row.with("delivery", engine.delivery().map(crate::delivery_name))
+            .with(
+                "fault_around_pages",
+                cell.median_u64(|s| s.fault_around_pages),
+            )
+            .with("folios", folios.map(|f| f.kind().name()))
+            .with("folio_sample", folios)
+            .with("resident_pct", min_resident_pct(cell.samples.iter()))
+    }
+
+    /// Per workload, time and faults against the fault-around order: a line
+    /// per delivery mode and thread count, the kernel columns as horizontal
+    /// reference lines.
+    fn figure(run: &Run) -> Figure {
+        type Value = fn(&grid::Cell<Workload, Engine>) -> f64;
+        let values: [(&str, Value); 2] = [
+            ("time, seconds", |c| c.seconds()),
+            ("minor faults", |c| {
+                c.median_u64(|s| s.faults).unwrap_or(0) as f64
+            }),
+        ];
+        let mut panels = Vec::new();
+        for &w in &run.workloads {
+            for (what, value) in values {
+                let mut series = Vec::new();
+                for &threads in &run.threads {
+                    let cell = |e| run.cell(w, threads, e);
+                    for &d in &run.deliveries {
+                        let points = run
+                            .columns
+                            .iter()
+                            .filter(|e| e.delivery() == Some(d))
+                            .filter_map(|&e| Some((f64::from(e.order()?), value(cell(e)?))))
+                            .collect();
+                        let label = format!(
+                            "faultmap {}, {}",
+                            crate::delivery_name(d),
+                            threads_label(threads)
+                        );
+                        series.push(Series::line(label, points));
+                    }
+                    for k in [Engine::KernelFile, Engine::KernelMemfd] {
+                        if let Some(c) = cell(k) {
+                            let label = format!("{}, {}", k.name(), threads_label(threads));
+                            series.push(Series::reference(label, value(c)));
+                        }
+                    }
+                }
+                panels.push(Panel {
+                    title: format!("{}: {what}", w.name()),
+                    x_label: "fault-around order".into(),
+                    y_label: what.into(),
+                    log_y: true,
+                    series,
+                    ..Panel::default()
+                });
+            }
+        }
+        Figure { panels, columns: 2 }
+    }
 }
 
 fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
-    let how = match run.repetitions_from {
-        RepsFrom::Argument => format!("{} per cell", run.repetitions),
+    let (passes, from) = run.mode.repetitions;
+    let how = match from {
+        RepsFrom::Argument => format!("{passes} per cell"),
         RepsFrom::Budget => format!(
-            "{MIN_REPS} per cell, up to {} for cells that fit {} s in all",
-            run.repetitions,
+            "{MIN_REPS} per cell, up to {passes} for cells that fit {} s in all",
             CELL_BUDGET.as_secs()
         ),
     };
-    let resident = run
-        .min_resident_pct()
+    let resident = min_resident_pct(run.cells.iter().flat_map(|c| &c.samples))
         .map_or("not measured".to_string(), |p| {
             format!("at least {p:.1}% resident")
         });
-    let w = &run.warm_up;
+    let w = &run.mode.warm_up;
     vec![
         (
             "repetitions",
@@ -185,14 +356,14 @@ fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
             "kernel-file",
             format!(
                 "page cache re-read before every repetition, then {resident}; folios: {}",
-                folio_text(run.folios(Engine::KernelFile))
+                folio_text(folios(run, Engine::KernelFile))
             ),
         ),
         (
             "kernel-memfd",
             format!(
                 "a memfd copy of the data; folios: {}",
-                folio_text(run.folios(Engine::KernelMemfd))
+                folio_text(folios(run, Engine::KernelMemfd))
             ),
         ),
         (
@@ -200,8 +371,8 @@ fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
             format!(
                 "{}; {} handler thread(s); cache filled once before the runs in {:.2} s \
                  ({} store reads, {}), {:.1}% cached",
-                deliveries_text(&run.deliveries),
-                run.handler_threads,
+                grid::deliveries_text(&run.deliveries),
+                run.mode.handler_threads,
                 w.seconds,
                 units::count(w.stats.io_count),
                 units::bytes(w.stats.io_bytes),
@@ -209,36 +380,6 @@ fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
             ),
         ),
     ]
-}
-
-/// What the delivery modes of a run are.
-pub fn deliveries_text(deliveries: &[Delivery]) -> String {
-    let text: Vec<&str> = deliveries
-        .iter()
-        .map(|&d| match d {
-            Delivery::Signal => {
-                "signal delivery (the faulting thread resolves its own hit in a SIGBUS handler)"
-            }
-            Delivery::Handler => {
-                "handler delivery (a handler thread reads the userfaultfd message and \
-                 wakes the faulting thread)"
-            }
-        })
-        .collect();
-    text.join(" and ")
-}
-
-/// The second heading line of a grid: the delivery mode of each column,
-/// when there is more than one mode.
-pub fn delivery_heading(
-    deliveries: &[Delivery],
-    columns: impl Iterator<Item = Option<Delivery>>,
-) -> Option<Vec<String>> {
-    (deliveries.len() > 1).then(|| {
-        columns
-            .map(|d| d.map_or("", crate::delivery_name).to_string())
-            .collect()
-    })
 }
 
 fn folio_text(sample: Option<FolioSample>) -> String {
@@ -254,52 +395,35 @@ fn folio_text(sample: Option<FolioSample>) -> String {
     }
 }
 
-/// One workload's table.
-fn block(run: &Run, w: Workload) -> String {
-    let headings = run.engines.iter().map(|e| e.column()).collect();
-    let second = delivery_heading(&run.deliveries, run.engines.iter().map(|e| e.delivery()));
-    let mut grid = Grid::new(headings, second);
-    let any_major = run
-        .cells
-        .iter()
-        .filter(|c| c.key.workload == w)
-        .any(|c| c.median_u64(|s| Some(s.major_faults)).unwrap_or(0) > 0);
-    for &threads in &run.threads {
-        let per_engine = |f: &dyn Fn(&Cell) -> String| -> Vec<String> {
-            let cell = |&e| run.cell(w, threads, e);
-            run.engines
-                .iter()
-                .map(|e| cell(e).map_or_else(String::new, f))
-                .collect()
-        };
-        let count = |f: fn(&Sample) -> u64| {
-            move |c: &Cell| units::count(c.median_u64(|s| Some(f(s))).unwrap_or(0))
-        };
-        let mut rows = vec![("minor-faults".to_string(), per_engine(&count(|s| s.faults)))];
-        if any_major {
-            rows.push((
-                "major-faults".into(),
-                per_engine(&count(|s| s.major_faults)),
-            ));
+/// The lines of a workload's table.
+const LINES: [Line<Warm>; 5] = [
+    ("minor-faults", |r, k| r.count(k, |s| s.faults)),
+    ("major-faults", |r, k| {
+        // Only where some cell of the workload had major faults.
+        let mut cells = r.cells.iter().filter(|c| c.key.workload == k.workload);
+        let any = cells.any(|c| c.median_u64(|s| s.major_faults).unwrap_or(0) > 0);
+        if any {
+            r.count(k, |s| s.major_faults)
+        } else {
+            String::new()
         }
-        rows.push((
-            "time, seconds".into(),
-            per_engine(&|c| format!("{:.6}", c.seconds())),
-        ));
-        for reference in [Engine::KernelFile, Engine::KernelMemfd] {
-            let r = run.seconds(w, threads, reference);
-            let cells = run.engines.iter().map(|&e| {
-                if e == reference {
-                    return String::new();
-                }
-                let s = run.seconds(w, threads, e);
-                grid::two(r.zip(s).and_then(|(r, s)| grid::ratio(r, s)))
-            });
-            rows.push((format!("vs {}", reference.name()), cells.collect()));
-        }
-        grid.group(threads_label(threads), rows);
+    }),
+    ("time, seconds", |r, k| r.time(k, 6)),
+    ("vs kernel-file", |r, k| versus(r, k, Engine::KernelFile)),
+    ("vs kernel-memfd", |r, k| versus(r, k, Engine::KernelMemfd)),
+];
+
+/// `reference`'s time over the column's (blank in the reference's own).
+fn versus(run: &Run, k: Key, reference: Engine) -> String {
+    if k.column == reference {
+        return String::new();
     }
-    format!("{}: {}\n{}", w.name(), w.describe(), grid.render())
+    let s = |e| run.seconds(k.workload, k.threads, e);
+    grid::two(
+        s(reference)
+            .zip(s(k.column))
+            .and_then(|(r, s)| grid::ratio(r, s)),
+    )
 }
 
 /// Per workload, delivery and thread count: faultmap's fastest order, and
@@ -309,7 +433,11 @@ fn headline(run: &Run) -> String {
     for &w in &run.workloads {
         for &d in &run.deliveries {
             for &threads in &run.threads {
-                let Some((best, seconds)) = run.best(w, threads, d) else {
+                let faultmap = run.columns.iter().filter(|e| e.delivery() == Some(d));
+                let best = faultmap
+                    .filter_map(|&e| Some((e, run.seconds(w, threads, e)?)))
+                    .min_by(|a, b| a.1.total_cmp(&b.1));
+                let Some((best, seconds)) = best else {
                     continue;
                 };
                 let versus = |k: Engine| {
@@ -322,7 +450,7 @@ fn headline(run: &Run) -> String {
                     w.name().to_string(),
                     crate::delivery_name(d).to_string(),
                     threads_label(threads),
-                    best.column(),
+                    best.heading(),
                     format!("{seconds:.6} s"),
                     versus(Engine::KernelFile),
                     versus(Engine::KernelMemfd),
@@ -350,126 +478,6 @@ vs X: X's median time divided by the column's; above 1, the column was faster th
 // JSON.
 // ---------------------------------------------------------------------------
 
-/// Writes the document, and a newline, to `out`.
-pub fn write_json(run: &Run, out: &mut impl Write) -> Result<()> {
-    let kind = |e| run.folios(e).unwrap_or_default().kind().name();
-    let w = &run.warm_up;
-    let machine = json!({
-        "full": run.full,
-        "repetitions": run.repetitions,
-        "repetitions_from": match run.repetitions_from {
-            RepsFrom::Argument => "argument",
-            RepsFrom::Budget => "budget",
-        },
-        "repetitions_budget_seconds":
-            (run.repetitions_from == RepsFrom::Budget).then(|| BUDGET.as_secs()),
-        "handler_threads": run.handler_threads,
-        "deliveries": run.deliveries.iter().map(|&d| crate::delivery_name(d)).collect::<Vec<_>>(),
-        "kernel_file_folios": kind(Engine::KernelFile),
-        "kernel_file_resident_pct_min": run.min_resident_pct(),
-        "kernel_memfd_folios": kind(Engine::KernelMemfd),
-        "faultmap_warm_seconds": w.seconds,
-        "faultmap_warm_io_count": w.stats.io_count,
-        "faultmap_warm_io_bytes": w.stats.io_bytes,
-        "faultmap_cached_pct": w.cached_pct,
-        "wall_seconds": run.wall_seconds,
-    });
-    let rows = run.cells.iter().map(|c| row(run, c)).collect();
-    grid::write_document(
-        out,
-        grid::machine_json(&run.machine, &run.data, machine),
-        rows,
-    )
-}
-
-fn row(run: &Run, cell: &Cell) -> Row {
-    let Key {
-        workload,
-        threads,
-        engine,
-    } = cell.key;
-    let folios = cell
-        .samples
-        .iter()
-        .filter_map(|s| s.folios)
-        .reduce(FolioSample::merge);
-    let mut row = Row::new(cell, engine.name(), engine.variant());
-    row.workload = workload.name();
-    row.threads = threads;
-    row.order = engine.order();
-    row.pages = run.data.pages;
-    row.faults = Some(cell.median_u64(|s| Some(s.faults)).unwrap_or(0));
-    row.major_faults = Some(cell.median_u64(|s| Some(s.major_faults)).unwrap_or(0));
-    row.io_count = cell.median_u64(|s| s.io_count);
-    row.io_bytes = cell.median_u64(|s| s.io_bytes);
-    row.with("delivery", engine.delivery().map(crate::delivery_name))
-        .with(
-            "fault_around_pages",
-            cell.median_u64(|s| s.fault_around_pages),
-        )
-        .with("folios", folios.map(|f| f.kind().name()))
-        .with("folio_sample", folios)
-        .with(
-            "resident_pct",
-            cell.samples
-                .iter()
-                .filter_map(|s| s.resident_pct)
-                .reduce(f64::min),
-        )
-}
-
 // ---------------------------------------------------------------------------
 // The plot.
 // ---------------------------------------------------------------------------
-
-/// Per workload, time and faults against the fault-around order: a line
-/// per delivery mode and thread count, the kernel columns as horizontal
-/// reference lines.
-pub fn figure(run: &Run) -> Figure {
-    let mut panels = Vec::new();
-    for &w in &run.workloads {
-        for (what, value) in [
-            (
-                "time, seconds",
-                (|c: &Cell| c.seconds()) as fn(&Cell) -> f64,
-            ),
-            ("minor faults", |c: &Cell| {
-                c.median_u64(|s| Some(s.faults)).unwrap_or(0) as f64
-            }),
-        ] {
-            let mut series = Vec::new();
-            for &threads in &run.threads {
-                let cell = |e| run.cell(w, threads, e);
-                for &d in &run.deliveries {
-                    let points = run
-                        .engines
-                        .iter()
-                        .filter(|e| e.delivery() == Some(d))
-                        .filter_map(|&e| Some((f64::from(e.order()?), value(cell(e)?))))
-                        .collect();
-                    let label = format!(
-                        "faultmap {}, {}",
-                        crate::delivery_name(d),
-                        threads_label(threads)
-                    );
-                    series.push(Series::line(label, points));
-                }
-                for k in [Engine::KernelFile, Engine::KernelMemfd] {
-                    if let Some(c) = cell(k) {
-                        let label = format!("{}, {}", k.name(), threads_label(threads));
-                        series.push(Series::reference(label, value(c)));
-                    }
-                }
-            }
-            panels.push(Panel {
-                title: format!("{}: {what}", w.name()),
-                x_label: "fault-around order".into(),
-                y_label: what.into(),
-                log_y: true,
-                series,
-                ..Panel::default()
-            });
-        }
-    }
-    Figure { panels, columns: 2 }
-}

@@ -40,15 +40,14 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use faultmap::{FileIo, FileStore, MapOptions, Stats, MIN_BUDGET, PAGE_SIZE};
-use serde_json::json;
+use faultmap::{FileIo, FileStore, MapOptions, MIN_BUDGET, PAGE_SIZE};
+use serde_json::{json, Value};
 
 use self::cgroup::KernelError;
 use self::touch::{BudgetWorkload, RssSampler};
-use super::grid::{self, Checksums, DataInfo, Row};
+use super::grid::{self, rate as per_second, Checksums, Row, Sample};
 use super::note;
 use super::plot::{Figure, Panel, Series};
-use super::probe::Machine;
 use super::reps::Repetitions;
 use crate::table::Table;
 use crate::units;
@@ -77,61 +76,32 @@ enum Engine {
     KernelFile,
 }
 
-impl Engine {
-    fn name(self) -> &'static str {
+impl grid::Column for Engine {
+    fn heading(self) -> String {
+        self.engine().into()
+    }
+
+    fn engine(self) -> &'static str {
         match self {
             Engine::Faultmap => "faultmap",
             Engine::KernelFile => "kernel-file",
         }
     }
-}
 
-/// One sample of one cell.
-#[derive(Clone, Copy, Debug)]
-struct Sample {
-    seconds: f64,
-    touches: u64,
-    checksum: u64,
-    /// faultmap: `pgfault`; kernel: minor + major faults.
-    faults: u64,
-    /// faultmap: `pgmajfault`; kernel: majflt.
-    major_faults: u64,
-    /// faultmap only.
-    evicted: Option<u64>,
-    /// faultmap: `refault`; kernel: the cgroup's `workingset_refault_file`.
-    refault: Option<u64>,
-    /// faultmap: the pager's peak cached bytes; kernel: the cgroup's
-    /// `memory.max_usage_in_bytes`.
-    peak_bytes: u64,
-    /// The largest sampled RssFile + RssShmem.
-    peak_rss_bytes: u64,
-    /// faultmap only: bytes read from the store.
-    io_bytes: Option<u64>,
-    /// faultmap only: all the counters.
-    stats: Option<Stats>,
-}
-
-impl grid::Sample for Sample {
-    fn seconds(&self) -> f64 {
-        self.seconds
+    /// The run's is [`variant`]: it names the budget.
+    fn variant(self) -> String {
+        "default".into()
     }
 }
 
-/// What a cell measures: a workload on an engine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Key {
-    workload: BudgetWorkload,
-    engine: Engine,
+impl grid::Named for BudgetWorkload {
+    fn name(self) -> &'static str {
+        BudgetWorkload::name(self)
+    }
 }
 
-/// A cell of the budget benchmark; the outputs show its median sample by
-/// seconds (real counts of one run, not a mix of medians).
-type Cell = grid::Cell<Key, Sample>;
-
-/// The whole run, for the outputs.
-struct BudgetRun {
-    machine: Machine,
-    data: DataInfo,
+/// The budget benchmark's settings, beside its cells.
+struct Budget {
     budget: u64,
     /// Why the budget is not the one asked, if it is not.
     shrunk_from: Option<u64>,
@@ -139,11 +109,15 @@ struct BudgetRun {
     /// Why kernel-file was skipped, if it was.
     kernel_skipped: Option<String>,
     repetitions: u32,
-    cells: Vec<Cell>,
-    wall_seconds: f64,
 }
 
-impl BudgetRun {
+/// The budget benchmark's results; the outputs show each cell's median
+/// sample by seconds (real counts of one run, not a mix of medians).
+type Run = grid::Report<Budget>;
+
+type Cell = grid::Cell<BudgetWorkload, Engine>;
+
+impl Budget {
     /// Whether `peak` is within the budget + 1%.
     fn within(&self, peak: u64) -> bool {
         peak <= self.budget + self.budget / 100
@@ -224,25 +198,26 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .iter()
         .map(|&w| (w, touch::plan(w, pages, budget / page)))
         .collect();
-    let mut cells: Vec<Cell> = BudgetWorkload::ALL
-        .iter()
-        .flat_map(|&workload| {
-            let engines = [Engine::Faultmap, Engine::KernelFile].into_iter();
-            engines.map(move |engine| Cell::new(Key { workload, engine }))
-        })
-        .collect();
+    let engines = [Engine::Faultmap, Engine::KernelFile];
+    let mut cells = grid::cells(&BudgetWorkload::ALL, |_| vec![1], &engines);
     // 5. The measurements: repetitions outermost.
     let mut kernel_skipped = kernel_skipped;
     let mut checksums = Checksums::new();
-    let label = |k: &Key| format!("{} on {}", k.workload.name(), k.engine.name());
+    let label = |k: &grid::Key<BudgetWorkload, Engine>| {
+        format!(
+            "{} on {}",
+            k.workload.name(),
+            grid::Column::engine(k.column)
+        )
+    };
     let reps = Repetitions::Fixed(repetitions);
-    grid::measure(&mut cells, reps, label, |key, bar| {
+    grid::measure(&mut cells, reps, |key, bar| {
         let plan = plans
             .iter()
             .find(|(w, _)| *w == key.workload)
             .map(|(_, plan)| plan.as_slice())
             .context("a workload without a plan")?;
-        let sample = match key.engine {
+        let sample = match key.column {
             Engine::Faultmap => Some(measure_faultmap(&config, data.path(), plan)?),
             Engine::KernelFile if kernel_skipped.is_none() => {
                 match cgroup::measure(data.path(), key.workload, budget) {
@@ -270,32 +245,31 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     "{}: {:.3} s, {} major faults",
                     label(key),
                     sample.seconds,
-                    units::count(sample.major_faults)
+                    grid::count(sample.major_faults)
                 ));
             });
-            checksums.check(key.workload, sample.checksum, || label(key))?;
+            let sum = sample.checksum.unwrap_or(0);
+            checksums.check(key.workload, sum, || label(key))?;
         }
         Ok(sample)
     })?;
-    cells.retain(|c| !c.samples.is_empty());
     // 6. The report.
-    let run = BudgetRun {
-        machine: Machine::read(),
-        data: super::data_info(&data),
-        budget,
-        shrunk_from,
-        file_io,
-        kernel_skipped,
-        repetitions,
+    let run = Run::new(
+        &data,
+        started,
+        BudgetWorkload::ALL.to_vec(),
+        vec![1],
+        engines.to_vec(),
         cells,
-        wall_seconds: started.elapsed().as_secs_f64(),
-    };
-    super::report(
-        args,
-        |out| write_json(&run, out),
-        || render(&run),
-        || figure(&run),
-    )
+        Budget {
+            budget,
+            shrunk_from,
+            file_io,
+            kernel_skipped,
+            repetitions,
+        },
+    );
+    run.write(args)
 }
 
 /// One faultmap sample: a new pager with the budget, a new object, cold.
@@ -321,251 +295,313 @@ fn measure_faultmap(config: &faultmap::Config, path: &Path, plan: &[u32]) -> Res
     drop(pager);
     Ok(Sample {
         seconds,
-        touches: plan.len() as u64,
-        checksum,
-        faults: stats.pgfault,
-        major_faults: stats.pgmajfault,
+        touches: Some(plan.len() as u64),
+        checksum: Some(checksum),
+        faults: Some(stats.pgfault),
+        major_faults: Some(stats.pgmajfault),
+        io_count: Some(stats.io_count),
+        io_bytes: Some(stats.io_bytes),
         evicted: Some(stats.evicted),
         refault: Some(stats.refault),
-        peak_bytes: memory.peak,
-        peak_rss_bytes,
-        io_bytes: Some(stats.io_bytes),
+        peak_bytes: Some(memory.peak),
+        peak_rss_bytes: Some(peak_rss_bytes),
         stats: Some(stats),
+        ..Sample::default()
     })
 }
 
 fn kernel_sample(k: &cgroup::KernelSample) -> Sample {
     Sample {
         seconds: k.child.seconds,
-        touches: k.child.touches,
-        checksum: k.child.checksum,
-        faults: k.child.minor_faults + k.child.major_faults,
-        major_faults: k.child.major_faults,
-        evicted: None,
+        touches: Some(k.child.touches),
+        checksum: Some(k.child.checksum),
+        faults: Some(k.child.minor_faults + k.child.major_faults),
+        major_faults: Some(k.child.major_faults),
         refault: k.refault,
-        peak_bytes: k.max_usage,
-        peak_rss_bytes: k.child.peak_rss_bytes,
-        io_bytes: None,
-        stats: None,
+        peak_bytes: Some(k.max_usage),
+        peak_rss_bytes: Some(k.child.peak_rss_bytes),
+        ..Sample::default()
     }
 }
 
 /// 1 − major faults / touches.
 fn hit_ratio(s: &Sample) -> f64 {
-    if s.touches == 0 {
+    let touches = s.touches.unwrap_or(0);
+    if touches == 0 {
         return 1.0;
     }
-    (1.0 - s.major_faults as f64 / s.touches as f64).max(0.0)
+    let major = s.major_faults.unwrap_or(0);
+    (1.0 - major as f64 / touches as f64).max(0.0)
 }
 
-use self::grid::rate as per_second;
+/// A field of a cell's median sample: its table heading (none: JSON only),
+/// its extra JSON field (none: a common one), its value, and how the table
+/// shows that value.
+type Field = (
+    Option<&'static str>,
+    Option<&'static str>,
+    fn(&Run, &Sample) -> Value,
+    Show,
+);
+
+/// How the table shows a value (`-` for null).
+#[derive(Clone, Copy)]
+enum Show {
+    /// Seconds, three decimals.
+    Seconds,
+    /// A count (a rate rounded down).
+    Count,
+    /// A ratio, four decimals.
+    Ratio,
+    /// Bytes in binary units.
+    Bytes,
+    /// `yes` or `no`.
+    YesNo,
+}
+
+impl Show {
+    fn text(self, v: &Value) -> String {
+        let text = match self {
+            Show::Seconds => v.as_f64().map(|x| format!("{x:.3}")),
+            Show::Count => v.as_f64().map(|x| units::count(x as u64)),
+            Show::Ratio => v.as_f64().map(|x| format!("{x:.4}")),
+            Show::Bytes => v.as_u64().map(units::bytes),
+            Show::YesNo => v.as_bool().map(|b| if b { "yes" } else { "no" }.into()),
+        };
+        text.unwrap_or_else(|| "-".into())
+    }
+}
+
+/// The fields, in the table's column order (then JSON's extra fields).
+const FIELDS: [Field; 12] = [
+    (
+        Some("seconds"),
+        None,
+        |_, s| s.seconds.into(),
+        Show::Seconds,
+    ),
+    (
+        Some("touches/s"),
+        Some("touches_per_second"),
+        |_, s| per_second(s.touches.unwrap_or(0), s.seconds).into(),
+        Show::Count,
+    ),
+    (
+        Some("hit ratio"),
+        Some("hit_ratio"),
+        |_, s| hit_ratio(s).into(),
+        Show::Ratio,
+    ),
+    (
+        Some("evictions/s"),
+        Some("evicted_per_second"),
+        |_, s| s.evicted.map(|e| per_second(e, s.seconds)).into(),
+        Show::Count,
+    ),
+    (
+        Some("refaults"),
+        Some("refault"),
+        |_, s| s.refault.into(),
+        Show::Count,
+    ),
+    (
+        Some("peak cached"),
+        Some("peak_bytes"),
+        |_, s| s.peak_bytes.into(),
+        Show::Bytes,
+    ),
+    (
+        Some("peak RSS"),
+        Some("peak_rss_bytes"),
+        |_, s| s.peak_rss_bytes.into(),
+        Show::Bytes,
+    ),
+    (
+        Some("budget"),
+        Some("budget_bytes"),
+        |r, _| r.mode.budget.into(),
+        Show::Bytes,
+    ),
+    (
+        Some("≤ budget+1%"),
+        Some("within_budget"),
+        |r, s| r.mode.within(s.peak_bytes.unwrap_or(0)).into(),
+        Show::YesNo,
+    ),
+    (None, Some("touches"), |_, s| s.touches.into(), Show::Count),
+    (None, Some("evicted"), |_, s| s.evicted.into(), Show::Count),
+    (None, Some("stats"), |_, s| json!(s.stats), Show::Count),
+];
 
 // ---------------------------------------------------------------------------
 // The table.
 // ---------------------------------------------------------------------------
 
-fn render(run: &BudgetRun) -> String {
-    let title = format!(
+impl grid::Mode for Budget {
+    type Workload = BudgetWorkload;
+    type Column = Engine;
+
+    fn render(run: &Run) -> String {
+        let m = &run.mode;
+        let title = format!(
         "faultmap bench --budget: a memory budget on an object {OBJECT_PER_BUDGET} × its size, \
          faultmap's CLOCK eviction against the kernel's reclaim under a cgroup memory limit"
     );
-    let mut budget = format!(
-        "{} ({} pages)",
-        units::bytes(run.budget),
-        units::count(run.budget / PAGE_SIZE as u64)
-    );
-    if let Some(asked) = run.shrunk_from {
-        let _ = write!(
-            budget,
-            "; the file is smaller than 4 × the {} asked, so the budget is a quarter of it",
-            units::bytes(asked)
+        let mut budget = format!(
+            "{} ({} pages)",
+            units::bytes(m.budget),
+            units::count(m.budget / PAGE_SIZE as u64)
         );
-    }
-    let lines = vec![
-        ("budget", budget),
-        (
-            "faultmap",
-            format!(
+        if let Some(asked) = m.shrunk_from {
+            let _ = write!(
+                budget,
+                "; the file is smaller than 4 × the {} asked, so the budget is a quarter of it",
+                units::bytes(asked)
+            );
+        }
+        let lines = vec![
+            ("budget", budget),
+            (
+                "faultmap",
+                format!(
                 "a new pager per sample with memory_budget = budget, {} delivery, fault-around \
                  order {ORDER}, full readahead, file store {}",
                 crate::delivery_name(faultmap::Delivery::default()),
-                run.file_io.as_str()
+                m.file_io.as_str()
             ),
-        ),
-        (
-            "kernel-file",
-            match &run.kernel_skipped {
-                None => "kernel mmap of the file in a child process in a new cgroup v1 memory \
+            ),
+            (
+                "kernel-file",
+                match &m.kernel_skipped {
+                    None => "kernel mmap of the file in a child process in a new cgroup v1 memory \
                          cgroup with memory.limit_in_bytes = budget"
-                    .to_string(),
-                Some(why) => format!("skipped: cannot use a cgroup v1 memory limit ({why})"),
-            },
-        ),
-        (
-            "workloads",
-            format!(
-                "one byte per touch; seq: every page in order, twice; rand: uniformly random \
+                        .to_string(),
+                    Some(why) => format!("skipped: cannot use a cgroup v1 memory limit ({why})"),
+                },
+            ),
+            (
+                "workloads",
+                format!(
+                    "one byte per touch; seq: every page in order, twice; rand: uniformly random \
                  pages; hotcold: 90% on a hot set of {} pages (10% of the budget), 10% uniform; \
                  rand and hotcold touch once per page of the object, at most {} times",
-                units::count(touch::hot_pages(
-                    run.data.pages,
-                    run.budget / PAGE_SIZE as u64
-                )),
-                units::count(u64::from(touch::RANDOM_TOUCHES))
+                    units::count(touch::hot_pages(
+                        run.data.pages,
+                        m.budget / PAGE_SIZE as u64
+                    )),
+                    units::count(u64::from(touch::RANDOM_TOUCHES))
+                ),
             ),
-        ),
-        (
-            "repetitions",
-            format!(
-                "{} per cell (the median by seconds), each from cold caches; total wall time \
+            (
+                "repetitions",
+                format!(
+                    "{} per cell (the median by seconds), each from cold caches; total wall time \
                  {:.1} s",
-                run.repetitions, run.wall_seconds
+                    m.repetitions, run.wall_seconds
+                ),
             ),
-        ),
-    ];
-    let mut out = grid::header(&title, &run.machine, &run.data, lines);
-    out.push_str("RSS bound: peak cached must stay within budget + 1%\n\n");
-
-    let mut t = Table::new(2).note_column(10);
-    t.row([
-        "workload",
-        "engine",
-        "seconds",
-        "touches/s",
-        "hit ratio",
-        "evictions/s",
-        "refaults",
-        "peak cached",
-        "peak RSS",
-        "budget",
-        "≤ budget+1%",
-    ]);
-    for cell in &run.cells {
-        let Some(s) = cell.median_sample() else {
-            continue;
-        };
-        t.row([
-            cell.key.workload.name().to_string(),
-            cell.key.engine.name().to_string(),
-            format!("{:.3}", s.seconds),
-            units::count(per_second(s.touches, s.seconds) as u64),
-            format!("{:.4}", hit_ratio(s)),
-            s.evicted.map_or(
-                "-".into(),
-                |e| units::count(per_second(e, s.seconds) as u64),
-            ),
-            s.refault.map_or("-".into(), units::count),
-            units::bytes(s.peak_bytes),
-            units::bytes(s.peak_rss_bytes),
-            units::bytes(run.budget),
-            if run.within(s.peak_bytes) {
-                "yes"
-            } else {
-                "no"
-            }
-            .to_string(),
-        ]);
-    }
-    out.push_str(&t.render());
-    out.push_str(
+        ];
+        let mut out = run.header(&title, lines);
+        out.push_str("RSS bound: peak cached must stay within budget + 1%\n\n");
+        let shown = FIELDS.iter().filter(|f| f.0.is_some());
+        let mut t = Table::new(2).note_column(2 + shown.clone().count() - 1);
+        t.row(
+            ["workload", "engine"]
+                .into_iter()
+                .chain(shown.clone().filter_map(|f| f.0)),
+        );
+        for cell in &run.cells {
+            let Some(s) = cell.median_sample() else {
+                continue;
+            };
+            let key = [
+                cell.key.workload.name(),
+                grid::Column::engine(cell.key.column),
+            ];
+            let values = shown
+                .clone()
+                .map(|(_, _, value, show)| show.text(&value(run, s)));
+            t.row(key.into_iter().map(String::from).chain(values));
+        }
+        out.push_str(&t.render());
+        out.push_str(
         "\nhit ratio: 1 − major faults / touches (faultmap's pgmajfault; the child's getrusage \
          majflt). evictions/s: faultmap's evicted over the time (not counted per cgroup by the \
          kernel: -). refaults: faultmap's refault; the cgroup's workingset_refault_file. peak \
          cached: faultmap's Pager::memory().peak; the cgroup's memory.max_usage_in_bytes. peak \
          RSS: the largest RssFile + RssShmem sampled every 5 ms.\n",
     );
-    out
+        out
+    }
+
+    /// The settings in the document's `machine` object.
+    fn settings(run: &Run) -> Value {
+        let m = &run.mode;
+        json!({
+            "benchmark": "budget",
+            "budget_bytes": m.budget,
+            "budget_asked_bytes": m.shrunk_from,
+            "order": ORDER,
+            "delivery": crate::delivery_name(faultmap::Delivery::default()),
+            "file_io": m.file_io.as_str(),
+            "kernel_file_skipped": m.kernel_skipped.as_deref(),
+            "repetitions": m.repetitions,
+            "wall_seconds": run.wall_seconds,
+        })
+    }
+
+    /// A cell's JSON row.
+    fn row(run: &Run, cell: &Cell) -> Row {
+        let s = cell.median_sample().copied().unwrap_or_default();
+        let mut row = Row::new(run, cell);
+        row.variant = variant(run.mode.budget);
+        row.order = (cell.key.column == Engine::Faultmap).then_some(ORDER);
+        (row.seconds, row.faults, row.major_faults) = (s.seconds, s.faults, s.major_faults);
+        (row.io_count, row.io_bytes) = (s.io_count, s.io_bytes);
+        let extra = FIELDS.iter().filter_map(|f| Some((f.1?, f.2)));
+        extra.fold(row, |row, (key, value)| row.with(key, value(run, &s)))
+    }
+
+    /// The hit ratio and the time of each engine, per workload.
+    fn figure(run: &Run) -> Figure {
+        let names: Vec<String> = BudgetWorkload::ALL
+            .iter()
+            .map(|w| w.name().to_string())
+            .collect();
+        let panel = |title: &str, log_y, value: fn(&Sample) -> f64| {
+            let series = run.columns.iter().map(|&engine| {
+                let points = run.workloads.iter().enumerate().filter_map(|(i, &w)| {
+                    let cell = run.cell(w, 1, engine)?;
+                    Some((i as f64, value(cell.median_sample()?)))
+                });
+                Series::line(grid::Column::heading(engine), points.collect())
+            });
+            Panel {
+                title: title.to_string(),
+                x_label: "workload".into(),
+                x_names: names.clone(),
+                y_label: title.to_string(),
+                log_y,
+                series: series.filter(|s| !s.points.is_empty()).collect(),
+            }
+        };
+        Figure {
+            panels: vec![
+                panel("hit ratio", false, hit_ratio),
+                panel("time, seconds", true, |s| s.seconds),
+            ],
+            columns: 2,
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
 // JSON.
 // ---------------------------------------------------------------------------
 
-/// Writes the document: one row per cell, its median sample's.
-fn write_json(run: &BudgetRun, out: &mut impl std::io::Write) -> Result<()> {
-    let machine = json!({
-        "benchmark": "budget",
-        "budget_bytes": run.budget,
-        "budget_asked_bytes": run.shrunk_from,
-        "order": ORDER,
-        "delivery": crate::delivery_name(faultmap::Delivery::default()),
-        "file_io": run.file_io.as_str(),
-        "kernel_file_skipped": run.kernel_skipped.as_deref(),
-        "repetitions": run.repetitions,
-        "wall_seconds": run.wall_seconds,
-    });
-    let rows = run.cells.iter().filter_map(|cell| {
-        let s = cell.median_sample()?;
-        let mut row = Row::new(cell, cell.key.engine.name(), variant(run.budget));
-        row.workload = cell.key.workload.name();
-        row.order = (cell.key.engine == Engine::Faultmap).then_some(ORDER);
-        row.pages = run.data.pages;
-        row.seconds = s.seconds;
-        row.faults = Some(s.faults);
-        row.major_faults = Some(s.major_faults);
-        row.io_bytes = s.io_bytes;
-        row.io_count = s.stats.map(|s| s.io_count);
-        Some(
-            row.with("touches", s.touches)
-                .with("hit_ratio", hit_ratio(s))
-                .with("evicted", s.evicted)
-                .with("refault", s.refault)
-                .with("peak_bytes", s.peak_bytes)
-                .with("budget_bytes", run.budget)
-                .with("within_budget", run.within(s.peak_bytes))
-                .with("touches_per_second", per_second(s.touches, s.seconds))
-                .with(
-                    "evicted_per_second",
-                    s.evicted.map(|e| per_second(e, s.seconds)),
-                )
-                .with("peak_rss_bytes", s.peak_rss_bytes)
-                .with("stats", s.stats),
-        )
-    });
-    let machine = grid::machine_json(&run.machine, &run.data, machine);
-    grid::write_document(out, machine, rows.collect())
-}
-
 // ---------------------------------------------------------------------------
 // The plot.
 // ---------------------------------------------------------------------------
-
-/// The hit ratio and the time of each engine, per workload.
-fn figure(run: &BudgetRun) -> Figure {
-    let names: Vec<String> = BudgetWorkload::ALL
-        .iter()
-        .map(|w| w.name().to_string())
-        .collect();
-    let panel = |title: &str, log_y, value: fn(&Sample) -> f64| {
-        let series = [Engine::Faultmap, Engine::KernelFile]
-            .into_iter()
-            .map(|engine| {
-                let points = BudgetWorkload::ALL
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, &workload)| {
-                        let cell = grid::find(&run.cells, Key { workload, engine })?;
-                        Some((i as f64, value(cell.median_sample()?)))
-                    });
-                Series::line(engine.name().to_string(), points.collect())
-            });
-        Panel {
-            title: title.to_string(),
-            x_label: "workload".into(),
-            x_names: names.clone(),
-            y_label: title.to_string(),
-            log_y,
-            series: series.filter(|s| !s.points.is_empty()).collect(),
-        }
-    };
-    Figure {
-        panels: vec![
-            panel("hit ratio", false, hit_ratio),
-            panel("time, seconds", true, |s| s.seconds),
-        ],
-        columns: 2,
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -586,16 +622,11 @@ mod tests {
     fn hit_ratios_count_major_faults() {
         let s = Sample {
             seconds: 2.0,
-            touches: 100,
-            checksum: 0,
-            faults: 30,
-            major_faults: 25,
+            touches: Some(100),
+            faults: Some(30),
+            major_faults: Some(25),
             evicted: Some(10),
-            refault: None,
-            peak_bytes: 0,
-            peak_rss_bytes: 0,
-            io_bytes: None,
-            stats: None,
+            ..Sample::default()
         };
         assert!((hit_ratio(&s) - 0.75).abs() < 1e-9);
         assert!((per_second(10, s.seconds) - 5.0).abs() < 1e-9);

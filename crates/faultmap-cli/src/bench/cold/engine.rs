@@ -36,9 +36,10 @@ use std::fs::File;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use faultmap::{Config, FileIo, FileStore, Pager, RaStats, Stats};
+use faultmap::{Config, FileIo, FileStore, Pager, RaStats, Stats, PAGE_SIZE};
 
 use super::super::engine::kernel_map;
+use super::super::grid::{Column, Sample};
 use crate::access::AccessPlan;
 use crate::kernel::{BlockDevice, BlockReads, CacheDropper};
 use crate::timed::Timed;
@@ -72,31 +73,12 @@ impl ColdEngine {
         v
     }
 
-    /// The `engine` field of a JSON row.
-    pub fn name(self) -> &'static str {
-        match self {
-            ColdEngine::Device => "device",
-            ColdEngine::Kernel => "kernel-file",
-            ColdEngine::Around | ColdEngine::Readahead => "faultmap",
-        }
-    }
-
     /// The `variant` field of a JSON row.
     pub fn variant(self) -> &'static str {
         match self {
             ColdEngine::Device | ColdEngine::Kernel => "cold",
             ColdEngine::Around => "readahead=around",
             ColdEngine::Readahead => "readahead=full",
-        }
-    }
-
-    /// The column heading.
-    pub fn column(self) -> &'static str {
-        match self {
-            ColdEngine::Device => "device",
-            ColdEngine::Kernel => "kernel",
-            ColdEngine::Around => "around",
-            ColdEngine::Readahead => "readahead",
         }
     }
 
@@ -110,30 +92,32 @@ impl ColdEngine {
     }
 }
 
-/// What one cold measurement found. Counts that do not apply are `None`.
-#[derive(Clone, Debug, Default)]
-pub struct ColdSample {
-    /// Wall time of the run.
-    pub seconds: f64,
-    /// Faults: kernel minor + major (`getrusage`), faultmap `pgfault`.
-    pub faults: Option<u64>,
-    /// Kernel `getrusage` major faults, faultmap `pgmajfault`.
-    pub major_faults: Option<u64>,
-    /// Read requests: device 1 MiB reads issued, kernel the block device's
-    /// completed reads, faultmap the store reads of every readahead window
-    /// (see [`faultmap_io_count`]).
-    pub io_count: Option<u64>,
-    /// Bytes read by those requests.
-    pub io_bytes: Option<u64>,
-    /// The block device's reads during the run (every process's), if its
-    /// counters are readable.
-    pub block: Option<BlockReads>,
-    /// faultmap: the mapping's counters.
-    pub stats: Option<Stats>,
-    /// faultmap: the mapping's readahead table.
-    pub ra: Option<RaStats>,
-    /// The wrapping sum of the words read (not for `device`).
-    pub checksum: Option<u64>,
+impl Column for ColdEngine {
+    fn heading(self) -> String {
+        let heading = match self {
+            ColdEngine::Device => "device",
+            ColdEngine::Kernel => "kernel",
+            ColdEngine::Around => "around",
+            ColdEngine::Readahead => "readahead",
+        };
+        heading.into()
+    }
+
+    fn engine(self) -> &'static str {
+        match self {
+            ColdEngine::Device => "device",
+            ColdEngine::Kernel => "kernel-file",
+            ColdEngine::Around | ColdEngine::Readahead => "faultmap",
+        }
+    }
+
+    fn variant(self) -> String {
+        self.variant().into()
+    }
+
+    fn once(self) -> bool {
+        self == ColdEngine::Device
+    }
 }
 
 /// What every measurement needs.
@@ -157,50 +141,53 @@ pub struct Bench<'a> {
 }
 
 impl Bench<'_> {
-    /// One cold run of `engine` (`plan` is ignored by `device`).
-    pub fn measure(&self, engine: ColdEngine, plan: &AccessPlan) -> Result<ColdSample> {
+    /// One cold run of `engine` (`device` needs no plan).
+    pub fn measure(&self, engine: ColdEngine, plan: Option<&AccessPlan>) -> Result<Sample> {
+        let plan = || plan.context("a workload without a plan");
         match engine {
             ColdEngine::Device => self.device(),
-            ColdEngine::Kernel => self.kernel(plan),
-            ColdEngine::Around => self.faultmap(Readahead::Around, plan),
-            ColdEngine::Readahead => self.faultmap(Readahead::Full, plan),
+            ColdEngine::Kernel => self.kernel(plan()?),
+            ColdEngine::Around => self.faultmap(Readahead::Around, plan()?),
+            ColdEngine::Readahead => self.faultmap(Readahead::Full, plan()?),
         }
     }
 
     /// The whole file with O_DIRECT.
-    fn device(&self) -> Result<ColdSample> {
+    fn device(&self) -> Result<Sample> {
         let before = self.block_reads();
         let (bytes, seconds) = faultmap::measure::direct_read_rate(self.path, DEVICE_CHUNK)
             .with_context(|| format!("O_DIRECT reads of {}", self.path.display()))?;
-        Ok(ColdSample {
+        Ok(Sample {
             seconds,
             io_count: Some(bytes.div_ceil(DEVICE_CHUNK as u64)),
             io_bytes: Some(bytes),
+            pages_touched: Some(bytes.div_ceil(PAGE_SIZE as u64)),
             block: since(self.block_reads(), before),
-            ..ColdSample::default()
+            ..Sample::default()
         })
     }
 
     /// Kernel `mmap` of the file, its page cache dropped.
-    fn kernel(&self, plan: &AccessPlan) -> Result<ColdSample> {
+    fn kernel(&self, plan: &AccessPlan) -> Result<Sample> {
         let file =
             File::open(self.path).with_context(|| format!("opening {}", self.path.display()))?;
         let view = kernel_map(&file)?;
         let (timed, block) = self.timed_walk(plan, &view)?;
-        Ok(ColdSample {
+        Ok(Sample {
             seconds: timed.seconds,
             faults: Some(timed.minor_faults + timed.major_faults),
             major_faults: Some(timed.major_faults),
             io_count: block.map(|b| b.reads),
             io_bytes: block.map(|b| b.bytes),
             block,
+            pages_touched: Some(plan.pages_touched()),
             checksum: Some(checksum(&timed)),
-            ..ColdSample::default()
+            ..Sample::default()
         })
     }
 
     /// faultmap with `readahead`, on a new pager and object.
-    fn faultmap(&self, readahead: Readahead, plan: &AccessPlan) -> Result<ColdSample> {
+    fn faultmap(&self, readahead: Readahead, plan: &AccessPlan) -> Result<Sample> {
         let opts = crate::stats::map_options(self.order, self.ra_pages, readahead);
         let pager = Pager::new(self.config.clone()).context("cannot start the pager")?;
         let object = pager.open(FileStore::open_with(self.path, self.file_io)?)?;
@@ -212,7 +199,7 @@ impl Bench<'_> {
         drop(pager);
         let stats = object.stats();
         let ra = object.ra_stats();
-        Ok(ColdSample {
+        Ok(Sample {
             seconds: timed.seconds,
             faults: Some(stats.pgfault),
             major_faults: Some(stats.pgmajfault),
@@ -221,7 +208,9 @@ impl Bench<'_> {
             block,
             stats: Some(stats),
             ra: Some(ra),
+            pages_touched: Some(plan.pages_touched()),
             checksum: Some(checksum(&timed)),
+            ..Sample::default()
         })
     }
 
@@ -270,10 +259,10 @@ mod tests {
     #[test]
     fn columns_and_names() {
         let all = ColdEngine::columns(true);
-        let names: Vec<_> = all.iter().map(|e| e.column()).collect();
+        let names: Vec<_> = all.iter().map(|e| e.heading()).collect();
         assert_eq!(names, ["device", "kernel", "around", "readahead"]);
         assert_eq!(ColdEngine::columns(false).len(), 3);
-        assert_eq!(ColdEngine::Kernel.name(), "kernel-file");
+        assert_eq!(ColdEngine::Kernel.engine(), "kernel-file");
         assert_eq!(ColdEngine::Around.variant(), "readahead=around");
         assert_eq!(ColdEngine::Readahead.readahead(), Some(Readahead::Full));
         assert_eq!(ColdEngine::Device.readahead(), None);

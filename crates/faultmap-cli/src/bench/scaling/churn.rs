@@ -31,11 +31,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use faultmap::{Advice, Mapping, PAGE_SIZE};
+use faultmap::{Advice, Mapping, Stats, PAGE_SIZE};
 use memmap2::{Mmap, UncheckedAdvice};
 
+use super::super::grid::Sample;
 use super::parts::{faultmap_parts, kernel_parts, map_faultmap, map_kernel};
-use super::report::Sample;
 use super::{Bench, Column};
 
 /// Pages of each region the churn thread maps (64 KiB).
@@ -66,16 +66,7 @@ pub fn measure(
                 let (offset, len) = region(i);
                 map_kernel(bench.memfd, offset, len)
             };
-            let churned = run(&views, map_one, bench.duration)?;
-            Ok(Sample {
-                seconds: churned.seconds,
-                faults: churned.minor_faults,
-                major_faults: churned.major_faults,
-                pages_touched: churned.pages_touched,
-                maps: Some(churned.maps),
-                stats: None,
-                checksum: 0,
-            })
+            Ok(run(&views, map_one, bench.duration)?.sample(None))
         }
         Column::Faultmap { .. } => {
             let pager = bench.pager(column)?;
@@ -86,16 +77,7 @@ pub fn measure(
             };
             let churned = run(&views, map_one, bench.duration)?;
             drop(views);
-            let stats = pager.stats();
-            Ok(Sample {
-                seconds: churned.seconds,
-                faults: stats.pgfault,
-                major_faults: stats.pgmajfault,
-                pages_touched: churned.pages_touched,
-                maps: Some(churned.maps),
-                stats: Some(stats),
-                checksum: 0,
-            })
+            Ok(churned.sample(Some(pager.stats())))
         }
     }
 }
@@ -155,6 +137,21 @@ struct Churned {
     major_faults: u64,
     pages_touched: u64,
     maps: u64,
+}
+
+impl Churned {
+    /// The sample: the faults are the pager's (`stats`), or the process's.
+    fn sample(self, stats: Option<Stats>) -> Sample {
+        Sample {
+            seconds: self.seconds,
+            faults: Some(stats.map_or(self.minor_faults, |s| s.pgfault)),
+            major_faults: Some(stats.map_or(self.major_faults, |s| s.pgmajfault)),
+            pages_touched: Some(self.pages_touched),
+            maps: Some(self.maps),
+            stats,
+            ..Sample::default()
+        }
+    }
 }
 
 /// Runs one faulting thread per view and the churn thread, which calls

@@ -21,43 +21,37 @@ use anyhow::{Context, Result};
 use faultmap::{MapOptions, Mapping, Object, Pager, PAGE_SIZE};
 use memmap2::{Mmap, MmapOptions};
 
-use super::report::Sample;
+use super::super::grid::Sample;
 use super::{Bench, Column};
 
 /// Measures one sample of `column` with one thread per part.
 pub fn measure(bench: &Bench<'_>, column: Column, parts: &[Range<u64>]) -> Result<Sample> {
-    match column {
-        Column::KernelMemfd => {
-            let views = kernel_parts(bench, parts)?;
-            let slices: Vec<&[u8]> = views.iter().map(|v| v.as_deref().unwrap_or(&[])).collect();
-            let timed = crate::timed::run(slices.len(), |i| touch_pages(slices[i]))?;
-            Ok(Sample {
-                seconds: timed.seconds,
-                faults: timed.minor_faults,
-                major_faults: timed.major_faults,
-                pages_touched: pages_of(&slices),
-                maps: None,
-                stats: None,
-                checksum: wrapping_sum(&timed.sums),
-            })
+    let pager = match column {
+        Column::KernelMemfd => None,
+        Column::Faultmap { .. } => Some(bench.pager(column)?),
+    };
+    let (kernel, faultmap);
+    let slices: Vec<&[u8]> = match &pager {
+        None => {
+            kernel = kernel_parts(bench, parts)?;
+            kernel.iter().map(|v| v.as_deref().unwrap_or(&[])).collect()
         }
-        Column::Faultmap { .. } => {
-            let pager = bench.pager(column)?;
-            let views = faultmap_parts(bench, &pager, parts)?;
-            let slices: Vec<&[u8]> = views.iter().map(|v| &**v).collect();
-            let timed = crate::timed::run(slices.len(), |i| touch_pages(slices[i]))?;
-            let stats = pager.stats();
-            Ok(Sample {
-                seconds: timed.seconds,
-                faults: stats.pgfault,
-                major_faults: stats.pgmajfault,
-                pages_touched: pages_of(&slices),
-                maps: None,
-                stats: Some(stats),
-                checksum: wrapping_sum(&timed.sums),
-            })
+        Some(pager) => {
+            faultmap = faultmap_parts(bench, pager, parts)?;
+            faultmap.iter().map(|v| &**v).collect()
         }
-    }
+    };
+    let timed = crate::timed::run(slices.len(), |i| touch_pages(slices[i]))?;
+    let stats = pager.as_ref().map(Pager::stats);
+    Ok(Sample {
+        seconds: timed.seconds,
+        faults: Some(stats.map_or(timed.minor_faults, |s| s.pgfault)),
+        major_faults: Some(stats.map_or(timed.major_faults, |s| s.pgmajfault)),
+        pages_touched: Some(pages_of(&slices)),
+        stats,
+        checksum: Some(wrapping_sum(&timed.sums)),
+        ..Sample::default()
+    })
 }
 
 /// One faultmap mapping per part, at order 0, through `pager`.
