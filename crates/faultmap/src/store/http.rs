@@ -1,7 +1,6 @@
 //! An object behind any HTTP(S) server that answers range requests:
 //! [`HttpStore`].
 
-use std::fmt;
 use std::sync::Arc;
 
 use object_store::http::HttpBuilder;
@@ -9,7 +8,7 @@ use object_store::path::Path;
 
 use super::remote::{Remote, RemoteErrorKind, RemoteTuning, Secrets};
 use super::url::{bad_url, parse};
-use super::{ReadBuf, ReadDone, Store, StoreError};
+use super::StoreError;
 
 /// An object at an `http://` or `https://` URL, read with ranged GETs.
 ///
@@ -73,34 +72,4 @@ impl HttpStore {
     }
 }
 
-impl fmt::Debug for HttpStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("HttpStore").field(&self.remote).finish()
-    }
-}
-
-impl Store for HttpStore {
-    fn name(&self) -> &str {
-        self.remote.url()
-    }
-
-    fn len(&self) -> u64 {
-        self.remote.len()
-    }
-
-    fn ra_pages(&self) -> u64 {
-        self.remote.tuning().ra_pages()
-    }
-
-    fn io_pages(&self) -> u64 {
-        self.remote.tuning().io_pages()
-    }
-
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
-        self.remote.read_blocking(offset, buf)
-    }
-
-    fn start_read(&self, offset: u64, buf: ReadBuf, done: ReadDone) {
-        self.remote.start_read(offset, buf, done)
-    }
-}
+super::remote::remote_store!(HttpStore);

@@ -234,6 +234,53 @@ impl RemoteTuning {
     }
 }
 
+/// `Store` (every method the [`Remote`]'s in the type's `remote` field)
+/// and a `Debug` that shows the URL and the pin, never a credential, for
+/// one of the remote stores.
+macro_rules! remote_store {
+    ($name:ident) => {
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_tuple(stringify!($name))
+                    .field(&self.remote)
+                    .finish()
+            }
+        }
+
+        impl $crate::store::Store for $name {
+            fn name(&self) -> &str {
+                self.remote.url()
+            }
+
+            fn len(&self) -> u64 {
+                self.remote.len()
+            }
+
+            fn ra_pages(&self) -> u64 {
+                self.remote.tuning().ra_pages()
+            }
+
+            fn io_pages(&self) -> u64 {
+                self.remote.tuning().io_pages()
+            }
+
+            fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+                self.remote.read_blocking(offset, buf)
+            }
+
+            fn start_read(
+                &self,
+                offset: u64,
+                buf: $crate::store::ReadBuf,
+                done: $crate::store::ReadDone,
+            ) {
+                self.remote.start_read(offset, buf, done)
+            }
+        }
+    };
+}
+pub(crate) use remote_store;
+
 /// A remote object pinned at open: the client, its path, its version.
 pub(crate) struct Remote {
     client: Arc<dyn ObjectStore>,

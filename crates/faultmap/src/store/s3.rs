@@ -9,7 +9,7 @@ use object_store::ClientConfigKey;
 
 use super::remote::{Remote, RemoteErrorKind, RemoteTuning, Secrets};
 use super::url::{bad_url, parse};
-use super::{ReadBuf, ReadDone, Store, StoreError};
+use super::StoreError;
 
 /// An object at an `s3://bucket/key` URL in AWS S3 or any S3-compatible
 /// service (versitygw, MinIO, Ceph RGW, ...).
@@ -144,34 +144,4 @@ impl S3Store {
     }
 }
 
-impl fmt::Debug for S3Store {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("S3Store").field(&self.remote).finish()
-    }
-}
-
-impl Store for S3Store {
-    fn name(&self) -> &str {
-        self.remote.url()
-    }
-
-    fn len(&self) -> u64 {
-        self.remote.len()
-    }
-
-    fn ra_pages(&self) -> u64 {
-        self.remote.tuning().ra_pages()
-    }
-
-    fn io_pages(&self) -> u64 {
-        self.remote.tuning().io_pages()
-    }
-
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
-        self.remote.read_blocking(offset, buf)
-    }
-
-    fn start_read(&self, offset: u64, buf: ReadBuf, done: ReadDone) {
-        self.remote.start_read(offset, buf, done)
-    }
-}
+super::remote::remote_store!(S3Store);
