@@ -194,7 +194,7 @@ enum Command {
     /// memory.max_usage_in_bytes), peak RSS (RssFile + RssShmem sampled
     /// every 5 ms), the budget, and whether the peak stayed within the
     /// budget + 1%. One sample per cell by default (--repetitions).
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
     /// Internal: the kernel-file child of `bench --budget`.
     #[command(name = "__budget-kernel", hide = true)]
     BudgetKernel(BudgetChildArgs),

@@ -29,10 +29,11 @@ enum Mode {
 struct Async {
     data: Vec<u8>,
     mode: Mode,
-    in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
     started: AtomicUsize,
-    gate: (Mutex<bool>, Condvar),
+    /// The gate that holds answers back until enough reads are in
+    /// flight, and the count of reads in flight.
+    gate: Arc<(Mutex<bool>, Condvar, AtomicUsize)>,
     kept: Mutex<Vec<ReadBuf>>,
 }
 
@@ -41,10 +42,9 @@ impl Async {
         Arc::new(Self {
             data,
             mode,
-            in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
             started: AtomicUsize::new(0),
-            gate: (Mutex::new(false), Condvar::new()),
+            gate: Arc::new((Mutex::new(false), Condvar::new(), AtomicUsize::new(0))),
             kept: Mutex::new(Vec::new()),
         })
     }
@@ -81,7 +81,7 @@ impl Store for Async {
                 self.kept.lock().unwrap().push(buf);
             }
             Mode::Answer { gather } => {
-                let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                let now = self.gate.2.fetch_add(1, Ordering::SeqCst) + 1;
                 self.max_in_flight.fetch_max(now, Ordering::SeqCst);
                 if now >= gather {
                     *self.gate.0.lock().unwrap() = true;
@@ -89,19 +89,15 @@ impl Store for Async {
                 }
                 let o = offset as usize;
                 let bytes = self.data[o..o + buf.len()].to_vec();
-                let me: *const Async = self;
-                let me = me as usize;
+                let gate = self.gate.clone();
                 std::thread::spawn(move || {
-                    // SAFETY (test): the store outlives its reads: the test
-                    // keeps an Arc of it until every read ended.
-                    let me = unsafe { &*(me as *const Async) };
-                    let (lock, cv) = &me.gate;
+                    let (lock, cv, _) = &*gate;
                     let open = lock.lock().unwrap();
                     let _open = cv
                         .wait_timeout_while(open, Duration::from_secs(2), |o| !*o)
                         .unwrap();
                     buf.as_mut_slice().copy_from_slice(&bytes);
-                    me.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    gate.2.fetch_sub(1, Ordering::SeqCst);
                     done(buf, Ok(()));
                 });
             }
@@ -174,5 +170,54 @@ fn a_read_ends_only_when_the_store_lets_go_of_its_buffer() {
             "the read did not end when the buffer went"
         );
         assert!(!object.is_cached(3));
+    });
+}
+
+/// A store whose every call takes 30 ms, one page a request.
+struct Slow(Vec<u8>);
+
+impl Store for Slow {
+    fn name(&self) -> &str {
+        "slow"
+    }
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+    fn io_pages(&self) -> u64 {
+        1
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        std::thread::sleep(Duration::from_millis(30));
+        let o = offset as usize;
+        buf.copy_from_slice(&self.0[o..o + buf.len()]);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_long_prefetch_queued_behind_itself_is_not_a_timeout() {
+    watchdog(WATCHDOG, || {
+        // 64 requests of 30 ms on one thread: the last waits about 2 s in
+        // the queue, four times the store timeout, without any store call
+        // taking longer than 30 ms.
+        let data = pattern(64 * PAGE, 64);
+        let pager = Pager::new(
+            Config::default()
+                .io_threads(1)
+                .io_timeout(Duration::from_millis(500)),
+        )
+        .unwrap();
+        let object = pager.open(Slow(data.clone())).unwrap();
+        let map = pager
+            .map_trusted(&object, MapOptions::new().ra_pages(64))
+            .unwrap();
+        map.prefetch(0..map.len()).unwrap();
+        assert!(
+            wait_until(Duration::from_secs(30), || (0..64)
+                .all(|p| object.is_cached(p))),
+            "the prefetch did not end"
+        );
+        assert_eq!(pager.stats().io_timeouts, 0, "{:?}", pager.io_errors());
+        assert_bytes(&map, &data, "after the prefetch");
     });
 }

@@ -383,7 +383,7 @@ impl Cache {
             .alias
             .as_ref()
             .map_or(std::ptr::null_mut(), |a| a.as_ptr());
-        // SAFETY (pointer arithmetic): `fill_target` made `target` from
+        // SAFETY: pointer arithmetic in bounds: `fill_target` made `target` from
         // this cache, inside the alias mapping, which exists (it returned
         // `Some`).
         let ptr = unsafe { alias.add(target.start) };

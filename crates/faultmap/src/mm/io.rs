@@ -40,6 +40,7 @@
 //! later fault on it park forever), and puts back the other threads' stop
 //! messages it met, so that each thread gets its own.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::panic::{self, AssertUnwindSafe};
@@ -117,7 +118,12 @@ impl IoShared {
 struct Tracked {
     object: Arc<ObjectCore>,
     pages: Range<ObjectPage>,
-    since: Instant,
+    /// When its clock started: at submission for a read a fault waits
+    /// for; for a read ahead, when a fault starts waiting for it
+    /// (promotion) or its store call starts, whichever comes first. A
+    /// prefetch queued behind others is not late: only a store that does
+    /// not answer is.
+    since: Option<Instant>,
     /// The watchdog already stalled its pages.
     stalled: bool,
 }
@@ -138,12 +144,12 @@ pub(crate) struct Overdue {
 }
 
 impl Inflight {
-    fn add(&self, object: &Arc<ObjectCore>, pages: Range<ObjectPage>) -> u64 {
+    fn add(&self, object: &Arc<ObjectCore>, pages: Range<ObjectPage>, clock: bool) -> u64 {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let tracked = Tracked {
             object: object.clone(),
             pages,
-            since: Instant::now(),
+            since: clock.then(Instant::now),
             stalled: false,
         };
         lock(&self.jobs).insert(id, tracked);
@@ -154,6 +160,13 @@ impl Inflight {
         lock(&self.jobs).remove(&id);
     }
 
+    /// Starts job `id`'s clock, unless it runs already.
+    fn start_clock(&self, id: u64) {
+        if let Some(t) = lock(&self.jobs).get_mut(&id) {
+            t.since.get_or_insert_with(Instant::now);
+        }
+    }
+
     /// The jobs older than `timeout` that were not stalled yet, their pages
     /// stalled now (each job is returned once). Under the list's lock: a
     /// job leaves the list before it ends its reads, so the pages stalled
@@ -162,7 +175,7 @@ impl Inflight {
         let now = Instant::now();
         let mut jobs = lock(&self.jobs);
         jobs.values_mut()
-            .filter(|t| !t.stalled && now.duration_since(t.since) >= timeout)
+            .filter(|t| !t.stalled && t.since.is_some_and(|s| now.duration_since(s) >= timeout))
             .map(|t| {
                 t.stalled = true;
                 for p in t.pages.start.0..t.pages.end.0 {
@@ -173,7 +186,7 @@ impl Inflight {
                 Overdue {
                     object: t.object.clone(),
                     pages: t.pages.clone(),
-                    age: now.duration_since(t.since),
+                    age: t.since.map_or(Duration::ZERO, |s| now.duration_since(s)),
                 }
             })
             .collect()
@@ -241,7 +254,10 @@ impl IoQueue {
     /// thread: a claimed page must be read.
     pub(crate) fn submit(&self, job: ReadJob, urgency: Urgency, _counters: &Counters) {
         let object = job.object.clone();
-        let id = self.shared.inflight.add(&object, job.pages.clone());
+        let id = self
+            .shared
+            .inflight
+            .add(&object, job.pages.clone(), urgency == Urgency::Sync);
         let queued = Arc::new(Queued {
             id,
             pages: job.pages.clone(),
@@ -256,7 +272,7 @@ impl IoQueue {
             }
         };
         if tx.send(Msg::Read(queued.clone())).is_err() {
-            run_queued(&queued, &self.shared);
+            run_queued(&queued, &self.shared, &mut || false);
         }
     }
 
@@ -269,6 +285,7 @@ impl IoQueue {
             return;
         };
         if !queued.promoted.swap(true, Ordering::AcqRel) {
+            self.shared.inflight.start_clock(queued.id);
             let _ = self.sync.send(Msg::Read(queued.clone()));
         }
     }
@@ -356,12 +373,18 @@ impl Drop for IoThreads {
     }
 }
 
+thread_local! {
+    /// Whether this thread is one of the pagers' I/O threads.
+    static IO_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
 fn io_loop(
     sync: &Receiver<Msg>,
     async_: &Receiver<Msg>,
     stops: &Sender<Msg>,
     shared: &Arc<IoShared>,
 ) {
+    IO_THREAD.with(|t| t.set(true));
     loop {
         // Sync first: a try on the sync queue, then whichever is ready with
         // the sync queue preferred.
@@ -374,15 +397,31 @@ fn io_loop(
             .unwrap_or(Msg::Stop),
         };
         match msg {
-            Msg::Read(queued) => run_queued(&queued, shared),
+            Msg::Read(queued) => {
+                // While this thread waits for a depth slot, it runs the
+                // reads that faults wait for (they take none), so that a
+                // full depth of reads ahead never holds up a miss.
+                let mut stops_met = 0;
+                run_queued(&queued, shared, &mut || match sync.try_recv() {
+                    Ok(Msg::Read(urgent)) => {
+                        run_queued(&urgent, shared, &mut || false);
+                        true
+                    }
+                    Ok(Msg::Stop) => {
+                        stops_met += 1;
+                        true
+                    }
+                    Err(_) => false,
+                });
+                for _ in 0..stops_met {
+                    let _ = stops.send(Msg::Stop);
+                }
+            }
             Msg::Stop => {
-                // Every queued job holds claimed pages: run them all. The
-                // other threads' stop messages met on the way go back, so
-                // that each thread gets its own.
                 let mut others = 0;
                 for msg in sync.try_iter().chain(async_.try_iter()) {
                     match msg {
-                        Msg::Read(queued) => run_queued(&queued, shared),
+                        Msg::Read(queued) => run_queued(&queued, shared, &mut || false),
                         Msg::Stop => others += 1,
                     }
                 }
@@ -397,13 +436,13 @@ fn io_loop(
 
 /// Runs a queued job unless another thread took it first (it was on both
 /// queues), unlisting it from its object.
-fn run_queued(queued: &Arc<Queued>, shared: &Arc<IoShared>) {
+fn run_queued(queued: &Arc<Queued>, shared: &Arc<IoShared>, service: &mut dyn FnMut() -> bool) {
     let Some(job) = queued.take() else {
         return;
     };
     lock(&job.object.queued).retain(|q| !Arc::ptr_eq(q, queued));
     let urgent = queued.promoted.load(Ordering::Acquire);
-    run(job, shared, queued.id, urgent);
+    run(job, shared, queued.id, urgent, service);
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -424,23 +463,39 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
 
 /// Runs one job: waits for room in the memory budget, then starts its
 /// read.
-fn run(job: ReadJob, shared: &Arc<IoShared>, id: u64, urgent: bool) {
+fn run(
+    job: ReadJob,
+    shared: &Arc<IoShared>,
+    id: u64,
+    urgent: bool,
+    service: &mut dyn FnMut() -> bool,
+) {
     // Over the memory budget: wait for the evictor first (direct reclaim).
     job.object.budget.throttle();
-    start(job, shared.clone(), id, 0, urgent);
+    start(job, shared.clone(), id, 0, urgent, service);
 }
 
 /// Starts attempt `attempt` of `job`'s read: takes a slot of the pager's
-/// depth (not for an urgent read: a fault waits for it, or it is a retry),
+/// depth (not for an urgent read: a fault waits for it, or it is a retry;
+/// `service` runs other work while it waits, see [`Depth::acquire`]),
 /// hands the store a buffer over the job's pages, and leaves the rest to
 /// the [`Pending`] read, which ends the job when both the store's answer
 /// and the buffer are gone.
-fn start(job: ReadJob, shared: Arc<IoShared>, id: u64, attempt: u32, urgent: bool) {
+fn start(
+    job: ReadJob,
+    shared: Arc<IoShared>,
+    id: u64,
+    attempt: u32,
+    urgent: bool,
+    service: &mut dyn FnMut() -> bool,
+) {
     let object = job.object.clone();
     let Some(target) = object.cache.fill_target(job.pages.clone()) else {
         return finish(job, &shared, id, Ok(0), attempt);
     };
-    shared.depth.acquire(urgent);
+    shared.depth.acquire(urgent, service);
+    // The store call starts now: the watchdog's clock runs.
+    shared.inflight.start_clock(id);
     let pending = Arc::new(Pending {
         job: Mutex::new(Some(job)),
         result: Mutex::new(None),
@@ -519,14 +574,37 @@ impl Drop for Pending {
                 })
             });
         match result {
-            // Tried again after a backoff, on this thread (an I/O thread,
-            // or the store's runtime for an asynchronous store: the backoff
-            // is at most `errors::BACKOFF_MAX`). A retry is urgent: it
-            // never waits for a depth slot (this may be a thread that the
-            // reads in flight need to end).
+            // Tried again after a backoff, urgent: a retry never waits
+            // for a depth slot (this may be a thread that the reads in
+            // flight need to end). On an I/O thread it sleeps there, as a
+            // synchronous store's retry always did; on another thread (an
+            // asynchronous store's runtime, which every remote read of the
+            // process shares) a thread of its own sleeps instead.
             Err(e) if self.attempt < self.shared.retries && e.is_transient() => {
-                std::thread::sleep(errors::backoff(self.attempt));
-                start(job, self.shared.clone(), self.id, self.attempt + 1, true);
+                let (shared, id, attempt) = (self.shared.clone(), self.id, self.attempt);
+                let retry = move || {
+                    std::thread::sleep(errors::backoff(attempt));
+                    start(job, shared, id, attempt + 1, true, &mut || false);
+                };
+                if IO_THREAD.with(Cell::get) {
+                    retry();
+                } else {
+                    let slot = Arc::new(Mutex::new(Some(retry)));
+                    let theirs = slot.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name("faultmap-retry".into())
+                        .spawn(move || {
+                            if let Some(retry) = lock(&theirs).take() {
+                                retry();
+                            }
+                        });
+                    if spawned.is_err() {
+                        // No thread to be had: the retry runs here.
+                        if let Some(retry) = lock(&slot).take() {
+                            retry();
+                        }
+                    }
+                }
             }
             Ok(()) => {
                 job.object.cache.fill_finish(&self.target);
@@ -613,12 +691,25 @@ impl Depth {
     }
 
     /// Takes a slot: waits for one unless `urgent` (then it may go over).
-    fn acquire(&self, urgent: bool) {
-        let mut used = lock(&self.used);
-        while !urgent && *used >= self.limit {
-            used = self.freed.wait(used).unwrap_or_else(|e| e.into_inner());
+    /// While it waits it calls `service`, which runs other work (an I/O
+    /// thread's urgent reads) and says whether it found any; when it found
+    /// none, it sleeps until a slot is freed, a millisecond at most.
+    fn acquire(&self, urgent: bool, service: &mut dyn FnMut() -> bool) {
+        loop {
+            {
+                let mut used = lock(&self.used);
+                if urgent || *used < self.limit {
+                    *used += 1;
+                    return;
+                }
+            }
+            if !service() {
+                let used = lock(&self.used);
+                if *used >= self.limit {
+                    let _ = self.freed.wait_timeout(used, Duration::from_millis(1));
+                }
+            }
         }
-        *used += 1;
     }
 
     fn release(&self) {

@@ -138,11 +138,16 @@ impl Secrets {
         }
     }
 
-    /// `text` with every secret replaced by `***`.
+    /// `text` without the parts of a server's answer that echo the
+    /// request ([`drop_echoes`]), and with every secret replaced by
+    /// `***`, the longest first (a secret that holds another is hidden
+    /// whole).
     pub(crate) fn scrub(&self, text: &str) -> String {
-        self.0
-            .iter()
-            .fold(text.to_string(), |t, s| t.replace(s.as_str(), "***"))
+        let mut secrets: Vec<&String> = self.0.iter().collect();
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets
+            .into_iter()
+            .fold(drop_echoes(text), |t, s| t.replace(s.as_str(), "***"))
     }
 }
 
@@ -355,16 +360,17 @@ impl Remote {
     /// The GET options of a read of `range`: the range, conditional on the
     /// pinned version.
     fn options(&self, range: Range<u64>) -> GetOptions {
-        let mut options = GetOptions::default();
-        options.range = Some(GetRange::Bounded(range));
         // Without an ETag, no condition is sent: `If-Unmodified-Since` has
         // one-second precision on the wire, and servers compare it with
         // finer modification times (versitygw answers 412 to an unchanged
         // object). Each response's Last-Modified and length are checked
         // against the pin instead (`check_pin`).
-        options.if_match = self.pin.e_tag.clone();
-        options.version = self.pin.version.clone();
-        options
+        GetOptions {
+            range: Some(GetRange::Bounded(range)),
+            if_match: self.pin.e_tag.clone(),
+            version: self.pin.version.clone(),
+            ..GetOptions::default()
+        }
     }
 
     /// Reads `[offset, offset + buf.len())` into `buf`, waiting.
@@ -556,15 +562,22 @@ pub(crate) fn classify(e: &object_store::Error) -> RemoteErrorKind {
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => {
             return RemoteErrorKind::AccessDenied
         }
-        E::NotSupported { .. } => {
-            if chain(e).contains("Range") {
-                return RemoteErrorKind::RangesNotSupported;
-            }
+        E::NotSupported { .. } if chain(e).contains("Range") => {
+            return RemoteErrorKind::RangesNotSupported
         }
         _ => {}
     }
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(s) = source {
+        if let Some(http) = s.downcast_ref::<object_store::client::HttpError>() {
+            use object_store::client::HttpErrorKind as K;
+            match http.kind() {
+                K::Timeout => return RemoteErrorKind::Timeout,
+                K::Request | K::Interrupted | K::Decode => return RemoteErrorKind::Transfer,
+                // Connect: refused, DNS or TLS, told apart below.
+                _ => {}
+            }
+        }
         if let Some(io) = s.downcast_ref::<io::Error>() {
             match io.kind() {
                 io::ErrorKind::ConnectionRefused => return RemoteErrorKind::ConnectionRefused,
@@ -590,7 +603,10 @@ pub(crate) fn classify(e: &object_store::Error) -> RemoteErrorKind {
             _ => RemoteErrorKind::Other,
         };
     }
-    let text = text.to_ascii_lowercase();
+    // The words of the chain, without its URLs: a host, bucket or key
+    // named "tls-certificates" must not make a reset look like a TLS
+    // failure.
+    let text = strip_urls(&text).to_ascii_lowercase();
     let has = |words: &[&str]| words.iter().any(|w| text.contains(w));
     if has(&[
         "dns error",
@@ -626,6 +642,39 @@ pub(crate) fn classify(e: &object_store::Error) -> RemoteErrorKind {
     }
 }
 
+/// `text` without the URLs in it (each `http://...` or `https://...` up
+/// to the next blank).
+fn strip_urls(text: &str) -> String {
+    text.split(' ')
+        .filter(|w| !w.starts_with("http://") && !w.starts_with("https://"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A server's error body without what echoes the request: S3's
+/// `SignatureDoesNotMatch` answer repeats the canonical request (which
+/// holds the session token) and the string to sign, as text and as hex.
+pub(crate) fn drop_echoes(text: &str) -> String {
+    const ECHOES: [&str; 5] = [
+        "CanonicalRequest",
+        "CanonicalRequestBytes",
+        "StringToSign",
+        "StringToSignBytes",
+        "SignatureProvided",
+    ];
+    let mut out = text.to_string();
+    for tag in ECHOES {
+        let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+        while let Some(start) = out.find(&open) {
+            let end = out[start..]
+                .find(&close)
+                .map_or(out.len(), |e| start + e + close.len());
+            out.replace_range(start..end, "");
+        }
+    }
+    out
+}
+
 /// The HTTP status of a failed request, from the client's words ("...
 /// status code: 503 Service Unavailable ..."): its error type that holds
 /// the status is not public.
@@ -648,8 +697,10 @@ fn classify_open(
     let mut detail = chain(&e);
     if kind == RemoteErrorKind::NotFound {
         let (c, p) = (client.clone(), path.clone());
-        let mut options = GetOptions::default();
-        options.range = Some(GetRange::Bounded(0..1));
+        let options = GetOptions {
+            range: Some(GetRange::Bounded(0..1)),
+            ..GetOptions::default()
+        };
         if let Ok(Err(get)) = block_on(async move { c.get_opts(&p, options).await.map(|_| ()) }) {
             let again = classify(&get);
             if again == RemoteErrorKind::NoSuchBucket {
@@ -685,6 +736,29 @@ mod tests {
         s.add(Some("ab".to_string()));
         s.add(None);
         assert_eq!(s.scrub("key wJalrXUtnFEMI in ab"), "key *** in ab");
+    }
+
+    #[test]
+    fn echoed_requests_are_dropped_from_error_bodies() {
+        let body =
+            "403: <Error><Code>SignatureDoesNotMatch</Code><StringToSign>AWS4 x</StringToSign>\
+                    <CanonicalRequest>GET /b/k x-amz-security-token:TOKEN</CanonicalRequest>\
+                    <CanonicalRequestBytes>54 4f 4b</CanonicalRequestBytes></Error>";
+        let out = Secrets::default().scrub(body);
+        assert!(out.contains("SignatureDoesNotMatch"), "{out}");
+        assert!(
+            !out.contains("TOKEN") && !out.contains("54 4f") && !out.contains("AWS4"),
+            "{out}"
+        );
+        // An unclosed echo is cut to the end.
+        assert_eq!(drop_echoes("a <StringToSign>secret"), "a ");
+    }
+
+    #[test]
+    fn urls_do_not_classify_errors() {
+        let t = "Error performing GET http://h/tls-certificates.tar in 1ms - connection closed";
+        assert!(!strip_urls(t).contains("tls"));
+        assert!(strip_urls(t).contains("connection closed"));
     }
 
     #[test]

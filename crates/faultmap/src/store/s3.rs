@@ -108,10 +108,19 @@ impl S3Store {
                 }
             }
         }
-        let mut builder = AmazonS3Builder::from_env()
-            .with_bucket_name(bucket)
-            .with_client_options(client_options)
-            .with_retry(tuning.retry_config());
+        // Explicit keys replace the environment's, session token included
+        // (a temporary token in the environment belongs to other keys).
+        let mut builder = match &options.credentials {
+            None => AmazonS3Builder::from_env(),
+            Some(_) => std::env::vars()
+                .filter(|(k, _)| k.starts_with("AWS_"))
+                .filter(|(k, _)| !matches!(k.as_str(), "AWS_SESSION_TOKEN" | "AWS_TOKEN"))
+                .filter_map(|(k, v)| Some((k.to_ascii_lowercase().parse().ok()?, v)))
+                .fold(AmazonS3Builder::new(), |b, (k, v)| b.with_config(k, v)),
+        }
+        .with_bucket_name(bucket)
+        .with_client_options(client_options)
+        .with_retry(tuning.retry_config());
         let env_region =
             std::env::var_os("AWS_REGION").or_else(|| std::env::var_os("AWS_DEFAULT_REGION"));
         match (&options.region, env_region) {

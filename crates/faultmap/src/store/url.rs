@@ -69,11 +69,14 @@ pub(crate) fn parse(target: &str) -> Result<(url::Url, String), StoreError> {
 /// did not even parse.
 fn redact(target: &str) -> String {
     let no_query = target.split(['?', '#']).next().unwrap_or_default();
-    match no_query.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('@') {
-            Some((_, host)) => format!("{scheme}://***@{host}"),
-            None => no_query.to_string(),
-        },
+    let Some((scheme, rest)) = no_query.split_once("://") else {
+        return no_query.to_string();
+    };
+    // The authority ends at the first '/'; user information ends at its
+    // last '@' (a password may hold '@' too).
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://***@{host}{path}"),
         None => no_query.to_string(),
     }
 }
@@ -113,10 +116,14 @@ mod tests {
             "s3://AKIA:hunter2secret@bucket/key",
             "http://127.0.0.1:9/x?X-Amz-Signature=hunter2secret",
             "http://user:hunter2secret@[bad/x",
+            "http://user:hunter2@topsecret@[bad/x",
+            "http://user:p@ss@host:9/x",
         ] {
             let e = open_url(target).err().expect("refused");
             let text = format!("{e} {e:?}");
-            assert!(!text.contains("hunter2secret"), "{text}");
+            for secret in ["hunter2", "topsecret", "p@ss"] {
+                assert!(!text.contains(secret), "{text}");
+            }
         }
     }
 

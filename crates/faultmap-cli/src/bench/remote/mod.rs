@@ -318,7 +318,7 @@ fn find<'a>(
             && r.workload == workload
             && r.threads == 1
             && r.engine == engine
-            && setting.is_none_or(|s| r.setting == s)
+            && setting.map_or(true, |s| r.setting == s)
     })
 }
 

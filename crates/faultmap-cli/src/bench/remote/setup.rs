@@ -101,6 +101,15 @@ impl Setup {
                 .parse()
                 .with_context(|| format!("{k}={url}"))
         };
+        // The S3 client of every engine reads the AWS environment.
+        for (k, v) in &vars {
+            if k.starts_with("AWS_") {
+                // SAFETY: this runs before the benchmark starts any thread
+                // (proxies, pagers, runtimes), so no other thread reads the
+                // environment meanwhile.
+                unsafe { std::env::set_var(k, v) };
+            }
+        }
         let http_proxy = Proxy::start(addr("FAULTMAP_HTTP_URL")?)?;
         let s3_proxy = Proxy::start(addr("AWS_ENDPOINT_URL")?)?;
         let mut setup = Setup {
@@ -113,15 +122,6 @@ impl Setup {
             fuse: Vec::new(),
             fuse_mounted: false,
         };
-        // The S3 client of every engine reads the AWS environment.
-        for (k, v) in &setup.vars {
-            if k.starts_with("AWS_") {
-                // SAFETY (of the environment): set before any other thread of
-                // this benchmark reads it (no pager, runtime or proxy client
-                // reads the environment yet).
-                unsafe { std::env::set_var(k, v) };
-            }
-        }
         if !no_fuse {
             setup.mount()?;
         }
