@@ -108,8 +108,9 @@ pub use cache::CacheError;
 pub use mm::evict::Memory;
 pub use mm::writeback::WriteBackError;
 pub use policy::readahead::Mode as ReadaheadMode;
+#[cfg(not(loom))]
+pub use store::{open_url, HttpStore, RemoteErrorKind, RemoteTuning, S3Options, S3Store};
 pub use store::{
-    open_url, FileIo, FileStore, HttpStore, MemStore, ParseFileIoError, ReadBuf, ReadDone,
-    RemoteErrorKind, RemoteTuning, S3Options, S3Store, Store, StoreError,
+    FileIo, FileStore, MemStore, ParseFileIoError, ReadBuf, ReadDone, Store, StoreError,
 };
 pub use sys::PAGE_SIZE;

@@ -1,3 +1,4 @@
+#![cfg(not(loom))]
 //! Remote objects on real servers: nginx for HTTP ranges, versitygw for
 //! S3, both started by `scripts/remote-servers up` (which
 //! `scripts/test-all` runs around `cargo test`), and the fault-injecting

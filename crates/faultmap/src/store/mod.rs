@@ -30,10 +30,14 @@
 //! through this trait and knows no kind of store.
 
 mod file;
+#[cfg(not(loom))]
 mod http;
 mod memory;
+#[cfg(not(loom))]
 mod remote;
+#[cfg(not(loom))]
 mod s3;
+#[cfg(not(loom))]
 mod url;
 
 use std::io;
@@ -41,10 +45,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use file::{FileIo, FileStore, ParseFileIoError};
+#[cfg(not(loom))]
 pub use http::HttpStore;
 pub use memory::MemStore;
+#[cfg(not(loom))]
 pub use remote::{RemoteErrorKind, RemoteTuning};
+#[cfg(not(loom))]
 pub use s3::{S3Options, S3Store};
+#[cfg(not(loom))]
 pub use url::open_url;
 
 /// Why a store could not be opened or read.
@@ -149,6 +157,7 @@ pub enum StoreError {
     },
     /// A remote object could not be opened or read. `url` never holds
     /// credentials, nor does the source's text.
+    #[cfg(not(loom))]
     #[error("{url}: {kind}")]
     Remote {
         /// The object's URL.
@@ -182,6 +191,7 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         match self {
             StoreError::Read { .. } => true,
+            #[cfg(not(loom))]
             StoreError::Remote { kind, .. } => kind.is_transient(),
             _ => false,
         }
