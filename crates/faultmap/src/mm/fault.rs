@@ -80,7 +80,8 @@
 //! - `EAGAIN`: the address space is changing: an UNMAP or REMAP event
 //!   (`crate::mm::events`) is queued and not yet read. It is retried a few
 //!   times, then the page is left to a later fault (the pager thread reads
-//!   the event meanwhile).
+//!   the event meanwhile). That later fault is the same fault's retry and
+//!   is not counted again (`Ending::Again`; the kernel's `VM_FAULT_RETRY`).
 //! - `EFAULT`: the page is not in the memfd. Only the cache punches holes,
 //!   and only in pages it moved out of UPTODATE first, so a pinned page
 //!   never says it; it is skipped.
@@ -237,6 +238,11 @@ enum Ending {
     Parked,
     /// Resolved (or nothing left to do): the thread must be let go.
     Resolved,
+    /// Not mapped this time (the address space is changing, `EAGAIN`):
+    /// the thread is let go to fault again, and that fault is this one's
+    /// retry, not a new one (the kernel's `VM_FAULT_RETRY`, which
+    /// `mm_account_fault` counts once).
+    Again,
     /// The page cannot be read: the access gets SIGBUS.
     Failed,
 }
@@ -367,12 +373,22 @@ fn finish(env: &FaultEnv<'_>, origin: Origin<'_>, page_addr: HostAddr, ending: E
         (Origin::Uffd { .. }, Ending::Resolved) => {
             let _ = sys::uffd_wake(env.uffd, page_addr.get(), PAGE_SIZE);
         }
+        (Origin::Uffd { tid }, Ending::Again) => {
+            // Recorded before the wake: the retry may arrive at once.
+            env.uffd.expect_retry(tid, page_addr);
+            let _ = sys::uffd_wake(env.uffd, page_addr.get(), PAGE_SIZE);
+        }
         (Origin::Uffd { .. }, Ending::Failed) => {
             if sys::uffd_poison(env.uffd, page_addr.get(), PAGE_SIZE).is_err() {
                 let _ = sys::uffd_wake(env.uffd, page_addr.get(), PAGE_SIZE);
             }
         }
-        (Origin::Request(r), Ending::Woken | Ending::Resolved) => r.complete(Reply::Mapped),
+        // Again: the handler returns and the access faults anew, which
+        // finds the address space as it is then (a range being unmapped
+        // gets its SIGSEGV from the kernel).
+        (Origin::Request(r), Ending::Woken | Ending::Resolved | Ending::Again) => {
+            r.complete(Reply::Mapped)
+        }
         (Origin::Request(r), Ending::Failed) => r.complete(Reply::Failed),
     }
 }
@@ -484,7 +500,8 @@ fn resolve(
                     ending = None;
                 }
             }
-            MapOutcome::NotWoken | MapOutcome::NotMapped => {}
+            MapOutcome::NotWoken => {}
+            MapOutcome::NotMapped => ending = Some(Ending::Again),
             MapOutcome::Unmappable => ending = Some(Ending::Failed),
             MapOutcome::PageGone => continue,
             MapOutcome::Aborted => ending = None,
