@@ -173,8 +173,9 @@ fn a_read_ends_only_when_the_store_lets_go_of_its_buffer() {
     });
 }
 
-/// A store whose every call takes 30 ms, one page a request.
-struct Slow(Vec<u8>);
+/// A store whose every call takes 30 ms, one page a request; it counts
+/// its calls.
+struct Slow(Vec<u8>, AtomicUsize);
 
 impl Store for Slow {
     fn name(&self) -> &str {
@@ -187,6 +188,7 @@ impl Store for Slow {
         1
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.1.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(30));
         let o = offset as usize;
         buf.copy_from_slice(&self.0[o..o + buf.len()]);
@@ -207,7 +209,7 @@ fn a_long_prefetch_queued_behind_itself_is_not_a_timeout() {
                 .io_timeout(Duration::from_millis(500)),
         )
         .unwrap();
-        let object = pager.open(Slow(data.clone())).unwrap();
+        let object = pager.open(Slow(data.clone(), AtomicUsize::new(0))).unwrap();
         let map = pager
             .map_trusted(&object, MapOptions::new().ra_pages(64))
             .unwrap();
@@ -219,5 +221,34 @@ fn a_long_prefetch_queued_behind_itself_is_not_a_timeout() {
         );
         assert_eq!(pager.stats().io_timeouts, 0, "{:?}", pager.io_errors());
         assert_bytes(&map, &data, "after the prefetch");
+    });
+}
+
+#[test]
+fn a_stopping_pager_drops_its_queued_reads_ahead_unread() {
+    watchdog(WATCHDOG, || {
+        let data = pattern(64 * PAGE, 65);
+        let store = Arc::new(Slow(data.clone(), AtomicUsize::new(0)));
+        let pager = Pager::new(Config::default().io_threads(1)).unwrap();
+        let object = pager.open(store.clone()).unwrap();
+        let map = pager
+            .map_trusted(&object, MapOptions::new().ra_pages(64))
+            .unwrap();
+        // 64 one-page reads queued behind one thread; the pager stops at
+        // once.
+        map.prefetch(0..map.len()).unwrap();
+        drop(map);
+        drop(pager);
+        let calls = store.1.load(Ordering::SeqCst);
+        assert!(
+            calls < 64,
+            "the stopping pager read all {calls} pages first"
+        );
+        // The pages it dropped are ABSENT again, not stuck READING: another
+        // pager maps the object and reads every byte.
+        let pager = Pager::new(Config::default()).unwrap();
+        let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
+        assert_bytes(&map, &data, "after the drop");
+        assert!(object.io_errors().is_empty(), "{:?}", object.io_errors());
     });
 }

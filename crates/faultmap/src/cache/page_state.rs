@@ -288,6 +288,14 @@ impl PageState {
         self.end_read(ABSENT | FAILED)
     }
 
+    /// READING → ABSENT without FAILED, by the reader that owns the read,
+    /// when the read is dropped unread (a read ahead still queued when its
+    /// pager stops): the page is as if never claimed, and the next fault
+    /// reads it. Returns the replaced word.
+    pub fn drop_read(&self) -> Word {
+        self.end_read(ABSENT)
+    }
+
     fn end_read(&self, to: u64) -> Word {
         let mut cur = self.load();
         loop {

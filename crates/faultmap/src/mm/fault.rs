@@ -937,18 +937,32 @@ fn park(
     )
 }
 
+/// How a read ended, for [`end_reads`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadEnd {
+    /// The store filled the pages: UPTODATE.
+    Read,
+    /// The store failed: ABSENT and FAILED (the next fault's read is the
+    /// page's last chance).
+    Failed,
+    /// Never asked of the store (dropped unread at shutdown): ABSENT, as
+    /// if never claimed.
+    Dropped,
+}
+
 /// Ends the reads of `pages` (object pages the caller owns the reads of):
-/// UPTODATE if `ok` (every page but `demand` marked as read ahead; a
-/// readahead marker set at claim time stays), else ABSENT and FAILED.
-/// Returns whether any of them had parked waiters.
+/// UPTODATE after a [`ReadEnd::Read`] (every page but `demand` marked as
+/// read ahead; a readahead marker set at claim time stays), else ABSENT
+/// (and FAILED after a failure), their charge given back. Returns whether
+/// any of them had parked waiters.
 pub(crate) fn end_reads(
     object: &ObjectCore,
     pages: Range<ObjectPage>,
-    ok: bool,
+    end: ReadEnd,
     demand: Option<ObjectPage>,
 ) -> bool {
     let mut waiters = false;
-    if !ok {
+    if end == ReadEnd::Failed {
         // Whatever the store wrote before it failed is dropped while the
         // pages are still ours (READING), so a failed read holds no memory.
         let _ = sys::punch_hole(
@@ -960,18 +974,18 @@ pub(crate) fn end_reads(
     for p in pages.start.0..pages.end.0 {
         let p = ObjectPage(p);
         if let Some(state) = object.cache.states.get(p) {
-            let old = if ok {
-                state.finish_read(Some(p) != demand)
-            } else {
-                state.fail_read()
+            let old = match end {
+                ReadEnd::Read => state.finish_read(Some(p) != demand),
+                ReadEnd::Failed => state.fail_read(),
+                ReadEnd::Dropped => state.drop_read(),
             };
-            if !ok && old.is_active() {
+            if end != ReadEnd::Read && old.is_active() {
                 object.budget.deactivated(1);
             }
             waiters |= old.has_waiters();
         }
     }
-    if !ok {
+    if end != ReadEnd::Read {
         object.budget.uncharge(object, pages.end.0 - pages.start.0);
     }
     waiters

@@ -34,11 +34,14 @@
 //!
 //! Shutdown: when the pager and its last mapping are gone, the handler
 //! threads are joined first (nothing submits any more), then every I/O
-//! thread is sent a stop message. A thread that gets one runs every job
+//! thread is sent a stop message. A thread that gets one ends every job
 //! still queued before it exits (a queued job's pages are READING; an
 //! object can outlive its pager, and a page left READING would make a
-//! later fault on it park forever), and puts back the other threads' stop
-//! messages it met, so that each thread gets its own.
+//! later fault on it park forever): it runs the ones a fault waits for,
+//! and drops the reads ahead unread (their pages ABSENT again, as if never
+//! claimed), so that a stopping pager does not first download the rest of
+//! a large prefetch. It puts back the other threads' stop messages it
+//! met, so that each thread gets its own.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -56,7 +59,7 @@ use crate::base::report::{ErrorLog, IoErrorKind};
 use crate::base::stats::{Counters, Stats};
 use crate::cache::FillTarget;
 use crate::mm::errors;
-use crate::mm::fault;
+use crate::mm::fault::{self, ReadEnd};
 use crate::mm::object::ObjectCore;
 use crate::mm::space::Region;
 use crate::store::{ReadDone, StoreError};
@@ -418,10 +421,25 @@ fn io_loop(
                 }
             }
             Msg::Stop => {
+                // Every queued job holds claimed pages: the ones faults
+                // wait for (sync, or promoted) run; reads ahead are dropped
+                // unread, their pages ABSENT again, so that a stopping
+                // pager does not first download the rest of a large
+                // prefetch. The other threads' stop messages met on the way
+                // go back, so that each thread gets its own.
                 let mut others = 0;
-                for msg in sync.try_iter().chain(async_.try_iter()) {
+                for msg in sync.try_iter() {
                     match msg {
                         Msg::Read(queued) => run_queued(&queued, shared, &mut || false),
+                        Msg::Stop => others += 1,
+                    }
+                }
+                for msg in async_.try_iter() {
+                    match msg {
+                        Msg::Read(queued) if queued.promoted.load(Ordering::Acquire) => {
+                            run_queued(&queued, shared, &mut || false)
+                        }
+                        Msg::Read(queued) => drop_queued(&queued, shared),
                         Msg::Stop => others += 1,
                     }
                 }
@@ -647,17 +665,17 @@ fn finish(
     };
     // Untracked before its reads end: see `Inflight::stall_overdue`.
     shared.inflight.remove(id);
-    let ok = match result {
+    let end = match result {
         Ok(bytes) => {
             tally.io_bytes = bytes as u64;
-            true
+            ReadEnd::Read
         }
         Err(e) => {
             tally.io_errors = 1;
             let start = job.pages.start.offset().min(object.len);
             let end = job.pages.end.offset().min(object.len);
             object.report(IoErrorKind::Read, start..end, error_chain(&e));
-            false
+            ReadEnd::Failed
         }
     };
     // Counted before the reads end: a thread woken by them that reads the
@@ -667,10 +685,28 @@ fn finish(
     if let Some(region) = &job.region {
         region.counters.add(&tally);
     }
-    let waiters = fault::end_reads(object, job.pages.clone(), ok, job.demand);
+    let waiters = fault::end_reads(object, job.pages.clone(), end, job.demand);
     if waiters {
-        let poison = job.demand.filter(|_| !ok && job.last_chance);
+        let poison = job
+            .demand
+            .filter(|_| end == ReadEnd::Failed && job.last_chance);
         fault::settle_parked(object, poison);
+    }
+}
+
+/// Drops a queued read-ahead job unread (its pager stops, and no fault
+/// waits for it): its pages go back to ABSENT, as if never claimed, and
+/// the next fault on one reads it. A fault that parked on one meanwhile
+/// promoted the job, which is then run instead (see the stop in
+/// [`io_loop`]).
+fn drop_queued(queued: &Arc<Queued>, shared: &IoShared) {
+    let Some(job) = queued.take() else {
+        return;
+    };
+    lock(&job.object.queued).retain(|q| !Arc::ptr_eq(q, queued));
+    shared.inflight.remove(queued.id);
+    if fault::end_reads(&job.object, job.pages.clone(), ReadEnd::Dropped, None) {
+        fault::settle_parked(&job.object, None);
     }
 }
 

@@ -367,71 +367,45 @@ pub trait Store: Send + Sync + 'static {
     }
 }
 
-impl<S: Store + ?Sized> Store for Arc<S> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn len_now(&self) -> Option<u64> {
-        (**self).len_now()
-    }
-    fn len(&self) -> u64 {
-        (**self).len()
-    }
-    fn ra_pages(&self) -> u64 {
-        (**self).ra_pages()
-    }
-    fn io_pages(&self) -> u64 {
-        (**self).io_pages()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
-        (**self).read_at(offset, buf)
-    }
-    fn start_read(&self, offset: u64, buf: ReadBuf, done: ReadDone) {
-        (**self).start_read(offset, buf, done)
-    }
-    fn writable(&self) -> bool {
-        (**self).writable()
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
-        (**self).write_at(offset, buf)
-    }
-    fn sync(&self) -> Result<(), StoreError> {
-        (**self).sync()
-    }
+/// `Store` for a smart pointer to a store: every method is the pointee's.
+macro_rules! forward_store {
+    ($($ptr:ident),*) => {$(
+        impl<S: Store + ?Sized> Store for $ptr<S> {
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+            fn len_now(&self) -> Option<u64> {
+                (**self).len_now()
+            }
+            fn len(&self) -> u64 {
+                (**self).len()
+            }
+            fn ra_pages(&self) -> u64 {
+                (**self).ra_pages()
+            }
+            fn io_pages(&self) -> u64 {
+                (**self).io_pages()
+            }
+            fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+                (**self).read_at(offset, buf)
+            }
+            fn start_read(&self, offset: u64, buf: ReadBuf, done: ReadDone) {
+                (**self).start_read(offset, buf, done)
+            }
+            fn writable(&self) -> bool {
+                (**self).writable()
+            }
+            fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
+                (**self).write_at(offset, buf)
+            }
+            fn sync(&self) -> Result<(), StoreError> {
+                (**self).sync()
+            }
+        }
+    )*};
 }
 
-impl<S: Store + ?Sized> Store for Box<S> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn len_now(&self) -> Option<u64> {
-        (**self).len_now()
-    }
-    fn len(&self) -> u64 {
-        (**self).len()
-    }
-    fn ra_pages(&self) -> u64 {
-        (**self).ra_pages()
-    }
-    fn io_pages(&self) -> u64 {
-        (**self).io_pages()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
-        (**self).read_at(offset, buf)
-    }
-    fn start_read(&self, offset: u64, buf: ReadBuf, done: ReadDone) {
-        (**self).start_read(offset, buf, done)
-    }
-    fn writable(&self) -> bool {
-        (**self).writable()
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<(), StoreError> {
-        (**self).write_at(offset, buf)
-    }
-    fn sync(&self) -> Result<(), StoreError> {
-        (**self).sync()
-    }
-}
+forward_store!(Arc, Box);
 
 /// Refuses a read outside `[0, object_len)`.
 pub(crate) fn check_range(

@@ -159,7 +159,7 @@ pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime, io::Error> {
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .thread_name("faultmap-net")
+        .thread_name(NET_THREAD)
         .enable_all()
         .build()?;
     // Another thread may have won the race: its runtime is kept, ours is
@@ -168,11 +168,24 @@ pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime, io::Error> {
     RUNTIME.get().ok_or_else(|| io::Error::other("no runtime"))
 }
 
+/// The name of the runtime's threads.
+const NET_THREAD: &str = "faultmap-net";
+
 /// Runs `future` on the runtime and waits for it, from any thread
-/// (including one of another runtime's: the future runs on ours).
+/// (including one of another runtime's: the future runs on ours), except
+/// one of the runtime's own: waiting there could take the last thread the
+/// future needs (a `ReadDone` that reads synchronously), so it is an
+/// error.
 pub(crate) fn block_on<T: Send + 'static>(
     future: impl std::future::Future<Output = T> + Send + 'static,
 ) -> Result<T, io::Error> {
+    if std::thread::current().name() == Some(NET_THREAD) {
+        return Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            "a synchronous remote read from the network runtime's own thread (a ReadDone \
+             callback?) would wait for itself: use Store::start_read there",
+        ));
+    }
     let rt = runtime()?;
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     rt.spawn(async move {
@@ -286,6 +299,10 @@ macro_rules! remote_store {
 }
 pub(crate) use remote_store;
 
+/// How many times a transient failure of the `HEAD` at open is tried
+/// again (after 20, 40, 80 ms).
+const OPEN_RETRIES: u32 = 3;
+
 /// A remote object pinned at open: the client, its path, its version.
 pub(crate) struct Remote {
     client: Arc<dyn ObjectStore>,
@@ -320,11 +337,21 @@ impl Remote {
         secrets: Secrets,
         tuning: RemoteTuning,
     ) -> Result<Self, StoreError> {
-        let (c, p) = (client.clone(), path.clone());
-        let head = block_on(async move { c.head(&p).await }).map_err(|e| runtime_error(&url, e))?;
-        let pin = match head {
-            Ok(meta) => meta,
-            Err(e) => return Err(classify_open(&client, &path, &url, &secrets, e)),
+        // A transient failure (5xx, throttling, a reset) is tried again a
+        // few times, as a read would be; the rest fail the open at once.
+        let mut attempt = 0;
+        let pin = loop {
+            let (c, p) = (client.clone(), path.clone());
+            let head =
+                block_on(async move { c.head(&p).await }).map_err(|e| runtime_error(&url, e))?;
+            match head {
+                Ok(meta) => break meta,
+                Err(e) if attempt < OPEN_RETRIES && classify(&e).is_transient() => {
+                    std::thread::sleep(Duration::from_millis(20 << attempt));
+                    attempt += 1;
+                }
+                Err(e) => return Err(classify_open(&client, &path, &url, &secrets, e)),
+            }
         };
         let remote = Self {
             client,
@@ -367,7 +394,10 @@ impl Remote {
         // against the pin instead (`check_pin`).
         GetOptions {
             range: Some(GetRange::Bounded(range)),
-            if_match: self.pin.e_tag.clone(),
+            // `If-Match` compares strongly: a weak ETag (`W/"..."`) would
+            // fail it on an unchanged object. A weak one is checked against
+            // each answer only.
+            if_match: self.pin.e_tag.clone().filter(|t| !t.starts_with("W/")),
             version: self.pin.version.clone(),
             ..GetOptions::default()
         }
@@ -391,6 +421,9 @@ impl Remote {
     pub(crate) fn start_read(&self, offset: u64, buf: ReadBuf, done: ReadDone) {
         if let Err(e) = check_range(&self.url, self.pin.size, offset, buf.len()) {
             return done(buf, Err(e));
+        }
+        if buf.is_empty() {
+            return done(buf, Ok(()));
         }
         let rt = match runtime() {
             Ok(rt) => rt,
