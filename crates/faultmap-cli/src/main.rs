@@ -61,8 +61,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Map a file through faultmap, read every byte, print its CRC-32 and the
-    /// fault counters.
+    /// Map a file or a remote object (http://, https://, s3://) through
+    /// faultmap, read every byte, print its CRC-32 and the fault counters.
     ///
     /// The CRC-32 is the IEEE one (zlib's, Python's `zlib.crc32`), so the
     /// output can be checked against any other tool. With several threads
@@ -91,7 +91,8 @@ enum Command {
     /// data in one process: the fault-around benchmark (default: a
     /// representative subset; --full: the whole table), --cold (the
     /// readahead comparison), --parts (the lockless page cache), --churn
-    /// (speculative faults) or --budget (a memory budget).
+    /// (speculative faults), --budget (a memory budget) or --remote
+    /// (HTTP and S3 objects against raw ranged GETs and FUSE mounts).
     ///
     /// The fault-around benchmark (default): faultmap at each fault-around
     /// order against the kernel's mmap of the same data, one after

@@ -1388,3 +1388,112 @@ fn bench_budget_prints_the_table() {
         assert!(line.trim_end().ends_with("yes"), "{line}");
     }
 }
+
+/// A variable `scripts/remote-servers up` exports (`scripts/test-all`
+/// runs the tests under it); missing, the test fails and says so.
+fn server_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: run under ./scripts/test-all, or \
+             eval \"$(scripts/remote-servers up)\" first"
+        )
+    })
+}
+
+#[test]
+fn scan_of_http_and_s3_urls_gives_the_files_crc() {
+    let data = random_bytes((5 << 20) + 321, 77);
+    let name = format!("cli-scan-{}", std::process::id());
+    let http_root = PathBuf::from(server_env("FAULTMAP_HTTP_ROOT"));
+    let s3_root = PathBuf::from(server_env("FAULTMAP_S3_ROOT"));
+    std::fs::write(http_root.join(&name), &data).unwrap();
+    std::fs::write(s3_root.join(&name), &data).unwrap();
+    let urls = [
+        format!("{}/{name}", server_env("FAULTMAP_HTTP_URL")),
+        format!("s3://{}/{name}", server_env("FAULTMAP_S3_BUCKET")),
+    ];
+    let results: Vec<Value> = urls
+        .iter()
+        .map(|url| stdout_json(&faultmap(&["scan", url, "--threads", "2", "--json"])))
+        .collect();
+    let _ = std::fs::remove_file(http_root.join(&name));
+    let _ = std::fs::remove_file(s3_root.join(&name));
+    for (url, v) in urls.iter().zip(results) {
+        assert_eq!(v["crc32"], crc32fast::hash(&data), "{url}");
+        assert_eq!(v["bytes"], data.len() as u64, "{url}");
+        assert_eq!(v["file"], url.as_str());
+    }
+    let missing = format!("s3://{}/no-such-object", server_env("FAULTMAP_S3_BUCKET"));
+    assert_fails_cleanly(&faultmap(&["scan", &missing]), "no such object");
+    assert_fails_cleanly(
+        &faultmap(&["scan", "ftp://example.com/x"]),
+        "unsupported scheme",
+    );
+}
+
+#[test]
+fn bench_remote_json_has_every_engine_and_the_goals() {
+    let out = faultmap(&[
+        "bench",
+        "--remote",
+        "--no-fuse",
+        "--size",
+        "8M",
+        "--repetitions",
+        "1",
+        "--sample-pages",
+        "16",
+        "--threads",
+        "1",
+        "--json",
+    ]);
+    let doc = stdout_json(&out);
+    let rows = doc["results"].as_array().expect("results");
+    for store in ["http", "s3"] {
+        for (workload, engine, setting) in [
+            ("seq", "raw-get", None),
+            ("seq", "faultmap", Some("full")),
+            ("seq", "faultmap", Some("around")),
+            ("rand", "faultmap", Some("full")),
+            ("clustered", "faultmap", Some("around")),
+        ] {
+            let row = rows
+                .iter()
+                .find(|r| {
+                    r["store"] == store
+                        && r["workload"] == workload
+                        && r["engine"] == engine
+                        && setting.is_none_or(|s| r["setting"] == s)
+                })
+                .unwrap_or_else(|| panic!("no {store} {workload} {engine} row: {doc}"));
+            for field in [
+                "latency_ms",
+                "threads",
+                "repetitions",
+                "seconds",
+                "bytes",
+                "bytes_per_second",
+                "requests",
+                "mean_request_bytes",
+                "transferred",
+                "peak_bytes",
+            ] {
+                assert!(row.get(field).is_some(), "row lacks {field}: {row}");
+            }
+            assert!(row["requests"].as_u64().unwrap() > 0, "{row}");
+        }
+        // seq reads the whole object.
+        let seq = rows
+            .iter()
+            .find(|r| r["store"] == store && r["workload"] == "seq" && r["engine"] == "faultmap")
+            .unwrap();
+        assert_eq!(seq["bytes"], 8 << 20);
+    }
+    let goals = doc["goals"].as_array().expect("goals");
+    assert!(
+        goals
+            .iter()
+            .any(|g| g["goal"].as_str().unwrap().contains("over raw-get")),
+        "{doc}"
+    );
+}

@@ -120,7 +120,9 @@ fn remote_options(args: &BenchArgs) -> Result<remote::RemoteOptions> {
         sample_pages: args.sample_pages.unwrap_or(300),
         no_fuse: args.no_fuse,
         json: args.json,
-        state: std::path::PathBuf::from("target/bench-remote"),
+        // Beside the scripts, in the source tree's target folder: the
+        // generated object is kept there for the next run.
+        state: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-remote"),
     })
 }
 
