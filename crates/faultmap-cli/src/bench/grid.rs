@@ -101,10 +101,16 @@ pub struct Sample {
     pub evicted: Option<u64>,
     /// budget: faultmap's `refault`; the cgroup's `workingset_refault_file`.
     pub refault: Option<u64>,
-    /// budget: the peak cached bytes (faultmap's pager, the cgroup).
+    /// budget: the peak cached bytes (faultmap's pager, the cgroup);
+    /// remote: faultmap's cache, raw-get's buffers, a FUSE mapping's
+    /// resident pages.
     pub peak_bytes: Option<u64>,
     /// budget: the largest sampled RssFile + RssShmem.
     pub peak_rss_bytes: Option<u64>,
+    /// remote: the bytes the requests asked for (their ranges), for the
+    /// mean request size (`io_count` is the requests, `io_bytes` what came
+    /// back).
+    pub request_bytes: Option<u64>,
 }
 
 /// A workload, or what stands in for one: it has a name.
@@ -479,18 +485,31 @@ impl<M: Mode> Report<M> {
         cells: Vec<Cell<M::Workload, M::Column>>,
         mode: M,
     ) -> Self {
-        let mut deliveries = Vec::new();
-        for d in columns.iter().filter_map(|c| c.delivery()) {
-            if !deliveries.contains(&d) {
-                deliveries.push(d);
-            }
-        }
         let data = DataInfo {
             path: data.path().display().to_string(),
             generated: data.generated(),
             bytes: data.len(),
             pages: data.len().div_ceil(PAGE_SIZE as u64),
         };
+        Self::of(data, started, workloads, threads, columns, cells, mode)
+    }
+
+    /// [`Report::new`] of data that is no local file (a remote object).
+    pub fn of(
+        data: DataInfo,
+        started: Instant,
+        workloads: Vec<M::Workload>,
+        threads: Vec<u16>,
+        columns: Vec<M::Column>,
+        cells: Vec<Cell<M::Workload, M::Column>>,
+        mode: M,
+    ) -> Self {
+        let mut deliveries = Vec::new();
+        for d in columns.iter().filter_map(|c| c.delivery()) {
+            if !deliveries.contains(&d) {
+                deliveries.push(d);
+            }
+        }
         Report {
             machine: Machine::read(),
             data,

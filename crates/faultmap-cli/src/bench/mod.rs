@@ -119,7 +119,6 @@ fn remote_options(args: &BenchArgs) -> Result<remote::RemoteOptions> {
         budget: args.memory_budget,
         sample_pages: args.sample_pages.unwrap_or(300),
         no_fuse: args.no_fuse,
-        json: args.json,
         // Beside the scripts, in the source tree's target folder: the
         // generated object is kept there for the next run.
         state: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-remote"),
@@ -143,7 +142,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     } else if args.budget {
         budget::run(args)
     } else if args.remote {
-        remote::run(&remote_options(args)?)
+        remote::run(&remote_options(args)?, args)
     } else {
         warm::run(args)
     }

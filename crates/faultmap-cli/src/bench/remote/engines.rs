@@ -26,9 +26,12 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::access::{sum_words, AccessPlan};
+use crate::bench::grid::Sample;
 
 /// Which server an object is on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, clap::ValueEnum, serde::Serialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum StoreKind {
     /// nginx, plain HTTP ranges.
@@ -38,6 +41,7 @@ pub enum StoreKind {
 }
 
 impl StoreKind {
+    /// Its name on the command line and in JSON.
     pub fn name(self) -> &'static str {
         match self {
             StoreKind::Http => "http",
@@ -109,42 +113,43 @@ impl Target<'_> {
     }
 }
 
-/// What one run of an engine measured.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Run {
-    pub seconds: f64,
-    /// Requests the proxy saw.
-    pub requests: u64,
-    /// Their ranges' bytes (what was asked for).
-    pub request_bytes: u64,
-    /// Bytes that came back.
-    pub transferred: u64,
-    /// The most bytes the engine held: faultmap's cache peak, raw-get's
-    /// buffers in flight, a FUSE mapping's resident pages at the end.
-    pub peak_bytes: u64,
-    /// The wrapping sum of what the run read.
-    pub checksum: u64,
-}
-
-/// The proxy's counts over `f`, into a [`Run`].
-fn counted(proxy: &Proxy, f: impl FnOnce() -> Result<(f64, u64, u64)>) -> Result<Run> {
+/// The proxy's counts over `f` (which returns the seconds, the peak
+/// bytes and the checksum), as a sample: the requests (`io_count`), the
+/// bytes that came back (`io_bytes`) and those asked for
+/// (`request_bytes`).
+fn counted(proxy: &Proxy, f: impl FnOnce() -> Result<(f64, u64, u64)>) -> Result<Sample> {
+    quiesce(proxy);
     let before = proxy.stats();
     let (seconds, peak_bytes, checksum) = f()?;
     let d = proxy.stats().since(&before);
-    Ok(Run {
+    Ok(Sample {
         seconds,
-        requests: d.requests,
-        request_bytes: d.range_bytes,
-        transferred: d.body_bytes,
-        peak_bytes,
-        checksum,
+        io_count: Some(d.requests),
+        io_bytes: Some(d.body_bytes),
+        request_bytes: Some(d.range_bytes),
+        peak_bytes: Some(peak_bytes),
+        checksum: Some(checksum),
+        ..Sample::default()
     })
+}
+
+/// Waits (two seconds at most) until the proxy has been quiet for 20 ms:
+/// reads a previous run left in flight (a dropped pager's, a FUSE daemon's
+/// readahead) end before the next run's counts start.
+fn quiesce(proxy: &Proxy) {
+    for _ in 0..100 {
+        let before = proxy.stats();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        if proxy.stats() == before {
+            return;
+        }
+    }
 }
 
 /// `raw-get`: the whole object in ranged GETs of `request` bytes,
 /// `depth` in flight, each summed as it comes. Only `seq` (the link's
 /// limit).
-pub fn raw_get(target: &Target<'_>, request: u64, depth: usize) -> Result<Run> {
+pub fn raw_get(target: &Target<'_>, request: u64, depth: usize) -> Result<Sample> {
     let (client, path) = target.client()?;
     let rt = runtime()?;
     let len = target.len;
@@ -198,7 +203,7 @@ pub fn faultmap(
     plan: &AccessPlan,
     readahead: ReadaheadMode,
     budget: Option<u64>,
-) -> Result<Run> {
+) -> Result<Sample> {
     let mut config = Config::default();
     if let Some(b) = budget {
         config = config.memory_budget(b);
@@ -219,7 +224,7 @@ pub fn faultmap(
 
 /// A FUSE peer: the mounted file, its page cache dropped, mapped
 /// `MAP_SHARED` and walked by `plan`.
-pub fn fuse(path: &Path, proxy: &Proxy, plan: &AccessPlan) -> Result<Run> {
+pub fn fuse(path: &Path, proxy: &Proxy, plan: &AccessPlan) -> Result<Sample> {
     use std::os::fd::AsRawFd;
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     // SAFETY: posix_fadvise on an open descriptor; no memory is passed.

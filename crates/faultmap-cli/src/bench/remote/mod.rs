@@ -1,35 +1,41 @@
 //! `faultmap bench --remote`: faultmap against raw ranged GETs and the
 //! FUSE peers a user would pick, on the project's own HTTP (nginx) and S3
-//! (versitygw) servers, all in one run.
+//! (versitygw) servers, all in one run, on the benchmark framework
+//! ([`super::grid`]).
 //!
 //! 1. [`setup::Setup`] starts the servers (`scripts/remote-servers`),
 //!    writes the object (1 GiB by default) into both, starts a proxy in
 //!    front of each (`faultmap-proxy`: it counts every engine's requests
-//!    the same way, and adds `--latency-ms` of first-byte latency), and
-//!    mounts `s3fs` and `rclone` through those proxies
-//!    (`scripts/fuse-peers`; a peer that cannot be mounted is skipped with
-//!    one line saying why).
-//! 2. For each latency, store, workload and thread count, each engine
-//!    ([`engines`]) reads the object cold, `--repetitions` times, engines
-//!    interleaved within a repetition: `raw-get` (seq only: the best of a
-//!    few request sizes and depths, probed first), `faultmap` with full
-//!    readahead and with read-around only, and each FUSE peer through a
-//!    kernel `mmap`. Every run's checksum must equal the first of its
-//!    workload: an engine that read wrong bytes fails the benchmark.
-//! 3. The report: a table of medians, or one JSON document; then the goals.
+//!    the same way, and adds the column's first-byte latency), and mounts
+//!    `s3fs` and `rclone` through those proxies (`scripts/fuse-peers`; a
+//!    peer that cannot be mounted is skipped with one line saying why).
+//! 2. The columns: per store and latency, `raw-get` (the client library's
+//!    own ranged GETs at the best of a few request sizes and depths,
+//!    probed first: the link's limit; `seq` only), `faultmap` with full
+//!    readahead (every thread count) and with read-around only, and each
+//!    FUSE peer through a kernel `mmap`; all but full readahead on one
+//!    thread. The workloads: `seq` (every word, `--threads`), `rand` and
+//!    `clustered` (a sample of `--sample-pages` pages, one thread).
+//! 3. [`grid::measure`] reads the object cold in every cell,
+//!    `--repetitions` times, repetitions outermost. Every run's checksum
+//!    must equal the first of its workload: an engine that read wrong
+//!    bytes fails the benchmark.
+//! 4. The report: a table per workload, the goals; or one JSON document.
 
 pub mod engines;
 pub mod setup;
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
-use faultmap::ReadaheadMode;
-use serde::Serialize;
+use anyhow::{Context, Result};
+use faultmap::{ReadaheadMode, PAGE_SIZE};
+use serde_json::{json, Value};
 
+use super::grid::{self, Cell, Checksums, Column, DataInfo, Goal, Report, Row};
+use super::plot::{Figure, Panel, Series};
+use super::reps::Repetitions;
 use crate::access::{Access, AccessPlan, Coverage};
-use crate::table::Table;
 use crate::units;
 use engines::{StoreKind, Target};
 
@@ -45,188 +51,211 @@ pub struct RemoteOptions {
     pub budget: Option<u64>,
     pub sample_pages: u64,
     pub no_fuse: bool,
-    pub json: bool,
-    pub state: PathBuf,
+    pub state: std::path::PathBuf,
 }
 
-/// One result: the medians of one engine's runs of one cell.
-#[derive(Clone, Debug, Serialize)]
-pub struct Row {
-    pub engine: String,
-    /// `full` or `around` for faultmap; the request size and depth for
-    /// raw-get; empty for the FUSE peers.
-    pub setting: String,
-    pub store: &'static str,
-    pub latency_ms: u64,
-    pub workload: &'static str,
-    pub threads: u16,
-    pub repetitions: usize,
-    pub seconds: f64,
-    /// Object bytes the workload touched.
-    pub bytes: u64,
-    pub bytes_per_second: f64,
-    pub requests: u64,
-    pub mean_request_bytes: Option<f64>,
-    /// Bytes the servers sent.
-    pub transferred: u64,
-    pub peak_bytes: u64,
+/// An engine of the remote benchmark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// The client library's ranged GETs.
+    RawGet,
+    /// A faultmap mapping, with this readahead.
+    Faultmap(ReadaheadMode),
+    /// A FUSE peer (`s3fs`, `rclone`) and kernel `mmap`.
+    Fuse(&'static str),
 }
+
+/// A column: an engine on a store at a latency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteColumn {
+    pub store: StoreKind,
+    pub latency_ms: u64,
+    pub engine: Engine,
+}
+
+impl Column for RemoteColumn {
+    fn heading(self) -> String {
+        let engine = match self.engine {
+            Engine::RawGet => "raw-get".to_string(),
+            Engine::Faultmap(_) => format!("faultmap-{}", self.variant()),
+            Engine::Fuse(name) => name.to_string(),
+        };
+        let latency = match self.latency_ms {
+            0 => String::new(),
+            ms => format!("@{ms}ms"),
+        };
+        format!("{}:{engine}{latency}", self.store.name())
+    }
+
+    fn engine(self) -> &'static str {
+        match self.engine {
+            Engine::RawGet => "raw-get",
+            Engine::Faultmap(_) => "faultmap",
+            Engine::Fuse(name) => name,
+        }
+    }
+
+    fn variant(self) -> String {
+        match self.engine {
+            Engine::RawGet => "best".into(),
+            Engine::Faultmap(ReadaheadMode::AroundOnly) => "around".into(),
+            Engine::Faultmap(_) => "full".into(),
+            Engine::Fuse(_) => "mmap".into(),
+        }
+    }
+
+    /// Only faultmap with full readahead runs at every thread count.
+    fn once(self) -> bool {
+        self.engine != Engine::Faultmap(ReadaheadMode::Full)
+    }
+}
+
+/// The remote mode's settings, for its report.
+pub struct Remote {
+    repetitions: u32,
+    sample_pages: u64,
+    budget: Option<u64>,
+    /// raw-get's request size and depth, per store and latency.
+    raw: BTreeMap<(StoreKind, u64), (u64, usize)>,
+    /// The FUSE peers that could not be used, and why.
+    fuse_skipped: Option<String>,
+}
+
+type Run = Report<Remote>;
 
 /// Runs `faultmap bench --remote`.
-pub fn run(o: &RemoteOptions) -> Result<()> {
+pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
+    let started = Instant::now();
     if o.stores.is_empty() || o.workloads.is_empty() || o.threads.is_empty() {
-        bail!("--remote needs at least one store, workload and thread count");
+        anyhow::bail!("--remote needs at least one store, workload and thread count");
     }
+    // 1. The servers, the object, the proxies, the mounts.
     let setup = setup::Setup::start(&o.state, o.size, o.no_fuse)?;
-    let mut rows = Vec::new();
-    for &latency in &o.latencies_ms {
-        for proxy in [&setup.http_proxy, &setup.s3_proxy] {
-            proxy
-                .faults()
-                .set_latency(std::time::Duration::from_millis(latency));
-        }
-        for &kind in &o.stores {
-            let target = Target {
-                kind,
-                proxy: setup.proxy(kind),
-                name: &setup.name,
-                bucket: setup.bucket(),
-                len: setup.len,
-            };
-            rows.extend(measure_store(o, &setup, &target, latency)?);
-        }
-    }
-    drop(setup);
-    if o.json {
-        let doc = serde_json::json!({ "benchmark": "remote", "results": rows, "goals": goals(&rows, o.budget) });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
-        print!("{}", render(&rows));
-        print!("{}", render_goals(&goals(&rows, o.budget)));
-    }
-    Ok(())
-}
-
-/// One engine of a cell: a name, a setting, and how it runs a plan.
-type Engine<'a> = (
-    String,
-    String,
-    Box<dyn Fn(&AccessPlan) -> Result<engines::Run> + 'a>,
-);
-
-fn measure_store(
-    o: &RemoteOptions,
-    setup: &setup::Setup,
-    target: &Target<'_>,
-    latency: u64,
-) -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
-    let raw = if o.workloads.contains(&Access::Seq) {
-        Some(best_raw_get(target)?)
-    } else {
-        None
-    };
-    for &access in &o.workloads {
-        let thread_counts: Vec<u16> = if access == Access::Seq {
+    let len = usize::try_from(setup.len).context("the object does not fit the address space")?;
+    // 2. The columns, the plans, the cells.
+    let columns = columns(o, &setup);
+    let threads_of = |w: Access| {
+        if w == Access::Seq {
             o.threads.clone()
         } else {
             vec![1]
-        };
-        for &threads in &thread_counts {
-            let coverage = match access {
+        }
+    };
+    let mut plans = HashMap::new();
+    for &w in &o.workloads {
+        for t in threads_of(w) {
+            let coverage = match w {
                 Access::Seq => Coverage::All,
                 _ => Coverage::Sample(o.sample_pages),
             };
-            let plan =
-                AccessPlan::new(access, target.len as usize, usize::from(threads), coverage)?;
-            let mut list: Vec<Engine<'_>> = Vec::new();
-            if let (Access::Seq, 1, Some((request, depth))) = (access, threads, raw) {
-                list.push((
-                    "raw-get".into(),
-                    format!("{} x{depth}", units::bytes(request)),
-                    Box::new(move |_| engines::raw_get(target, request, depth)),
-                ));
-            }
-            for (mode, name) in [
-                (ReadaheadMode::Full, "full"),
-                (ReadaheadMode::AroundOnly, "around"),
-            ] {
-                if access == Access::Seq && mode == ReadaheadMode::AroundOnly && threads > 1 {
-                    continue;
-                }
-                let budget = o.budget;
-                list.push((
-                    "faultmap".into(),
-                    name.into(),
-                    Box::new(move |plan| engines::faultmap(target, plan, mode, budget)),
-                ));
-            }
-            if threads == 1 {
-                for (engine, kind, path) in &setup.fuse {
-                    if *kind == target.kind {
-                        let proxy = target.proxy;
-                        list.push((
-                            engine.to_string(),
-                            String::new(),
-                            Box::new(move |plan| engines::fuse(path, proxy, plan)),
-                        ));
-                    }
-                }
-            }
-            let mut runs: Vec<Vec<engines::Run>> = vec![Vec::new(); list.len()];
-            let mut checksum = None;
-            for rep in 0..o.repetitions {
-                for (i, (engine, setting, f)) in list.iter().enumerate() {
-                    eprintln!(
-                        "  {} {latency} ms {} {threads}T {engine} {setting} (rep {}/{})",
-                        target.kind.name(),
-                        access.name(),
-                        rep + 1,
-                        o.repetitions
-                    );
-                    let r = f(&plan)?;
-                    // raw-get sums every word; the walks of seq too.
-                    if engine != "raw-get" || access == Access::Seq {
-                        match checksum {
-                            None => checksum = Some(r.checksum),
-                            Some(c) if c != r.checksum => bail!(
-                                "{engine} {setting} read other bytes than the first engine of {} ({:#x} vs {c:#x})",
-                                access.name(),
-                                r.checksum
-                            ),
-                            Some(_) => {}
-                        }
-                    }
-                    runs[i].push(r);
-                }
-            }
-            for ((engine, setting, _), runs) in list.iter().zip(runs) {
-                let bytes = plan.pages_touched() * faultmap::PAGE_SIZE as u64;
-                let bytes = bytes.min(target.len);
-                let seconds = median(runs.iter().map(|r| r.seconds));
-                let requests = median_u(runs.iter().map(|r| r.requests));
-                let request_bytes = median_u(runs.iter().map(|r| r.request_bytes));
-                rows.push(Row {
-                    engine: engine.clone(),
-                    setting: setting.clone(),
-                    store: target.kind.name(),
-                    latency_ms: latency,
-                    workload: access.name(),
-                    threads,
-                    repetitions: runs.len(),
-                    seconds,
-                    bytes,
-                    bytes_per_second: bytes as f64 / seconds.max(1e-9),
-                    requests,
-                    mean_request_bytes: (requests > 0)
-                        .then(|| request_bytes as f64 / requests as f64),
-                    transferred: median_u(runs.iter().map(|r| r.transferred)),
-                    peak_bytes: runs.iter().map(|r| r.peak_bytes).max().unwrap_or(0),
-                });
-            }
+            plans.insert((w, t), AccessPlan::new(w, len, usize::from(t), coverage)?);
         }
     }
-    Ok(rows)
+    let mut cells = grid::cells(&o.workloads, threads_of, &columns);
+    // raw-get's best request size and depth, per store and latency.
+    let mut raw = BTreeMap::new();
+    if o.workloads.contains(&Access::Seq) {
+        for c in columns.iter().filter(|c| c.engine == Engine::RawGet) {
+            let target = target(&setup, c);
+            raw.insert((c.store, c.latency_ms), best_raw_get(&target)?);
+        }
+    }
+    // 3. The measurements.
+    let mut checksums = Checksums::new();
+    grid::measure(&mut cells, Repetitions::Fixed(o.repetitions), |key, _| {
+        let c = key.column;
+        let target = target(&setup, &c);
+        let plan = &plans[&(key.workload, key.threads)];
+        let mut sample = match c.engine {
+            Engine::RawGet if key.workload != Access::Seq => return Ok(None),
+            Engine::RawGet => {
+                let (request, depth) = raw[&(c.store, c.latency_ms)];
+                engines::raw_get(&target, request, depth)?
+            }
+            Engine::Faultmap(mode) => engines::faultmap(&target, plan, mode, o.budget)?,
+            Engine::Fuse(name) => {
+                let path = setup
+                    .fuse
+                    .iter()
+                    .find(|(n, k, _)| *n == name && *k == c.store);
+                let Some((_, _, path)) = path else {
+                    return Ok(None);
+                };
+                engines::fuse(path, target.proxy, plan)?
+            }
+        };
+        sample.pages_touched = Some(plan.pages_touched());
+        if let Some(sum) = sample.checksum {
+            checksums.check((key.workload, key.threads), sum, || key.label())?;
+        }
+        Ok(Some(sample))
+    })?;
+    // 4. The report.
+    let fuse_skipped = (!o.no_fuse && setup.fuse.is_empty())
+        .then(|| "no FUSE peer could be mounted (see the notes above)".to_string());
+    let data = DataInfo {
+        path: format!("{} on each store", setup.name),
+        generated: true,
+        bytes: setup.len,
+        pages: setup.len.div_ceil(PAGE_SIZE as u64),
+    };
+    drop(setup);
+    let mode = Remote {
+        repetitions: o.repetitions,
+        sample_pages: o.sample_pages,
+        budget: o.budget,
+        raw,
+        fuse_skipped,
+    };
+    let threads = o.threads.clone();
+    Run::of(
+        data,
+        started,
+        o.workloads.clone(),
+        threads,
+        columns,
+        cells,
+        mode,
+    )
+    .write(args)
+}
+
+/// The columns of the stores and latencies asked for, with the FUSE peers
+/// that are up.
+fn columns(o: &RemoteOptions, setup: &setup::Setup) -> Vec<RemoteColumn> {
+    let mut columns = Vec::new();
+    for &latency_ms in &o.latencies_ms {
+        for &store in &o.stores {
+            let mut engines = vec![
+                Engine::RawGet,
+                Engine::Faultmap(ReadaheadMode::Full),
+                Engine::Faultmap(ReadaheadMode::AroundOnly),
+            ];
+            let peers = setup.fuse.iter().filter(|(_, k, _)| *k == store);
+            engines.extend(peers.map(|(name, _, _)| Engine::Fuse(name)));
+            columns.extend(engines.into_iter().map(|engine| RemoteColumn {
+                store,
+                latency_ms,
+                engine,
+            }));
+        }
+    }
+    columns
+}
+
+/// Column `c`'s object, its proxy set to the column's latency.
+fn target<'a>(setup: &'a setup::Setup, c: &RemoteColumn) -> Target<'a> {
+    let proxy = setup.proxy(c.store);
+    proxy
+        .faults()
+        .set_latency(Duration::from_millis(c.latency_ms));
+    Target {
+        kind: c.store,
+        proxy,
+        name: &setup.name,
+        bucket: setup.bucket(),
+        len: setup.len,
+    }
 }
 
 /// The best request size and depth for raw GETs of this store at this
@@ -234,182 +263,350 @@ fn measure_store(
 fn best_raw_get(target: &Target<'_>) -> Result<(u64, usize)> {
     let mut best = (8 << 20, 16, f64::INFINITY);
     for (request, depth) in [(1 << 20, 32), (8 << 20, 8), (8 << 20, 32), (16 << 20, 16)] {
-        eprintln!(
-            "  {} raw-get probe: {} x{depth}",
+        super::note(&format!(
+            "{} raw-get probe: {} x{depth}",
             target.kind.name(),
             units::bytes(request)
-        );
-        let r = engines::raw_get(target, request, depth)?;
-        if r.seconds < best.2 {
-            best = (request, depth, r.seconds);
+        ));
+        let s = engines::raw_get(target, request, depth)?;
+        if s.seconds < best.2 {
+            best = (request, depth, s.seconds);
         }
     }
     Ok((best.0, best.1))
 }
 
-fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = values.collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+/// The bytes a cell's workload touched.
+fn touched(run: &Run, cell: &Cell<Access, RemoteColumn>) -> Option<u64> {
+    let pages = cell.median_u64(|s| s.pages_touched)?;
+    Some((pages * PAGE_SIZE as u64).min(run.data.bytes))
 }
 
-fn median_u(values: impl Iterator<Item = u64>) -> u64 {
-    let mut v: Vec<u64> = values.collect();
-    v.sort_unstable();
-    v.get(v.len() / 2).copied().unwrap_or(0)
-}
+impl grid::Mode for Remote {
+    type Workload = Access;
+    type Column = RemoteColumn;
 
-fn render(rows: &[Row]) -> String {
-    let mut t = Table::new(6);
-    t.row([
-        "store",
-        "latency",
-        "workload",
-        "threads",
-        "engine",
-        "setting",
-        "seconds",
-        "MiB/s",
-        "requests",
-        "mean request",
-        "transferred",
-        "peak memory",
-    ]);
-    for r in rows {
-        t.row([
-            r.store.to_string(),
-            format!("{} ms", r.latency_ms),
-            r.workload.to_string(),
-            r.threads.to_string(),
-            r.engine.clone(),
-            r.setting.clone(),
-            format!("{:.3}", r.seconds),
-            format!("{:.0}", r.bytes_per_second / f64::from(1 << 20)),
-            r.requests.to_string(),
-            r.mean_request_bytes
-                .map_or("-".into(), |b| units::bytes(b as u64)),
-            units::bytes(r.transferred),
-            units::bytes(r.peak_bytes),
-        ]);
+    fn render(run: &Run) -> String {
+        let m = &run.mode;
+        let mut lines = vec![
+            ("remote", "every engine reads through a counting proxy in front of its server; cold caches (a new pager per faultmap run, the FUSE file's page cache dropped with posix_fadvise)".to_string()),
+            ("repetitions", format!("{} per cell (medians)", m.repetitions)),
+            ("rand, clustered", format!("a sample of {} pages", m.sample_pages)),
+        ];
+        if let Some(b) = m.budget {
+            lines.push((
+                "budget",
+                format!("faultmap's memory budget {}", units::bytes(b)),
+            ));
+        }
+        if let Some(why) = &m.fuse_skipped {
+            lines.push(("FUSE peers", why.clone()));
+        }
+        let mut out = run.header("faultmap bench --remote", lines);
+        const LINES: &[grid::Line<Remote>] = &[
+            ("time, seconds", |r, k| r.time(k, 3)),
+            ("MiB/s", |r, k| {
+                let cell = r.cell(k.workload, k.threads, k.column);
+                cell.and_then(|c| Some(touched(r, c)? as f64 / c.seconds() / f64::from(1 << 20)))
+                    .map_or(String::new(), |v| format!("{v:.0}"))
+            }),
+            ("requests", |r, k| r.count(k, |s| s.io_count)),
+            ("mean request", |r, k| {
+                let cell = r.cell(k.workload, k.threads, k.column);
+                cell.and_then(mean_request)
+                    .map_or(String::new(), |b| units::bytes(b as u64))
+            }),
+            ("transferred", |r, k| {
+                let cell = r.cell(k.workload, k.threads, k.column);
+                cell.and_then(|c| c.median_u64(|s| s.io_bytes))
+                    .map_or(String::new(), units::bytes)
+            }),
+            ("peak memory", |r, k| {
+                let cell = r.cell(k.workload, k.threads, k.column);
+                cell.and_then(|c| c.median_u64(|s| s.peak_bytes))
+                    .map_or(String::new(), units::bytes)
+            }),
+        ];
+        for &w in &run.workloads {
+            let threads = if w == Access::Seq {
+                run.threads.clone()
+            } else {
+                vec![1]
+            };
+            out.push_str(&format!("\n{}\n{}", w.name(), run.grid(w, &threads, LINES)));
+        }
+        for (&(store, latency), &(request, depth)) in &m.raw {
+            out.push_str(&format!(
+                "\nraw-get on {} at {latency} ms: {} requests, {depth} in flight (the fastest probed)",
+                store.name(),
+                units::bytes(request)
+            ));
+        }
+        out.push('\n');
+        out.push_str(&grid::goals(&goals(run)));
+        out
     }
-    t.render()
-}
 
-/// One goal of the table and what this run measured for it.
-#[derive(Debug, Serialize)]
-pub struct Goal {
-    pub goal: String,
-    pub target: String,
-    pub measured: Option<f64>,
-    pub met: Option<bool>,
-}
-
-fn find<'a>(
-    rows: &'a [Row],
-    store: &str,
-    latency: u64,
-    workload: &str,
-    engine: &str,
-    setting: Option<&str>,
-) -> Option<&'a Row> {
-    rows.iter().find(|r| {
-        r.store == store
-            && r.latency_ms == latency
-            && r.workload == workload
-            && r.threads == 1
-            && r.engine == engine
-            && setting.map_or(true, |s| r.setting == s)
-    })
-}
-
-fn goals(rows: &[Row], budget: Option<u64>) -> Vec<Goal> {
-    let mut out = Vec::new();
-    let latencies: std::collections::BTreeSet<u64> = rows.iter().map(|r| r.latency_ms).collect();
-    let stores: Vec<&str> = {
-        let mut s: Vec<_> = rows.iter().map(|r| r.store).collect();
-        s.dedup();
-        s
-    };
-    for &latency in &latencies {
-        for store in &stores {
-            let fm = find(rows, store, latency, "seq", "faultmap", Some("full"));
-            if let (Some(fm), Some(raw)) = (fm, find(rows, store, latency, "seq", "raw-get", None))
-            {
-                let ratio = raw.seconds / fm.seconds;
-                out.push(Goal {
-                    goal: format!("cold seq, faultmap over raw-get, {store} at {latency} ms"),
-                    target: ">= 0.8".into(),
-                    measured: Some(ratio),
-                    met: Some(ratio >= 0.8),
-                });
-            }
-            let best_fuse = rows
-                .iter()
-                .filter(|r| {
-                    r.store == *store
-                        && r.latency_ms == latency
-                        && r.workload == "seq"
-                        && r.threads == 1
-                        && (r.engine == "s3fs" || r.engine == "rclone")
+    fn settings(run: &Run) -> Value {
+        let m = &run.mode;
+        let goals: Vec<Value> = goals(run)
+            .iter()
+            .map(|g| {
+                json!({
+                    "place": g.place, "what": g.what, "value": g.value,
+                    "bound": g.bound, "at_least": g.at_least, "met": g.met(),
                 })
-                .min_by(|a, b| a.seconds.total_cmp(&b.seconds));
-            if let (Some(fm), Some(peer)) = (fm, best_fuse) {
-                let ratio = peer.seconds / fm.seconds;
-                out.push(Goal {
-                    goal: format!(
-                        "cold seq, faultmap over the best FUSE peer ({}), {store} at {latency} ms",
-                        peer.engine
-                    ),
-                    target: ">= 2".into(),
-                    measured: Some(ratio),
-                    met: Some(ratio >= 2.0),
-                });
+            })
+            .collect();
+        json!({
+            "benchmark": "remote",
+            "repetitions": m.repetitions,
+            "sample_pages": m.sample_pages,
+            "memory_budget": m.budget,
+            "fuse_skipped": m.fuse_skipped,
+            "goals": goals,
+        })
+    }
+
+    fn row(run: &Run, cell: &Cell<Access, RemoteColumn>) -> Row {
+        let c = cell.key.column;
+        let setting = match (c.engine, run.mode.raw.get(&(c.store, c.latency_ms))) {
+            (Engine::RawGet, Some(&(request, depth))) => {
+                format!("{} x{depth}", units::bytes(request))
             }
-            if latency >= 20 {
-                for workload in ["rand", "clustered"] {
-                    let full = find(rows, store, latency, workload, "faultmap", Some("full"));
-                    let around = find(rows, store, latency, workload, "faultmap", Some("around"));
-                    if let (Some(full), Some(around)) = (full, around) {
-                        let less = 1.0 - full.seconds / around.seconds;
-                        out.push(Goal { goal: format!("{workload} at {latency} ms, {store}: readahead's wall time below read-around's"), target: ">= 30 % less".into(), measured: Some(less * 100.0), met: Some(less >= 0.3) });
-                    }
+            _ => c.variant(),
+        };
+        let bytes = touched(run, cell);
+        Row::new(run, cell)
+            .with("store", c.store.name())
+            .with("latency_ms", c.latency_ms)
+            .with("setting", setting)
+            .with("bytes", bytes)
+            .with(
+                "bytes_per_second",
+                bytes.and_then(|b| grid::ratio(b as f64, cell.seconds())),
+            )
+            .with("requests", cell.median_u64(|s| s.io_count))
+            .with("mean_request_bytes", mean_request(cell))
+            .with("transferred", cell.median_u64(|s| s.io_bytes))
+            .with("peak_bytes", cell.median_u64(|s| s.peak_bytes))
+    }
+
+    fn figure(run: &Run) -> Figure {
+        let names: Vec<String> = run.columns.iter().map(|c| c.heading()).collect();
+        let panels = run
+            .workloads
+            .iter()
+            .map(|&w| {
+                let points = run.columns.iter().enumerate().filter_map(|(i, &c)| {
+                    let cell = run.cell(w, 1, c)?;
+                    let mib = touched(run, cell)? as f64 / f64::from(1 << 20);
+                    Some((i as f64, grid::ratio(mib, cell.seconds())?))
+                });
+                Panel {
+                    title: format!("{}: throughput per engine, 1 thread", w.name()),
+                    x_label: "engine".into(),
+                    x_names: names.clone(),
+                    y_label: "MiB/s".into(),
+                    log_y: true,
+                    series: vec![Series::line("1 thread".into(), points.collect())],
+                }
+            })
+            .collect();
+        Figure { panels, columns: 3 }
+    }
+}
+
+/// The median bytes a request of the cell asked for.
+fn mean_request(cell: &Cell<Access, RemoteColumn>) -> Option<f64> {
+    let requests = cell.median_u64(|s| s.io_count)?;
+    let bytes = cell.median_u64(|s| s.request_bytes)?;
+    (requests > 0).then(|| bytes as f64 / requests as f64)
+}
+
+/// The goals, for every store and latency measured.
+fn goals(run: &Run) -> Vec<Goal> {
+    let seconds = |w: Access, c: RemoteColumn| run.seconds(w, 1, c);
+    let column = |store, latency_ms, engine| RemoteColumn {
+        store,
+        latency_ms,
+        engine,
+    };
+    let full = Engine::Faultmap(ReadaheadMode::Full);
+    let around = Engine::Faultmap(ReadaheadMode::AroundOnly);
+    let mut pairs: Vec<(StoreKind, u64)> = run
+        .columns
+        .iter()
+        .map(|c| (c.store, c.latency_ms))
+        .collect();
+    pairs.dedup();
+    let mut out = Vec::new();
+    for (store, latency) in pairs {
+        let place = format!("{} at {latency} ms", store.name());
+        let fm = seconds(Access::Seq, column(store, latency, full));
+        let raw = seconds(Access::Seq, column(store, latency, Engine::RawGet));
+        if let Some(value) = raw.zip(fm).and_then(|(r, f)| grid::ratio(r, f)) {
+            let what = "cold seq, faultmap over raw-get (time ratio)".into();
+            out.push(Goal {
+                place: place.clone(),
+                what,
+                value,
+                bound: 0.8,
+                at_least: true,
+            });
+        }
+        let best_peer = run
+            .columns
+            .iter()
+            .filter(|c| c.store == store && c.latency_ms == latency)
+            .filter(|c| matches!(c.engine, Engine::Fuse(_)))
+            .filter_map(|&c| Some((c, seconds(Access::Seq, c)?)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some(value) = best_peer.zip(fm).and_then(|((_, p), f)| grid::ratio(p, f)) {
+            let peer = best_peer.map_or("", |(c, _)| c.engine());
+            let what = format!("cold seq, faultmap over the best FUSE peer ({peer})");
+            out.push(Goal {
+                place: place.clone(),
+                what,
+                value,
+                bound: 2.0,
+                at_least: true,
+            });
+        }
+        if latency >= 20 {
+            for w in [Access::Rand, Access::Clustered] {
+                let ra = seconds(w, column(store, latency, full));
+                let ar = seconds(w, column(store, latency, around));
+                if let Some(value) = ra.zip(ar).and_then(|(ra, ar)| grid::ratio(ra, ar)) {
+                    let what = format!("{}: readahead's time over read-around's", w.name());
+                    out.push(Goal {
+                        place: place.clone(),
+                        what,
+                        value,
+                        bound: 0.7,
+                        at_least: false,
+                    });
                 }
             }
         }
     }
-    if let Some(budget) = budget {
-        let peak = rows
+    if let Some(budget) = run.mode.budget {
+        let peak = run
+            .cells
             .iter()
-            .filter(|r| r.engine == "faultmap")
-            .map(|r| r.peak_bytes)
-            .max()
-            .unwrap_or(0);
-        let over = peak as f64 / budget as f64;
-        out.push(Goal {
-            goal: format!(
-                "faultmap's peak memory within the budget ({})",
-                units::bytes(budget)
-            ),
-            target: "<= budget + 1 %".into(),
-            measured: Some(over * 100.0),
-            met: Some(over <= 1.01),
-        });
+            .filter(|c| c.key.column.engine() == "faultmap")
+            .filter_map(|c| c.samples.iter().filter_map(|s| s.peak_bytes).max())
+            .max();
+        if let Some(peak) = peak {
+            out.push(Goal {
+                place: "all".into(),
+                what: format!(
+                    "faultmap's peak memory over the budget ({})",
+                    units::bytes(budget)
+                ),
+                value: peak as f64 / budget as f64,
+                bound: 1.01,
+                at_least: false,
+            });
+        }
     }
     out
 }
 
-fn render_goals(goals: &[Goal]) -> String {
-    let mut t = Table::new(1);
-    t.row(["goal", "target", "measured", "met"]);
-    for g in goals {
-        t.row([
-            g.goal.clone(),
-            g.target.clone(),
-            g.measured.map_or("-".into(), |m| format!("{m:.2}")),
-            g.met
-                .map_or("-".into(), |m| if m { "yes".into() } else { "NO".into() }),
-        ]);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::grid::{Key, Sample};
+    use crate::bench::probe::Machine;
+
+    fn col(store: StoreKind, engine: Engine) -> RemoteColumn {
+        RemoteColumn {
+            store,
+            latency_ms: 20,
+            engine,
+        }
     }
-    let _ = BTreeMap::<u8, u8>::new();
-    format!("\n{}", t.render())
+
+    fn cell(w: Access, c: RemoteColumn, seconds: f64) -> Cell<Access, RemoteColumn> {
+        Cell {
+            key: Key {
+                workload: w,
+                threads: 1,
+                column: c,
+            },
+            samples: vec![Sample {
+                seconds,
+                peak_bytes: Some(100),
+                ..Sample::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn goals_come_from_the_right_cells() {
+        let full = Engine::Faultmap(ReadaheadMode::Full);
+        let around = Engine::Faultmap(ReadaheadMode::AroundOnly);
+        let http = StoreKind::Http;
+        let cells = vec![
+            cell(Access::Seq, col(http, Engine::RawGet), 1.0),
+            cell(Access::Seq, col(http, full), 2.0),
+            cell(Access::Seq, col(http, Engine::Fuse("rclone")), 8.0),
+            cell(Access::Seq, col(http, Engine::Fuse("s3fs")), 5.0),
+            cell(Access::Rand, col(http, full), 3.0),
+            cell(Access::Rand, col(http, around), 6.0),
+        ];
+        let columns = vec![
+            col(http, Engine::RawGet),
+            col(http, full),
+            col(http, around),
+            col(http, Engine::Fuse("rclone")),
+            col(http, Engine::Fuse("s3fs")),
+        ];
+        let run = Run {
+            machine: Machine::read(),
+            data: DataInfo::test(),
+            workloads: vec![Access::Seq, Access::Rand],
+            threads: vec![1],
+            deliveries: Vec::new(),
+            columns,
+            cells,
+            wall_seconds: 1.0,
+            mode: Remote {
+                repetitions: 1,
+                sample_pages: 16,
+                budget: Some(100),
+                raw: BTreeMap::new(),
+                fuse_skipped: None,
+            },
+        };
+        let g: Vec<(String, f64, bool)> = goals(&run)
+            .iter()
+            .map(|g| (g.what.clone(), g.value, g.met()))
+            .collect();
+        assert_eq!(g[0].1, 0.5, "raw-get 1 s over faultmap 2 s");
+        assert!(!g[0].2);
+        assert!(
+            g[1].0.contains("s3fs"),
+            "the best peer is the fastest: {g:?}"
+        );
+        assert_eq!((g[1].1, g[1].2), (2.5, true));
+        assert_eq!((g[2].1, g[2].2), (0.5, true), "rand: 3 s over 6 s");
+        assert_eq!(
+            g.len(),
+            4,
+            "no clustered cells, so no clustered goal; the budget: {g:?}"
+        );
+        assert_eq!((g[3].1, g[3].2), (1.0, true));
+    }
+
+    #[test]
+    fn only_full_readahead_runs_at_every_thread_count() {
+        assert!(!col(StoreKind::S3, Engine::Faultmap(ReadaheadMode::Full)).once());
+        assert!(col(StoreKind::S3, Engine::Faultmap(ReadaheadMode::AroundOnly)).once());
+        assert!(col(StoreKind::S3, Engine::RawGet).once());
+        assert_eq!(
+            col(StoreKind::S3, Engine::RawGet).heading(),
+            "s3:raw-get@20ms"
+        );
+    }
 }

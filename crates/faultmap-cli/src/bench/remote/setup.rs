@@ -13,6 +13,8 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use faultmap_proxy::Proxy;
 
+use crate::bench::note;
+
 /// The scripts' folder in the source tree this binary was built from.
 fn scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts")
@@ -77,7 +79,7 @@ impl Setup {
             "FAULTMAP_REMOTE_STATE".to_string(),
             state.join("servers").display().to_string(),
         )];
-        eprintln!("starting the servers (scripts/remote-servers up)");
+        note("starting the servers (scripts/remote-servers up)");
         let vars = run_script("remote-servers", "up", &base)?;
         let get = |k: &str| {
             vars.get(k)
@@ -137,11 +139,11 @@ impl Setup {
             "FAULTMAP_FUSE_STATE".into(),
             self.state.join("fuse").display().to_string(),
         ));
-        eprintln!("mounting the FUSE peers (scripts/fuse-peers mount)");
+        note("mounting the FUSE peers (scripts/fuse-peers mount)");
         let dirs = match run_script("fuse-peers", "mount", &env) {
             Ok(dirs) => dirs,
             Err(e) => {
-                eprintln!("the FUSE peers are skipped: {e:#}");
+                note(&format!("the FUSE peers are skipped: {e:#}"));
                 return Ok(());
             }
         };
@@ -177,13 +179,20 @@ impl Setup {
 
 impl Drop for Setup {
     fn drop(&mut self) {
+        // The object goes (the report says "removed after"); the FUSE
+        // mounts first, which may hold it open.
         let env = [(
             "FAULTMAP_FUSE_STATE".to_string(),
             self.state.join("fuse").display().to_string(),
         )];
         if self.fuse_mounted {
             if let Err(e) = run_script("fuse-peers", "unmount", &env) {
-                eprintln!("faultmap: unmounting the FUSE peers: {e:#}");
+                note(&format!("unmounting the FUSE peers: {e:#}"));
+            }
+        }
+        for root in ["FAULTMAP_HTTP_ROOT", "FAULTMAP_S3_ROOT"] {
+            if let Some(root) = self.vars.get(root) {
+                let _ = std::fs::remove_file(Path::new(root).join(&self.name));
             }
         }
         let base = [(
@@ -191,18 +200,17 @@ impl Drop for Setup {
             self.state.join("servers").display().to_string(),
         )];
         if let Err(e) = run_script("remote-servers", "down", &base) {
-            eprintln!("faultmap: stopping the servers: {e:#}");
+            note(&format!("stopping the servers: {e:#}"));
         }
     }
 }
 
-/// Writes `len` bytes of a fixed pseudo-random pattern to `path`, unless
-/// a file of that length is there already.
+/// Writes `len` bytes of a fixed pseudo-random pattern to `path`.
 fn write_object(path: &Path, len: u64) -> Result<()> {
-    if std::fs::metadata(path).is_ok_and(|m| m.len() == len) {
-        return Ok(());
-    }
-    eprintln!("writing the {} MiB benchmark object", len >> 20);
+    note(&format!(
+        "writing the {} benchmark object",
+        crate::units::bytes(len)
+    ));
     let mut out = std::io::BufWriter::with_capacity(8 << 20, std::fs::File::create(path)?);
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut block = vec![0u8; 1 << 20];
