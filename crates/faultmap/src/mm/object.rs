@@ -61,6 +61,8 @@ pub(crate) struct ObjectCore {
     pub(crate) io_pages: u64,
     /// The store's `ra_pages`, asked once (a panic there is the default).
     pub(crate) ra_pages: u64,
+    /// The store's `around_pages`, asked once (`None`: `ra_pages`).
+    pub(crate) around_pages: Option<u64>,
     /// The evictor of the object's own budget (`Pager::open_with_budget`):
     /// it stops when the object goes.
     pub(crate) evictor: std::sync::Mutex<Option<crate::mm::evict::Evictor>>,
@@ -119,11 +121,15 @@ impl ObjectCore {
             crate::policy::readahead::DEFAULT_RA_PAGES,
         )
         .min(crate::base::config::MAX_RA_PAGES);
+        let around_pages =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| store.around_pages()))
+                .unwrap_or(None);
         Self {
             handles: std::sync::atomic::AtomicUsize::new(0),
             grace,
             io_pages,
             ra_pages,
+            around_pages,
             evictor: std::sync::Mutex::new(evictor),
             store,
             cache,

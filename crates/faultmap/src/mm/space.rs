@@ -194,11 +194,13 @@ impl Region {
             .iter()
             .find(|(r, _)| r.contains(&page))
             .map_or(Hint::Normal, |&(_, h)| h);
+        // Under a budget, a window never takes more than a fraction of
+        // it (the kernel's old `max_sane_readahead`): a read-around
+        // larger than the budget evicts itself before it is used.
+        let ra_pages = self.ra_pages.min(self.object.budget.max_ra_pages());
         Params {
-            // Under a budget, a window never takes more than a fraction of
-            // it (the kernel's old `max_sane_readahead`): a read-around
-            // larger than the budget evicts itself before it is used.
-            ra_pages: self.ra_pages.min(self.object.budget.max_ra_pages()),
+            ra_pages,
+            around_pages: self.object.around_pages.unwrap_or(ra_pages).min(ra_pages),
             object_pages: self.object.cache.states.pages(),
             hint,
             mode: self.ra_mode,

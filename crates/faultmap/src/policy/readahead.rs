@@ -75,7 +75,10 @@
 //! | `Hint::Sequential` | `page_cache_sync_ra(index, ra_pages)` | `Initial` or `Random` | per branch |
 //! | sequential miss (`Normal`, `Full`) | `page_cache_sync_ra(index, 1)`: `[index, +init_size(1))` | `Initial` | window |
 //! | `mmap_miss > MMAP_LOTSAMISS` | the page | `Random` | `mmap_miss` |
-//! | any other miss | `[index - ra/2, +ra)`, marker at `ra/4` from its end | `Around` | window, `mmap_miss` |
+//! | any other miss | `[index - ar/2, +ar)`, marker at `ar/4` from its end | `Around` | window, `mmap_miss` |
+//!
+//! `ar` is [`Params::around_pages`]: `ra_pages`, as in the kernel, for a
+//! local file.
 //!
 //! `page_cache_sync_ra(index, req)` takes its initial-window branch
 //! (`size = init_size(req, ra)`, `async_size = size - req`, or `size / 2`
@@ -151,7 +154,7 @@
 //!
 //! A sequential reader mostly never misses after its first window: each
 //! marker starts the next window while the reader is still in the current
-//! one. Read-around windows carry a marker too (`async_size = ra_pages/4`,
+//! one. Read-around windows carry a marker too (`async_size = around_pages/4`,
 //! as in 6.12; the original read-around had none), so a stream that began with
 //! a random-looking miss turns into `Subsequent` windows at its first marker.
 //!
@@ -165,6 +168,18 @@
 //! test comes before it). The throttle is per object: a random reader
 //! through one mapping turns read-around off for all of them, as one
 //! `file_ra_state` does for every mapping of a file.
+//!
+//! # Read-around on a remote store
+//!
+//! The kernel reads `ra_pages` around a random miss: on a disk, a seek costs
+//! far more than the extra pages. A remote store's readahead window is large
+//! (tens of MiB: it must cover the link's bandwidth times its first-byte
+//! latency), and reading that much around every random miss would fetch,
+//! and hold in memory, megabytes per page used. So a store may ask for a
+//! smaller read-around window ([`Params::around_pages`]; 1 MiB for the HTTP
+//! and S3 stores, a few milliseconds of transfer against a round trip of
+//! 20 to 100 ms): a random miss reads that much, and a stream that begins
+//! there ramps up from it, at its marker, to full `ra_pages` windows.
 //!
 //! # Modes
 //!
@@ -311,6 +326,10 @@ pub struct RaState {
 pub struct Params {
     /// The largest window (`ra_pages`); 0 disables readahead.
     pub ra_pages: u64,
+    /// The read-around window (the kernel's is `ra_pages`; a remote
+    /// store's is smaller, see "Read-around on a remote store"). Taken as
+    /// `1..=ra_pages`.
+    pub around_pages: u64,
     /// The object's length in pages (windows are clipped to it).
     pub object_pages: u64,
     /// The hint of the range the fault is in.
@@ -436,11 +455,12 @@ pub fn on_miss(state: &mut RaState, p: &Params, index: u64, cache: &impl CacheVi
     if state.mmap_miss > MMAP_LOTSAMISS {
         return exact(p, index, 1);
     }
-    let async_size = if p.mode == Mode::Full { max / 4 } else { 0 };
-    state.start = index.saturating_sub(max / 2);
-    state.size = max;
+    let around = p.around_pages.clamp(1, max);
+    let async_size = if p.mode == Mode::Full { around / 4 } else { 0 };
+    state.start = index.saturating_sub(around / 2);
+    state.size = around;
     state.async_size = async_size;
-    clip(p, state.start, max, async_size, Pattern::Around, true)
+    clip(p, state.start, around, async_size, Pattern::Around, true)
         .unwrap_or_else(|| exact(p, index, 1))
 }
 
@@ -684,6 +704,7 @@ mod tests {
     fn full(ra_pages: u64, object_pages: u64) -> Params {
         Params {
             ra_pages,
+            around_pages: ra_pages,
             object_pages,
             hint: Hint::Normal,
             mode: Mode::Full,
@@ -1187,6 +1208,63 @@ mod tests {
     }
 
     #[test]
+    fn a_remote_store_reads_its_smaller_window_around_and_ramps_up_from_it() {
+        // A remote store: 64 MiB windows, 1 MiB read-around.
+        let p = Params {
+            around_pages: 256,
+            ..full(16_384, 1_000_000)
+        };
+        let cache: BTreeSet<u64> = BTreeSet::new();
+        let mut st = RaState {
+            prev: Some(5),
+            ..RaState::default()
+        };
+        let w = on_miss(&mut st, &p, 100_000, &cache);
+        assert_eq!(w, win(99_872, 256, 64, Pattern::Around, true));
+        assert_eq!(st.mmap_miss, 1);
+        // Its marker: a stream after all; the next window grows from 256
+        // pages (4x while small), not from ra_pages.
+        let cache: BTreeSet<u64> = w.pages().collect();
+        let next = on_hit(&mut st, &p, w.marker().unwrap(), true, &cache).unwrap();
+        assert_eq!(next, win(100_128, 1024, 1024, Pattern::Subsequent, false));
+        // ... and reaches ra_pages.
+        let mut cache = cache;
+        let mut w = next;
+        for _ in 0..8 {
+            cache.extend(w.pages());
+            w = on_hit(&mut st, &p, w.marker().unwrap(), true, &cache).unwrap();
+        }
+        assert_eq!(w.size, 16_384);
+        // A sequential start is the kernel's: 4 pages at page 0.
+        let mut st = RaState::default();
+        let w = on_miss(&mut st, &p, 0, &BTreeSet::new());
+        assert_eq!(w, win(0, 4, 3, Pattern::Initial, true));
+        // Around-only reads the same smaller window, without a marker.
+        let mut st = RaState::default();
+        let q = with(p, Hint::Normal, Mode::AroundOnly);
+        let w = on_miss(&mut st, &q, 100_000, &BTreeSet::new());
+        assert_eq!(w, win(99_872, 256, 0, Pattern::Around, true));
+    }
+
+    #[test]
+    fn read_around_window_is_one_to_ra_pages() {
+        let cache: BTreeSet<u64> = BTreeSet::new();
+        for (around, size) in [(0, 1), (1, 1), (32, 32), (33, 32), (u64::MAX, 32)] {
+            let p = Params {
+                around_pages: around,
+                ..full(32, 10_000)
+            };
+            let mut st = RaState {
+                prev: Some(5),
+                ..RaState::default()
+            };
+            let w = on_miss(&mut st, &p, 5_000, &cache);
+            assert_eq!((w.size, w.pattern), (size, Pattern::Around), "{around}");
+            assert!(w.pages().contains(&5_000));
+        }
+    }
+
+    #[test]
     fn around_only_never_reads_ahead() {
         let p = with(full(32, 10_000), Hint::Normal, Mode::AroundOnly);
         let mut cache = BTreeSet::new();
@@ -1373,6 +1451,7 @@ mod tests {
     fn params() -> impl Strategy<Value = Params> {
         (
             prop_oneof![Just(0u64), 1..=64u64, 0..=4096u64],
+            prop_oneof![Just(u64::MAX), 0..=64u64],
             1..100_000u64,
             prop_oneof![
                 Just(Hint::Normal),
@@ -1381,8 +1460,10 @@ mod tests {
             ],
             prop_oneof![Just(Mode::Full), Just(Mode::AroundOnly), Just(Mode::Off)],
         )
-            .prop_map(|(ra_pages, object_pages, hint, mode)| Params {
+            .prop_map(|(ra_pages, around, object_pages, hint, mode)| Params {
                 ra_pages,
+                // The kernel's (`ra_pages`) or a remote store's smaller one.
+                around_pages: around.min(ra_pages),
                 object_pages,
                 hint,
                 mode,
@@ -1405,6 +1486,9 @@ mod tests {
             "{w:?} {p:?}"
         );
         assert!(w.size <= p.ra_pages.max(1), "{w:?} {p:?}");
+        if w.pattern == Pattern::Around {
+            assert!(w.size <= p.around_pages.clamp(1, p.ra_pages), "{w:?} {p:?}");
+        }
         assert!(w.async_size <= w.size, "{w:?}");
         if let Some(m) = w.marker() {
             assert!(w.pages().contains(&m), "{w:?}");
@@ -1478,6 +1562,7 @@ mod tests {
         #[test]
         fn arbitrary_numbers_never_panic(
             ra_pages in any::<u64>(),
+            around_pages in any::<u64>(),
             object_pages in any::<u64>(),
             index in any::<u64>(),
             start in any::<u64>(),
@@ -1490,7 +1575,7 @@ mod tests {
             let cache: BTreeSet<u64> = BTreeSet::new();
             for hint in [Hint::Normal, Hint::Sequential, Hint::Random] {
                 for mode in [Mode::Full, Mode::AroundOnly, Mode::Off] {
-                    let p = Params { ra_pages, object_pages, hint, mode };
+                    let p = Params { ra_pages, around_pages, object_pages, hint, mode };
                     let mut st = RaState { start, size, async_size, mmap_miss, prev };
                     let w = on_miss(&mut st, &p, index, &cache);
                     prop_assert!(w.pages().contains(&index) || index == u64::MAX);

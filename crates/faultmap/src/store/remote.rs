@@ -201,10 +201,16 @@ pub struct RemoteTuning {
     /// The largest ranged GET, in bytes (default 8 MiB: S3's guidance for
     /// sequential reads is 8 to 16 MiB per request).
     pub request_bytes: u64,
-    /// The default readahead window, in bytes (default 32 MiB: four
-    /// requests in flight per stream). The memory budget, when there is
-    /// one, shrinks it.
+    /// The default readahead window, in bytes (default 64 MiB, the most a
+    /// window may be: eight requests in flight per stream, enough to keep
+    /// a link of a few GB/s busy across a 20 ms first-byte latency). The
+    /// memory budget, when there is one, shrinks it.
     pub readahead_bytes: u64,
+    /// The window read around a random miss, in bytes (default 1 MiB:
+    /// about a millisecond of transfer against a round trip of tens of
+    /// milliseconds; a stream that starts there ramps up to
+    /// `readahead_bytes`).
+    pub around_bytes: u64,
     /// How long one request may take, connecting included (default 30 s).
     pub request_timeout: Duration,
     /// How long connecting may take (default 5 s).
@@ -215,7 +221,8 @@ impl Default for RemoteTuning {
     fn default() -> Self {
         Self {
             request_bytes: 8 << 20,
-            readahead_bytes: 32 << 20,
+            readahead_bytes: 64 << 20,
+            around_bytes: 1 << 20,
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
         }
@@ -223,6 +230,11 @@ impl Default for RemoteTuning {
 }
 
 impl RemoteTuning {
+    /// The read-around window in pages (the store's `around_pages`).
+    pub(crate) fn around_pages(&self) -> u64 {
+        (self.around_bytes / crate::sys::PAGE_SIZE as u64).max(1)
+    }
+
     /// The readahead window in pages (the store's `ra_pages`).
     pub(crate) fn ra_pages(&self) -> u64 {
         (self.readahead_bytes / crate::sys::PAGE_SIZE as u64)
@@ -278,6 +290,9 @@ macro_rules! remote_store {
                 self.remote.tuning().ra_pages()
             }
 
+            fn around_pages(&self) -> Option<u64> {
+                Some(self.remote.tuning().around_pages())
+            }
             fn io_pages(&self) -> u64 {
                 self.remote.tuning().io_pages()
             }
@@ -452,7 +467,7 @@ impl Remote {
         let options = self.options(range.clone());
         let timeout = self.tuning.request_timeout;
         async move {
-            let fetch = fetch_into(&*client, &path, options, range, &pin, buf.as_mut_slice());
+            let fetch = fetch_into(&*client, &path, options, range, &pin, &mut buf);
             let result = match tokio::time::timeout(timeout, fetch).await {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(failure)) => Err(failure.into_store_error(&url, &secrets)),
@@ -473,6 +488,9 @@ enum Failure {
     Client(object_store::Error),
     /// The response did not match the request.
     Mismatch(RemoteErrorKind, String),
+    /// The bytes could not be put in the buffer (the page cache's memfd
+    /// refused a write: out of memory).
+    Sink(io::Error),
 }
 
 impl Failure {
@@ -491,6 +509,14 @@ impl Failure {
                 kind,
                 source: Some(io::Error::other(detail)),
             },
+            Failure::Sink(e) => StoreError::Remote {
+                url: url.to_string(),
+                kind: RemoteErrorKind::Other,
+                source: Some(io::Error::new(
+                    e.kind(),
+                    format!("storing the bytes read failed: {e}"),
+                )),
+            },
         }
     }
 }
@@ -504,7 +530,7 @@ async fn fetch_into(
     options: GetOptions,
     range: Range<u64>,
     pin: &ObjectMeta,
-    buf: &mut [u8],
+    buf: &mut ReadBuf,
 ) -> Result<(), Failure> {
     let result = client
         .get_opts(path, options)
@@ -525,13 +551,13 @@ async fn fetch_into(
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(Failure::Client)?;
         let end = filled + chunk.len();
-        let Some(dest) = buf.get_mut(filled..end) else {
+        if end > buf.len() {
             return Err(Failure::Mismatch(
                 RemoteErrorKind::Transfer,
                 format!("the body is longer than the {} bytes asked for", buf.len()),
             ));
-        };
-        dest.copy_from_slice(&chunk);
+        }
+        buf.write_at(filled, &chunk).map_err(Failure::Sink)?;
         filled = end;
     }
     if filled != buf.len() {
