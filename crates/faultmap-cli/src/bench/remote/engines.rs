@@ -55,6 +55,8 @@ pub struct Target<'a> {
     pub kind: StoreKind,
     /// The proxy in front of the store's server.
     pub proxy: &'a Proxy,
+    /// Every store's proxy: all must be quiet before a run starts.
+    pub proxies: [&'a Proxy; 2],
     /// The object's name in the HTTP root and in the bucket.
     pub name: &'a str,
     /// The bucket.
@@ -117,8 +119,9 @@ impl Target<'_> {
 /// bytes and the checksum), as a sample: the requests (`io_count`), the
 /// bytes that came back (`io_bytes`) and those asked for
 /// (`request_bytes`).
-fn counted(proxy: &Proxy, f: impl FnOnce() -> Result<(f64, u64, u64)>) -> Result<Sample> {
-    quiesce(proxy);
+fn counted(target: &Target<'_>, f: impl FnOnce() -> Result<(f64, u64, u64)>) -> Result<Sample> {
+    quiesce(&target.proxies);
+    let proxy = target.proxy;
     let before = proxy.stats();
     let (seconds, peak_bytes, checksum) = f()?;
     let d = proxy.stats().since(&before);
@@ -133,17 +136,22 @@ fn counted(proxy: &Proxy, f: impl FnOnce() -> Result<(f64, u64, u64)>) -> Result
     })
 }
 
-/// Waits (two seconds at most) until the proxy has been quiet for 20 ms:
-/// reads a previous run left in flight (a dropped pager's, a FUSE daemon's
-/// readahead) end before the next run's counts start.
-fn quiesce(proxy: &Proxy) {
-    for _ in 0..100 {
-        let before = proxy.stats();
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        if proxy.stats() == before {
+/// Waits until every proxy has been quiet for 100 ms: reads a previous
+/// run left in flight (a dropped pager's, or a FUSE daemon's readahead,
+/// which goes on downloading hundreds of MiB after its run ended, on
+/// either store) end before the next run starts, so no run shares the
+/// link and the CPUs with another's leftovers. After 60 s it says so and
+/// goes on.
+fn quiesce(proxies: &[&Proxy]) {
+    let stats = || proxies.iter().map(|p| p.stats()).collect::<Vec<_>>();
+    for _ in 0..600 {
+        let before = stats();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if stats() == before {
             return;
         }
     }
+    super::super::note("the proxies were still busy after 60 s: this run shares the link");
 }
 
 /// `raw-get`: the whole object in ranged GETs of `request` bytes,
@@ -153,7 +161,7 @@ pub fn raw_get(target: &Target<'_>, request: u64, depth: usize) -> Result<Sample
     let (client, path) = target.client()?;
     let rt = runtime()?;
     let len = target.len;
-    counted(target.proxy, || {
+    counted(target, || {
         let start = Instant::now();
         let ranges: Vec<_> = (0..len.div_ceil(request))
             .map(|i| i * request..((i + 1) * request).min(len))
@@ -214,7 +222,7 @@ pub fn faultmap(
     // SAFETY: the object is the benchmark's own, pinned by its ETag or
     // Last-Modified: it does not change under the mapping.
     let map = unsafe { pager.map(&object, opts)? };
-    counted(target.proxy, || {
+    counted(target, || {
         let timed = crate::timed::run(plan.threads(), |i| plan.walk(i, &map))?;
         let sum = timed.sums.iter().fold(0u64, |a, s| a.wrapping_add(*s));
         drop(map);
@@ -224,7 +232,7 @@ pub fn faultmap(
 
 /// A FUSE peer: the mounted file, its page cache dropped, mapped
 /// `MAP_SHARED` and walked by `plan`.
-pub fn fuse(path: &Path, proxy: &Proxy, plan: &AccessPlan) -> Result<Sample> {
+pub fn fuse(path: &Path, target: &Target<'_>, plan: &AccessPlan) -> Result<Sample> {
     use std::os::fd::AsRawFd;
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     // SAFETY: posix_fadvise on an open descriptor; no memory is passed.
@@ -233,7 +241,7 @@ pub fn fuse(path: &Path, proxy: &Proxy, plan: &AccessPlan) -> Result<Sample> {
     // writes it while it is mapped.
     let map = unsafe { memmap2::Mmap::map(&file) }
         .with_context(|| format!("mmap(MAP_SHARED) of {}", path.display()))?;
-    counted(proxy, || {
+    counted(target, || {
         let timed = crate::timed::run(plan.threads(), |i| plan.walk(i, &map))?;
         let sum = timed.sums.iter().fold(0u64, |a, s| a.wrapping_add(*s));
         let resident = faultmap::sys::mincore_resident(map.as_ptr(), map.len()).unwrap_or(0) as u64

@@ -181,7 +181,7 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
                 let Some((_, _, path)) = path else {
                     return Ok(None);
                 };
-                engines::fuse(path, target.proxy, plan)?
+                engines::fuse(path, &target, plan)?
             }
         };
         sample.pages_touched = Some(plan.pages_touched());
@@ -252,6 +252,7 @@ fn target<'a>(setup: &'a setup::Setup, c: &RemoteColumn) -> Target<'a> {
     Target {
         kind: c.store,
         proxy,
+        proxies: [&setup.http_proxy, &setup.s3_proxy],
         name: &setup.name,
         bucket: setup.bucket(),
         len: setup.len,
