@@ -578,6 +578,37 @@ fn a_remote_scan_stays_within_the_memory_budget() {
 }
 
 #[test]
+fn a_random_miss_reads_the_small_read_around_window_and_a_stream_ramps_up() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = put(kind, "around", 12 << 20, 27);
+            let proxy = Proxy::start(upstream(kind)).unwrap();
+            // The defaults: 64 MiB windows (here, the whole object), 1 MiB
+            // read around a random miss.
+            let store = open_via(kind, &proxy, &file, RemoteTuning::default());
+            let pager = Pager::new(Config::default()).unwrap();
+            let object = pager.open(store).unwrap();
+            let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
+            let before = proxy.stats();
+            // A first touch in the middle: not sequential, read around.
+            let at = 6 << 20;
+            assert_eq!(map[at], file.data[at], "{kind:?}");
+            let around = proxy.stats().since(&before);
+            assert_eq!(around.range_bytes, 1 << 20, "{kind:?}: {around:?}");
+            assert!(object.is_cached((at / PAGE) as u64));
+            assert!(!object.is_cached(((at + (1 << 20)) / PAGE) as u64));
+            // Reading on from there is a stream: the rest of the object
+            // comes in growing windows, in far fewer requests than 1 MiB
+            // read-arounds would take.
+            let before = proxy.stats();
+            assert_eq!(&map[at..], &file.data[at..], "{kind:?}");
+            let stream = proxy.stats().since(&before);
+            assert!(stream.requests < 6, "{kind:?}: {stream:?}");
+        }
+    });
+}
+
+#[test]
 fn prefetch_reads_ahead_in_large_requests_and_the_access_then_needs_none() {
     watchdog(WATCHDOG, || {
         for kind in KINDS {

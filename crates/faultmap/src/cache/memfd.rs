@@ -24,7 +24,7 @@
 
 use std::ffi::CString;
 use std::ops::Range;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use crate::base::index::ObjectPage;
 use crate::cache::page_state::{PageState, Word};
@@ -390,19 +390,8 @@ impl Cache {
         let ptr = std::ptr::NonNull::new(ptr).unwrap_or(std::ptr::NonNull::dangling());
         // SAFETY: [ptr, ptr + data_len) lies in the alias, valid while the
         // cache lives (kept by `owner`), and is the caller's alone until the
-        // buffer is dropped (this function's contract). The alias is a
-        // MAP_SHARED mapping of the memfd from offset 0 (`Cache::new`), so
-        // its bytes at `start` are the memfd's at `start`, and the memfd is
-        // open while the cache lives.
-        unsafe {
-            ReadBuf::from_raw_file(
-                ptr,
-                target.data_len,
-                owner,
-                self.memfd.as_raw_fd(),
-                target.start as u64,
-            )
-        }
+        // buffer is dropped (this function's contract).
+        unsafe { ReadBuf::from_raw(ptr, target.data_len, owner) }
     }
 
     /// Ends a successful fill of `target`: the bytes past the object's end

@@ -203,19 +203,10 @@ impl StoreError {
 /// long as the buffer lives. The fault path hands out buffers over the
 /// cache itself (the pages being read, which nothing else touches until
 /// the read ends); [`ReadBuf::from`] makes one over a `Vec`.
-///
-/// A store that receives its bytes in pieces (a network body) should hand
-/// each to [`ReadBuf::write_at`]: over the cache, that is one `pwrite` into
-/// its memfd, which allocates the pages without zeroing them first and
-/// without a page fault per page, where copying into
-/// [`ReadBuf::as_mut_slice`] faults in, and zeroes, every page before
-/// overwriting it.
 pub struct ReadBuf {
     ptr: std::ptr::NonNull<u8>,
     len: usize,
-    /// The file the bytes are a mapping of, and their offset in it.
-    file: Option<(std::os::fd::RawFd, u64)>,
-    /// Keeps the memory (and the file) alive.
+    /// Keeps the memory alive.
     _owner: Owner,
 }
 
@@ -231,27 +222,21 @@ enum Owner {
 unsafe impl Send for ReadBuf {}
 
 impl ReadBuf {
-    /// A buffer over `[ptr, ptr + len)`, a shared mapping of `file` at
-    /// `offset`, kept alive (the file open) by `owner`: [`ReadBuf::write_at`]
-    /// writes the file.
+    /// A buffer over `[ptr, ptr + len)`, kept alive by `owner`.
     ///
     /// # Safety
     ///
     /// The bytes must be valid for reads and writes for as long as `owner`
     /// lives, and nothing else may read or write them while the buffer
-    /// lives. `file` must stay open while `owner` lives, and its bytes `[offset, offset + len)` must be the bytes the
-    /// mapping shows at `[ptr, ptr + len)` (a `MAP_SHARED` mapping of it).
-    pub(crate) unsafe fn from_raw_file(
+    /// lives.
+    pub(crate) unsafe fn from_raw(
         ptr: std::ptr::NonNull<u8>,
         len: usize,
         owner: Arc<dyn std::any::Any + Send + Sync>,
-        file: std::os::fd::RawFd,
-        offset: u64,
     ) -> Self {
         Self {
             ptr,
             len,
-            file: Some((file, offset)),
             _owner: Owner::Shared(owner),
         }
     }
@@ -272,38 +257,6 @@ impl ReadBuf {
         // constructors' contract); `&mut self` makes this the only slice.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
-
-    /// Puts `bytes` at `at`: the same as copying them into
-    /// `as_mut_slice()[at..at + bytes.len()]`, done the cheapest way (see
-    /// the type's doc). A range past the buffer's end is an `InvalidInput`
-    /// error and writes nothing.
-    pub fn write_at(&mut self, at: usize, bytes: &[u8]) -> std::io::Result<()> {
-        let end = at
-            .checked_add(bytes.len())
-            .filter(|&end| end <= self.len)
-            .ok_or_else(|| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!(
-                        "{} bytes at {at} do not fit in a buffer of {}",
-                        bytes.len(),
-                        self.len
-                    ),
-                )
-            })?;
-        match self.file {
-            Some((fd, offset)) => {
-                // SAFETY: the file stays open while the owner, which we
-                // hold, lives (`from_raw_file`'s contract).
-                let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-                crate::sys::pwrite_all(fd, bytes, offset + at as u64)
-            }
-            None => {
-                self.as_mut_slice()[at..end].copy_from_slice(bytes);
-                Ok(())
-            }
-        }
-    }
 }
 
 impl From<Vec<u8>> for ReadBuf {
@@ -315,7 +268,6 @@ impl From<Vec<u8>> for ReadBuf {
         Self {
             ptr,
             len,
-            file: None,
             _owner: Owner::Vec(v),
         }
     }

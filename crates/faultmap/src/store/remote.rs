@@ -467,7 +467,7 @@ impl Remote {
         let options = self.options(range.clone());
         let timeout = self.tuning.request_timeout;
         async move {
-            let fetch = fetch_into(&*client, &path, options, range, &pin, &mut buf);
+            let fetch = fetch_into(&*client, &path, options, range, &pin, buf.as_mut_slice());
             let result = match tokio::time::timeout(timeout, fetch).await {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(failure)) => Err(failure.into_store_error(&url, &secrets)),
@@ -488,9 +488,6 @@ enum Failure {
     Client(object_store::Error),
     /// The response did not match the request.
     Mismatch(RemoteErrorKind, String),
-    /// The bytes could not be put in the buffer (the page cache's memfd
-    /// refused a write: out of memory).
-    Sink(io::Error),
 }
 
 impl Failure {
@@ -509,14 +506,6 @@ impl Failure {
                 kind,
                 source: Some(io::Error::other(detail)),
             },
-            Failure::Sink(e) => StoreError::Remote {
-                url: url.to_string(),
-                kind: RemoteErrorKind::Other,
-                source: Some(io::Error::new(
-                    e.kind(),
-                    format!("storing the bytes read failed: {e}"),
-                )),
-            },
         }
     }
 }
@@ -530,7 +519,7 @@ async fn fetch_into(
     options: GetOptions,
     range: Range<u64>,
     pin: &ObjectMeta,
-    buf: &mut ReadBuf,
+    buf: &mut [u8],
 ) -> Result<(), Failure> {
     let result = client
         .get_opts(path, options)
@@ -551,13 +540,13 @@ async fn fetch_into(
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(Failure::Client)?;
         let end = filled + chunk.len();
-        if end > buf.len() {
+        let Some(dest) = buf.get_mut(filled..end) else {
             return Err(Failure::Mismatch(
                 RemoteErrorKind::Transfer,
                 format!("the body is longer than the {} bytes asked for", buf.len()),
             ));
-        }
-        buf.write_at(filled, &chunk).map_err(Failure::Sink)?;
+        };
+        dest.copy_from_slice(&chunk);
         filled = end;
     }
     if filled != buf.len() {

@@ -805,31 +805,6 @@ pub(crate) fn pread_some(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io:
     Ok(rc as usize)
 }
 
-/// Writes all of `buf` at `offset` (`pwrite`, again after a short write or
-/// `EINTR`).
-pub(crate) fn pwrite_all(fd: BorrowedFd<'_>, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
-    while !buf.is_empty() {
-        let at =
-            libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-        // SAFETY: pwrite reads at most buf.len() bytes from `buf`, which we
-        // hold for the call.
-        let rc = unsafe { libc::pwrite(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), at) };
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if rc == 0 {
-            return Err(io::Error::from(io::ErrorKind::WriteZero));
-        }
-        buf = &buf[rc as usize..];
-        offset += rc as u64;
-    }
-    Ok(())
-}
-
 /// `madvise(MADV_DONTFORK)`: a child of `fork` does not inherit the range.
 pub(crate) fn madvise_dontfork(region: &MappedRegion) -> io::Result<()> {
     // SAFETY: advises on a range this process mapped and owns; DONTFORK

@@ -14,7 +14,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use faultmap::{
@@ -57,6 +57,8 @@ pub struct Target<'a> {
     pub proxy: &'a Proxy,
     /// Every store's proxy: all must be quiet before a run starts.
     pub proxies: [&'a Proxy; 2],
+    /// The first-byte latency the proxy adds.
+    pub latency: Duration,
     /// The object's name in the HTTP root and in the bucket.
     pub name: &'a str,
     /// The bucket.
@@ -120,7 +122,7 @@ impl Target<'_> {
 /// bytes that came back (`io_bytes`) and those asked for
 /// (`request_bytes`).
 fn counted(target: &Target<'_>, f: impl FnOnce() -> Result<(f64, u64, u64)>) -> Result<Sample> {
-    quiesce(&target.proxies);
+    quiesce(&target.proxies, target.latency);
     let proxy = target.proxy;
     let before = proxy.stats();
     let (seconds, peak_bytes, checksum) = f()?;
@@ -136,17 +138,20 @@ fn counted(target: &Target<'_>, f: impl FnOnce() -> Result<(f64, u64, u64)>) -> 
     })
 }
 
-/// Waits until every proxy has been quiet for 100 ms: reads a previous
-/// run left in flight (a dropped pager's, or a FUSE daemon's readahead,
-/// which goes on downloading hundreds of MiB after its run ended, on
-/// either store) end before the next run starts, so no run shares the
-/// link and the CPUs with another's leftovers. After 60 s it says so and
-/// goes on.
-fn quiesce(proxies: &[&Proxy]) {
+/// Waits until every proxy has been quiet for 100 ms plus twice the
+/// first-byte `latency` (a request the proxy holds that long shows no
+/// progress meanwhile): reads a previous run left in flight (a dropped
+/// pager's, or a FUSE daemon's readahead, which goes on downloading
+/// hundreds of MiB after its run ended, on either store) end before the
+/// next run starts, so no run shares the link and the CPUs with another's
+/// leftovers. After 60 s it says so and goes on.
+fn quiesce(proxies: &[&Proxy], latency: Duration) {
+    let quiet = Duration::from_millis(100) + 2 * latency;
     let stats = || proxies.iter().map(|p| p.stats()).collect::<Vec<_>>();
-    for _ in 0..600 {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
         let before = stats();
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::thread::sleep(quiet);
         if stats() == before {
             return;
         }

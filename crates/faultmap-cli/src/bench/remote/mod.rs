@@ -253,6 +253,7 @@ fn target<'a>(setup: &'a setup::Setup, c: &RemoteColumn) -> Target<'a> {
         kind: c.store,
         proxy,
         proxies: [&setup.http_proxy, &setup.s3_proxy],
+        latency: Duration::from_millis(c.latency_ms),
         name: &setup.name,
         bucket: setup.bucket(),
         len: setup.len,
