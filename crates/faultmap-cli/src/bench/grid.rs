@@ -583,19 +583,29 @@ impl<M: Mode> Report<M> {
     ///              vs kernel-file                     0.66     0.06     0.05
     /// ```
     pub fn grid(&self, workload: M::Workload, threads: &[u16], lines: &[Line<M>]) -> String {
+        self.grid_of(workload, threads, lines, &self.columns)
+    }
+
+    /// [`Report::grid`] of some of the columns only.
+    pub fn grid_of(
+        &self,
+        workload: M::Workload,
+        threads: &[u16],
+        lines: &[Line<M>],
+        columns: &[M::Column],
+    ) -> String {
         let mut t = Table::new(2);
-        let headings = self.columns.iter().map(|c| c.heading());
+        let headings = columns.iter().map(|c| c.heading());
         t.row(["", ""].into_iter().map(String::from).chain(headings));
         if self.deliveries.len() > 1 {
-            let second = self.columns.iter().map(|c| c.delivery());
+            let second = columns.iter().map(|c| c.delivery());
             let second = second.map(|d| d.map_or("", crate::delivery_name));
             t.row(["", ""].into_iter().chain(second));
         }
         for &threads in threads {
             let mut label = threads_label(threads);
             for (what, show) in lines {
-                let cells: Vec<String> = self
-                    .columns
+                let cells: Vec<String> = columns
                     .iter()
                     .map(|&column| {
                         let key = Key {

@@ -335,7 +335,19 @@ impl grid::Mode for Remote {
             } else {
                 vec![1]
             };
-            out.push_str(&format!("\n{}\n{}", w.name(), run.grid(w, &threads, LINES)));
+            // A table per latency: a store's engines side by side.
+            let mut latencies: Vec<u64> = run.columns.iter().map(|c| c.latency_ms).collect();
+            latencies.dedup();
+            for &latency in &latencies {
+                let columns: Vec<RemoteColumn> = run
+                    .columns
+                    .iter()
+                    .filter(|c| c.latency_ms == latency)
+                    .copied()
+                    .collect();
+                let grid = run.grid_of(w, &threads, LINES, &columns);
+                out.push_str(&format!("\n{} at {latency} ms\n{grid}", w.name()));
+            }
         }
         for (&(store, latency), &(request, depth)) in &m.raw {
             out.push_str(&format!(
