@@ -268,9 +268,9 @@ pub enum Readahead {
     /// The kernel's: read-around on a random miss, sequential detection and
     /// ramp-up, async readahead at the marker, the mmap_miss throttle.
     Full,
-    /// Read-around only (the readahead comparison's `around`): every miss reads the
-    /// read-around window around the faulting page (ra_pages; 1 MiB on an
-    /// HTTP or S3 object); no sequential detection, no async readahead.
+    /// Read-around only (the readahead comparison's `around`): every miss reads a window of
+    /// ra_pages around the faulting page; no sequential detection, no
+    /// async readahead.
     Around,
     /// None: a miss reads only the faulting page.
     Off,

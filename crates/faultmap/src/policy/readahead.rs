@@ -75,7 +75,7 @@
 //! | `Hint::Sequential` | `page_cache_sync_ra(index, ra_pages)` | `Initial` or `Random` | per branch |
 //! | sequential miss (`Normal`, `Full`) | `page_cache_sync_ra(index, 1)`: `[index, +init_size(1))` | `Initial` | window |
 //! | `mmap_miss > MMAP_LOTSAMISS` | the page | `Random` | `mmap_miss` |
-//! | any other miss | `[index - ar/2, +ar)`, marker at `ar/4` from its end | `Around` | window, `mmap_miss` |
+//! | any other miss | `[index - ar/2, +ar)`, marker at `ar/4` from its end (`AroundOnly`: `ra_pages`, no marker) | `Around` | window, `mmap_miss` |
 //!
 //! `ar` is [`Params::around_pages`]: `ra_pages`, as in the kernel, for a
 //! local file.
@@ -107,9 +107,9 @@
 //! - any other marker (interleaved streams sharing one state, or a state
 //!   that moved on): the first page after `index` that is not cached, within
 //!   `ra_pages`, is where the old window's read-ahead part ended; a window of
-//!   `next_size(gap - index + ra_pages)` starts there (pattern `Marker`;
-//!   always `ra_pages` pages, since the mmap path asks for `ra_pages`). No
-//!   such gap: nothing.
+//!   `next_size(gap - index + ar)` starts there (pattern `Marker`; always
+//!   `ra_pages` pages when `ar` is `ra_pages`, since the mmap path asks for
+//!   `ra_pages`). No such gap: nothing.
 //!
 //! Fault-around calls [`on_fault_around`] with the number of pages it mapped:
 //! they are hits the fault path never saw, and pay `mmap_miss` down. Every
@@ -178,8 +178,16 @@
 //! and hold in memory, megabytes per page used. So a store may ask for a
 //! smaller read-around window ([`Params::around_pages`]; 1 MiB for the HTTP
 //! and S3 stores, about a millisecond of transfer at 1 GB/s against a
-//! round trip of 20 to 100 ms): a random miss reads that much, and a stream that begins
-//! there ramps up from it, at its marker, to full `ra_pages` windows.
+//! round trip of 20 to 100 ms): a random miss reads that much, and a stream
+//! that begins there grows out of it at its markers (4x, then 2x per
+//! window) to full `ra_pages` windows. A marker that is not the state's own
+//! (`Pattern::Marker`) starts a window of `next_size(gap - index + ar)`
+//! where the kernel asks for `ra_pages`: a young stream found that way
+//! grows from the small window too, and one in full swing, whose read-ahead
+//! part reaches far past its marker, gets full windows as before. Only
+//! [`Mode::Full`] uses the smaller window: read-around alone
+//! ([`Mode::AroundOnly`]) has no marker to grow from, so it reads
+//! `ra_pages` around every miss, as the kernel's read-around does.
 //!
 //! # Modes
 //!
@@ -196,8 +204,8 @@
 //!
 //! - a window lies inside `0..object_pages`; a miss's window contains
 //!   `index` and has at least one page;
-//! - `size <= max(ra_pages, 1)`, and a read-around (`Around`) window has
-//!   at most `around_pages.clamp(1, ra_pages)` pages;
+//! - `size <= max(ra_pages, 1)`, and under `Mode::Full` a read-around
+//!   (`Around`) window has at most `around_pages.clamp(1, ra_pages)` pages;
 //! - `async_size <= size`, so the marker, if any, is a page of the window;
 //! - in the state, `async_size <= size` and `mmap_miss <= MMAP_MISS_MAX`;
 //! - no input panics or overflows: indices near `u64::MAX`, `ra_pages` up to
@@ -456,8 +464,14 @@ pub fn on_miss(state: &mut RaState, p: &Params, index: u64, cache: &impl CacheVi
     if state.mmap_miss > MMAP_LOTSAMISS {
         return exact(p, index, 1);
     }
-    let around = p.around_pages.clamp(1, max);
-    let async_size = if p.mode == Mode::Full { around / 4 } else { 0 };
+    // The smaller read-around window only where a stream can grow out of
+    // it (at its marker); read-around alone reads `ra_pages`, the kernel's.
+    let (around, async_size) = if p.mode == Mode::Full {
+        let around = p.around_pages.clamp(1, max);
+        (around, around / 4)
+    } else {
+        (max, 0)
+    };
     state.start = index.saturating_sub(around / 2);
     state.size = around;
     state.async_size = async_size;
@@ -554,10 +568,12 @@ fn sync_ra(
 }
 
 /// `page_cache_async_ra(index, folio, req = ra_pages)`: the mmap path always
-/// asks for `ra_pages`. `ra_pages > 0`, `index` inside the object.
+/// asks for `ra_pages` (faultmap: the read-around window, which is
+/// `ra_pages` unless the store asks for less; see "Read-around on a remote
+/// store"). `ra_pages > 0`, `index` inside the object.
 fn async_ra(state: &mut RaState, p: &Params, index: u64, cache: &impl CacheView) -> Option<Window> {
     let max = p.ra_pages;
-    let req = max;
+    let req = p.around_pages.clamp(1, max);
     // The marker this state set: the stream goes on right after the window.
     let expected = state
         .start
@@ -1240,11 +1256,45 @@ mod tests {
         let mut st = RaState::default();
         let w = on_miss(&mut st, &p, 0, &BTreeSet::new());
         assert_eq!(w, win(0, 4, 3, Pattern::Initial, true));
-        // Around-only reads the same smaller window, without a marker.
+        // Around-only has no marker to grow from: the kernel's ra_pages.
         let mut st = RaState::default();
         let q = with(p, Hint::Normal, Mode::AroundOnly);
         let w = on_miss(&mut st, &q, 100_000, &BTreeSet::new());
-        assert_eq!(w, win(99_872, 256, 0, Pattern::Around, true));
+        assert_eq!(w, win(91_808, 16_384, 0, Pattern::Around, true));
+    }
+
+    #[test]
+    fn someone_elses_marker_grows_from_the_read_around_window() {
+        // A 1 MiB read-around at 100_000 (marker at 100_064), then a miss
+        // elsewhere takes the state: the marker is no longer the state's.
+        let p = Params {
+            around_pages: 256,
+            ..full(16_384, 1_000_000)
+        };
+        let mut st = RaState {
+            prev: Some(5),
+            ..RaState::default()
+        };
+        let first = on_miss(&mut st, &p, 100_000, &BTreeSet::new());
+        let mut cache: BTreeSet<u64> = first.pages().collect();
+        let other = on_miss(&mut st, &p, 500_000, &cache);
+        cache.extend(other.pages());
+        let w = on_hit(&mut st, &p, first.marker().unwrap(), true, &cache).unwrap();
+        // From the gap after the first window: next_size(64 + 256) = 1280
+        // pages (the kernel, asking for ra_pages, would read 16_384).
+        assert_eq!(w, win(100_128, 1280, 1280, Pattern::Marker, false));
+        // With the kernel's read-around (ar = ra_pages) it is ra_pages.
+        let k = full(16_384, 1_000_000);
+        let mut st = RaState {
+            prev: Some(5),
+            ..RaState::default()
+        };
+        let first = on_miss(&mut st, &k, 100_000, &BTreeSet::new());
+        let mut cache: BTreeSet<u64> = first.pages().collect();
+        let other = on_miss(&mut st, &k, 500_000, &cache);
+        cache.extend(other.pages());
+        let w = on_hit(&mut st, &k, first.marker().unwrap(), true, &cache).unwrap();
+        assert_eq!((w.size, w.pattern), (16_384, Pattern::Marker));
     }
 
     #[test]
@@ -1487,8 +1537,11 @@ mod tests {
             "{w:?} {p:?}"
         );
         assert!(w.size <= p.ra_pages.max(1), "{w:?} {p:?}");
-        if w.pattern == Pattern::Around {
-            assert!(w.size <= p.around_pages.clamp(1, p.ra_pages), "{w:?} {p:?}");
+        if w.pattern == Pattern::Around && p.mode == Mode::Full {
+            assert!(
+                w.size <= p.around_pages.min(p.ra_pages).max(1),
+                "{w:?} {p:?}"
+            );
         }
         assert!(w.async_size <= w.size, "{w:?}");
         if let Some(m) = w.marker() {

@@ -311,7 +311,9 @@ pub trait Store: Send + Sync + 'static {
     /// not `ra_pages` (the kernel's choice, and the default: `None`). A
     /// remote store, whose readahead window is tens of MiB, asks for less
     /// (see `policy::readahead`, "Read-around on a remote store"). At most
-    /// the mapping's `ra_pages` is used.
+    /// the mapping's `ra_pages` is used. A store that wraps another should
+    /// forward this with `ra_pages`: else a remote store's 64 MiB window is
+    /// read around every random miss.
     fn around_pages(&self) -> Option<u64> {
         None
     }

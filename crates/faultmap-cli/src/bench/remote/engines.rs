@@ -57,7 +57,7 @@ pub struct Target<'a> {
     pub proxy: &'a Proxy,
     /// Every store's proxy: all must be quiet before a run starts.
     pub proxies: [&'a Proxy; 2],
-    /// The first-byte latency the proxy adds.
+    /// The largest first-byte latency any proxy adds in this run.
     pub latency: Duration,
     /// The object's name in the HTTP root and in the bucket.
     pub name: &'a str,
@@ -139,14 +139,14 @@ fn counted(target: &Target<'_>, f: impl FnOnce() -> Result<(f64, u64, u64)>) -> 
 }
 
 /// Waits until every proxy has been quiet for 100 ms plus twice the
-/// first-byte `latency` (a request the proxy holds that long shows no
+/// largest first-byte `latency` (a request a proxy holds that long shows no
 /// progress meanwhile): reads a previous run left in flight (a dropped
 /// pager's, or a FUSE daemon's readahead, which goes on downloading
 /// hundreds of MiB after its run ended, on either store) end before the
-/// next run starts, so no run shares the link and the CPUs with another's
-/// leftovers. After 60 s it says so and goes on.
+/// next run starts, so no run shares the link with another's leftovers.
+/// After 60 s it says so and goes on.
 fn quiesce(proxies: &[&Proxy], latency: Duration) {
-    let quiet = Duration::from_millis(100) + 2 * latency;
+    let quiet = Duration::from_millis(100).saturating_add(latency.saturating_mul(2));
     let stats = || proxies.iter().map(|p| p.stats()).collect::<Vec<_>>();
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(60) {

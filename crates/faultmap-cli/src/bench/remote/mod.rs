@@ -152,11 +152,13 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
         }
     }
     let mut cells = grid::cells(&o.workloads, threads_of, &columns);
+    // A run waits for both proxies to be quiet over this latency.
+    let max_latency = Duration::from_millis(o.latencies_ms.iter().copied().max().unwrap_or(0));
     // raw-get's best request size and depth, per store and latency.
     let mut raw = BTreeMap::new();
     if o.workloads.contains(&Access::Seq) {
         for c in columns.iter().filter(|c| c.engine == Engine::RawGet) {
-            let target = target(&setup, c);
+            let target = target(&setup, c, max_latency);
             raw.insert((c.store, c.latency_ms), best_raw_get(&target)?);
         }
     }
@@ -164,7 +166,7 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
     let mut checksums = Checksums::new();
     grid::measure(&mut cells, Repetitions::Fixed(o.repetitions), |key, _| {
         let c = key.column;
-        let target = target(&setup, &c);
+        let target = target(&setup, &c, max_latency);
         let plan = &plans[&(key.workload, key.threads)];
         let mut sample = match c.engine {
             Engine::RawGet if key.workload != Access::Seq => return Ok(None),
@@ -244,7 +246,7 @@ fn columns(o: &RemoteOptions, setup: &setup::Setup) -> Vec<RemoteColumn> {
 }
 
 /// Column `c`'s object, its proxy set to the column's latency.
-fn target<'a>(setup: &'a setup::Setup, c: &RemoteColumn) -> Target<'a> {
+fn target<'a>(setup: &'a setup::Setup, c: &RemoteColumn, max_latency: Duration) -> Target<'a> {
     let proxy = setup.proxy(c.store);
     proxy
         .faults()
@@ -253,7 +255,7 @@ fn target<'a>(setup: &'a setup::Setup, c: &RemoteColumn) -> Target<'a> {
         kind: c.store,
         proxy,
         proxies: [&setup.http_proxy, &setup.s3_proxy],
-        latency: Duration::from_millis(c.latency_ms),
+        latency: max_latency,
         name: &setup.name,
         bucket: setup.bucket(),
         len: setup.len,
