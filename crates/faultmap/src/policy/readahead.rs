@@ -1265,35 +1265,30 @@ mod tests {
 
     #[test]
     fn someone_elses_marker_grows_from_the_read_around_window() {
-        // A 1 MiB read-around at 100_000 (marker at 100_064), then a miss
-        // elsewhere takes the state: the marker is no longer the state's.
-        let p = Params {
+        // A read-around at 100_000, then a miss elsewhere takes the state:
+        // the first window's marker is no longer the state's. The window
+        // its hit starts:
+        let marker_window = |p: &Params| {
+            let mut st = RaState {
+                prev: Some(5),
+                ..RaState::default()
+            };
+            let first = on_miss(&mut st, p, 100_000, &BTreeSet::new());
+            let mut cache: BTreeSet<u64> = first.pages().collect();
+            let other = on_miss(&mut st, p, 500_000, &cache);
+            cache.extend(other.pages());
+            on_hit(&mut st, p, first.marker().unwrap(), true, &cache).unwrap()
+        };
+        // A 1 MiB read-around (marker at 100_064): from the gap after it,
+        // next_size(64 + 256) = 1280 pages, not ra_pages.
+        let remote = Params {
             around_pages: 256,
             ..full(16_384, 1_000_000)
         };
-        let mut st = RaState {
-            prev: Some(5),
-            ..RaState::default()
-        };
-        let first = on_miss(&mut st, &p, 100_000, &BTreeSet::new());
-        let mut cache: BTreeSet<u64> = first.pages().collect();
-        let other = on_miss(&mut st, &p, 500_000, &cache);
-        cache.extend(other.pages());
-        let w = on_hit(&mut st, &p, first.marker().unwrap(), true, &cache).unwrap();
-        // From the gap after the first window: next_size(64 + 256) = 1280
-        // pages (the kernel, asking for ra_pages, would read 16_384).
+        let w = marker_window(&remote);
         assert_eq!(w, win(100_128, 1280, 1280, Pattern::Marker, false));
         // With the kernel's read-around (ar = ra_pages) it is ra_pages.
-        let k = full(16_384, 1_000_000);
-        let mut st = RaState {
-            prev: Some(5),
-            ..RaState::default()
-        };
-        let first = on_miss(&mut st, &k, 100_000, &BTreeSet::new());
-        let mut cache: BTreeSet<u64> = first.pages().collect();
-        let other = on_miss(&mut st, &k, 500_000, &cache);
-        cache.extend(other.pages());
-        let w = on_hit(&mut st, &k, first.marker().unwrap(), true, &cache).unwrap();
+        let w = marker_window(&full(16_384, 1_000_000));
         assert_eq!((w.size, w.pattern), (16_384, Pattern::Marker));
     }
 
