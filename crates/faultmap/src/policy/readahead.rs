@@ -214,6 +214,11 @@
 //!
 //! # Known inaccuracies and deviations
 //!
+//! - **Read-around window.** Under [`Mode::Full`] a random miss reads
+//!   `around_pages` (the kernel: `ra_pages`), and a marker that is not the
+//!   state's own asks for `around_pages` (the kernel: `ra_pages`). Both are
+//!   the kernel's when a store does not ask for less; see "Read-around on a
+//!   remote store".
 //! - **`prev`** is the last page of the run of pages the previous fault
 //!   mapped around the faulting page (its fault-around run's end), not the
 //!   faulting page itself, and is set by every fault (6.12 no longer updates `prev_pos` from faults at
@@ -335,9 +340,11 @@ pub struct RaState {
 pub struct Params {
     /// The largest window (`ra_pages`); 0 disables readahead.
     pub ra_pages: u64,
-    /// The read-around window (the kernel's is `ra_pages`; a remote
-    /// store's is smaller, see "Read-around on a remote store"). Taken as
-    /// `1..=ra_pages`.
+    /// The read-around window under [`Mode::Full`], and the request of a
+    /// window at a marker that is not the state's own (the kernel's is
+    /// `ra_pages`; a remote store's is smaller, see "Read-around on a remote
+    /// store"). Taken as `1..=ra_pages`. [`Mode::AroundOnly`] reads
+    /// `ra_pages`.
     pub around_pages: u64,
     /// The object's length in pages (windows are clipped to it).
     pub object_pages: u64,

@@ -206,10 +206,11 @@ pub struct RemoteTuning {
     /// a link of a few GB/s busy across a 20 ms first-byte latency). The
     /// memory budget, when there is one, shrinks it.
     pub readahead_bytes: u64,
-    /// The window read around a random miss, in bytes (default 1 MiB:
-    /// about a millisecond of transfer against a round trip of tens of
-    /// milliseconds; a stream that starts there ramps up to
-    /// `readahead_bytes`).
+    /// The window read around a random miss under full readahead, in bytes
+    /// (default 1 MiB: about a millisecond of transfer against a round trip
+    /// of tens of milliseconds; a stream that starts there ramps up to
+    /// `readahead_bytes`). Read-around alone (`ReadaheadMode::AroundOnly`)
+    /// reads `readahead_bytes` around every miss.
     pub around_bytes: u64,
     /// How long one request may take, connecting included (default 30 s).
     pub request_timeout: Duration,
