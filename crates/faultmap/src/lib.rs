@@ -97,6 +97,7 @@ pub mod sys;
 
 pub mod measure;
 
+pub use api::errno::errno_of;
 pub use api::object::{IntoObject, InvalidateError, Object};
 pub use api::pager::{
     Access, Advice, MapError, Mapping, MappingMut, Pager, PagerError, ReadOnly, ReadWrite,

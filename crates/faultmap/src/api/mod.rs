@@ -4,10 +4,13 @@
 //!   flusher threads), mapping and its safety contract, the handler
 //!   threads' loop, and the lifetimes that bound shutdown;
 //! - `object`: the counted handle to an object, with invalidation, flush,
-//!   statistics and the error log.
+//!   statistics and the error log;
+//! - `errno`: the error number an error stands for, for the C and Python
+//!   bindings.
 //!
 //! Layer rule: the top. It builds the pager's `Core` for [`crate::mm`] and
 //! owns the threads; nothing below imports it.
 
+pub(crate) mod errno;
 pub(crate) mod object;
 pub(crate) mod pager;

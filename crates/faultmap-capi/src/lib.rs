@@ -1,0 +1,526 @@
+//! faultmap's C API: `libfaultmap.so` and `libfaultmap.a`, declared in
+//! `include/faultmap.h` (generated from this file by cbindgen; a test fails
+//! when the header in the repository is stale).
+//!
+//! A small, C-style surface over [`fm::Pager`] and [`fm::Mapping`]:
+//! opaque handles (`fm_pager`, `fm_mapping`) created and freed by the
+//! library, plain structs for the configuration and the statistics, and
+//! errno-style results:
+//!
+//! - a function that returns a pointer returns NULL on failure; one that
+//!   returns an `int` returns 0 or a negative `errno` (`-ENOENT`, ...),
+//!   the number [`fm::errno_of`] gives for faultmap's error;
+//! - every failure sets this thread's last error, read with
+//!   [`fm_last_error`] (faultmap's message and its causes, never a
+//!   credential: the library's errors hold none) and [`fm_last_errno`];
+//! - a NULL argument is an error (`-EINVAL`, or NULL), never a crash; no
+//!   Rust panic crosses the boundary (each entry point catches it and
+//!   fails with `-EIO`/NULL and the panic's message).
+//!
+//! Freeing: [`fm_unmap`] a mapping, [`fm_pager_free`] a pager, each once.
+//! A mapping keeps its pager's threads alive, so the pager may be freed
+//! first.
+
+#![allow(non_camel_case_types)]
+
+use std::cell::RefCell;
+use std::error::Error;
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use fm::{
+    Advice, Config, Delivery, FileStore, MapOptions, Mapping, MappingMut, Pager, ReadaheadMode,
+    Stats,
+};
+
+/// `fm_map` flag: map read-write (a local file only); writes go back to
+/// the file on `fm_flush` and in the background.
+pub const FM_WRITABLE: c_int = 1;
+/// `fm_map` flag: read-around only (no sequential readahead).
+pub const FM_READAHEAD_AROUND: c_int = 2;
+/// `fm_map` flag: no readahead: a miss reads its page alone.
+pub const FM_READAHEAD_OFF: c_int = 4;
+
+/// `fm_config.delivery`: faultmap's default (the faulting thread's own
+/// SIGBUS handler serves its fault).
+pub const FM_DELIVERY_DEFAULT: c_int = 0;
+/// `fm_config.delivery`: the faulting thread's SIGBUS handler.
+pub const FM_DELIVERY_SIGNAL: c_int = 1;
+/// `fm_config.delivery`: handler threads read fault messages; the
+/// kernel's own accesses (`write(fd, ptr, n)` from a mapping) then wait for
+/// the page instead of failing with `EFAULT`.
+pub const FM_DELIVERY_HANDLER: c_int = 2;
+
+/// `fm_advise`: `MADV_NORMAL`.
+pub const FM_ADVICE_NORMAL: c_int = 0;
+/// `fm_advise`: `MADV_SEQUENTIAL`.
+pub const FM_ADVICE_SEQUENTIAL: c_int = 1;
+/// `fm_advise`: `MADV_RANDOM`.
+pub const FM_ADVICE_RANDOM: c_int = 2;
+/// `fm_advise`: `MADV_WILLNEED` (start reading the range now).
+pub const FM_ADVICE_WILLNEED: c_int = 3;
+/// `fm_advise`: `MADV_DONTNEED`.
+pub const FM_ADVICE_DONTNEED: c_int = 4;
+
+/// A pager's settings; zero in a field means faultmap's default.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct fm_config {
+    /// The most bytes of cache the pager's objects may hold; 0: no budget.
+    pub memory_budget: u64,
+    /// I/O threads; 0: the default.
+    pub io_threads: u32,
+    /// `FM_DELIVERY_*`.
+    pub delivery: c_int,
+}
+
+/// A mapping's fault and I/O counters (the names of faultmap's `Stats`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct fm_stats {
+    /// Faults served.
+    pub pgfault: u64,
+    /// Faults that waited for the store.
+    pub pgmajfault: u64,
+    /// Pages mapped by fault-around.
+    pub pgfault_around: u64,
+    /// Store requests.
+    pub io_count: u64,
+    /// Bytes read from the store.
+    pub io_bytes: u64,
+    /// Reads that failed after their retries.
+    pub io_errors: u64,
+    /// Reads tried again.
+    pub io_retries: u64,
+    /// Reads given up by the watchdog.
+    pub io_timeouts: u64,
+    /// Pages evicted under the memory budget.
+    pub evicted: u64,
+    /// Pages read again soon after their eviction.
+    pub refault: u64,
+    /// First writes to clean pages.
+    pub write_faults: u64,
+    /// Pages written back to the store.
+    pub written_back: u64,
+}
+
+/// A pager: its userfaultfd and threads (opaque).
+pub struct fm_pager {
+    pager: Pager,
+}
+
+/// A mapping of an object (opaque).
+pub struct fm_mapping {
+    map: Map,
+}
+
+enum Map {
+    Read(Mapping),
+    Write(MappingMut),
+}
+
+thread_local! {
+    /// This thread's last failure: its errno and its message.
+    static LAST_ERROR: RefCell<(c_int, CString)> = RefCell::new((0, CString::default()));
+}
+
+/// Sets this thread's last error.
+fn set_error(errno: c_int, message: &str) {
+    let text = CString::new(message.replace('\0', "?")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = (errno, text));
+}
+
+/// Fails with `errno` and `message`: returns `-errno`.
+fn fail(errno: c_int, message: &str) -> c_int {
+    set_error(errno, message);
+    -errno
+}
+
+/// Fails with faultmap's error `e`: its message and causes, its number.
+fn fail_with(e: &(dyn Error + 'static)) -> c_int {
+    fail(fm::errno_of(e), &error_text(e))
+}
+
+/// An error and its causes, `": "`-joined (a cause already in its
+/// parent's message is left out).
+fn error_text(e: &(dyn Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        next = cause.source();
+    }
+    text
+}
+
+/// Runs `f`, turning a panic into a failure (`on_panic`, with the
+/// panic's message as the last error).
+fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_string());
+        set_error(libc::EIO, &format!("faultmap failed inside: {what}"));
+        on_panic
+    })
+}
+
+/// `[offset, offset + length)` of a mapping of `len` bytes (`length` 0:
+/// to the end), or `-EINVAL`.
+fn byte_range(offset: u64, length: u64, len: usize) -> Result<Range<usize>, c_int> {
+    let len64 = len as u64;
+    let end = if length == 0 {
+        Some(len64)
+    } else {
+        offset.checked_add(length)
+    };
+    match end {
+        Some(end) if offset <= end && end <= len64 => Ok(offset as usize..end as usize),
+        _ => Err(fail(
+            libc::EINVAL,
+            &format!("bytes {offset} + {length} are outside the mapping's {len}"),
+        )),
+    }
+}
+
+/// A new pager with `config` (NULL: every default); NULL on failure (see
+/// `fm_last_error`). Free it with `fm_pager_free`.
+///
+/// # Safety
+///
+/// `config` is NULL or points to a valid `fm_config`.
+#[no_mangle]
+pub unsafe extern "C" fn fm_pager_new(config: *const fm_config) -> *mut fm_pager {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: NULL or a valid fm_config (this function's contract).
+        let c = unsafe { config.as_ref() }.copied().unwrap_or_default();
+        let mut cfg = Config::default();
+        if c.memory_budget > 0 {
+            cfg = cfg.memory_budget(c.memory_budget);
+        }
+        if c.io_threads > 0 {
+            cfg = cfg.io_threads(c.io_threads as usize);
+        }
+        cfg = match c.delivery {
+            FM_DELIVERY_DEFAULT => cfg,
+            FM_DELIVERY_SIGNAL => cfg.delivery(Delivery::Signal),
+            FM_DELIVERY_HANDLER => cfg.delivery(Delivery::Handler),
+            other => {
+                fail(libc::EINVAL, &format!("unknown delivery {other}"));
+                return std::ptr::null_mut();
+            }
+        };
+        match Pager::new(cfg) {
+            Ok(pager) => Box::into_raw(Box::new(fm_pager { pager })),
+            Err(e) => {
+                fail_with(&e);
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// Maps `length` bytes (0: to the end) of the object at `path_or_url` (a
+/// local path, `http(s)://` or `s3://`) from byte `offset`, with `flags`
+/// (`FM_WRITABLE`, `FM_READAHEAD_*`); NULL on failure (see
+/// `fm_last_error`). Free it with `fm_unmap`.
+///
+/// # Safety
+///
+/// `pager` is NULL or a live pager from `fm_pager_new`; `path_or_url` is
+/// NULL or a NUL-terminated string. And, as for kernel `mmap` of a file,
+/// for as long as the mapping lives: the object's bytes do not change
+/// (faultmap may drop a page and read it again; a remote object's version
+/// is pinned at open, so it cannot), and no one writes the mapped bytes
+/// through another mapping of the same object while this one's are read.
+#[no_mangle]
+pub unsafe extern "C" fn fm_map(
+    pager: *mut fm_pager,
+    path_or_url: *const c_char,
+    offset: u64,
+    length: u64,
+    flags: c_int,
+) -> *mut fm_mapping {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: NULL or a live pager (this function's contract).
+        let Some(pager) = (unsafe { pager.as_ref() }) else {
+            fail(libc::EINVAL, "fm_map: the pager is NULL");
+            return std::ptr::null_mut();
+        };
+        if path_or_url.is_null() {
+            fail(libc::EINVAL, "fm_map: the path is NULL");
+            return std::ptr::null_mut();
+        }
+        // SAFETY: non-NULL and NUL-terminated (this function's contract).
+        let Ok(target) = unsafe { CStr::from_ptr(path_or_url) }.to_str() else {
+            fail(libc::EINVAL, "fm_map: the path is not UTF-8");
+            return std::ptr::null_mut();
+        };
+        match map(&pager.pager, target, offset, length, flags) {
+            Ok(map) => Box::into_raw(Box::new(fm_mapping { map })),
+            Err(_) => std::ptr::null_mut(),
+        }
+    })
+}
+
+/// [`fm_map`] past its pointers; the error is set on `Err`.
+fn map(pager: &Pager, target: &str, offset: u64, length: u64, flags: c_int) -> Result<Map, c_int> {
+    let known = FM_WRITABLE | FM_READAHEAD_AROUND | FM_READAHEAD_OFF;
+    if flags & !known != 0 {
+        return Err(fail(
+            libc::EINVAL,
+            &format!("fm_map: unknown flags {flags:#x}"),
+        ));
+    }
+    let mode = match (
+        flags & FM_READAHEAD_AROUND != 0,
+        flags & FM_READAHEAD_OFF != 0,
+    ) {
+        (false, false) => ReadaheadMode::Full,
+        (true, false) => ReadaheadMode::AroundOnly,
+        (false, true) => ReadaheadMode::Off,
+        (true, true) => {
+            return Err(fail(
+                libc::EINVAL,
+                "fm_map: FM_READAHEAD_AROUND and FM_READAHEAD_OFF together",
+            ))
+        }
+    };
+    let mut opts = MapOptions::new().offset(offset).readahead(mode);
+    if length > 0 {
+        opts = opts.len(length);
+    }
+    if flags & FM_WRITABLE != 0 {
+        if target.contains("://") {
+            return Err(fail(
+                libc::EROFS,
+                &format!("{target}: only a local file can be mapped writable"),
+            ));
+        }
+        let store = FileStore::open_rw(target).map_err(|e| fail_with(&e))?;
+        // SAFETY: the C caller keeps `fm_map`'s contract (its # Safety),
+        // which is `map_mut`'s.
+        let map = unsafe { pager.map_mut(store, opts) }.map_err(|e| fail_with(&e))?;
+        return Ok(Map::Write(map));
+    }
+    let store = fm::open_url(target).map_err(|e| fail_with(&e))?;
+    // SAFETY: the C caller keeps `fm_map`'s contract (its # Safety), which
+    // is `map`'s.
+    let map = unsafe { pager.map(store, opts) }.map_err(|e| fail_with(&e))?;
+    Ok(Map::Read(map))
+}
+
+/// The mapping's first byte (NULL if `m` is NULL). Reading it is reading
+/// the object; with `FM_WRITABLE` it may be written too.
+///
+/// # Safety
+///
+/// `m` is NULL or a live mapping from `fm_map`.
+#[no_mangle]
+pub unsafe extern "C" fn fm_mapping_ptr(m: *const fm_mapping) -> *const u8 {
+    // SAFETY: NULL or a live mapping (this function's contract).
+    match unsafe { m.as_ref() } {
+        Some(m) => match &m.map {
+            Map::Read(map) => map.as_ptr(),
+            Map::Write(map) => map.as_ptr(),
+        },
+        None => {
+            fail(libc::EINVAL, "fm_mapping_ptr: the mapping is NULL");
+            std::ptr::null()
+        }
+    }
+}
+
+/// The mapping's length in bytes (0 if `m` is NULL).
+///
+/// # Safety
+///
+/// `m` is NULL or a live mapping from `fm_map`.
+#[no_mangle]
+pub unsafe extern "C" fn fm_mapping_len(m: *const fm_mapping) -> usize {
+    // SAFETY: NULL or a live mapping (this function's contract).
+    match unsafe { m.as_ref() } {
+        Some(m) => match &m.map {
+            Map::Read(map) => map.len(),
+            Map::Write(map) => map.len(),
+        },
+        None => {
+            fail(libc::EINVAL, "fm_mapping_len: the mapping is NULL");
+            0
+        }
+    }
+}
+
+/// Fills `out` with the mapping's counters; 0, or `-EINVAL` for a NULL
+/// argument.
+///
+/// # Safety
+///
+/// `m` is NULL or a live mapping from `fm_map`; `out` is NULL or points to
+/// writable memory for one `fm_stats`.
+#[no_mangle]
+pub unsafe extern "C" fn fm_mapping_stats(m: *const fm_mapping, out: *mut fm_stats) -> c_int {
+    guard(-libc::EIO, || {
+        // SAFETY: NULL or a live mapping (this function's contract).
+        let Some(m) = (unsafe { m.as_ref() }) else {
+            return fail(libc::EINVAL, "fm_mapping_stats: the mapping is NULL");
+        };
+        if out.is_null() {
+            return fail(libc::EINVAL, "fm_mapping_stats: out is NULL");
+        }
+        let s: Stats = match &m.map {
+            Map::Read(map) => map.stats(),
+            Map::Write(map) => map.stats(),
+        };
+        let stats = fm_stats {
+            pgfault: s.pgfault,
+            pgmajfault: s.pgmajfault,
+            pgfault_around: s.pgfault_around,
+            io_count: s.io_count,
+            io_bytes: s.io_bytes,
+            io_errors: s.io_errors,
+            io_retries: s.io_retries,
+            io_timeouts: s.io_timeouts,
+            evicted: s.evicted,
+            refault: s.refault,
+            write_faults: s.write_faults,
+            written_back: s.written_back,
+        };
+        // SAFETY: non-NULL and writable for one fm_stats (this function's
+        // contract); `write` needs no initialised value there.
+        unsafe { out.write(stats) };
+        0
+    })
+}
+
+/// Writes the dirty pages of bytes `[offset, offset + length)` (`length`
+/// 0: to the end) back to the file and waits (`msync(MS_SYNC)`); 0 or a
+/// negative errno (`-EBADF` for a read-only mapping).
+///
+/// # Safety
+///
+/// `m` is NULL or a live mapping from `fm_map`.
+#[no_mangle]
+pub unsafe extern "C" fn fm_flush(m: *mut fm_mapping, offset: u64, length: u64) -> c_int {
+    guard(-libc::EIO, || {
+        // SAFETY: NULL or a live mapping (this function's contract).
+        let Some(m) = (unsafe { m.as_ref() }) else {
+            return fail(libc::EINVAL, "fm_flush: the mapping is NULL");
+        };
+        let Map::Write(map) = &m.map else {
+            return fail(libc::EBADF, "fm_flush: the mapping is read-only");
+        };
+        let range = match byte_range(offset, length, map.len()) {
+            Ok(r) => r,
+            Err(code) => return code,
+        };
+        match map.flush(range) {
+            Ok(_) => 0,
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
+/// Advises on bytes `[offset, offset + length)` (`length` 0: to the end),
+/// as `madvise` does (`FM_ADVICE_*`); 0 or a negative errno.
+///
+/// # Safety
+///
+/// `m` is NULL or a live mapping from `fm_map`.
+#[no_mangle]
+pub unsafe extern "C" fn fm_advise(
+    m: *mut fm_mapping,
+    advice: c_int,
+    offset: u64,
+    length: u64,
+) -> c_int {
+    guard(-libc::EIO, || {
+        // SAFETY: NULL or a live mapping (this function's contract).
+        let Some(m) = (unsafe { m.as_ref() }) else {
+            return fail(libc::EINVAL, "fm_advise: the mapping is NULL");
+        };
+        let advice = match advice {
+            FM_ADVICE_NORMAL => Advice::Normal,
+            FM_ADVICE_SEQUENTIAL => Advice::Sequential,
+            FM_ADVICE_RANDOM => Advice::Random,
+            FM_ADVICE_WILLNEED => Advice::WillNeed,
+            FM_ADVICE_DONTNEED => Advice::DontNeed,
+            other => return fail(libc::EINVAL, &format!("fm_advise: unknown advice {other}")),
+        };
+        let len = match &m.map {
+            Map::Read(map) => map.len(),
+            Map::Write(map) => map.len(),
+        };
+        let range = match byte_range(offset, length, len) {
+            Ok(r) => r,
+            Err(code) => return code,
+        };
+        let done = match &m.map {
+            Map::Read(map) => map.advise(advice, range),
+            Map::Write(map) => map.advise(advice, range),
+        };
+        match done {
+            Ok(()) => 0,
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
+/// Unmaps and frees `m` (a writable mapping's dirty pages are written back
+/// first). NULL is a no-op.
+///
+/// # Safety
+///
+/// `m` is NULL or a live mapping from `fm_map`, not used again after this
+/// call (nor any pointer into it).
+#[no_mangle]
+pub unsafe extern "C" fn fm_unmap(m: *mut fm_mapping) {
+    if m.is_null() {
+        return;
+    }
+    guard((), || {
+        // SAFETY: a live mapping from `fm_map` (Box::into_raw), given up by
+        // the caller (this function's contract).
+        drop(unsafe { Box::from_raw(m) });
+    });
+}
+
+/// Frees `pager`. Its mappings stay usable until they are unmapped. NULL is
+/// a no-op.
+///
+/// # Safety
+///
+/// `pager` is NULL or a live pager from `fm_pager_new`, not used again
+/// after this call.
+#[no_mangle]
+pub unsafe extern "C" fn fm_pager_free(pager: *mut fm_pager) {
+    if pager.is_null() {
+        return;
+    }
+    guard((), || {
+        // SAFETY: a live pager from `fm_pager_new` (Box::into_raw), given up
+        // by the caller (this function's contract).
+        drop(unsafe { Box::from_raw(pager) });
+    });
+}
+
+/// This thread's last error message ("" if none yet). The text stays
+/// valid until the next failing `fm_` call on this thread.
+#[no_mangle]
+pub extern "C" fn fm_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().1.as_ptr())
+}
+
+/// The (positive) errno of this thread's last failure, 0 if none yet: the
+/// reason a function that returns NULL failed (`ENOENT`, `EISDIR`, ...).
+#[no_mangle]
+pub extern "C" fn fm_last_errno() -> c_int {
+    LAST_ERROR.with(|e| e.borrow().0)
+}

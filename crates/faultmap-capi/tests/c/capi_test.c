@@ -1,0 +1,164 @@
+/* The C API from C: maps a file and checks its bytes against read(2),
+ * writes through a writable mapping and reads the file back, and checks
+ * that every misuse is an error code with a message, never a crash.
+ * Built and run by scripts/test-all (see scripts/c-tests):
+ *
+ *   capi_test SCRATCH_DIR
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "faultmap.h"
+
+static int failures = 0;
+
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            failures++;                                                    \
+            fprintf(stderr, "FAILED %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fprintf(stderr, " (last error: %s)\n", fm_last_error());       \
+        }                                                                  \
+    } while (0)
+
+/* Writes `len` pattern bytes to `path`; returns them (malloc'd). */
+static uint8_t *make_file(const char *path, size_t len) {
+    uint8_t *data = malloc(len ? len : 1);
+    uint64_t x = 0x9E3779B97F4A7C15u;
+    for (size_t i = 0; i < len; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        data[i] = (uint8_t)x;
+    }
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    if (fd < 0 || write(fd, data, len) != (ssize_t)len) {
+        perror(path);
+        exit(2);
+    }
+    close(fd);
+    return data;
+}
+
+static void read_file(const char *path, uint8_t *out, size_t len) {
+    int fd = open(path, O_RDONLY);
+    size_t got = 0;
+    while (fd >= 0 && got < len) {
+        ssize_t n = read(fd, out + got, len - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    if (fd >= 0)
+        close(fd);
+    if (got != len) {
+        fprintf(stderr, "reading %s back: %zu of %zu bytes\n", path, got, len);
+        exit(2);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s SCRATCH_DIR\n", argv[0]);
+        return 2;
+    }
+    char path[4096], missing[4096];
+    snprintf(path, sizeof path, "%s/capi-data.bin", argv[1]);
+    snprintf(missing, sizeof missing, "%s/no-such-file", argv[1]);
+    const size_t len = 3 * 1024 * 1024 + 4097; /* not a whole page */
+    uint8_t *data = make_file(path, len);
+
+    fm_config config = {0};
+    config.memory_budget = 0;
+    fm_pager *pager = fm_pager_new(&config);
+    CHECK(pager != NULL, "fm_pager_new");
+    if (!pager)
+        return 1;
+
+    /* Read-only: every byte, the whole file and a part of it. */
+    fm_mapping *m = fm_map(pager, path, 0, 0, 0);
+    CHECK(m != NULL, "fm_map %s", path);
+    if (m) {
+        CHECK(fm_mapping_len(m) == len, "len %zu", fm_mapping_len(m));
+        CHECK(memcmp(fm_mapping_ptr(m), data, len) == 0, "the bytes differ");
+        fm_stats stats;
+        CHECK(fm_mapping_stats(m, &stats) == 0, "fm_mapping_stats");
+        CHECK(stats.pgfault > 0 && stats.io_bytes >= len, "pgfault %llu io_bytes %llu",
+              (unsigned long long)stats.pgfault, (unsigned long long)stats.io_bytes);
+        CHECK(fm_advise(m, FM_ADVICE_WILLNEED, 4096, 8192) == 0, "fm_advise");
+        CHECK(fm_advise(m, 99, 0, 0) == -EINVAL, "an unknown advice");
+        CHECK(fm_advise(m, FM_ADVICE_NORMAL, len, 1) == -EINVAL, "a range past the end");
+        CHECK(fm_flush(m, 0, 0) == -EBADF, "fm_flush of a read-only mapping");
+        fm_unmap(m);
+    }
+    fm_mapping *part = fm_map(pager, path, 5000, 10000, FM_READAHEAD_OFF);
+    CHECK(part != NULL && fm_mapping_len(part) == 10000, "a part of the file");
+    if (part) {
+        CHECK(memcmp(fm_mapping_ptr(part), data + 5000, 10000) == 0, "the part's bytes differ");
+        fm_unmap(part);
+    }
+
+    /* Writable: write, flush, read the file back. */
+    fm_mapping *w = fm_map(pager, path, 0, 0, FM_WRITABLE);
+    CHECK(w != NULL, "fm_map writable");
+    if (w) {
+        uint8_t *p = (uint8_t *)fm_mapping_ptr(w);
+        memcpy(p + 100, "faultmap", 8);
+        memcpy(data + 100, "faultmap", 8);
+        p[len - 1] = 0x5A;
+        data[len - 1] = 0x5A;
+        CHECK(fm_flush(w, 0, 0) == 0, "fm_flush");
+        uint8_t *back = malloc(len);
+        read_file(path, back, len);
+        CHECK(memcmp(back, data, len) == 0, "the file after fm_flush differs");
+        free(back);
+        fm_unmap(w);
+    }
+
+    /* Errors: codes and messages, never a crash. */
+    CHECK(fm_map(pager, missing, 0, 0, 0) == NULL && fm_last_errno() == ENOENT,
+          "a missing file: errno %d", fm_last_errno());
+    CHECK(strstr(fm_last_error(), "no-such-file") != NULL, "the message names the file");
+    CHECK(fm_map(pager, argv[1], 0, 0, 0) == NULL && fm_last_errno() == EISDIR,
+          "a directory: errno %d", fm_last_errno());
+    CHECK(fm_map(pager, path, 0, 0, 0x100) == NULL && fm_last_errno() == EINVAL, "bad flags");
+    CHECK(fm_map(pager, path, 0, 0, FM_READAHEAD_AROUND | FM_READAHEAD_OFF) == NULL,
+          "two readahead modes");
+    CHECK(fm_map(pager, "s3://bucket/key", 0, 0, FM_WRITABLE) == NULL &&
+              fm_last_errno() == EROFS,
+          "a writable remote object: errno %d", fm_last_errno());
+    CHECK(fm_map(pager, "gopher://example.invalid/x", 0, 0, 0) == NULL &&
+              fm_last_errno() == EINVAL,
+          "an unknown scheme: errno %d", fm_last_errno());
+    CHECK(fm_map(NULL, path, 0, 0, 0) == NULL && fm_last_errno() == EINVAL, "a NULL pager");
+    CHECK(fm_map(pager, NULL, 0, 0, 0) == NULL && fm_last_errno() == EINVAL, "a NULL path");
+    CHECK(fm_mapping_ptr(NULL) == NULL && fm_mapping_len(NULL) == 0, "a NULL mapping");
+    CHECK(fm_mapping_stats(NULL, NULL) == -EINVAL, "fm_mapping_stats(NULL)");
+    CHECK(fm_flush(NULL, 0, 0) == -EINVAL && fm_advise(NULL, 0, 0, 0) == -EINVAL,
+          "NULL mappings");
+    fm_config bad = {0};
+    bad.delivery = 7;
+    CHECK(fm_pager_new(&bad) == NULL && fm_last_errno() == EINVAL, "an unknown delivery");
+    fm_unmap(NULL);
+    fm_pager_free(NULL);
+
+    /* A mapping outlives its pager's handle. */
+    fm_mapping *last = fm_map(pager, path, 0, 0, 0);
+    fm_pager_free(pager);
+    CHECK(last != NULL && memcmp(fm_mapping_ptr(last), data, len) == 0,
+          "a mapping after fm_pager_free");
+    fm_unmap(last);
+
+    free(data);
+    unlink(path);
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("capi_test: every check passed\n");
+    return 0;
+}

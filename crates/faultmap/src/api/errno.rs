@@ -1,0 +1,127 @@
+//! The `errno` a faultmap error stands for, for bindings that speak in
+//! error numbers (the C API's negative return codes, Python's `OSError`
+//! subclasses).
+//!
+//! The first operating-system error in the error's source chain wins (a
+//! missing file is `ENOENT`, a denied one `EACCES`, as `open(2)` says);
+//! faultmap's own typed errors that carry none map to the nearest number:
+//! a directory is `EISDIR`, a remote object that does not exist `ENOENT`,
+//! a bad argument `EINVAL`, and anything else `EIO`.
+
+use std::error::Error;
+use std::io;
+
+use crate::store::StoreError;
+use crate::{ConfigError, MapError};
+
+/// The error number `err` stands for (positive, as in `errno`).
+pub fn errno_of(err: &(dyn Error + 'static)) -> i32 {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(n) = typed(e) {
+            return n;
+        }
+        if let Some(os) = e
+            .downcast_ref::<io::Error>()
+            .and_then(io::Error::raw_os_error)
+        {
+            return os;
+        }
+        next = e.source();
+    }
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<io::Error>() {
+            return from_kind(io.kind());
+        }
+        next = e.source();
+    }
+    libc::EIO
+}
+
+/// The number of one of faultmap's typed errors that says more than its
+/// source would, if it is one.
+fn typed(e: &(dyn Error + 'static)) -> Option<i32> {
+    if e.downcast_ref::<ConfigError>().is_some() {
+        return Some(libc::EINVAL);
+    }
+    if let Some(m) = e.downcast_ref::<MapError>() {
+        return match m {
+            MapError::ReadOnlyStore { .. } => Some(libc::EROFS),
+            MapError::Options(_) => Some(libc::EINVAL),
+            // Transparent: their `source` is the inner error's source,
+            // which would skip the inner error itself.
+            MapError::Store(inner) => Some(errno_of(inner)),
+            MapError::Cache(inner) => Some(errno_of(inner)),
+            _ => None,
+        };
+    }
+    let s = e.downcast_ref::<StoreError>()?;
+    Some(match s {
+        StoreError::NotAFile { kind, .. } if *kind == "directory" => libc::EISDIR,
+        StoreError::NotAFile { .. } | StoreError::PseudoFile { .. } => libc::EINVAL,
+        StoreError::UnknownSize { .. } => libc::EINVAL,
+        StoreError::OutOfRange { .. } => libc::EINVAL,
+        StoreError::ReadOnly { .. } => libc::EROFS,
+        #[cfg(not(loom))]
+        StoreError::Remote { kind, .. } => remote(kind),
+        _ => return None,
+    })
+}
+
+#[cfg(not(loom))]
+fn remote(kind: &crate::RemoteErrorKind) -> i32 {
+    use crate::RemoteErrorKind as K;
+    match kind {
+        K::BadUrl(_) => libc::EINVAL,
+        K::NotFound | K::NoSuchBucket => libc::ENOENT,
+        K::AccessDenied => libc::EACCES,
+        K::ConnectionRefused => libc::ECONNREFUSED,
+        K::Dns => libc::EHOSTUNREACH,
+        K::Tls => libc::EPROTO,
+        K::Timeout => libc::ETIMEDOUT,
+        K::RangesNotSupported => libc::EOPNOTSUPP,
+        K::Changed => libc::ESTALE,
+        K::Throttled => libc::EAGAIN,
+        K::ServerError | K::Transfer | K::Other => libc::EIO,
+    }
+}
+
+/// The number of an I/O error that carries no OS error.
+fn from_kind(kind: io::ErrorKind) -> i32 {
+    use io::ErrorKind as K;
+    match kind {
+        K::NotFound => libc::ENOENT,
+        K::PermissionDenied => libc::EACCES,
+        K::InvalidInput | K::InvalidData => libc::EINVAL,
+        K::TimedOut => libc::ETIMEDOUT,
+        K::ConnectionRefused => libc::ECONNREFUSED,
+        K::UnexpectedEof => libc::EIO,
+        K::OutOfMemory => libc::ENOMEM,
+        K::Unsupported => libc::EOPNOTSUPP,
+        _ => libc::EIO,
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::FileStore;
+
+    #[test]
+    fn open_errors_give_the_os_number_and_typed_ones_theirs() {
+        let missing = FileStore::open("/nonexistent/faultmap-errno").unwrap_err();
+        assert_eq!(errno_of(&missing), libc::ENOENT);
+        let dir = FileStore::open("/").unwrap_err();
+        assert_eq!(errno_of(&dir), libc::EISDIR);
+        let map: MapError = dir.into();
+        assert_eq!(errno_of(&map), libc::EISDIR);
+        let Err(bad) = crate::open_url("gopher://example.invalid/x") else {
+            panic!("a gopher URL opened");
+        };
+        assert_eq!(errno_of(&bad), libc::EINVAL);
+        let plain = io::Error::new(io::ErrorKind::PermissionDenied, "no");
+        assert_eq!(errno_of(&plain), libc::EACCES);
+        assert_eq!(errno_of(&io::Error::other("?")), libc::EIO);
+    }
+}
