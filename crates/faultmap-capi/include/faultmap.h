@@ -9,84 +9,144 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// `fm_map` flag: map read-write (a local file only); writes go back to
-// the file on `fm_flush` and in the background.
+/**
+ * `fm_map` flag: map read-write (a local file only); writes go back to
+ * the file on `fm_flush` and in the background.
+ */
 #define FM_WRITABLE 1
 
-// `fm_map` flag: read-around only (no sequential readahead).
+/**
+ * `fm_map` flag: read-around only (no sequential readahead).
+ */
 #define FM_READAHEAD_AROUND 2
 
-// `fm_map` flag: no readahead: a miss reads its page alone.
+/**
+ * `fm_map` flag: no readahead: a miss reads its page alone.
+ */
 #define FM_READAHEAD_OFF 4
 
-// `fm_config.delivery`: faultmap's default (the faulting thread's own
-// SIGBUS handler serves its fault).
+/**
+ * `fm_config.delivery`: faultmap's default (the faulting thread's own
+ * SIGBUS handler serves its fault).
+ */
 #define FM_DELIVERY_DEFAULT 0
 
-// `fm_config.delivery`: the faulting thread's SIGBUS handler.
+/**
+ * `fm_config.delivery`: the faulting thread's SIGBUS handler.
+ */
 #define FM_DELIVERY_SIGNAL 1
 
-// `fm_config.delivery`: handler threads read fault messages; the
-// kernel's own accesses (`write(fd, ptr, n)` from a mapping) then wait for
-// the page instead of failing with `EFAULT`.
+/**
+ * `fm_config.delivery`: handler threads read fault messages; the
+ * kernel's own accesses (`write(fd, ptr, n)` from a mapping) then wait for
+ * the page instead of failing with `EFAULT`.
+ */
 #define FM_DELIVERY_HANDLER 2
 
-// `fm_advise`: `MADV_NORMAL`.
+/**
+ * `fm_advise`: `MADV_NORMAL`.
+ */
 #define FM_ADVICE_NORMAL 0
 
-// `fm_advise`: `MADV_SEQUENTIAL`.
+/**
+ * `fm_advise`: `MADV_SEQUENTIAL`.
+ */
 #define FM_ADVICE_SEQUENTIAL 1
 
-// `fm_advise`: `MADV_RANDOM`.
+/**
+ * `fm_advise`: `MADV_RANDOM`.
+ */
 #define FM_ADVICE_RANDOM 2
 
-// `fm_advise`: `MADV_WILLNEED` (start reading the range now).
+/**
+ * `fm_advise`: `MADV_WILLNEED` (start reading the range now).
+ */
 #define FM_ADVICE_WILLNEED 3
 
-// `fm_advise`: `MADV_DONTNEED`.
+/**
+ * `fm_advise`: `MADV_DONTNEED`.
+ */
 #define FM_ADVICE_DONTNEED 4
 
-// A mapping of an object (opaque).
+/**
+ * A mapping of an object (opaque).
+ */
 typedef struct fm_mapping fm_mapping;
 
-// A pager: its userfaultfd and threads (opaque).
+/**
+ * A pager: its userfaultfd and threads (opaque).
+ */
 typedef struct fm_pager fm_pager;
 
-// A pager's settings; zero in a field means faultmap's default.
-typedef struct {
-  // The most bytes of cache the pager's objects may hold; 0: no budget.
+/**
+ * A pager's settings; zero in a field means faultmap's default.
+ */
+typedef struct fm_config {
+  /**
+   * The most bytes of cache the pager's objects may hold; 0: no budget.
+   */
   uint64_t memory_budget;
-  // I/O threads; 0: the default.
+  /**
+   * I/O threads; 0: the default.
+   */
   uint32_t io_threads;
-  // `FM_DELIVERY_*`.
+  /**
+   * `FM_DELIVERY_*`.
+   */
   int delivery;
 } fm_config;
 
-// A mapping's fault and I/O counters (the names of faultmap's `Stats`).
-typedef struct {
-  // Faults served.
+/**
+ * A mapping's fault and I/O counters (the names of faultmap's `Stats`).
+ */
+typedef struct fm_stats {
+  /**
+   * Faults served.
+   */
   uint64_t pgfault;
-  // Faults that waited for the store.
+  /**
+   * Faults that waited for the store.
+   */
   uint64_t pgmajfault;
-  // Pages mapped by fault-around.
+  /**
+   * Pages mapped by fault-around.
+   */
   uint64_t pgfault_around;
-  // Store requests.
+  /**
+   * Store requests.
+   */
   uint64_t io_count;
-  // Bytes read from the store.
+  /**
+   * Bytes read from the store.
+   */
   uint64_t io_bytes;
-  // Reads that failed after their retries.
+  /**
+   * Reads that failed after their retries.
+   */
   uint64_t io_errors;
-  // Reads tried again.
+  /**
+   * Reads tried again.
+   */
   uint64_t io_retries;
-  // Reads given up by the watchdog.
+  /**
+   * Reads given up by the watchdog.
+   */
   uint64_t io_timeouts;
-  // Pages evicted under the memory budget.
+  /**
+   * Pages evicted under the memory budget.
+   */
   uint64_t evicted;
-  // Pages read again soon after their eviction.
+  /**
+   * Pages read again soon after their eviction.
+   */
   uint64_t refault;
-  // First writes to clean pages.
+  /**
+   * First writes to clean pages.
+   */
   uint64_t write_faults;
-  // Pages written back to the store.
+  /**
+   * Pages written back to the store.
+   */
   uint64_t written_back;
 } fm_stats;
 
@@ -94,98 +154,124 @@ typedef struct {
 extern "C" {
 #endif // __cplusplus
 
-// A new pager with `config` (NULL: every default); NULL on failure (see
-// `fm_last_error`). Free it with `fm_pager_free`.
-//
-// # Safety
-//
-// `config` is NULL or points to a valid `fm_config`.
-fm_pager *fm_pager_new(const fm_config *config);
+/**
+ * A new pager with `config` (NULL: every default); NULL on failure (see
+ * `fm_last_error`). Free it with `fm_pager_free`.
+ *
+ * # Safety
+ *
+ * `config` is NULL or points to a valid `fm_config`.
+ */
+struct fm_pager *fm_pager_new(const struct fm_config *config);
 
-// Maps `length` bytes (0: to the end) of the object at `path_or_url` (a
-// local path, `http(s)://` or `s3://`) from byte `offset`, with `flags`
-// (`FM_WRITABLE`, `FM_READAHEAD_*`); NULL on failure (see
-// `fm_last_error`). Free it with `fm_unmap`.
-//
-// # Safety
-//
-// `pager` is NULL or a live pager from `fm_pager_new`; `path_or_url` is
-// NULL or a NUL-terminated string. And, as for kernel `mmap` of a file,
-// for as long as the mapping lives: the object's bytes do not change
-// (faultmap may drop a page and read it again; a remote object's version
-// is pinned at open, so it cannot), and no one writes the mapped bytes
-// through another mapping of the same object while this one's are read.
-fm_mapping *fm_map(fm_pager *pager,
-                   const char *path_or_url,
-                   uint64_t offset,
-                   uint64_t length,
-                   int flags);
+/**
+ * Maps `length` bytes (0: to the end) of the object at `path_or_url` (a
+ * local path, `http(s)://` or `s3://`) from byte `offset`, with `flags`
+ * (`FM_WRITABLE`, `FM_READAHEAD_*`); NULL on failure (see
+ * `fm_last_error`). Free it with `fm_unmap`.
+ *
+ * # Safety
+ *
+ * `pager` is NULL or a live pager from `fm_pager_new`; `path_or_url` is
+ * NULL or a NUL-terminated string. And, as for kernel `mmap` of a file,
+ * for as long as the mapping lives: the object's bytes do not change
+ * (faultmap may drop a page and read it again; a remote object's version
+ * is pinned at open, so it cannot), and no one writes the mapped bytes
+ * through another mapping of the same object while this one's are read.
+ */
+struct fm_mapping *fm_map(struct fm_pager *pager,
+                          const char *path_or_url,
+                          uint64_t offset,
+                          uint64_t length,
+                          int flags);
 
-// The mapping's first byte (NULL if `m` is NULL). Reading it is reading
-// the object; with `FM_WRITABLE` it may be written too.
-//
-// # Safety
-//
-// `m` is NULL or a live mapping from `fm_map`.
-const uint8_t *fm_mapping_ptr(const fm_mapping *m);
+/**
+ * The mapping's first byte (NULL if `m` is NULL). Reading it is reading
+ * the object; with `FM_WRITABLE` it may be written too.
+ *
+ * # Safety
+ *
+ * `m` is NULL or a live mapping from `fm_map`.
+ */
+const uint8_t *fm_mapping_ptr(const struct fm_mapping *m);
 
-// The mapping's length in bytes (0 if `m` is NULL).
-//
-// # Safety
-//
-// `m` is NULL or a live mapping from `fm_map`.
-size_t fm_mapping_len(const fm_mapping *m);
+/**
+ * The mapping's length in bytes (0 if `m` is NULL).
+ *
+ * # Safety
+ *
+ * `m` is NULL or a live mapping from `fm_map`.
+ */
+size_t fm_mapping_len(const struct fm_mapping *m);
 
-// Fills `out` with the mapping's counters; 0, or `-EINVAL` for a NULL
-// argument.
-//
-// # Safety
-//
-// `m` is NULL or a live mapping from `fm_map`; `out` is NULL or points to
-// writable memory for one `fm_stats`.
-int fm_mapping_stats(const fm_mapping *m, fm_stats *out);
+/**
+ * Fills `out` with the mapping's counters; 0, or `-EINVAL` for a NULL
+ * argument.
+ *
+ * # Safety
+ *
+ * `m` is NULL or a live mapping from `fm_map`; `out` is NULL or points to
+ * writable memory for one `fm_stats`.
+ */
+int fm_mapping_stats(const struct fm_mapping *m, struct fm_stats *out);
 
-// Writes the dirty pages of bytes `[offset, offset + length)` (`length`
-// 0: to the end) back to the file and waits (`msync(MS_SYNC)`); 0 or a
-// negative errno (`-EBADF` for a read-only mapping).
-//
-// # Safety
-//
-// `m` is NULL or a live mapping from `fm_map`.
-int fm_flush(fm_mapping *m, uint64_t offset, uint64_t length);
+/**
+ * Writes the dirty pages of bytes `[offset, offset + length)` (`length`
+ * 0: to the end) back to the file and waits (`msync(MS_SYNC)`); 0 or a
+ * negative errno (`-EBADF` for a read-only mapping).
+ *
+ * # Safety
+ *
+ * `m` is NULL or a live mapping from `fm_map`.
+ */
+int fm_flush(struct fm_mapping *m, uint64_t offset, uint64_t length);
 
-// Advises on bytes `[offset, offset + length)` (`length` 0: to the end),
-// as `madvise` does (`FM_ADVICE_*`); 0 or a negative errno.
-//
-// # Safety
-//
-// `m` is NULL or a live mapping from `fm_map`.
-int fm_advise(fm_mapping *m, int advice, uint64_t offset, uint64_t length);
+/**
+ * Advises on bytes `[offset, offset + length)` (`length` 0: to the end),
+ * as `madvise` does (`FM_ADVICE_*`); 0 or a negative errno.
+ *
+ * # Safety
+ *
+ * `m` is NULL or a live mapping from `fm_map`.
+ */
+int fm_advise(struct fm_mapping *m, int advice, uint64_t offset, uint64_t length);
 
-// Unmaps and frees `m` (a writable mapping's dirty pages are written back
-// first). NULL is a no-op.
-//
-// # Safety
-//
-// `m` is NULL or a live mapping from `fm_map`, not used again after this
-// call (nor any pointer into it).
-void fm_unmap(fm_mapping *m);
+/**
+ * Unmaps and frees `m`. A writable mapping's dirty pages are written back
+ * on the way, as well as they can be within the pager's I/O timeout, with
+ * no result: call `fm_flush` first to know that they were. NULL is a
+ * no-op.
+ *
+ * # Safety
+ *
+ * `m` is NULL or a live mapping from `fm_map`, not used again after this
+ * call (nor any pointer into it).
+ */
+void fm_unmap(struct fm_mapping *m);
 
-// Frees `pager`. Its mappings stay usable until they are unmapped. NULL is
-// a no-op.
-//
-// # Safety
-//
-// `pager` is NULL or a live pager from `fm_pager_new`, not used again
-// after this call.
-void fm_pager_free(fm_pager *pager);
+/**
+ * Frees `pager`. Its mappings stay usable until they are unmapped. NULL is
+ * a no-op.
+ *
+ * # Safety
+ *
+ * `pager` is NULL or a live pager from `fm_pager_new`, not used again
+ * after this call.
+ */
+void fm_pager_free(struct fm_pager *pager);
 
-// This thread's last error message ("" if none yet). The text stays
-// valid until the next failing `fm_` call on this thread.
+/**
+ * This thread's last error message ("" if none yet), at most 1023
+ * bytes. The pointer stays valid while the thread lives; the text is
+ * replaced by the next failing `fm_` call on this thread (copy it before
+ * making another).
+ */
 const char *fm_last_error(void);
 
-// The (positive) errno of this thread's last failure, 0 if none yet: the
-// reason a function that returns NULL failed (`ENOENT`, `EISDIR`, ...).
+/**
+ * The (positive) errno of this thread's last failure, 0 if none yet: the
+ * reason a function that returns NULL failed (`ENOENT`, `EISDIR`, ...).
+ */
 int fm_last_errno(void);
 
 #ifdef __cplusplus

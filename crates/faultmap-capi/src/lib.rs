@@ -19,13 +19,25 @@
 //!
 //! Freeing: [`fm_unmap`] a mapping, [`fm_pager_free`] a pager, each once.
 //! A mapping keeps its pager's threads alive, so the pager may be freed
-//! first.
+//! first. Handles may be used from any thread.
+//!
+//! What a C program must know about faults (as for kernel `mmap`): a page
+//! the store fails to read raises SIGBUS at the access; with the default
+//! delivery faultmap serves faults in a SIGBUS handler of its own, so a
+//! program must not block SIGBUS in threads that touch mappings, and a
+//! SIGBUS handler installed later must pass on the signals it does not
+//! own.
+//!
+//! Linking: `-lfaultmap` against `libfaultmap.so`; the static
+//! `libfaultmap.a` also needs `-lpthread -ldl -lm -lrt -lutil -lgcc_s`.
+//! The shared library also exports the `crc_fast_*` functions of a
+//! dependency (the `crc-fast` crate, through `object_store`).
 
 #![allow(non_camel_case_types)]
 
 use std::cell::RefCell;
 use std::error::Error;
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int, CStr};
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -120,15 +132,44 @@ enum Map {
     Write(MappingMut),
 }
 
-thread_local! {
-    /// This thread's last failure: its errno and its message.
-    static LAST_ERROR: RefCell<(c_int, CString)> = RefCell::new((0, CString::default()));
+/// The longest last-error message kept, terminating NUL included.
+const MESSAGE_BYTES: usize = 1024;
+
+/// One thread's last failure: its errno and its message, NUL-terminated,
+/// in place, so a pointer to it stays valid while the thread lives.
+struct LastError {
+    errno: c_int,
+    message: [u8; MESSAGE_BYTES],
 }
 
-/// Sets this thread's last error.
+thread_local! {
+    static LAST_ERROR: RefCell<LastError> = const {
+        RefCell::new(LastError { errno: 0, message: [0; MESSAGE_BYTES] })
+    };
+}
+
+/// Sets this thread's last error (nothing once the thread's storage is
+/// gone: a call from a thread-exit destructor).
 fn set_error(errno: c_int, message: &str) {
-    let text = CString::new(message.replace('\0', "?")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = (errno, text));
+    // Cut at a character boundary, leaving room for the NUL.
+    let mut end = message.len().min(MESSAGE_BYTES - 1);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let _ = LAST_ERROR.try_with(|e| {
+        if let Ok(mut e) = e.try_borrow_mut() {
+            e.errno = errno;
+            let bytes = &message.as_bytes()[..end];
+            e.message[..end].copy_from_slice(bytes);
+            e.message[end] = 0;
+            // A NUL inside the message would end it early: none is.
+            for b in &mut e.message[..end] {
+                if *b == 0 {
+                    *b = b'?';
+                }
+            }
+        }
+    });
 }
 
 /// Fails with `errno` and `message`: returns `-errno`.
@@ -298,11 +339,14 @@ fn map(pager: &Pager, target: &str, offset: u64, length: u64, flags: c_int) -> R
         opts = opts.len(length);
     }
     if flags & FM_WRITABLE != 0 {
-        if target.contains("://") {
-            return Err(fail(
-                libc::EROFS,
-                &format!("{target}: only a local file can be mapped writable"),
-            ));
+        if let Some((scheme, _)) = target.split_once("://") {
+            let remote = ["http", "https", "s3"].contains(&scheme.to_ascii_lowercase().as_str());
+            let (errno, why) = if remote {
+                (libc::EROFS, "a remote object cannot be mapped writable")
+            } else {
+                (libc::EINVAL, "FM_WRITABLE takes a local path, not a URL")
+            };
+            return Err(fail(errno, &format!("{scheme}:// with FM_WRITABLE: {why}")));
         }
         let store = FileStore::open_rw(target).map_err(|e| fail_with(&e))?;
         // SAFETY: the C caller keeps `fm_map`'s contract (its # Safety),
@@ -473,8 +517,10 @@ pub unsafe extern "C" fn fm_advise(
     })
 }
 
-/// Unmaps and frees `m` (a writable mapping's dirty pages are written back
-/// first). NULL is a no-op.
+/// Unmaps and frees `m`. A writable mapping's dirty pages are written back
+/// on the way, as well as they can be within the pager's I/O timeout, with
+/// no result: call `fm_flush` first to know that they were. NULL is a
+/// no-op.
 ///
 /// # Safety
 ///
@@ -511,16 +557,28 @@ pub unsafe extern "C" fn fm_pager_free(pager: *mut fm_pager) {
     });
 }
 
-/// This thread's last error message ("" if none yet). The text stays
-/// valid until the next failing `fm_` call on this thread.
+/// This thread's last error message ("" if none yet), at most 1023
+/// bytes. The pointer stays valid while the thread lives; the text is
+/// replaced by the next failing `fm_` call on this thread (copy it before
+/// making another).
 #[no_mangle]
 pub extern "C" fn fm_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().1.as_ptr())
+    static NONE: [u8; 1] = [0];
+    LAST_ERROR
+        .try_with(|e| e.as_ptr().cast_const())
+        // SAFETY: the RefCell's value lives in this thread's storage, which
+        // `try_with` just found alive; the pointer is to its message array
+        // (no reference is kept), which stays where it is until the thread
+        // ends. `set_error` writes it only through `borrow_mut`.
+        .map(|cell| unsafe { std::ptr::addr_of!((*cell).message) }.cast::<c_char>())
+        .unwrap_or(NONE.as_ptr().cast())
 }
 
 /// The (positive) errno of this thread's last failure, 0 if none yet: the
 /// reason a function that returns NULL failed (`ENOENT`, `EISDIR`, ...).
 #[no_mangle]
 pub extern "C" fn fm_last_errno() -> c_int {
-    LAST_ERROR.with(|e| e.borrow().0)
+    LAST_ERROR
+        .try_with(|e| e.try_borrow().map_or(0, |e| e.errno))
+        .unwrap_or(0)
 }

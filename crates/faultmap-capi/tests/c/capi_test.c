@@ -126,8 +126,11 @@ int main(int argc, char **argv) {
     CHECK(fm_map(pager, argv[1], 0, 0, 0) == NULL && fm_last_errno() == EISDIR,
           "a directory: errno %d", fm_last_errno());
     CHECK(fm_map(pager, path, 0, 0, 0x100) == NULL && fm_last_errno() == EINVAL, "bad flags");
-    CHECK(fm_map(pager, path, 0, 0, FM_READAHEAD_AROUND | FM_READAHEAD_OFF) == NULL,
+    CHECK(fm_map(pager, path, 0, 0, FM_READAHEAD_AROUND | FM_READAHEAD_OFF) == NULL &&
+              fm_last_errno() == EINVAL,
           "two readahead modes");
+    CHECK(fm_map(pager, path, len + 1, 0, 0) == NULL && fm_last_errno() == EINVAL,
+          "an offset past the end: errno %d", fm_last_errno());
     CHECK(fm_map(pager, "s3://bucket/key", 0, 0, FM_WRITABLE) == NULL &&
               fm_last_errno() == EROFS,
           "a writable remote object: errno %d", fm_last_errno());
@@ -143,6 +146,14 @@ int main(int argc, char **argv) {
     fm_config bad = {0};
     bad.delivery = 7;
     CHECK(fm_pager_new(&bad) == NULL && fm_last_errno() == EINVAL, "an unknown delivery");
+    bad.delivery = 0;
+    bad.memory_budget = 1;
+    CHECK(fm_pager_new(&bad) == NULL && fm_last_errno() == EINVAL,
+          "a budget below the minimum: errno %d", fm_last_errno());
+    /* The message pointer stays valid, and is replaced in place. */
+    const char *msg = fm_last_error();
+    fm_flush(NULL, 0, 0);
+    CHECK(strstr(msg, "NULL") != NULL, "the message is the newest: %s", msg);
     fm_unmap(NULL);
     fm_pager_free(NULL);
 

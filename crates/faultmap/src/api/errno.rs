@@ -6,13 +6,17 @@
 //! missing file is `ENOENT`, a denied one `EACCES`, as `open(2)` says);
 //! faultmap's own typed errors that carry none map to the nearest number:
 //! a directory is `EISDIR`, a remote object that does not exist `ENOENT`,
-//! a bad argument `EINVAL`, and anything else `EIO`.
+//! a bad argument or setting `EINVAL`, a kernel without a needed feature
+//! `ENOSYS`, an object too large to cache `EFBIG`, and anything else `EIO`.
+//! Errors marked `#[error(transparent)]` (`MapError::Store`, `PagerError::Config`,
+//! ...) hand their inner error's *source* to `source()`, skipping the inner
+//! error itself, so they are looked into here.
 
 use std::error::Error;
 use std::io;
 
 use crate::store::StoreError;
-use crate::{ConfigError, MapError};
+use crate::{CacheError, ConfigError, MapError, PagerError};
 
 /// The error number `err` stands for (positive, as in `errno`).
 pub fn errno_of(err: &(dyn Error + 'static)) -> i32 {
@@ -45,10 +49,21 @@ fn typed(e: &(dyn Error + 'static)) -> Option<i32> {
     if e.downcast_ref::<ConfigError>().is_some() {
         return Some(libc::EINVAL);
     }
+    if let Some(p) = e.downcast_ref::<PagerError>() {
+        return match p {
+            PagerError::Config(_) => Some(libc::EINVAL),
+            PagerError::MissingFeature { .. } | PagerError::PageSize => Some(libc::ENOSYS),
+            _ => None,
+        };
+    }
+    if let Some(CacheError::TooLarge { .. }) = e.downcast_ref::<CacheError>() {
+        return Some(libc::EFBIG);
+    }
     if let Some(m) = e.downcast_ref::<MapError>() {
         return match m {
             MapError::ReadOnlyStore { .. } => Some(libc::EROFS),
             MapError::Options(_) => Some(libc::EINVAL),
+            MapError::MissingIoctl { .. } => Some(libc::ENOSYS),
             // Transparent: their `source` is the inner error's source,
             // which would skip the inner error itself.
             MapError::Store(inner) => Some(errno_of(inner)),
@@ -123,5 +138,9 @@ mod tests {
         let plain = io::Error::new(io::ErrorKind::PermissionDenied, "no");
         assert_eq!(errno_of(&plain), libc::EACCES);
         assert_eq!(errno_of(&io::Error::other("?")), libc::EIO);
+        let config = crate::Pager::new(crate::Config::default().io_threads(100_000)).unwrap_err();
+        assert_eq!(errno_of(&config), libc::EINVAL);
+        let huge = crate::cache::Cache::new("huge", u64::MAX).err().unwrap();
+        assert_eq!(errno_of(&huge), libc::EFBIG);
     }
 }

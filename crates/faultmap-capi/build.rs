@@ -1,0 +1,5 @@
+//! Link settings of `libfaultmap.so`: its SONAME.
+
+fn main() {
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libfaultmap.so");
+}
