@@ -28,10 +28,9 @@
 //! SIGBUS handler installed later must pass on the signals it does not
 //! own.
 //!
-//! Linking: `-lfaultmap` against `libfaultmap.so`; the static
-//! `libfaultmap.a` also needs `-lpthread -ldl -lm -lrt -lutil -lgcc_s`.
-//! The shared library also exports the `crc_fast_*` functions of a
-//! dependency (the `crc-fast` crate, through `object_store`).
+//! Linking: `-lfaultmap` against `libfaultmap.so`, which exports the
+//! `fm_*` functions alone (`build.rs`); the static `libfaultmap.a` also
+//! needs `-lpthread -ldl -lm -lrt -lutil -lgcc_s`.
 
 #![allow(non_camel_case_types)]
 
@@ -180,23 +179,7 @@ fn fail(errno: c_int, message: &str) -> c_int {
 
 /// Fails with faultmap's error `e`: its message and causes, its number.
 fn fail_with(e: &(dyn Error + 'static)) -> c_int {
-    fail(fm::errno_of(e), &error_text(e))
-}
-
-/// An error and its causes, `": "`-joined (a cause already in its
-/// parent's message is left out).
-fn error_text(e: &(dyn Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        let part = cause.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        next = cause.source();
-    }
-    text
+    fail(fm::errno_of(e), &fm::error_text(e))
 }
 
 /// Runs `f`, turning a panic into a failure (`on_panic`, with the

@@ -103,7 +103,7 @@ pub use api::pager::{
     Access, Advice, MapError, Mapping, MappingMut, Pager, PagerError, ReadOnly, ReadWrite,
 };
 pub use base::config::{Config, ConfigError, Delivery, MapOptions, RegionLookup, MIN_BUDGET};
-pub use base::report::{IoErrorKind, IoErrorReport, LOG_CAPACITY};
+pub use base::report::{error_text, IoErrorKind, IoErrorReport, LOG_CAPACITY};
 pub use base::stats::{RaRow, RaStats, Stats};
 pub use cache::CacheError;
 pub use mm::evict::Memory;

@@ -49,6 +49,7 @@ use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt};
 
 use super::{check_range, ReadBuf, ReadDone, StoreError};
+use crate::base::report::error_text;
 
 /// What went wrong with a remote object, for [`StoreError::Remote`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -499,7 +500,7 @@ impl Failure {
                 StoreError::Remote {
                     url: url.to_string(),
                     kind,
-                    source: Some(io::Error::other(secrets.scrub(&chain(&e)))),
+                    source: Some(io::Error::other(secrets.scrub(&error_text(&e)))),
                 }
             }
             Failure::Mismatch(kind, detail) => StoreError::Remote {
@@ -582,28 +583,13 @@ fn check_pin(pin: &ObjectMeta, got: &ObjectMeta) -> Result<(), Failure> {
     }
 }
 
-/// An error and its sources, as one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !out.contains(&s_text) {
-            out.push_str(": ");
-            out.push_str(&s_text);
-        }
-        source = s.source();
-    }
-    out
-}
-
 /// What kind of failure `e` is: typed first (the client's variants, an
 /// `io::Error` in the chain), then by the words of the chain (DNS and TLS
 /// failures reach us only as text through `reqwest` and `hyper`).
 pub(crate) fn classify(e: &object_store::Error) -> RemoteErrorKind {
     use object_store::Error as E;
     match e {
-        E::NotFound { .. } if chain(e).contains("NoSuchBucket") => {
+        E::NotFound { .. } if error_text(e).contains("NoSuchBucket") => {
             return RemoteErrorKind::NoSuchBucket
         }
         E::NotFound { .. } => return RemoteErrorKind::NotFound,
@@ -611,7 +597,7 @@ pub(crate) fn classify(e: &object_store::Error) -> RemoteErrorKind {
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => {
             return RemoteErrorKind::AccessDenied
         }
-        E::NotSupported { .. } if chain(e).contains("Range") => {
+        E::NotSupported { .. } if error_text(e).contains("Range") => {
             return RemoteErrorKind::RangesNotSupported
         }
         _ => {}
@@ -640,7 +626,7 @@ pub(crate) fn classify(e: &object_store::Error) -> RemoteErrorKind {
         }
         source = s.source();
     }
-    let text = chain(e);
+    let text = error_text(e);
     if let Some(status) = status_code(&text) {
         return match status {
             401 | 403 => RemoteErrorKind::AccessDenied,
@@ -743,7 +729,7 @@ fn classify_open(
     e: object_store::Error,
 ) -> StoreError {
     let mut kind = classify(&e);
-    let mut detail = chain(&e);
+    let mut detail = error_text(&e);
     if kind == RemoteErrorKind::NotFound {
         let (c, p) = (client.clone(), path.clone());
         let options = GetOptions {
@@ -754,7 +740,7 @@ fn classify_open(
             let again = classify(&get);
             if again == RemoteErrorKind::NoSuchBucket {
                 kind = again;
-                detail = chain(&get);
+                detail = error_text(&get);
             }
         }
     }
