@@ -327,6 +327,46 @@ fn moved(delivery: Delivery, name: &str) {
 
 both_deliveries!(moved: an_mremap_destination_keeps_being_served_signal, an_mremap_destination_keeps_being_served_handler);
 
+const MOVED_AT_ONCE_OK: &str = "moved-at-once: every move served";
+
+fn moved_and_touched_at_once(delivery: Delivery, name: &str) {
+    // The application's mremap returns once a pager thread has *read* the
+    // REMAP event, before the successor at the destination is published:
+    // a touch right after it must wait for that, not be taken for a SIGBUS
+    // that is not faultmap's (which would end the process). Many moves,
+    // each touched at once, to meet that window. In a child process, as
+    // `moved`.
+    if !is_child(name) {
+        let end = run_child(name, Duration::from_secs(120));
+        assert!(
+            end.status.is_some_and(|s| s.success()) && end.stdout.contains(MOVED_AT_ONCE_OK),
+            "{end:?}"
+        );
+        return;
+    }
+    let data = pattern(8 * PAGE, 957);
+    let pager = pager(delivery);
+    for round in 0..3000 {
+        let map = pager
+            .map_trusted(
+                MemStore::new("moved-at-once", data.clone()),
+                MapOptions::new(),
+            )
+            .unwrap();
+        let (addr, _) = range_of(&map);
+        let dest = mremap_away(addr + 4 * PAGE, 4 * PAGE);
+        assert_eq!(
+            read_at(dest + 1),
+            data[4 * PAGE + 1],
+            "{delivery:?}: round {round}"
+        );
+        drop(map);
+    }
+    println!("{MOVED_AT_ONCE_OK}");
+}
+
+both_deliveries!(moved_and_touched_at_once: an_mremap_destination_touched_at_once_is_served_signal, an_mremap_destination_touched_at_once_is_served_handler);
+
 fn forked(delivery: Delivery, name: &str) {
     // Mappings are MADV_DONTFORK: a forked child has no such range.
     if is_child(name) {

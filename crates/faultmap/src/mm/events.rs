@@ -50,7 +50,11 @@
 //!    lock (which this handler holds, so it then finds the successor), or
 //!    the successor; never nothing, which with signal delivery would chain
 //!    the SIGBUS to the previous handler and, by default, kill the
-//!    process. The region is disowned (its drop neither unregisters nor
+//!    process. A fault at an `mremap` destination may come before the
+//!    successor there is published (the application's `mremap` returned
+//!    when the event was read): finding nothing, the SIGBUS handler waits
+//!    for the table's lock, which this handler holds until it is, and
+//!    looks again (`crate::mm::signal`). The region is disowned (its drop neither unregisters nor
 //!    unmaps what is at its old range now) and forgotten by its object (no
 //!    eviction or invalidation `MADV_DONTNEED` touches that range again).
 //! 4. **A moved writable part** had its PTEs moved by the kernel before

@@ -8,7 +8,9 @@
 //!
 //! 1. looks the address up speculatively in the region table
 //!    (`crate::mm::space`, an SRCU read section: no lock, no allocation);
-//!    an address no signal-delivery pager maps is not ours;
+//!    an address no signal-delivery pager maps is not ours, once the
+//!    table's lock has been waited for (an `mremap` destination is served
+//!    before its region is published: the lock's holder is publishing it);
 //! 2. on a plain hit (the page UPTODATE, no readahead marker) pins and maps
 //!    the fault-around window with `UFFDIO_CONTINUE` and returns: the
 //!    access runs again and finds its page ([`crate::mm::fault::fast`]);
@@ -382,6 +384,7 @@ fn resolve(addr: HostAddr) -> Outcome {
     };
     let page_addr = addr.page_down();
     let mut retry = false;
+    let mut waited = false;
     loop {
         // The pager's request array, found inside the read section and used
         // after it: the pager's `Core` (which owns it) lives as long as any
@@ -417,6 +420,18 @@ fn resolve(addr: HostAddr) -> Outcome {
                 Some(requests) => Arc::as_ptr(requests),
                 None => return Outcome::NotOurs,
             },
+            // No region here, yet. An mremap destination is ours before
+            // its successor is published: the application's mremap
+            // returns once a pager thread has *read* its REMAP event, and
+            // that thread holds the table's lock until it has published
+            // the successor (`crate::mm::events`). Wait for the lock once,
+            // as the classic path does, and look again; still nothing:
+            // not ours.
+            Speculated::None if !waited => {
+                drop(table.lock());
+                waited = true;
+                continue;
+            }
             Speculated::None => return Outcome::NotOurs,
         };
         // SAFETY: see above: the Core that owns the requests outlives every
