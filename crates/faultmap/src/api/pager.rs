@@ -790,6 +790,7 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
         // Read under the table's lock, events handled before it goes: see
         // `crate::mm::events`.
         let table = RegionTable::get().lock();
+        let reading = table.reading_events();
         let n = sys::uffd_read(&core.uffd, msgs).unwrap_or(0);
         for msg in msgs[..n]
             .iter()
@@ -797,6 +798,7 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
         {
             events::handle(&table, core, msg);
         }
+        drop(reading);
         drop(table);
         for msg in msgs[..n]
             .iter()

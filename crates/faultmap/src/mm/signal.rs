@@ -8,9 +8,10 @@
 //!
 //! 1. looks the address up speculatively in the region table
 //!    (`crate::mm::space`, an SRCU read section: no lock, no allocation);
-//!    an address no signal-delivery pager maps is not ours, once the
-//!    table's lock has been waited for (an `mremap` destination is served
-//!    before its region is published: the lock's holder is publishing it);
+//!    an address no signal-delivery pager maps is not ours, once it has
+//!    been looked up again after any userfaultfd events in flight (an
+//!    `mremap` destination is served before its region is published: the
+//!    pager thread handling the event holds the table's lock until it is);
 //! 2. on a plain hit (the page UPTODATE, no readahead marker) pins and maps
 //!    the fault-around window with `UFFDIO_CONTINUE` and returns: the
 //!    access runs again and finds its page ([`crate::mm::fault::fast`]);
@@ -43,8 +44,9 @@
 //! `sigaction` and `raise`: all async-signal-safe. No allocation (page-state
 //! chunks are only ever allocated on the miss path, on pager threads, from
 //! `crate::cache::pool`), no lock (but the benchmark-only global cache lock, and the
-//! table's lock with `RegionLookup::Classic`: see `classic` for why that one
-//! is safe here), no thread-local storage, no panic (slices are indexed
+//! table's lock with `RegionLookup::Classic`, or for an address with no
+//! region while a pager thread handles userfaultfd events: see `classic`
+//! for why that one is safe here), no thread-local storage, no panic (slices are indexed
 //! with `get`; the arithmetic cannot overflow on addresses inside a
 //! region).
 //!
@@ -423,12 +425,18 @@ fn resolve(addr: HostAddr) -> Outcome {
             // No region here, yet. An mremap destination is ours before
             // its successor is published: the application's mremap
             // returns once a pager thread has *read* its REMAP event, and
-            // that thread holds the table's lock until it has published
-            // the successor (`crate::mm::events`). Wait for the lock once,
-            // as the classic path does, and look again; still nothing:
-            // not ours.
+            // that thread, counted in `events_in_flight` from before the
+            // read, holds the table's lock until it has published the
+            // successor (`crate::mm::events`). So: while events are in
+            // flight, wait for the lock (as the classic path does); then,
+            // or at once, look again (the events may have ended between
+            // the lookup and the count); still nothing: not ours. A
+            // SIGBUS that is not faultmap's takes the lock only while a
+            // pager thread handles events.
             Speculated::None if !waited => {
-                drop(table.lock());
+                if table.events_in_flight() {
+                    drop(table.lock());
+                }
                 waited = true;
                 continue;
             }

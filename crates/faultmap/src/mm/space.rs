@@ -538,6 +538,10 @@ pub(crate) struct RegionTable<R = Region> {
     snapshot: sync::AtomicPtr<Snapshot<R>>,
     srcu: Srcu,
     lock: sync::Mutex<()>,
+    /// Pager threads reading and handling userfaultfd events now (under
+    /// the lock): a fault that finds no region waits for them (an `mremap`
+    /// destination is published by one; `crate::mm::signal`).
+    events: sync::AtomicUsize,
 }
 
 /// A region found speculatively, valid while the read section lasts.
@@ -586,6 +590,7 @@ impl<R: Entry> RegionTable<R> {
             snapshot: sync::AtomicPtr::new(Box::into_raw(Box::default())),
             srcu: Srcu::new(),
             lock: sync::Mutex::new(()),
+            events: sync::AtomicUsize::new(0),
         }
     }
 }
@@ -677,7 +682,33 @@ impl<R: Entry> RegionTable<R> {
     }
 }
 
+/// Counts a pager thread as reading and handling userfaultfd events while
+/// it lives ([`TableLock::reading_events`]).
+pub(crate) struct ReadingEvents<'a>(&'a sync::AtomicUsize);
+
+impl Drop for ReadingEvents<'_> {
+    fn drop(&mut self) {
+        // Release: what the events published is seen by whoever sees 0.
+        self.0.fetch_sub(1, sync::Ordering::Release);
+    }
+}
+
+impl<R: Entry> RegionTable<R> {
+    /// Whether a pager thread is reading or handling userfaultfd events
+    /// now. Async-signal-safe.
+    pub(crate) fn events_in_flight(&self) -> bool {
+        self.events.load(sync::Ordering::Acquire) > 0
+    }
+}
+
 impl<R: Entry> TableLock<'_, R> {
+    /// Counts this lock's holder as reading and handling userfaultfd
+    /// events until the guard drops: take it before reading them.
+    pub(crate) fn reading_events(&self) -> ReadingEvents<'_> {
+        self.table.events.fetch_add(1, sync::Ordering::AcqRel);
+        ReadingEvents(&self.table.events)
+    }
+
     fn current(&self) -> &Snapshot<R> {
         // SAFETY: the published snapshot changes only under the mutex, which
         // this guard holds, so it stays live for the guard's lifetime.
