@@ -396,6 +396,17 @@ pub struct DataInfo {
     pub pages: u64,
 }
 
+impl From<&Data> for DataInfo {
+    fn from(data: &Data) -> Self {
+        Self {
+            path: data.path().display().to_string(),
+            generated: data.generated(),
+            bytes: data.len(),
+            pages: data.len().div_ceil(PAGE_SIZE as u64),
+        }
+    }
+}
+
 impl DataInfo {
     /// The report's `data` line: size, pages, where it came from, path.
     pub fn line(&self) -> String {
@@ -474,28 +485,10 @@ pub type KeyOf<M> = Key<<M as Mode>::Workload, <M as Mode>::Column>;
 pub type Line<M> = (&'static str, fn(&Report<M>, KeyOf<M>) -> String);
 
 impl<M: Mode> Report<M> {
-    /// The report of `cells` over `data`, measured since `started`: the
-    /// machine read now, faultmap's delivery modes those of the columns.
+    /// The report of `cells` over `data` (a local file's, `(&Data).into()`,
+    /// or a remote object's), measured since `started`: the machine read
+    /// now, faultmap's delivery modes those of the columns.
     pub fn new(
-        data: &Data,
-        started: Instant,
-        workloads: Vec<M::Workload>,
-        threads: Vec<u16>,
-        columns: Vec<M::Column>,
-        cells: Vec<Cell<M::Workload, M::Column>>,
-        mode: M,
-    ) -> Self {
-        let data = DataInfo {
-            path: data.path().display().to_string(),
-            generated: data.generated(),
-            bytes: data.len(),
-            pages: data.len().div_ceil(PAGE_SIZE as u64),
-        };
-        Self::of(data, started, workloads, threads, columns, cells, mode)
-    }
-
-    /// [`Report::new`] of data that is no local file (a remote object).
-    pub fn of(
         data: DataInfo,
         started: Instant,
         workloads: Vec<M::Workload>,

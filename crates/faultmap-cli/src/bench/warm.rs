@@ -180,7 +180,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     })?;
     // 6. The report.
     let run = Run::new(
-        &data,
+        (&data).into(),
         started,
         workloads,
         threads,

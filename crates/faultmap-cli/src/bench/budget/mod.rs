@@ -255,7 +255,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     })?;
     // 6. The report.
     let run = Run::new(
-        &data,
+        (&data).into(),
         started,
         BudgetWorkload::ALL.to_vec(),
         vec![1],

@@ -230,7 +230,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     })?;
     // 7. The report.
     let run = Run::new(
-        &data,
+        (&data).into(),
         started,
         workloads,
         threads,

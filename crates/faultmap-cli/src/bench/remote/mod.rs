@@ -20,7 +20,7 @@
 //!    `--repetitions` times, repetitions outermost. Every run's checksum
 //!    must equal the first of its workload: an engine that read wrong
 //!    bytes fails the benchmark.
-//! 4. The report: a table per workload, the goals; or one JSON document.
+//! 4. The report: a table per workload and latency, the goals; or one JSON document.
 
 pub mod engines;
 pub mod setup;
@@ -210,7 +210,7 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
         fuse_skipped,
     };
     let threads = o.threads.clone();
-    Run::of(
+    Run::new(
         data,
         started,
         o.workloads.clone(),

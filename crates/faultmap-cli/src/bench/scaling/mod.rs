@@ -431,7 +431,7 @@ pub fn run(args: &BenchArgs, kind: Kind) -> Result<()> {
     })?;
     // 6. The report.
     let run = Run::new(
-        &data,
+        (&data).into(),
         started,
         vec![kind],
         threads,
