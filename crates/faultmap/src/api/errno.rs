@@ -64,6 +64,7 @@ fn typed(e: &(dyn Error + 'static)) -> Option<i32> {
             MapError::ReadOnlyStore { .. } => Some(libc::EROFS),
             MapError::Options(_) => Some(libc::EINVAL),
             MapError::MissingIoctl { .. } => Some(libc::ENOSYS),
+            MapError::Read { .. } => Some(libc::EIO),
             // Transparent: their `source` is the inner error's source,
             // which would skip the inner error itself.
             MapError::Store(inner) => Some(errno_of(inner)),

@@ -69,7 +69,7 @@ use std::time::{Duration, Instant};
 use crate::api::object::{IntoObject, InvalidateError, Object};
 use crate::base::config::{Config, ConfigError, Delivery, MapOptions, RegionLookup};
 use crate::base::index::{HostAddr, ObjectPage, RegionPage};
-use crate::base::report::IoErrorReport;
+use crate::base::report::{IoErrorKind, IoErrorReport};
 use crate::base::stats::{Counters, RaCounters, RaStats, RaTally, Stats};
 use crate::cache::wait::Uffd;
 use crate::cache::{Cache, CacheError};
@@ -186,6 +186,16 @@ pub enum MapError {
     ReadOnlyStore {
         /// The object's name.
         name: String,
+    },
+    /// [`Mapping::read_at`] met a page that cannot be read.
+    #[error("cannot read byte {offset} of {name}: {why}")]
+    Read {
+        /// The object's name.
+        name: String,
+        /// The first byte not read, from the object's start.
+        offset: u64,
+        /// The store's failure, as its log reports it.
+        why: String,
     },
 }
 
@@ -612,6 +622,7 @@ impl Pager {
             object: object.clone(),
             core: self.core.clone(),
             workers: self.workers.clone(),
+            kernel_faults: self.core.requests().is_none() && self.serves_kernel_faults(),
             access: PhantomData,
         };
         if extent.pages == 0 {
@@ -982,6 +993,10 @@ pub struct Mapping<A: Access = ReadOnly> {
     object: Object,
     core: Arc<Core>,
     workers: Arc<Workers>,
+    /// Whether the kernel's own accesses to the mapping wait for their
+    /// pages (handler delivery on a userfaultfd that serves kernel faults):
+    /// [`Mapping::read_at`] then copies with the kernel's access.
+    kernel_faults: bool,
     access: PhantomData<A>,
 }
 
@@ -1199,6 +1214,90 @@ impl<A: Access> Mapping<A> {
         let base = region.object_offset(self.addr());
         self.object
             .invalidate(base + range.start as u64..base + range.end as u64)
+    }
+
+    /// Copies bytes `offset..offset + buf.len()` of the mapping into `buf`,
+    /// faulting them in as an access would, but with a failure as an
+    /// error, not a signal: a page that the store could not read (after
+    /// its retries or at `Config::io_timeout`) is [`MapError::Read`]
+    /// here, where an access would get SIGBUS. For bindings whose callers
+    /// cannot catch a signal (Python's `m[a:b]`).
+    ///
+    /// The copy is the kernel's (`process_vm_readv`), whose faults the
+    /// handler threads serve when the pager [serves kernel
+    /// faults](Pager::serves_kernel_faults) with [`Delivery::Handler`].
+    /// Otherwise (signal delivery, or a user-mode-only userfaultfd) the
+    /// kernel cannot wait for a page, so the bytes are copied in user
+    /// space, and a failed page is SIGBUS as for any access.
+    pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<(), MapError> {
+        let end = offset.checked_add(buf.len()).filter(|&end| end <= self.len);
+        if end.is_none() {
+            return Err(MapError::Options(ConfigError::AdviseRange {
+                start: offset,
+                end: offset.saturating_add(buf.len()),
+                len: self.len,
+            }));
+        }
+        if buf.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: offset + buf.len() <= len (checked above), so the range
+        // is inside the mapping, which `self` keeps mapped.
+        let src = unsafe { self.ptr.as_ptr().add(offset) };
+        if !self.kernel_faults {
+            // SAFETY: `src..src + buf.len()` is inside the mapping (above);
+            // volatile loads through raw pointers, not a reference: another
+            // mapping's writer may change the bytes meanwhile (the
+            // `Pager::map_mut` contract allows it while no reference
+            // lives), and `buf` is ours.
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = unsafe { std::ptr::read_volatile(src.add(i)) };
+            }
+            return Ok(());
+        }
+        let mut done = 0;
+        while done < buf.len() {
+            // SAFETY: as above: inside the mapping.
+            let at = unsafe { src.add(done) };
+            match sys::read_own_memory(at, &mut buf[done..]) {
+                Ok(0) | Err(_) => {
+                    let base = self.region.as_ref().map_or(0, |r| r.object_offset(self.addr()));
+                    let failed = base + (offset + done) as u64;
+                    return Err(MapError::Read {
+                        name: self.object.name().to_string(),
+                        offset: failed,
+                        why: self.failure_at(failed),
+                    });
+                }
+                Ok(n) => done += n,
+            }
+        }
+        Ok(())
+    }
+
+    /// What the object's error log says of the byte at `offset` (its
+    /// latest report of a request that held it).
+    fn failure_at(&self, offset: u64) -> String {
+        let page = offset / PAGE_SIZE as u64 * PAGE_SIZE as u64;
+        let name = self.object.name();
+        let reports = self.object.io_errors();
+        let Some(r) = reports
+            .iter()
+            .rev()
+            .find(|r| r.offset <= page && page < r.offset.saturating_add(r.len.max(1)))
+        else {
+            return "the store failed or timed out".to_string();
+        };
+        // The store's message names the object already, as this error does.
+        let message = r
+            .message
+            .strip_prefix(name)
+            .and_then(|m| m.strip_prefix(": "))
+            .unwrap_or(&r.message);
+        match r.kind {
+            IoErrorKind::Timeout => format!("the store did not answer in time: {message}"),
+            _ => message.to_string(),
+        }
     }
 
     /// Changes the fault-around order of this mapping (0..=9). A fault

@@ -805,6 +805,32 @@ pub(crate) fn pread_some(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io:
     Ok(rc as usize)
 }
 
+/// Copies `dst.len()` bytes from this process's address `src` into `dst`
+/// with the kernel's access (`process_vm_readv` on this process), returning
+/// how many it copied: fewer at a page the kernel cannot read (`EFAULT`
+/// when none). A userfaultfd-registered page is faulted in by the
+/// userfaultfd's handler (one that serves kernel faults) while the call
+/// waits; a poisoned page ends the copy instead of raising SIGBUS.
+pub(crate) fn read_own_memory(src: *const u8, dst: &mut [u8]) -> io::Result<usize> {
+    let local = libc::iovec {
+        iov_base: dst.as_mut_ptr().cast(),
+        iov_len: dst.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: src.cast_mut().cast(),
+        iov_len: dst.len(),
+    };
+    // SAFETY: the kernel writes at most `dst.len()` bytes into `dst`, which
+    // we hold mutably for the call, and only reads at `src` through its own
+    // checked access: an address that is not readable is an error
+    // (EFAULT or a short count), never a fault in this thread.
+    let rc = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc as usize)
+}
+
 /// `madvise(MADV_DONTFORK)`: a child of `fork` does not inherit the range.
 pub(crate) fn madvise_dontfork(region: &MappedRegion) -> io::Result<()> {
     // SAFETY: advises on a range this process mapped and owns; DONTFORK

@@ -1,0 +1,132 @@
+"""Type stubs of faultmap (the extension module faultmap._faultmap)."""
+
+import os
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Literal, Self, SupportsIndex, overload
+
+from typing_extensions import Buffer
+
+import numpy
+import numpy.typing
+
+__all__ = ["open", "Mapping", "Pager", "PAGE_SIZE", "__version__"]
+
+__version__: str
+PAGE_SIZE: int
+"""The page size faultmap works in: 4096."""
+
+_Readahead = Literal["full", "around", "off"]
+_Delivery = Literal["handler", "signal"]
+_Advice = int | Literal["normal", "random", "sequential", "willneed", "dontneed"]
+
+def open(
+    path_or_url: str | os.PathLike[str],
+    *,
+    offset: int = 0,
+    length: int | None = None,
+    writable: bool = False,
+    fault_around_order: int | None = None,
+    readahead: _Readahead | None = None,
+    memory_budget: int | None = None,
+    pager: Pager | None = None,
+) -> Mapping:
+    """Maps an object: a local path, an http(s):// URL or an s3:// URL.
+
+    Raises FileNotFoundError, PermissionError, IsADirectoryError,
+    ValueError (a bad argument) or OSError (with errno) for the rest.
+    """
+
+class Pager:
+    """A userfaultfd, the threads that serve its faults and read its
+    stores, and a memory budget, shared by the mappings it makes."""
+
+    def __init__(
+        self,
+        *,
+        memory_budget: int | None = None,
+        io_threads: int | None = None,
+        delivery: _Delivery | None = None,
+    ) -> None: ...
+    def open(
+        self,
+        path_or_url: str | os.PathLike[str],
+        *,
+        offset: int = 0,
+        length: int | None = None,
+        writable: bool = False,
+        fault_around_order: int | None = None,
+        readahead: _Readahead | None = None,
+        memory_budget: int | None = None,
+    ) -> Mapping:
+        """Maps an object with this pager."""
+    def stats(self) -> dict[str, int]:
+        """The pager's counters (pgfault, pgmajfault, io_count, ...)."""
+    def ra_stats(self) -> dict[str, Any]:
+        """The pager's readahead table."""
+    def memory(self) -> dict[str, int | None]:
+        """{"budget", "cached", "peak", "active"} in bytes."""
+    def io_errors(self) -> list[dict[str, Any]]:
+        """The store failures of the pager's objects, newest last."""
+    @property
+    def serves_kernel_faults(self) -> bool:
+        """Whether f.write(m) and os.write(fd, m) wait for unmapped pages."""
+    @property
+    def delivery(self) -> _Delivery:
+        """"handler" or "signal"."""
+
+class Mapping(Buffer):
+    """A mapped object: reads (and, if writable, writes) like memory.
+
+    memoryview(m) is zero-copy; m.array(dtype) is a zero-copy numpy array.
+    """
+
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, key: SupportsIndex) -> int: ...
+    @overload
+    def __getitem__(self, key: slice) -> bytes: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+    def array(
+        self,
+        dtype: numpy.typing.DTypeLike,
+        shape: int | Sequence[int] | None = None,
+        offset: int = 0,
+    ) -> numpy.ndarray[Any, Any]:
+        """A zero-copy numpy array over the mapping from byte offset."""
+    def advise(self, advice: _Advice, start: int = 0, stop: int | None = None) -> None:
+        """Tells faultmap how bytes [start, stop) will be used (madvise)."""
+    def prefetch(self, start: int = 0, stop: int | None = None) -> None:
+        """Starts reading bytes [start, stop) now, and returns."""
+    def invalidate(self, start: int = 0, stop: int | None = None) -> int:
+        """Drops the cached pages of bytes [start, stop); returns how many."""
+    def flush(self, start: int = 0, stop: int | None = None) -> int:
+        """Writes dirty pages of bytes [start, stop) back; returns how many."""
+    def stats(self) -> dict[str, int]:
+        """This mapping's counters (pgfault, pgmajfault, io_count, ...)."""
+    def ra_stats(self) -> dict[str, Any]:
+        """This mapping's readahead table."""
+    def memory(self) -> dict[str, int | None]:
+        """The object's memory: {"budget", "cached", "peak", "active"}."""
+    def io_errors(self) -> list[dict[str, Any]]:
+        """The object's store failures, newest last."""
+    def close(self) -> None:
+        """Unmaps it; BufferError while memoryviews or arrays of it live."""
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def writable(self) -> bool: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def fault_around_order(self) -> int: ...
+    @fault_around_order.setter
+    def fault_around_order(self, order: int) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]: ...

@@ -1,0 +1,957 @@
+//! faultmap for Python: the extension module `faultmap._faultmap`, which
+//! the package `faultmap` (`python/faultmap/`) re-exports.
+//!
+//! Two classes over the Rust library: [`Pager`] (a [`fm::Pager`]: its
+//! userfaultfd, threads and memory budget, shared by its mappings) and
+//! [`Mapping`] (a [`fm::Mapping`] or [`fm::MappingMut`]), which exports
+//! the buffer protocol, so that `memoryview(m)` and `numpy.frombuffer(m)`
+//! read the mapped bytes in place; and the function [`open`], which maps
+//! with a default pager made on first use.
+//!
+//! # The rules this module keeps
+//!
+//! - **Lifetime.** A buffer export holds a reference to its `Mapping`
+//!   (Python's `Py_buffer.obj`), so the mapping outlives every memoryview
+//!   and array over it; `close()` while exports live raises `BufferError`,
+//!   as `mmap.mmap.close()` does. Exports are counted under the mapping's
+//!   lock, in `__getbuffer__` and `__releasebuffer__`, which run with the
+//!   GIL held, as does `close()`.
+//! - **Waiting.** The GIL is released around every call that may wait on a
+//!   store or a disk (opening an object, `prefetch`, `flush`,
+//!   `invalidate`, copying a slice out). Such a call holds its own
+//!   reference to the Rust mapping (an `Arc`), so a `close()` from another
+//!   thread meanwhile only drops the `Mapping`'s reference: the range is
+//!   unmapped when that call ends.
+//! - **Errors.** A faultmap error becomes `OSError(errno, message)`, which
+//!   Python turns into its subclass (`FileNotFoundError` for `ENOENT`,
+//!   `PermissionError`, `IsADirectoryError`, ...); an `EINVAL` (a bad
+//!   option) becomes `ValueError`. The message is faultmap's, with its
+//!   causes: the library's errors hold no credential.
+//! - **fork.** Mappings are not inherited by a child process (the library
+//!   maps them `MADV_DONTFORK`), and a pager's threads do not survive
+//!   `fork`: a pager used in a child raises `RuntimeError`; the default
+//!   pager of [`open`] is made anew in the child.
+//!
+//! Written with PyO3 (the buffer protocol through its `__getbuffer__`
+//! slots and `PyBuffer_FillInfo`, in the stable ABI since Python 3.11).
+
+use std::error::Error;
+use std::ffi::c_int;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use pyo3::exceptions::{
+    PyBufferError, PyImportError, PyIndexError, PyOSError, PyRuntimeError, PyTypeError,
+    PyValueError,
+};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PySlice, PyTuple};
+
+use fm::{Advice, Config, Delivery, FileStore, MapOptions, ReadaheadMode};
+
+/// The delivery of a pager made without one: handler threads, so that the
+/// kernel's own reads of a mapping (`f.write(m)`, `sock.sendall(m)`,
+/// `os.write(fd, m)`) wait for their pages instead of failing with
+/// `EFAULT`. See "Fault delivery" in `python/README.md` for the
+/// measurements behind this choice.
+const DEFAULT_DELIVERY: Delivery = Delivery::Handler;
+
+/// A faultmap error as the Python exception of its class.
+fn py_err(e: &(dyn Error + 'static)) -> PyErr {
+    let errno = fm::errno_of(e);
+    let text = fm::error_text(e);
+    if errno == libc::EINVAL {
+        PyValueError::new_err(text)
+    } else {
+        // OSError(errno, text) is constructed as its errno's subclass.
+        PyOSError::new_err((errno, text))
+    }
+}
+
+/// Locks `m`, through a poisoned lock (the state stays consistent: every
+/// update under it is a single assignment).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The process's id, to tell a forked child from its parent.
+fn pid() -> u32 {
+    std::process::id()
+}
+
+/// A pager: a userfaultfd, the threads that serve its faults and read its
+/// stores, and a memory budget, shared by the mappings it makes.
+///
+/// Pager(*, memory_budget=None, io_threads=None, delivery=None)
+///
+/// memory_budget: the most bytes of cache its objects may hold together
+///     (at least 1 MiB; None: no budget). Pages beyond it are evicted,
+///     least recently used first, and read again when touched.
+/// io_threads: threads reading stores (None: faultmap's default).
+/// delivery: "handler" (the default for Python: handler threads serve
+///     every fault, including the kernel's own reads of a mapping in
+///     f.write(m)) or "signal" (the faulting thread serves a cached page
+///     itself, in a SIGBUS handler: faster for warm scans, but a system
+///     call reading a page not yet mapped fails with EFAULT).
+#[pyclass(module = "faultmap", frozen)]
+struct Pager {
+    inner: Arc<fm::Pager>,
+    delivery: Delivery,
+    /// The process that made it; its threads exist there alone.
+    pid: u32,
+}
+
+impl Pager {
+    fn make(
+        memory_budget: Option<u64>,
+        io_threads: Option<usize>,
+        delivery: Option<&str>,
+    ) -> PyResult<Pager> {
+        let delivery = match delivery {
+            None => DEFAULT_DELIVERY,
+            Some("handler") => Delivery::Handler,
+            Some("signal") => Delivery::Signal,
+            Some(other) => {
+                return Err(PyValueError::new_err(format!(
+                    "delivery must be \"handler\" or \"signal\", not {other:?}"
+                )))
+            }
+        };
+        let mut config = Config::default().delivery(delivery);
+        if let Some(bytes) = memory_budget {
+            config = config.memory_budget(bytes);
+        }
+        if let Some(n) = io_threads {
+            config = config.io_threads(n);
+        }
+        let inner = fm::Pager::new(config).map_err(|e| py_err(&e))?;
+        Ok(Pager {
+            inner: Arc::new(inner),
+            delivery,
+            pid: pid(),
+        })
+    }
+
+    /// The pager, unless this is a forked child of the process that made
+    /// it.
+    fn live(&self) -> PyResult<&Arc<fm::Pager>> {
+        if self.pid != pid() {
+            return Err(PyRuntimeError::new_err(
+                "this Pager was made before fork(): its threads do not exist in \
+                 the child; make a new Pager in the child",
+            ));
+        }
+        Ok(&self.inner)
+    }
+}
+
+#[pymethods]
+impl Pager {
+    #[new]
+    #[pyo3(signature = (*, memory_budget=None, io_threads=None, delivery=None))]
+    fn new(
+        py: Python<'_>,
+        memory_budget: Option<u64>,
+        io_threads: Option<usize>,
+        delivery: Option<String>,
+    ) -> PyResult<Pager> {
+        py.detach(|| Pager::make(memory_budget, io_threads, delivery.as_deref()))
+    }
+
+    /// Maps an object with this pager; the same as faultmap.open(...,
+    /// pager=self).
+    #[pyo3(signature = (path_or_url, *, offset=0, length=None, writable=false,
+                        fault_around_order=None, readahead=None, memory_budget=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        slf: Bound<'_, Self>,
+        path_or_url: &Bound<'_, PyAny>,
+        offset: u64,
+        length: Option<u64>,
+        writable: bool,
+        fault_around_order: Option<u8>,
+        readahead: Option<String>,
+        memory_budget: Option<u64>,
+    ) -> PyResult<Mapping> {
+        let request = Request {
+            target: target_of(path_or_url)?,
+            offset,
+            length,
+            writable,
+            fault_around_order,
+            readahead: readahead_mode(readahead.as_deref())?,
+            memory_budget,
+        };
+        let pager = slf.get().live()?.clone();
+        slf.py().detach(move || request.map(&pager))
+    }
+
+    /// The pager's counters (all its mappings'), named as in the Rust
+    /// library's `Stats`.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.inner.stats())
+    }
+
+    /// The pager's readahead table (`RaStats`): a row per kind of
+    /// readahead, and how many read-ahead pages were used.
+    fn ra_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.inner.ra_stats())
+    }
+
+    /// The pager's memory: {"budget", "cached", "peak", "active"} in bytes.
+    fn memory<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.inner.memory())
+    }
+
+    /// The store failures of the pager's objects, newest last: dicts with
+    /// "object", "offset", "len", "kind" and "message".
+    fn io_errors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        reports(py, &self.inner.io_errors())
+    }
+
+    /// Whether the kernel's own reads of a mapping (f.write(m),
+    /// os.write(fd, m), sock.sendall(m)) wait for their pages: True with
+    /// handler delivery when the process may serve kernel faults (root, or
+    /// read-write access to /dev/userfaultfd).
+    #[getter]
+    fn serves_kernel_faults(&self) -> bool {
+        self.delivery == Delivery::Handler && self.inner.serves_kernel_faults()
+    }
+
+    /// "handler" or "signal".
+    #[getter]
+    fn delivery(&self) -> &'static str {
+        delivery_name(self.delivery)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<faultmap.Pager delivery={} mappings={} cached={}>",
+            delivery_name(self.delivery),
+            self.inner.mappings(),
+            self.inner.memory().cached
+        )
+    }
+}
+
+fn delivery_name(d: Delivery) -> &'static str {
+    match d {
+        Delivery::Signal => "signal",
+        Delivery::Handler => "handler",
+    }
+}
+
+/// The pager of `faultmap.open` without `pager=`: made on first use, and
+/// again in a forked child.
+static DEFAULT_PAGER: Mutex<Option<Py<Pager>>> = Mutex::new(None);
+
+fn default_pager(py: Python<'_>) -> PyResult<Py<Pager>> {
+    let mut slot = lock(&DEFAULT_PAGER);
+    if let Some(p) = slot.as_ref() {
+        if p.get().pid == pid() {
+            return Ok(p.clone_ref(py));
+        }
+    }
+    // Made with the GIL held: Pager::new does not wait on stores (it
+    // creates a userfaultfd and starts threads), and holding the GIL keeps
+    // two threads from making two default pagers.
+    let made = Py::new(py, Pager::make(None, None, None)?)?;
+    *slot = Some(made.clone_ref(py));
+    Ok(made)
+}
+
+/// What `open` maps, taken from its Python arguments.
+struct Request {
+    target: String,
+    offset: u64,
+    length: Option<u64>,
+    writable: bool,
+    fault_around_order: Option<u8>,
+    readahead: ReadaheadMode,
+    memory_budget: Option<u64>,
+}
+
+impl Request {
+    /// Opens the store and maps it (may wait on a remote store: run
+    /// without the GIL).
+    fn map(self, pager: &fm::Pager) -> PyResult<Mapping> {
+        let mut opts = MapOptions::new()
+            .offset(self.offset)
+            .readahead(self.readahead);
+        if let Some(len) = self.length {
+            opts = opts.len(len);
+        }
+        if let Some(order) = self.fault_around_order {
+            opts = opts.fault_around_order(order);
+        }
+        let name = self.target.clone();
+        let map = if self.writable {
+            if let Some((scheme, _)) = self.target.split_once("://") {
+                let remote =
+                    ["http", "https", "s3"].contains(&scheme.to_ascii_lowercase().as_str());
+                return Err(if remote {
+                    PyOSError::new_err((
+                        libc::EROFS,
+                        format!("{scheme}:// cannot be mapped writable: remote objects are read-only"),
+                    ))
+                } else {
+                    PyValueError::new_err(format!(
+                        "writable=True takes a local path, not a {scheme}:// URL"
+                    ))
+                });
+            }
+            let store = FileStore::open_rw(&self.target).map_err(|e| py_err(&e))?;
+            let object = match self.memory_budget {
+                Some(b) => pager.open_with_budget(store, b),
+                None => pager.open(store),
+            }
+            .map_err(|e| py_err(&e))?;
+            // SAFETY: `Pager::map_mut`'s contract is the Python user's, as
+            // with mmap.mmap: nothing else changes the file while it is
+            // mapped, and no other mapping writes bytes this one exports.
+            // Python code cannot hold a Rust reference into the mapping;
+            // it reads and writes through raw pointers (the buffer
+            // protocol), and this module copies out through raw pointers
+            // too (`Mapping::copy_out`).
+            Map::Write(unsafe { pager.map_mut(object, opts) }.map_err(|e| py_err(&e))?)
+        } else {
+            let store = fm::open_url(&self.target).map_err(|e| py_err(&e))?;
+            let object = match self.memory_budget {
+                Some(b) => pager.open_with_budget(store, b),
+                None => pager.open(store),
+            }
+            .map_err(|e| py_err(&e))?;
+            // SAFETY: as for `map_mut` above: the store's bytes do not
+            // change while mapped (a remote object's version is pinned at
+            // open), which the user promises as for mmap.mmap.
+            Map::Read(unsafe { pager.map(object, opts) }.map_err(|e| py_err(&e))?)
+        };
+        let len = map.len();
+        Ok(Mapping {
+            state: Mutex::new(State {
+                map: Some(Arc::new(map)),
+                exports: 0,
+            }),
+            len,
+            writable: self.writable,
+            name,
+        })
+    }
+}
+
+/// A path (str or os.PathLike) or URL as a string.
+fn target_of(arg: &Bound<'_, PyAny>) -> PyResult<String> {
+    let py = arg.py();
+    let fspath = py.import("os")?.getattr("fspath")?.call1((arg,));
+    let path = match fspath {
+        Ok(p) => p,
+        Err(_) => {
+            return Err(PyTypeError::new_err(format!(
+                "path_or_url must be a str or os.PathLike, not {}",
+                arg.get_type().name()?
+            )))
+        }
+    };
+    match path.extract::<String>() {
+        Ok(s) => Ok(s),
+        Err(_) => Err(PyTypeError::new_err(
+            "path_or_url must be a str path or URL (bytes paths are not supported)",
+        )),
+    }
+}
+
+fn readahead_mode(arg: Option<&str>) -> PyResult<ReadaheadMode> {
+    match arg {
+        None | Some("full") => Ok(ReadaheadMode::Full),
+        Some("around") => Ok(ReadaheadMode::AroundOnly),
+        Some("off") => Ok(ReadaheadMode::Off),
+        Some(other) => Err(PyValueError::new_err(format!(
+            "readahead must be \"full\", \"around\" or \"off\", not {other:?}"
+        ))),
+    }
+}
+
+/// Maps an object: a local path, an http(s):// URL or an s3:// URL.
+///
+/// open(path_or_url, *, offset=0, length=None, writable=False,
+///      fault_around_order=None, readahead=None, memory_budget=None,
+///      pager=None) -> Mapping
+///
+/// offset, length: the bytes to map (length None: to the end of the
+///     object); any offset works, a multiple of 4096 wastes no memory.
+/// writable: map a local file read-write; writes reach the file on
+///     flush(), close() and in the background. Remote objects are
+///     read-only (OSError EROFS).
+/// fault_around_order: pages mapped around each fault, as a power of two
+///     (0..=9; None: 4, the kernel's 64 KiB).
+/// readahead: "full" (the default: read-around, then windows that grow on
+///     sequential access), "around" (read-around only) or "off" (each miss
+///     reads its page alone).
+/// memory_budget: the most bytes this object's cache may hold (at least
+///     1 MiB; None: the pager's budget).
+/// pager: the Pager to map with (None: a default one, made on first use).
+///
+/// Raises FileNotFoundError, PermissionError, IsADirectoryError, ValueError
+/// (a bad argument) or OSError (with errno) for the rest, each with
+/// faultmap's message. The GIL is released while the object is opened.
+#[pyfunction]
+#[pyo3(signature = (path_or_url, *, offset=0, length=None, writable=false,
+                    fault_around_order=None, readahead=None, memory_budget=None,
+                    pager=None))]
+#[allow(clippy::too_many_arguments)]
+fn open(
+    py: Python<'_>,
+    path_or_url: &Bound<'_, PyAny>,
+    offset: u64,
+    length: Option<u64>,
+    writable: bool,
+    fault_around_order: Option<u8>,
+    readahead: Option<String>,
+    memory_budget: Option<u64>,
+    pager: Option<Bound<'_, Pager>>,
+) -> PyResult<Mapping> {
+    let pager = match pager {
+        Some(p) => p,
+        None => default_pager(py)?.into_bound(py),
+    };
+    Pager::open(
+        pager,
+        path_or_url,
+        offset,
+        length,
+        writable,
+        fault_around_order,
+        readahead,
+        memory_budget,
+    )
+}
+
+enum Map {
+    Read(fm::Mapping),
+    Write(fm::MappingMut),
+}
+
+impl Map {
+    fn ptr(&self) -> *mut u8 {
+        match self {
+            // Never written through: exported read-only.
+            Map::Read(m) => m.as_ptr().cast_mut(),
+            Map::Write(m) => m.as_mut_ptr(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Map::Read(m) => m.len(),
+            Map::Write(m) => m.len(),
+        }
+    }
+
+    fn mapping(&self) -> MapRef<'_> {
+        match self {
+            Map::Read(m) => MapRef::Read(m),
+            Map::Write(m) => MapRef::Write(m),
+        }
+    }
+}
+
+/// The Rust mapping's methods common to both accesses.
+enum MapRef<'a> {
+    Read(&'a fm::Mapping),
+    Write(&'a fm::MappingMut),
+}
+
+macro_rules! either {
+    ($m:expr, $map:ident => $body:expr) => {
+        match $m {
+            MapRef::Read($map) => $body,
+            MapRef::Write($map) => $body,
+        }
+    };
+}
+
+struct State {
+    /// `None` once closed.
+    map: Option<Arc<Map>>,
+    /// Live buffer exports (memoryviews, arrays).
+    exports: usize,
+}
+
+/// A mapped object: reads (and, if writable, writes) like memory.
+///
+/// memoryview(m) is zero-copy (read-only unless opened writable=True);
+/// m.array(dtype) is a zero-copy numpy array. len(m) is its length in
+/// bytes; m[i] is a byte (int) and m[a:b] a copy (bytes), both like
+/// bytes. A page comes in on its first touch, with faultmap's fault-around
+/// and readahead.
+///
+/// Close it with close() or a with block; close() while memoryviews or
+/// arrays of it live raises BufferError. A store read that fails after its
+/// retries is SIGBUS at the access (as for mmap of a file): see the
+/// package's documentation.
+#[pyclass(module = "faultmap", frozen)]
+struct Mapping {
+    state: Mutex<State>,
+    len: usize,
+    writable: bool,
+    name: String,
+}
+
+impl Mapping {
+    /// The Rust mapping, or `ValueError` once closed.
+    fn map(&self) -> PyResult<Arc<Map>> {
+        lock(&self.state)
+            .map
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("I/O operation on a closed faultmap.Mapping"))
+    }
+
+    /// `[start, stop)` of the mapping (`stop` None: its end), or
+    /// `ValueError`.
+    fn range(&self, start: usize, stop: Option<usize>) -> PyResult<Range<usize>> {
+        let stop = stop.unwrap_or(self.len);
+        if start > stop || stop > self.len {
+            return Err(PyValueError::new_err(format!(
+                "range {start}..{stop} is outside the mapping's {} bytes",
+                self.len
+            )));
+        }
+        Ok(start..stop)
+    }
+
+    /// Copies bytes `start`, `start + step`, ... of the mapping (all
+    /// inside it) into `out`, faulting them in, without the GIL; a page
+    /// the store could not read is an `OSError` (EIO), not SIGBUS, with a
+    /// pager that serves kernel faults (`fm::Mapping::read_at`).
+    fn copy_out(
+        py: Python<'_>,
+        map: &Map,
+        start: usize,
+        step: usize,
+        out: &mut [u8],
+    ) -> PyResult<()> {
+        py.detach(|| {
+            if step == 1 {
+                return either!(map.mapping(), m => m.read_at(start, out));
+            }
+            // Strided: read spans of at most a MiB and pick from them.
+            let per_span = (STRIDE_SPAN / step).max(1);
+            let mut span = Vec::new();
+            for (k, chunk) in out.chunks_mut(per_span).enumerate() {
+                let first = start + k * per_span * step;
+                span.resize((chunk.len() - 1) * step + 1, 0);
+                either!(map.mapping(), m => m.read_at(first, &mut span))?;
+                for (i, b) in chunk.iter_mut().enumerate() {
+                    *b = span[i * step];
+                }
+            }
+            Ok(())
+        })
+        .map_err(|e| py_err(&e))
+    }
+}
+
+/// The most bytes a strided slice reads at once.
+const STRIDE_SPAN: usize = 1 << 20;
+
+/// One int `Advice` or its name.
+fn advice_of(arg: &Bound<'_, PyAny>) -> PyResult<Advice> {
+    // The numbers of mmap.MADV_* on Linux.
+    if let Ok(n) = arg.extract::<i64>() {
+        return match n {
+            0 => Ok(Advice::Normal),
+            1 => Ok(Advice::Random),
+            2 => Ok(Advice::Sequential),
+            3 => Ok(Advice::WillNeed),
+            4 => Ok(Advice::DontNeed),
+            _ => Err(PyValueError::new_err(format!(
+                "advice {n} is not one of mmap.MADV_NORMAL, _RANDOM, _SEQUENTIAL, _WILLNEED, _DONTNEED"
+            ))),
+        };
+    }
+    let name: String = arg.extract().map_err(|_| {
+        PyTypeError::new_err("advice is an mmap.MADV_* number or one of \"normal\", \"random\", \"sequential\", \"willneed\", \"dontneed\"")
+    })?;
+    match name.as_str() {
+        "normal" => Ok(Advice::Normal),
+        "random" => Ok(Advice::Random),
+        "sequential" => Ok(Advice::Sequential),
+        "willneed" => Ok(Advice::WillNeed),
+        "dontneed" => Ok(Advice::DontNeed),
+        _ => Err(PyValueError::new_err(format!(
+            "advice must be \"normal\", \"random\", \"sequential\", \"willneed\" or \"dontneed\", not {name:?}"
+        ))),
+    }
+}
+
+#[pymethods]
+impl Mapping {
+    fn __len__(&self) -> usize {
+        self.len
+    }
+
+    /// m[i] is the byte at i (an int); m[a:b:c] the bytes (a copy).
+    fn __getitem__<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Py<PyAny>> {
+        let map = self.map()?;
+        if let Ok(slice) = key.cast::<PySlice>() {
+            let idx = slice.indices(self.len as isize)?;
+            let n = idx.slicelength;
+            if n == 0 {
+                return Ok(PyBytes::new(py, b"").into_any().unbind());
+            }
+            if idx.step < 0 {
+                // Reversed: gather forwards from the last, then reverse.
+                let first = idx.start as usize - (n - 1) * (-idx.step) as usize;
+                let bytes = PyBytes::new_with(py, n, |out| {
+                    Mapping::copy_out(py, &map, first, (-idx.step) as usize, out)?;
+                    out.reverse();
+                    Ok(())
+                })?;
+                return Ok(bytes.into_any().unbind());
+            }
+            let start = idx.start as usize;
+            let bytes = PyBytes::new_with(py, n, |out| {
+                Mapping::copy_out(py, &map, start, idx.step as usize, out)
+            })?;
+            return Ok(bytes.into_any().unbind());
+        }
+        let i: isize = key.extract().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "faultmap.Mapping indices must be integers or slices, not {}",
+                key.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            ))
+        })?;
+        let at = if i < 0 { i + self.len as isize } else { i };
+        if at < 0 || at as usize >= self.len {
+            return Err(PyIndexError::new_err("faultmap.Mapping index out of range"));
+        }
+        let mut byte = [0u8];
+        Mapping::copy_out(py, &map, at as usize, 1, &mut byte)?;
+        Ok(byte[0].into_pyobject(py)?.into_any().unbind())
+    }
+
+    /// Exports the mapped bytes in place: one-dimensional, unsigned bytes
+    /// ("B"), read-only unless the mapping is writable.
+    ///
+    /// # Safety
+    ///
+    /// `view` is a `Py_buffer` for Python to fill (the buffer protocol's
+    /// contract, kept by PyO3's slot wrapper).
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        let this = slf.get();
+        let mut state = lock(&this.state);
+        let Some(map) = state.map.as_ref() else {
+            return Err(PyValueError::new_err(
+                "cannot export the buffer of a closed faultmap.Mapping",
+            ));
+        };
+        let readonly = c_int::from(!this.writable);
+        // SAFETY: `view` is Python's to fill (this function's contract);
+        // the pointer and length are the mapping's, which stays mapped
+        // while the export lives: `view.obj` holds a reference to this
+        // Mapping (FillInfo takes it), and `close()` refuses while
+        // `exports` > 0. FillInfo checks a writable request against
+        // `readonly` and sets the exception itself.
+        let rc = unsafe {
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                map.ptr().cast(),
+                map.len() as ffi::Py_ssize_t,
+                readonly,
+                flags,
+            )
+        };
+        if rc != 0 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        state.exports += 1;
+        Ok(())
+    }
+
+    /// Ends an export.
+    ///
+    /// # Safety
+    ///
+    /// `_view` is a buffer this object exported (the buffer protocol's
+    /// contract).
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
+        let mut state = lock(&self.state);
+        state.exports = state.exports.saturating_sub(1);
+    }
+
+    /// A zero-copy numpy array over the mapping: `dtype` elements from
+    /// byte `offset`, in `shape` (None: as many as fit, one-dimensional).
+    /// It keeps the mapping alive and is read-only unless the mapping is
+    /// writable. Needs numpy.
+    #[pyo3(signature = (dtype, shape=None, offset=0))]
+    fn array<'py>(
+        slf: &Bound<'py, Self>,
+        dtype: &Bound<'py, PyAny>,
+        shape: Option<&Bound<'py, PyAny>>,
+        offset: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        slf.get().map()?;
+        let np = py.import("numpy").map_err(|_| {
+            PyImportError::new_err("Mapping.array needs numpy: pip install numpy")
+        })?;
+        let dtype = np.getattr("dtype")?.call1((dtype,))?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("dtype", &dtype)?;
+        kwargs.set_item("offset", offset)?;
+        let shape = match shape {
+            None => None,
+            Some(s) if s.is_none() => None,
+            Some(s) => Some(match s.extract::<usize>() {
+                Ok(n) => PyTuple::new(py, [n])?,
+                Err(_) => PyTuple::new(py, s.try_iter()?.collect::<PyResult<Vec<_>>>()?)?,
+            }),
+        };
+        let itemsize: usize = dtype.getattr("itemsize")?.extract()?;
+        if shape.is_none() && itemsize > 0 {
+            // As many elements as fit, not an error for a tail.
+            kwargs.set_item("count", slf.get().len.saturating_sub(offset) / itemsize)?;
+        }
+        if let Some(shape) = &shape {
+            let mut count: usize = 1;
+            for d in shape.iter() {
+                let d: usize = d.extract().map_err(|_| {
+                    PyValueError::new_err("shape must be non-negative ints")
+                })?;
+                count = count
+                    .checked_mul(d)
+                    .ok_or_else(|| PyValueError::new_err("shape is too large"))?;
+            }
+            kwargs.set_item("count", count)?;
+        }
+        let flat = np.getattr("frombuffer")?.call((slf,), Some(&kwargs))?;
+        match shape {
+            Some(shape) => flat.call_method1("reshape", (shape,)),
+            None => Ok(flat),
+        }
+    }
+
+    /// Tells faultmap how bytes [start, stop) will be used, like madvise:
+    /// advice is an mmap.MADV_* number (NORMAL, RANDOM, SEQUENTIAL,
+    /// WILLNEED, DONTNEED) or its name in lower case ("random", ...).
+    #[pyo3(signature = (advice, start=0, stop=None))]
+    fn advise(
+        &self,
+        py: Python<'_>,
+        advice: &Bound<'_, PyAny>,
+        start: usize,
+        stop: Option<usize>,
+    ) -> PyResult<()> {
+        let advice = advice_of(advice)?;
+        let range = self.range(start, stop)?;
+        let map = self.map()?;
+        py.detach(|| either!(map.mapping(), m => m.advise(advice, range)))
+            .map_err(|e| py_err(&e))
+    }
+
+    /// Starts reading bytes [start, stop) now, in the store's largest
+    /// requests, and returns; a later access waits for that read.
+    #[pyo3(signature = (start=0, stop=None))]
+    fn prefetch(&self, py: Python<'_>, start: usize, stop: Option<usize>) -> PyResult<()> {
+        let range = self.range(start, stop)?;
+        let map = self.map()?;
+        py.detach(|| either!(map.mapping(), m => m.prefetch(range)))
+            .map_err(|e| py_err(&e))
+    }
+
+    /// Drops the cached pages that hold bytes [start, stop) (from every
+    /// mapping of the object), so that the next access reads them again;
+    /// returns how many pages were dropped.
+    #[pyo3(signature = (start=0, stop=None))]
+    fn invalidate(&self, py: Python<'_>, start: usize, stop: Option<usize>) -> PyResult<u64> {
+        let range = self.range(start, stop)?;
+        let map = self.map()?;
+        py.detach(|| either!(map.mapping(), m => m.invalidate(range)))
+            .map_err(|e| py_err(&e))
+    }
+
+    /// Writes the dirty pages that hold bytes [start, stop) back to the
+    /// file, like mmap.flush (msync): when it returns, they are on disk.
+    /// Returns the pages written (0 for a read-only mapping).
+    #[pyo3(signature = (start=0, stop=None))]
+    fn flush(&self, py: Python<'_>, start: usize, stop: Option<usize>) -> PyResult<u64> {
+        let range = self.range(start, stop)?;
+        let map = self.map()?;
+        match map.mapping() {
+            MapRef::Read(_) => Ok(0),
+            MapRef::Write(m) => py.detach(|| m.flush(range)).map_err(|e| py_err(&e)),
+        }
+    }
+
+    /// This mapping's counters, named as in the Rust library's `Stats`
+    /// (pgfault, pgmajfault, pgfault_around, io_count, io_bytes, ...).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let map = self.map()?;
+        to_py(py, &either!(map.mapping(), m => m.stats()))
+    }
+
+    /// This mapping's readahead table (`RaStats`).
+    fn ra_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let map = self.map()?;
+        to_py(py, &either!(map.mapping(), m => m.ra_stats()))
+    }
+
+    /// The object's memory: {"budget", "cached", "peak", "active"} in
+    /// bytes (its own budget's, or the pager's).
+    fn memory<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let map = self.map()?;
+        to_py(py, &either!(map.mapping(), m => m.object().memory()))
+    }
+
+    /// The object's store failures, newest last: dicts with "object",
+    /// "offset", "len", "kind" and "message".
+    fn io_errors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let map = self.map()?;
+        reports(py, &either!(map.mapping(), m => m.object().io_errors()))
+    }
+
+    /// Unmaps it (a writable mapping writes its dirty pages back first).
+    /// Raises BufferError while memoryviews or arrays of it live; a second
+    /// close() does nothing.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let map = {
+            let mut state = lock(&self.state);
+            if state.exports > 0 {
+                return Err(PyBufferError::new_err(format!(
+                    "cannot close a faultmap.Mapping with {} exported buffer(s) \
+                     (memoryviews or arrays) alive",
+                    state.exports
+                )));
+            }
+            state.map.take()
+        };
+        if let Some(map) = map {
+            // A writable mapping's drop writes back: may wait on the disk.
+            let map = match Arc::try_unwrap(map) {
+                Ok(map) => map,
+                // Another thread's prefetch or flush holds it: that call
+                // unmaps it when it ends.
+                Err(_) => return Ok(()),
+            };
+            py.detach(move || drop(map));
+        }
+        Ok(())
+    }
+
+    /// Whether close() has run.
+    #[getter]
+    fn closed(&self) -> bool {
+        lock(&self.state).map.is_none()
+    }
+
+    /// Whether the mapping was opened writable=True.
+    #[getter]
+    fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// The path or URL it maps.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The pages mapped around each fault, as a power of two (0..=9).
+    #[getter]
+    fn get_fault_around_order(&self) -> PyResult<u8> {
+        let map = self.map()?;
+        Ok(either!(map.mapping(), m => m.fault_around_order()))
+    }
+
+    #[setter]
+    fn set_fault_around_order(&self, order: u8) -> PyResult<()> {
+        let map = self.map()?;
+        either!(map.mapping(), m => m.set_fault_around_order(order)).map_err(|e| py_err(&e))
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        let closed = if self.closed() { " closed" } else { "" };
+        let mode = if self.writable { "rw" } else { "r" };
+        format!(
+            "<faultmap.Mapping {:?} len={} {mode}{closed}>",
+            self.name, self.len
+        )
+    }
+}
+
+/// Store failure reports as a list of dicts.
+fn reports<'py>(py: Python<'py>, list: &[fm::IoErrorReport]) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    for r in list {
+        let d = PyDict::new(py);
+        d.set_item("object", &r.object)?;
+        d.set_item("offset", r.offset)?;
+        d.set_item("len", r.len)?;
+        d.set_item("kind", format!("{:?}", r.kind))?;
+        d.set_item("message", &r.message)?;
+        out.append(d)?;
+    }
+    Ok(out)
+}
+
+/// A serializable value (faultmap's counters) as Python objects.
+fn to_py<'py>(py: Python<'py>, value: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
+    let value = serde_json::to_value(value)
+        .map_err(|e| PyRuntimeError::new_err(format!("counters: {e}")))?;
+    json_to_py(py, &value)
+}
+
+fn json_to_py<'py>(py: Python<'py>, v: &serde_json::Value) -> PyResult<Bound<'py, PyAny>> {
+    use serde_json::Value;
+    Ok(match v {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => b.into_pyobject(py)?.to_owned().into_any(),
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => u.into_pyobject(py)?.into_any(),
+            (None, Some(i)) => i.into_pyobject(py)?.into_any(),
+            _ => n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any(),
+        },
+        Value::String(s) => s.into_pyobject(py)?.into_any(),
+        Value::Array(a) => {
+            let list = PyList::empty(py);
+            for x in a {
+                list.append(json_to_py(py, x)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(o) => {
+            let d = PyDict::new(py);
+            for (k, x) in o {
+                d.set_item(k, json_to_py(py, x)?)?;
+            }
+            d.into_any()
+        }
+    })
+}
+
+/// faultmap's extension module.
+#[pymodule]
+fn _faultmap(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Pager>()?;
+    m.add_class::<Mapping>()?;
+    m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add("PAGE_SIZE", fm::PAGE_SIZE)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

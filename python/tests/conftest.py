@@ -1,0 +1,131 @@
+"""Fixtures for faultmap's Python tests: data files, the project's servers."""
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy
+import pytest
+
+
+def pattern(n: int, seed: int) -> bytes:
+    """n bytes that differ at every offset (a page read at the wrong place
+    would not match)."""
+    rng = numpy.random.default_rng(seed)
+    return rng.integers(0, 256, n, dtype=numpy.uint8).tobytes()
+
+
+@pytest.fixture
+def data_file(tmp_path: pathlib.Path):
+    """A 50 MB file that ends mid-page, and its bytes."""
+    data = pattern(50_000_000 + 1234, 7)
+    path = tmp_path / "data.bin"
+    path.write_bytes(data)
+    return path, data
+
+
+@pytest.fixture
+def small_file(tmp_path: pathlib.Path):
+    """A 3 MiB + 100 byte file, and its bytes."""
+    data = pattern(3 * 1024 * 1024 + 100, 11)
+    path = tmp_path / "small.bin"
+    path.write_bytes(data)
+    return path, data
+
+
+def server_env(name: str) -> str:
+    """A variable of the project's servers; a test that needs them fails
+    (never skips) without them."""
+    value = os.environ.get(name)
+    if not value:
+        pytest.fail(
+            f"{name} is not set: these tests need the project's servers; run "
+            "them under ./scripts/test-all, or eval \"$(scripts/remote-servers up)\" first"
+        )
+    return value
+
+
+@pytest.fixture
+def s3_object():
+    """An object in the project's versitygw bucket (a file in its root),
+    its s3:// URL and its bytes; removed afterwards."""
+    root = pathlib.Path(server_env("FAULTMAP_S3_ROOT"))
+    bucket = server_env("FAULTMAP_S3_BUCKET")
+    name = f"py-{os.getpid()}-{id(root)}.bin"
+    data = pattern(6 * 1024 * 1024 + 333, 13)
+    (root / name).write_bytes(data)
+    yield f"s3://{bucket}/{name}", data
+    (root / name).unlink(missing_ok=True)
+
+
+def run_python(code: str, env=None, timeout=120) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter (for what ends a process: fork,
+    SIGBUS), bounded by `timeout` seconds."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+# An HTTP server of the test's own, on 127.0.0.1, for failures the
+# project's nginx cannot produce on demand: ranged GETs of `data` that
+# answer 500 once `fail` is set. Used in-process and (as source text) in
+# child interpreters.
+FAILING_SERVER = '''
+import http.server, threading
+
+class FailingServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, data):
+        self.data, self.fail = data, False
+        super().__init__(("127.0.0.1", 0), _Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_port}/object.bin"
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def _head(self, status, length, extra=()):
+        self.send_response(status)
+        self.send_header("Content-Length", str(length))
+        self.send_header("ETag", '"v1"')
+        self.send_header("Accept-Ranges", "bytes")
+        for k, v in extra:
+            self.send_header(k, v)
+        self.end_headers()
+
+    def do_HEAD(self):
+        self._head(200, len(self.server.data))
+
+    def do_GET(self):
+        data = self.server.data
+        if self.server.fail:
+            self._head(500, 0)
+            return
+        first, last = self.headers["Range"].split("=")[1].split("-")
+        first, last = int(first), min(int(last), len(data) - 1)
+        body = data[first:last + 1]
+        self._head(206, len(body), [("Content-Range", f"bytes {first}-{last}/{len(data)}")])
+        self.wfile.write(body)
+'''
+
+exec(FAILING_SERVER)
+
+
+@pytest.fixture
+def failing_server():
+    """A FailingServer over 1 MiB of pattern bytes; shut down afterwards."""
+    server = FailingServer(pattern(1 << 20, 17))  # noqa: F821 (defined by exec)
+    yield server
+    server.shutdown()
+    server.server_close()

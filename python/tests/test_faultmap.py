@@ -1,0 +1,533 @@
+"""faultmap's Python package, through real userfaultfd, real files and the
+project's real servers."""
+
+import errno
+import gc
+import mmap
+import os
+import pathlib
+import signal
+import threading
+import zlib
+
+import numpy
+import pytest
+
+import faultmap
+from conftest import FAILING_SERVER, pattern, run_python, server_env
+
+
+# ---------------------------------------------------------------------------
+# Bytes.
+
+
+def test_memoryview_crc_and_array_sum_equal_the_files(data_file):
+    path, data = data_file
+    with faultmap.open(path) as m:
+        assert len(m) == len(data)
+        assert zlib.crc32(memoryview(m)) == zlib.crc32(data)
+        whole = len(data) // 4
+        a = m.array(numpy.uint32, shape=whole)
+        expected = numpy.fromfile(path, dtype=numpy.uint32, count=whole)
+        assert a.sum(dtype=numpy.uint64) == expected.sum(dtype=numpy.uint64)
+        assert m.stats()["pgfault"] > 0
+        del a
+
+
+def test_memoryview_is_zero_copy_and_read_only(small_file):
+    path, data = small_file
+    with faultmap.open(path) as m:
+        view = memoryview(m)
+        assert view.readonly and view.format == "B" and view.nbytes == len(data)
+        assert view[12345] == data[12345]
+        with pytest.raises(TypeError):
+            view[0] = 1
+        view.release()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        slice(None),
+        slice(0, 10),
+        slice(4090, 4200),
+        slice(-100, None),
+        slice(None, None, 4097),
+        slice(None, None, -3),
+        slice(100, 10, -7),
+        slice(5, 5),
+        slice(10**12, None),
+    ],
+)
+def test_slices_are_the_files_bytes(small_file, key):
+    path, data = small_file
+    with faultmap.open(path) as m:
+        got = m[key]
+        assert isinstance(got, bytes)
+        assert got == data[key]
+
+
+def test_indexing_is_the_files_bytes(small_file):
+    path, data = small_file
+    with faultmap.open(path) as m:
+        for i in [0, 1, 4095, 4096, len(data) - 1, -1, -len(data)]:
+            assert m[i] == data[i]
+        with pytest.raises(IndexError):
+            m[len(data)]
+        with pytest.raises(IndexError):
+            m[-len(data) - 1]
+        with pytest.raises(TypeError):
+            m["x"]
+
+
+def test_offset_and_length_map_part_of_the_file(small_file):
+    path, data = small_file
+    with faultmap.open(path, offset=2 * 4096, length=10_000) as m:
+        assert len(m) == 10_000
+        assert bytes(memoryview(m)) == data[8192:18192]
+    with faultmap.open(path, offset=4096) as m:
+        assert m[:] == data[4096:]
+
+
+@pytest.mark.parametrize(
+    "dtype,shape,offset",
+    [
+        (numpy.uint8, None, 0),
+        (numpy.int16, (1000, 3), 2),
+        (numpy.float32, None, 4096),
+        (numpy.float64, (64, 128), 8),
+        (numpy.uint64, 5000, 3),  # unaligned: numpy copes
+        (numpy.dtype(">i4"), (7, 11, 13), 100),
+        (numpy.complex128, (10,), 0),
+    ],
+)
+def test_array_matches_fromfile(small_file, dtype, shape, offset):
+    path, data = small_file
+    dtype = numpy.dtype(dtype)
+    with faultmap.open(path) as m:
+        a = m.array(dtype, shape=shape, offset=offset)
+        count = -1 if shape is None else int(numpy.prod(shape))
+        if shape is None:
+            count = (len(data) - offset) // dtype.itemsize
+        expected = numpy.fromfile(path, dtype=dtype, count=count, offset=offset)
+        if shape is not None:
+            expected = expected.reshape(shape)
+        assert a.shape == expected.shape
+        assert a.dtype == dtype
+        assert not a.flags.writeable
+        # Random bytes make NaNs of floats: compare them as NaN-equal.
+        assert numpy.array_equal(a, expected, equal_nan=dtype.kind in "fc")
+        if dtype.kind in "iu":
+            assert a.sum() == expected.sum()
+        del a
+
+
+def test_array_errors_are_numpys(small_file):
+    path, _ = small_file
+    with faultmap.open(path) as m:
+        with pytest.raises(ValueError):
+            m.array(numpy.uint64, shape=(len(m),))  # more than the mapping
+        with pytest.raises(TypeError):
+            m.array("not a dtype")
+        with pytest.raises(ValueError):
+            m.array(numpy.uint8, offset=len(m) + 1)
+
+
+# ---------------------------------------------------------------------------
+# Writes.
+
+
+def test_writes_are_flushed_and_read_again(small_file):
+    path, data = small_file
+    with faultmap.open(path, writable=True) as m:
+        assert m.writable
+        view = memoryview(m)
+        assert not view.readonly
+        view[0:5] = b"HELLO"
+        view[5000:5003] = b"abc"
+        a = m.array(numpy.uint32, offset=8192, shape=4)
+        assert a.flags.writeable
+        a[:] = [1, 2, 3, 4]
+        written = m.flush()
+        assert written >= 2
+        del a
+        view.release()
+        with open(path, "rb") as f:
+            on_disk = f.read()
+        assert on_disk[0:5] == b"HELLO"
+        assert on_disk[5000:5003] == b"abc"
+        assert numpy.frombuffer(on_disk, numpy.uint32, 4, 8192).tolist() == [1, 2, 3, 4]
+        assert on_disk[10_000:] == data[10_000:]
+        assert m[0:5] == b"HELLO"
+        assert m.stats()["written_back"] >= 2
+
+
+def test_close_writes_back(small_file):
+    path, _ = small_file
+    m = faultmap.open(path, writable=True)
+    view = memoryview(m)
+    view[-3:] = b"END"
+    view.release()
+    m.close()
+    assert path.read_bytes()[-3:] == b"END"
+
+
+def test_flush_checks_its_range_and_a_read_only_flush_writes_nothing(small_file):
+    path, _ = small_file
+    with faultmap.open(path) as m:
+        assert m.flush() == 0
+        with pytest.raises(ValueError):
+            m.flush(0, len(m) + 1)
+        with pytest.raises(ValueError):
+            m.flush(10, 5)
+
+
+# ---------------------------------------------------------------------------
+# Threads, advice, the counters.
+
+
+def test_threads_read_one_mapping(data_file):
+    path, data = data_file
+    m = faultmap.open(path)
+    parts = 8
+    step = len(data) // parts
+    got = [None] * parts
+    errors = []
+
+    def read(k):
+        try:
+            end = len(data) if k == parts - 1 else (k + 1) * step
+            view = memoryview(m)[k * step : end]
+            got[k] = zlib.crc32(view)
+            view.release()
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(parts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    for k in range(parts):
+        end = len(data) if k == parts - 1 else (k + 1) * step
+        assert got[k] == zlib.crc32(data[k * step : end])
+    gc.collect()
+    m.close()
+
+
+def test_advise_prefetch_invalidate(small_file):
+    path, data = small_file
+    with faultmap.open(path) as m:
+        m.advise(mmap.MADV_SEQUENTIAL)
+        m.advise("random", 0, 4096)
+        m.prefetch()
+        m.prefetch(4096, 8192)
+        assert m[:] == data
+        assert m.memory()["cached"] >= len(data)
+        dropped = m.invalidate(0, 1 << 20)
+        assert dropped == 256
+        m.advise(mmap.MADV_DONTNEED)
+        assert m[:] == data
+        with pytest.raises(ValueError):
+            m.advise("sideways")
+        with pytest.raises(ValueError):
+            m.advise(99)
+        with pytest.raises(TypeError):
+            m.advise(1.5)
+        with pytest.raises(ValueError):
+            m.prefetch(0, len(m) + 1)
+
+
+def test_counters_have_the_rust_names(small_file):
+    path, _ = small_file
+    with faultmap.open(path, fault_around_order=0, readahead="off") as m:
+        assert m.fault_around_order == 0
+        m.fault_around_order = 3
+        assert m.fault_around_order == 3
+        with pytest.raises(ValueError):
+            m.fault_around_order = 10
+        zlib.crc32(memoryview(m)[:40960])
+        stats = m.stats()
+        for name in ["pgfault", "pgmajfault", "pgfault_around", "io_count", "io_bytes",
+                     "io_errors", "evicted", "refault", "write_faults", "written_back"]:
+            assert isinstance(stats[name], int), name
+        assert stats["pgfault"] >= 1
+        ra = m.ra_stats()
+        assert set(ra) >= {"initial", "subsequent", "marker", "around", "random", "all"}
+        assert set(m.memory()) == {"budget", "cached", "peak", "active"}
+        assert m.io_errors() == []
+
+
+def test_a_pager_shares_its_budget(small_file, tmp_path):
+    path, data = small_file
+    other = tmp_path / "other.bin"
+    other.write_bytes(data[::-1])
+    pager = faultmap.Pager(memory_budget=4 << 20)
+    assert pager.delivery == "handler"
+    a = pager.open(path)
+    b = faultmap.open(other, pager=pager)
+    assert a[:] == data
+    assert b[:] == data[::-1]
+    memory = pager.memory()
+    assert memory["budget"] == 4 << 20
+    assert memory["cached"] <= 4 << 20
+    assert pager.stats()["pgfault"] >= a.stats()["pgfault"]
+    a.close()
+    b.close()
+    with faultmap.open(path, memory_budget=2 << 20) as c:
+        assert c[:] == data
+        assert c.memory()["budget"] == 2 << 20
+
+
+# ---------------------------------------------------------------------------
+# Lifetime.
+
+
+def test_close_with_exports_raises_buffer_error(small_file):
+    path, _ = small_file
+    m = faultmap.open(path)
+    view = memoryview(m)
+    with pytest.raises(BufferError):
+        m.close()
+    assert not m.closed
+    view.release()
+    m.close()
+    assert m.closed
+    m.close()  # twice: nothing
+    with pytest.raises(ValueError):
+        m[0:1]
+    with pytest.raises(ValueError):
+        memoryview(m)
+    with pytest.raises(ValueError):
+        m.stats()
+    assert len(m) == len(_) and "closed" in repr(m)
+
+
+def test_an_array_outlives_its_mapping_object(small_file):
+    path, data = small_file
+    m = faultmap.open(path)
+    a = m.array(numpy.uint8)
+    with pytest.raises(BufferError):
+        m.close()
+    del m
+    gc.collect()
+    assert bytes(a[: 1 << 20]) == data[: 1 << 20]
+    assert a[-1] == data[len(a) - 1]
+
+
+def test_with_block_closes_and_exit_does_not_swallow(small_file):
+    path, _ = small_file
+    with pytest.raises(KeyError):
+        with faultmap.open(path) as m:
+            raise KeyError("x")
+    assert m.closed
+
+
+# ---------------------------------------------------------------------------
+# Errors.
+
+
+def test_missing_path_is_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError) as e:
+        faultmap.open(tmp_path / "nope.bin")
+    assert e.value.errno == errno.ENOENT
+    assert "nope.bin" in str(e.value)
+
+
+def test_directory_is_is_a_directory_error(tmp_path):
+    with pytest.raises(IsADirectoryError) as e:
+        faultmap.open(tmp_path)
+    assert e.value.errno == errno.EISDIR
+
+
+def test_bad_arguments_are_value_or_type_errors(small_file):
+    path, _ = small_file
+    for kwargs in [
+        {"readahead": "sometimes"},
+        {"fault_around_order": 10},
+        {"offset": 1 << 40},
+        {"length": 1 << 40},
+        {"memory_budget": 1},
+    ]:
+        with pytest.raises(ValueError):
+            faultmap.open(path, **kwargs)
+    with pytest.raises(OverflowError):
+        faultmap.open(path, offset=-4096)
+    with pytest.raises(TypeError):
+        faultmap.open(12)
+    with pytest.raises(TypeError):
+        faultmap.open(path, 0)  # keyword-only
+    with pytest.raises(ValueError):
+        faultmap.Pager(delivery="pigeon")
+    with pytest.raises(ValueError):
+        faultmap.open("ftp://example.com/x")
+
+
+def test_writable_url_is_read_only_file_system(s3_object):
+    url, _ = s3_object
+    with pytest.raises(OSError) as e:
+        faultmap.open(url, writable=True)
+    assert e.value.errno == errno.EROFS
+
+
+def test_permission_denied_is_permission_error(s3_object):
+    url, _ = s3_object
+    env = dict(os.environ, AWS_SECRET_ACCESS_KEY="not-the-secret")
+    r = run_python(
+        f"""
+        import faultmap
+        try:
+            faultmap.open({url!r})
+        except PermissionError as e:
+            print("PermissionError", e.errno)
+            assert "not-the-secret" not in str(e)
+        """,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["PermissionError", str(errno.EACCES)]
+
+
+def test_missing_object_is_file_not_found(s3_object):
+    url, _ = s3_object
+    with pytest.raises(FileNotFoundError):
+        faultmap.open(url + ".missing")
+    http = server_env("FAULTMAP_HTTP_URL")
+    with pytest.raises(FileNotFoundError):
+        faultmap.open(http + "/no-such-object.bin")
+
+
+def test_a_failed_store_read_is_an_os_error_when_sliced(failing_server):
+    data = failing_server.data
+    with faultmap.open(failing_server.url, readahead="off") as m:
+        assert m[0:100] == data[0:100]
+        failing_server.fail = True
+        with pytest.raises(OSError) as e:
+            m[500_000:500_010]
+        assert e.value.errno == errno.EIO
+        assert "500" in str(e.value)
+        with pytest.raises(OSError):
+            m[700_000]
+        assert m[0:100] == data[0:100]  # cached pages still read
+        reports = m.io_errors()
+        assert reports and reports[-1]["kind"] == "Read"
+
+
+def test_a_failed_store_read_at_an_access_is_sigbus():
+    # numpy and memoryview access the bytes directly: a page the store
+    # cannot read ends the process with SIGBUS, as for mmap of a file;
+    # faulthandler names the Python line.
+    r = run_python(
+        FAILING_SERVER
+        + """
+import faulthandler, os, numpy, faultmap
+faulthandler.enable()
+server = FailingServer(os.urandom(1 << 20))
+m = faultmap.open(server.url, readahead="off")
+a = m.array(numpy.uint8)
+server.fail = True
+print("touching", flush=True)
+a[600_000] + 1
+print("survived", flush=True)
+"""
+    )
+    assert r.stdout.split() == ["touching"]
+    assert r.returncode == -signal.SIGBUS
+    assert "Bus error" in r.stderr
+
+
+# ---------------------------------------------------------------------------
+# Remote objects.
+
+
+def test_s3_object_reads_like_the_file(s3_object):
+    url, data = s3_object
+    with faultmap.open(url) as m:
+        assert len(m) == len(data)
+        assert zlib.crc32(memoryview(m)) == zlib.crc32(data)
+        assert m[1000:2000] == data[1000:2000]
+        a = m.array(numpy.uint16, offset=2)
+        assert a.sum(dtype=numpy.uint64) == numpy.frombuffer(data, numpy.uint16, offset=2,
+                                                             count=len(a)).sum(dtype=numpy.uint64)
+        assert m.stats()["io_count"] >= 1
+        del a
+
+
+# ---------------------------------------------------------------------------
+# The kernel's own reads of a mapping.
+
+
+def test_file_write_of_an_untouched_mapping(small_file, tmp_path):
+    path, data = small_file
+    out = tmp_path / "copy.bin"
+    with faultmap.open(path) as m, open(out, "wb") as f:
+        f.write(m)  # the kernel reads the pages: handler delivery serves it
+    assert out.read_bytes() == data
+    with faultmap.open(path) as m:
+        fd = os.open(out, os.O_WRONLY | os.O_TRUNC)
+        try:
+            assert os.write(fd, memoryview(m)[4096 * 100 : 4096 * 110]) == 40960
+        finally:
+            os.close(fd)
+    assert out.read_bytes() == data[4096 * 100 : 4096 * 110]
+
+
+def test_signal_delivery_kernel_reads_fail_with_efault(small_file, tmp_path):
+    # What the documentation says of delivery="signal": faster faults, but
+    # the kernel's own read of a page not yet mapped fails.
+    path, data = small_file
+    pager = faultmap.Pager(delivery="signal")
+    assert not pager.serves_kernel_faults
+    with pager.open(path) as m, open(tmp_path / "x", "wb", buffering=0) as f:
+        with pytest.raises(OSError) as e:
+            f.write(memoryview(m)[: 1 << 20])
+        assert e.value.errno == errno.EFAULT
+        assert m[: 1 << 20] == data[: 1 << 20]  # user-space copies work
+        assert f.write(memoryview(m)[: 1 << 20]) == 1 << 20  # mapped now
+
+
+# ---------------------------------------------------------------------------
+# fork, documentation.
+
+
+def test_fork_child_makes_its_own_default_pager(small_file):
+    path, data = small_file
+    r = run_python(
+        f"""
+        import os, faultmap
+        m = faultmap.open({str(path)!r})
+        first = m[0:64]
+        pager = faultmap.Pager()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                with faultmap.open({str(path)!r}) as c:
+                    code |= 0 if c[0:64] == first else 1
+                try:
+                    pager.open({str(path)!r})
+                    code |= 2
+                except RuntimeError:
+                    pass
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), m[0:64] == first)
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "True"]
+
+
+def test_every_public_name_is_documented_and_typed():
+    for obj in [faultmap.open, faultmap.Mapping, faultmap.Pager,
+                faultmap.Mapping.array, faultmap.Mapping.prefetch, faultmap.Mapping.close,
+                faultmap.Pager.open]:
+        assert obj.__doc__ and len(obj.__doc__) > 40, obj
+    assert "path_or_url" in faultmap.open.__doc__
+    package = pathlib.Path(faultmap.__file__).parent
+    assert (package / "py.typed").exists()
+    stubs = (package / "__init__.pyi").read_text()
+    for name in faultmap.__all__:
+        assert name in stubs, name
