@@ -293,7 +293,9 @@ impl Request {
                 return Err(if remote {
                     PyOSError::new_err((
                         libc::EROFS,
-                        format!("{scheme}:// cannot be mapped writable: remote objects are read-only"),
+                        format!(
+                            "{scheme}:// cannot be mapped writable: remote objects are read-only"
+                        ),
                     ))
                 } else {
                     PyValueError::new_err(format!(
@@ -312,8 +314,9 @@ impl Request {
             // mapped, and no other mapping writes bytes this one exports.
             // Python code cannot hold a Rust reference into the mapping;
             // it reads and writes through raw pointers (the buffer
-            // protocol), and this module copies out through raw pointers
-            // too (`Mapping::copy_out`).
+            // protocol), and this module copies out with
+            // `fm::Mapping::read_at` (the kernel's copy, or volatile loads),
+            // never through a `&[u8]`.
             Map::Write(unsafe { pager.map_mut(object, opts) }.map_err(|e| py_err(&e))?)
         } else {
             let store = fm::open_url(&self.target).map_err(|e| py_err(&e))?;
@@ -336,6 +339,7 @@ impl Request {
             len,
             writable: self.writable,
             name,
+            pid: pid(),
         })
     }
 }
@@ -496,11 +500,20 @@ struct Mapping {
     len: usize,
     writable: bool,
     name: String,
+    /// The process that mapped it: a forked child has no such range.
+    pid: u32,
 }
 
 impl Mapping {
-    /// The Rust mapping, or `ValueError` once closed.
+    /// The Rust mapping; `ValueError` once closed, `RuntimeError` in a
+    /// forked child.
     fn map(&self) -> PyResult<Arc<Map>> {
+        if self.pid != pid() {
+            return Err(PyRuntimeError::new_err(
+                "this faultmap.Mapping was opened before fork(): a child process \
+                 does not inherit mappings; open it again in the child",
+            ));
+        }
         lock(&self.state)
             .map
             .clone()
@@ -619,7 +632,10 @@ impl Mapping {
         let i: isize = key.extract().map_err(|_| {
             PyTypeError::new_err(format!(
                 "faultmap.Mapping indices must be integers or slices, not {}",
-                key.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                key.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
             ))
         })?;
         let at = if i < 0 { i + self.len as isize } else { i };
@@ -644,6 +660,7 @@ impl Mapping {
         flags: c_int,
     ) -> PyResult<()> {
         let this = slf.get();
+        this.map()?;
         let mut state = lock(&this.state);
         let Some(map) = state.map.as_ref() else {
             return Err(PyValueError::new_err(
@@ -686,7 +703,8 @@ impl Mapping {
     }
 
     /// A zero-copy numpy array over the mapping: `dtype` elements from
-    /// byte `offset`, in `shape` (None: as many as fit, one-dimensional).
+    /// byte `offset`, in `shape` (None: as many as fit, one-dimensional;
+    /// one side of the shape may be -1: as many as fit).
     /// It keeps the mapping alive and is read-only unless the mapping is
     /// writable. Needs numpy.
     #[pyo3(signature = (dtype, shape=None, offset=0))]
@@ -698,9 +716,9 @@ impl Mapping {
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         slf.get().map()?;
-        let np = py.import("numpy").map_err(|_| {
-            PyImportError::new_err("Mapping.array needs numpy: pip install numpy")
-        })?;
+        let np = py
+            .import("numpy")
+            .map_err(|_| PyImportError::new_err("Mapping.array needs numpy: pip install numpy"))?;
         let dtype = np.getattr("dtype")?.call1((dtype,))?;
         let kwargs = PyDict::new(py);
         kwargs.set_item("dtype", &dtype)?;
@@ -708,28 +726,52 @@ impl Mapping {
         let shape = match shape {
             None => None,
             Some(s) if s.is_none() => None,
-            Some(s) => Some(match s.extract::<usize>() {
+            Some(s) => Some(match s.extract::<isize>() {
                 Ok(n) => PyTuple::new(py, [n])?,
                 Err(_) => PyTuple::new(py, s.try_iter()?.collect::<PyResult<Vec<_>>>()?)?,
             }),
         };
         let itemsize: usize = dtype.getattr("itemsize")?.extract()?;
-        if shape.is_none() && itemsize > 0 {
-            // As many elements as fit, not an error for a tail.
-            kwargs.set_item("count", slf.get().len.saturating_sub(offset) / itemsize)?;
-        }
-        if let Some(shape) = &shape {
-            let mut count: usize = 1;
-            for d in shape.iter() {
-                let d: usize = d.extract().map_err(|_| {
-                    PyValueError::new_err("shape must be non-negative ints")
-                })?;
-                count = count
-                    .checked_mul(d)
-                    .ok_or_else(|| PyValueError::new_err("shape is too large"))?;
+        // Elements from `offset` to the end (numpy refuses an offset past
+        // it, with its own message).
+        let fit = match itemsize {
+            0 => 0,
+            n => slf.get().len.saturating_sub(offset) / n,
+        };
+        let count = match &shape {
+            // As many elements as fit: a tail shorter than one is left out.
+            None => fit,
+            Some(shape) => {
+                // The product of the given sides; one side may be -1 (as
+                // many rows as fit, as for numpy's reshape).
+                let (mut known, mut free) = (1usize, 0);
+                for d in shape.iter() {
+                    let d: isize = d.extract().map_err(|_| {
+                        PyTypeError::new_err("shape must be an int or a sequence of ints")
+                    })?;
+                    match d {
+                        -1 => free += 1,
+                        d if d >= 0 => {
+                            known = known
+                                .checked_mul(d as usize)
+                                .ok_or_else(|| PyValueError::new_err("shape is too large"))?
+                        }
+                        _ => {
+                            return Err(PyValueError::new_err(format!(
+                                "negative side {d} in shape"
+                            )))
+                        }
+                    }
+                }
+                match free {
+                    0 => known,
+                    1 if known > 0 => fit / known * known,
+                    1 => 0,
+                    _ => return Err(PyValueError::new_err("shape can have one -1 side only")),
+                }
             }
-            kwargs.set_item("count", count)?;
-        }
+        };
+        kwargs.set_item("count", count)?;
         let flat = np.getattr("frombuffer")?.call((slf,), Some(&kwargs))?;
         match shape {
             Some(shape) => flat.call_method1("reshape", (shape,)),

@@ -73,8 +73,9 @@ def run_python(code: str, env=None, timeout=120) -> subprocess.CompletedProcess:
 
 
 # An HTTP server of the test's own, on 127.0.0.1, for failures the
-# project's nginx cannot produce on demand: ranged GETs of `data` that
-# answer 500 once `fail` is set. Used in-process and (as source text) in
+# project's nginx cannot produce on demand: ranged GETs of `data`, those
+# from byte `fail_from` on answered with 500 once `fail` is set (the open's
+# own requests, at byte 0, still work). Used in-process and (as source text) in
 # child interpreters.
 FAILING_SERVER = '''
 import http.server, threading
@@ -83,7 +84,7 @@ class FailingServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, data):
-        self.data, self.fail = data, False
+        self.data, self.fail, self.fail_from = data, False, 4096
         super().__init__(("127.0.0.1", 0), _Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -108,12 +109,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._head(200, len(self.server.data))
 
     def do_GET(self):
-        data = self.server.data
-        if self.server.fail:
+        data, server = self.server.data, self.server
+        first, last = 0, len(data) - 1
+        if "Range" in self.headers:
+            first, last = self.headers["Range"].split("=")[1].split("-")
+            first, last = int(first), min(int(last or len(data) - 1), len(data) - 1)
+        if server.fail and first >= server.fail_from:
             self._head(500, 0)
             return
-        first, last = self.headers["Range"].split("=")[1].split("-")
-        first, last = int(first), min(int(last), len(data) - 1)
         body = data[first:last + 1]
         self._head(206, len(body), [("Content-Range", f"bytes {first}-{last}/{len(data)}")])
         self.wfile.write(body)

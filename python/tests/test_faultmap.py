@@ -14,7 +14,7 @@ import numpy
 import pytest
 
 import faultmap
-from conftest import FAILING_SERVER, pattern, run_python, server_env
+from conftest import pattern, run_python, server_env
 
 
 # ---------------------------------------------------------------------------
@@ -99,6 +99,8 @@ def test_offset_and_length_map_part_of_the_file(small_file):
         (numpy.uint64, 5000, 3),  # unaligned: numpy copes
         (numpy.dtype(">i4"), (7, 11, 13), 100),
         (numpy.complex128, (10,), 0),
+        (numpy.float32, (-1, 1024), 0),
+        (numpy.uint16, (3, -1), 4096),
     ],
 )
 def test_array_matches_fromfile(small_file, dtype, shape, offset):
@@ -106,12 +108,17 @@ def test_array_matches_fromfile(small_file, dtype, shape, offset):
     dtype = numpy.dtype(dtype)
     with faultmap.open(path) as m:
         a = m.array(dtype, shape=shape, offset=offset)
-        count = -1 if shape is None else int(numpy.prod(shape))
+        fit = (len(data) - offset) // dtype.itemsize
         if shape is None:
-            count = (len(data) - offset) // dtype.itemsize
+            count = fit
+        else:
+            dims = (shape,) if isinstance(shape, int) else tuple(shape)
+            known = abs(int(numpy.prod(dims)))
+            count = fit // known * known if -1 in dims else known
         expected = numpy.fromfile(path, dtype=dtype, count=count, offset=offset)
         if shape is not None:
             expected = expected.reshape(shape)
+        assert a.size == count
         assert a.shape == expected.shape
         assert a.dtype == dtype
         assert not a.flags.writeable
@@ -129,6 +136,12 @@ def test_array_errors_are_numpys(small_file):
             m.array(numpy.uint64, shape=(len(m),))  # more than the mapping
         with pytest.raises(TypeError):
             m.array("not a dtype")
+        with pytest.raises(ValueError):
+            m.array(numpy.uint8, shape=(-1, -1))
+        with pytest.raises(ValueError):
+            m.array(numpy.uint8, shape=(-2, 4))
+        with pytest.raises(TypeError):
+            m.array(numpy.uint8, shape=("a", 4))
         with pytest.raises(ValueError):
             m.array(numpy.uint8, offset=len(m) + 1)
 
@@ -414,27 +427,26 @@ def test_a_failed_store_read_is_an_os_error_when_sliced(failing_server):
         assert reports and reports[-1]["kind"] == "Read"
 
 
-def test_a_failed_store_read_at_an_access_is_sigbus():
+def test_a_failed_store_read_at_an_access_is_sigbus(failing_server):
     # numpy and memoryview access the bytes directly: a page the store
     # cannot read ends the process with SIGBUS, as for mmap of a file;
-    # faulthandler names the Python line.
+    # faulthandler names the Python line. The server runs here, in the
+    # test's process: the child's faulting thread holds its GIL.
+    failing_server.fail = True  # from byte 4096 on: the open works
     r = run_python(
-        FAILING_SERVER
-        + """
-import faulthandler, os, numpy, faultmap
-faulthandler.enable()
-server = FailingServer(os.urandom(1 << 20))
-m = faultmap.open(server.url, readahead="off")
-a = m.array(numpy.uint8)
-server.fail = True
-print("touching", flush=True)
-a[600_000] + 1
-print("survived", flush=True)
-"""
+        f"""
+        import faulthandler, numpy, faultmap
+        faulthandler.enable()
+        m = faultmap.open({failing_server.url!r}, readahead="off")
+        a = m.array(numpy.uint8)
+        print("touching", flush=True)
+        a[600_000] + 1
+        print("survived", flush=True)
+        """
     )
-    assert r.stdout.split() == ["touching"]
+    assert r.stdout.split() == ["touching"], r.stderr
     assert r.returncode == -signal.SIGBUS
-    assert "Bus error" in r.stderr
+    assert "Bus error" in r.stderr and "line 7" in r.stderr
 
 
 # ---------------------------------------------------------------------------
@@ -495,7 +507,7 @@ def test_fork_child_makes_its_own_default_pager(small_file):
     path, data = small_file
     r = run_python(
         f"""
-        import os, faultmap
+        import gc, os, time, faultmap
         m = faultmap.open({str(path)!r})
         first = m[0:64]
         pager = faultmap.Pager()
@@ -510,14 +522,24 @@ def test_fork_child_makes_its_own_default_pager(small_file):
                     code |= 2
                 except RuntimeError:
                     pass
+                for use in (lambda: m[0:64], lambda: memoryview(m), m.stats):
+                    try:
+                        use()
+                        code |= 4
+                    except RuntimeError:
+                        pass
+                started = time.monotonic()
+                del m, pager  # drops the parent's: harmless, and quick
+                gc.collect()
+                code |= 8 if time.monotonic() - started > 5 else 0
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
-        print(os.waitstatus_to_exitcode(status), m[0:64] == first)
+        print(os.waitstatus_to_exitcode(status), m[0:64] == first, m[:] == open({str(path)!r}, "rb").read())
         """
     )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["0", "True"]
+    assert r.stdout.split() == ["0", "True", "True"]
 
 
 def test_every_public_name_is_documented_and_typed():

@@ -310,3 +310,70 @@ fn good_pages_of_a_failing_store_read_correctly_in_process() {
         );
     });
 }
+
+#[test]
+fn read_at_gives_a_page_that_fails_to_read_as_an_error_with_handler_delivery() {
+    // `Mapping::read_at` copies with the kernel's access, which the handler
+    // threads serve: a page the store cannot read is `MapError::Read` (no
+    // SIGBUS, no hang), and every other byte reads right, before and after.
+    watchdog(WATCHDOG, || {
+        let data = pattern(64 * PAGE, 812);
+        let store = Instrumented::mem(&data, Faults::bad([21]));
+        let pager = Pager::new(Config::default().delivery(faultmap::Delivery::Handler)).unwrap();
+        assert!(pager.serves_kernel_faults(), "the tests run as root");
+        let map = pager
+            .map_trusted(store, MapOptions::new().offset(PAGE as u64))
+            .unwrap();
+        let mut buf = vec![0u8; 20 * PAGE - 7];
+        map.read_at(7, &mut buf).unwrap();
+        assert_bytes(&buf, &data[PAGE + 7..21 * PAGE], "pages before the bad one");
+        // Object page 21 is the mapping's page 20.
+        let mut across = vec![0u8; 3 * PAGE];
+        match map.read_at(19 * PAGE + 100, &mut across) {
+            Err(MapError::Read { offset, why, .. }) => {
+                assert_eq!(offset / PAGE as u64, 21, "{offset}");
+                assert!(!why.is_empty());
+            }
+            other => panic!("expected MapError::Read, got {other:?}"),
+        }
+        let err = map.read_at(20 * PAGE, &mut [0u8; 1]).unwrap_err();
+        assert_eq!(faultmap::errno_of(&err), libc::EIO, "{err}");
+        let mut after = vec![0u8; 40 * PAGE];
+        map.read_at(21 * PAGE, &mut after).unwrap();
+        assert_bytes(
+            &after,
+            &data[22 * PAGE..62 * PAGE],
+            "pages after the bad one",
+        );
+        // Bounds: past the end is a range error, an empty read at the end
+        // is nothing.
+        assert!(matches!(
+            map.read_at(map.len() - 1, &mut [0u8; 2]),
+            Err(MapError::Options(_))
+        ));
+        assert!(matches!(
+            map.read_at(usize::MAX, &mut [0u8; 2]),
+            Err(MapError::Options(_))
+        ));
+        map.read_at(map.len(), &mut []).unwrap();
+    });
+}
+
+#[test]
+fn read_at_copies_in_user_space_with_signal_delivery() {
+    // Signal delivery: the kernel cannot wait for a page, so `read_at`
+    // copies with loads, which the SIGBUS handler serves.
+    watchdog(WATCHDOG, || {
+        let data = pattern(40 * PAGE + 123, 813);
+        let pager = Pager::new(Config::default().delivery(faultmap::Delivery::Signal)).unwrap();
+        let map = pager
+            .map_trusted(
+                faultmap::MemStore::new("read-at", data.clone()),
+                MapOptions::new(),
+            )
+            .unwrap();
+        let mut buf = vec![0u8; data.len() - 5];
+        map.read_at(5, &mut buf).unwrap();
+        assert_bytes(&buf, &data[5..], "the whole mapping");
+    });
+}

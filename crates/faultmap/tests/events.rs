@@ -408,3 +408,71 @@ fn forked(delivery: Delivery, name: &str) {
 const FORK_OK: &str = "CHILD: the fork child died of SIGSEGV, the parent reads on";
 
 both_deliveries!(forked: a_fork_child_touching_a_mapping_gets_sigsegv_signal, a_fork_child_touching_a_mapping_gets_sigsegv_handler);
+
+fn forked_drop(delivery: Delivery, name: &str) {
+    // A fork child that drops the mapping and the pager it inherited
+    // leaves the parent's alone and its own memory too: it neither unmaps
+    // the range (where it has mapped memory of its own since) nor waits
+    // for pager threads it does not have; the parent's mapping reads on.
+    if is_child(name) {
+        let pager = pager(delivery);
+        let data = pattern(16 * PAGE, 958);
+        let map = pager
+            .map_trusted(
+                MemStore::new("forked-drop", data.clone()),
+                MapOptions::new(),
+            )
+            .unwrap();
+        assert_bytes(&map[..PAGE], &data[..PAGE], "before the fork");
+        let (addr, len) = range_of(&map);
+        // SAFETY: the child maps, drops and checks, then exits at once.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: the range is not mapped in the child (MADV_DONTFORK);
+            // NOREPLACE fails rather than replace anything.
+            let mine = unsafe {
+                libc::mmap(
+                    addr as *mut libc::c_void,
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                    -1,
+                    0,
+                )
+            };
+            if mine != addr as *mut libc::c_void {
+                // SAFETY: leaves the forked child at once.
+                unsafe { libc::_exit(2) };
+            }
+            // SAFETY: the child's own fresh mapping, `len` bytes.
+            unsafe { std::ptr::write_volatile(mine.cast::<u8>().add(PAGE), 0x5a) };
+            let start = std::time::Instant::now();
+            drop(map);
+            drop(pager);
+            let quick = start.elapsed() < Duration::from_secs(5);
+            // Still mapped, still the child's byte (a munmap would SIGSEGV).
+            let kept = read_at(addr + PAGE) == 0x5a;
+            // SAFETY: leaves the forked child at once.
+            unsafe { libc::_exit(if quick && kept { 0 } else { 3 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the fork child: {status:#x}"
+        );
+        assert_bytes(&map, &data, "after the fork");
+        println!("{FORK_DROP_OK}");
+        return;
+    }
+    let end = run_child(name, Duration::from_secs(30));
+    assert!(
+        end.status.is_some_and(|s| s.success()) && end.stdout.contains(FORK_DROP_OK),
+        "{end:?}"
+    );
+}
+
+const FORK_DROP_OK: &str = "CHILD: the fork child dropped its copies quickly, the parent reads on";
+
+both_deliveries!(forked_drop: a_fork_child_dropping_the_parents_mapping_leaves_it_be_signal, a_fork_child_dropping_the_parents_mapping_leaves_it_be_handler);

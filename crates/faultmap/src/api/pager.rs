@@ -48,6 +48,13 @@
 //! Mappings are `MADV_DONTFORK`: a child process does not inherit them
 //! (touching the range in the child is a SIGSEGV), because the child would
 //! have no handler and its faults would fill the shared cache with zeros.
+//! A child that drops a `Mapping` or `Pager` it inherited leaves the
+//! parent's things be: its regions stay in the parent's region table, which
+//! the child leaks (`crate::mm::space`), so their ranges are neither
+//! unregistered (the userfaultfd is the parent's) nor unmapped (the child
+//! may have mapped something else there); and the pager's threads, which
+//! the child does not have, are not waited for. Use neither in the child:
+//! make a pager there.
 //!
 //! # munmap and mremap by the application
 //!
@@ -214,6 +221,8 @@ struct Workers {
     /// How long the drop waits for the threads: `Config::io_timeout` plus
     /// a second.
     grace: Duration,
+    /// The process whose threads these are (see "fork" above).
+    pid: u32,
 }
 
 impl Workers {
@@ -240,6 +249,26 @@ impl Drop for Workers {
     /// then, and faults on them are given up by the watchdog's timeout
     /// only while a pager lives.
     fn drop(&mut self) {
+        if self.pid != std::process::id() {
+            // A forked child: the threads are the parent's and do not exist
+            // here; stopping or joining them would wait out `grace` for
+            // nothing. Their handles and queues are left as they are. (No
+            // lock: one may have been held by a thread that is not here.)
+            std::mem::forget(std::mem::take(
+                self.threads.get_mut().unwrap_or_else(|e| e.into_inner()),
+            ));
+            std::mem::forget(self.io.get_mut().unwrap_or_else(|e| e.into_inner()).take());
+            std::mem::forget(std::mem::take(
+                self.evictors.get_mut().unwrap_or_else(|e| e.into_inner()),
+            ));
+            std::mem::forget(
+                self.flusher
+                    .get_mut()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take(),
+            );
+            return;
+        }
         let deadline = Instant::now() + self.grace;
         let mut later = Vec::new();
         // 1. The flusher and the evictors: told to stop (the flusher writes
@@ -418,6 +447,7 @@ impl Pager {
             evictors: Mutex::new(evictors),
             flusher: Mutex::new(None),
             grace: shutdown_grace(&config),
+            pid: std::process::id(),
         });
         // 4. The watchdog (`crate::mm::errors`): store timeouts, truncation.
         {
@@ -1245,14 +1275,13 @@ impl<A: Access> Mapping<A> {
         // is inside the mapping, which `self` keeps mapped.
         let src = unsafe { self.ptr.as_ptr().add(offset) };
         if !self.kernel_faults {
-            // SAFETY: `src..src + buf.len()` is inside the mapping (above);
-            // volatile loads through raw pointers, not a reference: another
-            // mapping's writer may change the bytes meanwhile (the
-            // `Pager::map_mut` contract allows it while no reference
-            // lives), and `buf` is ours.
-            for (i, b) in buf.iter_mut().enumerate() {
-                *b = unsafe { std::ptr::read_volatile(src.add(i)) };
-            }
+            // SAFETY: `src..src + buf.len()` is inside the mapping (above),
+            // which `self` keeps mapped, so it stays readable (a page not
+            // mapped yet faults and is served). Volatile loads through raw
+            // pointers, not a reference: another mapping's writer may
+            // change the bytes meanwhile (the `Pager::map_mut` contract
+            // allows it while no reference lives).
+            unsafe { crate::cache::memfd::volatile_copy(src, buf) };
             return Ok(());
         }
         let mut done = 0;
@@ -1261,7 +1290,10 @@ impl<A: Access> Mapping<A> {
             let at = unsafe { src.add(done) };
             match sys::read_own_memory(at, &mut buf[done..]) {
                 Ok(0) | Err(_) => {
-                    let base = self.region.as_ref().map_or(0, |r| r.object_offset(self.addr()));
+                    let base = self
+                        .region
+                        .as_ref()
+                        .map_or(0, |r| r.object_offset(self.addr()));
                     let failed = base + (offset + done) as u64;
                     return Err(MapError::Read {
                         name: self.object.name().to_string(),

@@ -481,25 +481,29 @@ impl Cache {
     }
 }
 
-/// Copies `dst.len()` bytes from `src` with volatile loads: eight bytes at
-/// a time while `src` is 8-aligned (pages are), then byte by byte. For
-/// memory that other threads may be writing through other mappings.
+/// Copies `dst.len()` bytes from `src` with volatile loads: byte by byte
+/// up to an 8-aligned address, eight bytes at a time from there, then the
+/// tail byte by byte. For memory that other threads may be writing through
+/// other mappings (write-back's copy here; `crate::Mapping::read_at`).
 ///
 /// # Safety
 ///
 /// `src..src + dst.len()` must be readable for the whole call.
-unsafe fn volatile_copy(src: *const u8, dst: &mut [u8]) {
+pub(crate) unsafe fn volatile_copy(src: *const u8, dst: &mut [u8]) {
     const WORD: usize = std::mem::size_of::<u64>();
-    let mut done = 0;
-    if src as usize % WORD == 0 {
-        for chunk in dst.chunks_exact_mut(WORD) {
-            // SAFETY: done + WORD <= dst.len(), so the word is inside the
-            // readable range (the caller's promise), and it is aligned
-            // (src is, and done is a multiple of WORD).
-            let word = unsafe { std::ptr::read_volatile(src.add(done).cast::<u64>()) };
-            chunk.copy_from_slice(&word.to_ne_bytes());
-            done += WORD;
-        }
+    let head = src.align_offset(WORD).min(dst.len());
+    for (i, byte) in dst[..head].iter_mut().enumerate() {
+        // SAFETY: i < dst.len(): inside the readable range.
+        *byte = unsafe { std::ptr::read_volatile(src.add(i)) };
+    }
+    let mut done = head;
+    for chunk in dst[head..].chunks_exact_mut(WORD) {
+        // SAFETY: done + WORD <= dst.len(), so the word is inside the
+        // readable range (the caller's promise), and it is aligned (src +
+        // head is, and done - head is a multiple of WORD).
+        let word = unsafe { std::ptr::read_volatile(src.add(done).cast::<u64>()) };
+        chunk.copy_from_slice(&word.to_ne_bytes());
+        done += WORD;
     }
     for (i, byte) in dst.iter_mut().enumerate().skip(done) {
         // SAFETY: i < dst.len(): inside the readable range.
@@ -507,7 +511,6 @@ unsafe fn volatile_copy(src: *const u8, dst: &mut [u8]) {
     }
 }
 
-/// The text of a panic's payload, when it has one.
 /// The alias bytes a read of some pages fills: `data_len` bytes of object
 /// data from `start`, on `pages_len` bytes of whole pages.
 #[derive(Clone, Copy, Debug)]
