@@ -1,11 +1,11 @@
 //! faultmap for Python: the extension module `faultmap._faultmap`, which
 //! the package `faultmap` (`python/faultmap/`) re-exports.
 //!
-//! Two classes over the Rust library: [`Pager`] (a [`fm::Pager`]: its
+//! Two classes over the Rust library: `Pager` (a [`fm::Pager`]: its
 //! userfaultfd, threads and memory budget, shared by its mappings) and
-//! [`Mapping`] (a [`fm::Mapping`] or [`fm::MappingMut`]), which exports
+//! `Mapping` (a [`fm::Mapping`] or [`fm::MappingMut`]), which exports
 //! the buffer protocol, so that `memoryview(m)` and `numpy.frombuffer(m)`
-//! read the mapped bytes in place; and the function [`open`], which maps
+//! read the mapped bytes in place; and the function `open`, which maps
 //! with a default pager made on first use.
 //!
 //! # The rules this module keeps
@@ -30,7 +30,7 @@
 //! - **fork.** Mappings are not inherited by a child process (the library
 //!   maps them `MADV_DONTFORK`), and a pager's threads do not survive
 //!   `fork`: a pager used in a child raises `RuntimeError`; the default
-//!   pager of [`open`] is made anew in the child.
+//!   pager of `open` is made anew in the child.
 //!
 //! Written with PyO3 (the buffer protocol through its `__getbuffer__`
 //! slots and `PyBuffer_FillInfo`, in the stable ABI since Python 3.11).
