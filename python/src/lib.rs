@@ -46,7 +46,7 @@ use pyo3::exceptions::{
 };
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PySlice, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PySlice, PyTuple};
 
 use fm::{Advice, Config, Delivery, FileStore, MapOptions, ReadaheadMode};
 
@@ -83,11 +83,9 @@ fn pid() -> u32 {
 /// A pager: a userfaultfd, the threads that serve its faults and read its
 /// stores, and a memory budget, shared by the mappings it makes.
 ///
-/// Pager(*, memory_budget=None, io_threads=None, delivery=None)
-///
 /// memory_budget: the most bytes of cache its objects may hold together
-///     (at least 1 MiB; None: no budget). Pages beyond it are evicted,
-///     least recently used first, and read again when touched.
+///     (at least 1 MiB; None: no budget). Pages beyond it are evicted in
+///     CLOCK order (recently used pages stay) and read again when touched.
 /// io_threads: threads reading stores (None: faultmap's default).
 /// delivery: "handler" (the default for Python: handler threads serve
 ///     every fault, including the kernel's own reads of a mapping in
@@ -190,24 +188,24 @@ impl Pager {
     /// The pager's counters (all its mappings'), named as in the Rust
     /// library's `Stats`.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_py(py, &self.inner.stats())
+        to_py(py, &self.live()?.stats())
     }
 
     /// The pager's readahead table (`RaStats`): a row per kind of
     /// readahead, and how many read-ahead pages were used.
     fn ra_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_py(py, &self.inner.ra_stats())
+        to_py(py, &self.live()?.ra_stats())
     }
 
     /// The pager's memory: {"budget", "cached", "peak", "active"} in bytes.
     fn memory<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_py(py, &self.inner.memory())
+        to_py(py, &self.live()?.memory())
     }
 
     /// The store failures of the pager's objects, newest last: dicts with
     /// "object", "offset", "len", "kind" and "message".
     fn io_errors<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        reports(py, &self.inner.io_errors())
+        reports(py, &self.live()?.io_errors())
     }
 
     /// Whether the kernel's own reads of a mapping (f.write(m),
@@ -226,12 +224,15 @@ impl Pager {
     }
 
     fn __repr__(&self) -> String {
-        format!(
-            "<faultmap.Pager delivery={} mappings={} cached={}>",
-            delivery_name(self.delivery),
-            self.inner.mappings(),
-            self.inner.memory().cached
-        )
+        match self.live() {
+            Ok(p) => format!(
+                "<faultmap.Pager delivery={} mappings={} cached={}>",
+                delivery_name(self.delivery),
+                p.mappings(),
+                p.memory().cached
+            ),
+            Err(_) => "<faultmap.Pager of the parent process>".to_string(),
+        }
     }
 }
 
@@ -259,6 +260,38 @@ fn default_pager(py: Python<'_>) -> PyResult<Py<Pager>> {
     let made = Py::new(py, Pager::make(None, None, None)?)?;
     *slot = Some(made.clone_ref(py));
     Ok(made)
+}
+
+/// The writable mappings of this process, to write back at interpreter
+/// exit: a `Mapping` that is never deallocated (held by a daemon thread, in
+/// a reference cycle) would otherwise lose its dirty pages with the
+/// process, where `mmap.mmap`'s stay in the kernel's page cache.
+static WRITABLE: Mutex<Vec<(u32, std::sync::Weak<Map>)>> = Mutex::new(Vec::new());
+
+/// Remembers writable `map` for [`flush_at_exit`].
+fn remember_writable(map: &Arc<Map>) {
+    let mut list = lock(&WRITABLE);
+    list.retain(|(_, w)| w.strong_count() > 0);
+    list.push((pid(), Arc::downgrade(map)));
+}
+
+/// Writes back the dirty pages of this process's writable mappings still
+/// alive (registered with `atexit` when the module loads). Failures are
+/// printed, not raised: the interpreter is exiting.
+#[pyfunction]
+fn _flush_at_exit(py: Python<'_>) {
+    let maps: Vec<Arc<Map>> = lock(&WRITABLE)
+        .iter()
+        .filter(|(owner, _)| *owner == pid())
+        .filter_map(|(_, w)| w.upgrade())
+        .collect();
+    for map in maps {
+        if let MapRef::Write(m) = map.mapping() {
+            if let Err(e) = py.detach(|| m.flush(0..m.len())) {
+                eprintln!("faultmap: writing back at exit: {}", fm::error_text(&e));
+            }
+        }
+    }
 }
 
 /// What `open` maps, taken from its Python arguments.
@@ -331,9 +364,13 @@ impl Request {
             Map::Read(unsafe { pager.map(object, opts) }.map_err(|e| py_err(&e))?)
         };
         let len = map.len();
+        let map = Arc::new(map);
+        if self.writable {
+            remember_writable(&map);
+        }
         Ok(Mapping {
             state: Mutex::new(State {
-                map: Some(Arc::new(map)),
+                map: Some(map),
                 exports: 0,
             }),
             len,
@@ -376,12 +413,11 @@ fn readahead_mode(arg: Option<&str>) -> PyResult<ReadaheadMode> {
     }
 }
 
-/// Maps an object: a local path, an http(s):// URL or an s3:// URL.
+/// Maps an object and returns its Mapping.
 ///
-/// open(path_or_url, *, offset=0, length=None, writable=False,
-///      fault_around_order=None, readahead=None, memory_budget=None,
-///      pager=None) -> Mapping
-///
+/// path_or_url: a local path (str or os.PathLike), an http(s):// URL or an
+///     s3:// URL (credentials, region and endpoint from the AWS_*
+///     environment).
 /// offset, length: the bytes to map (length None: to the end of the
 ///     object); any offset works, a multiple of 4096 wastes no memory.
 /// writable: map a local file read-write; writes reach the file on
@@ -629,15 +665,19 @@ impl Mapping {
             })?;
             return Ok(bytes.into_any().unbind());
         }
-        let i: isize = key.extract().map_err(|_| {
-            PyTypeError::new_err(format!(
+        if !key.is_instance_of::<PyInt>() && key.call_method0("__index__").is_err() {
+            return Err(PyTypeError::new_err(format!(
                 "faultmap.Mapping indices must be integers or slices, not {}",
                 key.get_type()
                     .name()
                     .map(|n| n.to_string())
                     .unwrap_or_default()
-            ))
-        })?;
+            )));
+        }
+        // An int too large for isize is out of range, as for bytes.
+        let i: isize = key
+            .extract()
+            .map_err(|_| PyIndexError::new_err("faultmap.Mapping index out of range"))?;
         let at = if i < 0 { i + self.len as isize } else { i };
         if at < 0 || at as usize >= self.len {
             return Err(PyIndexError::new_err("faultmap.Mapping index out of range"));
@@ -659,6 +699,9 @@ impl Mapping {
         view: *mut ffi::Py_buffer,
         flags: c_int,
     ) -> PyResult<()> {
+        // SAFETY: `view` is Python's to fill (this function's contract); on
+        // failure `obj` must be NULL, and it is set only on success below.
+        unsafe { (*view).obj = std::ptr::null_mut() };
         let this = slf.get();
         this.map()?;
         let mut state = lock(&this.state);
@@ -699,6 +742,7 @@ impl Mapping {
     /// contract).
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
         let mut state = lock(&self.state);
+        debug_assert!(state.exports > 0, "a buffer released twice");
         state.exports = state.exports.saturating_sub(1);
     }
 
@@ -858,10 +902,12 @@ impl Mapping {
         reports(py, &either!(map.mapping(), m => m.object().io_errors()))
     }
 
-    /// Unmaps it (a writable mapping writes its dirty pages back first).
+    /// Unmaps it; a writable mapping writes its dirty pages back first (an
+    /// OSError from that write-back is raised once the mapping is closed).
     /// Raises BufferError while memoryviews or arrays of it live; a second
     /// close() does nothing.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let forked = self.pid != pid();
         let map = {
             let mut state = lock(&self.state);
             if state.exports > 0 {
@@ -873,17 +919,19 @@ impl Mapping {
             }
             state.map.take()
         };
-        if let Some(map) = map {
-            // A writable mapping's drop writes back: may wait on the disk.
-            let map = match Arc::try_unwrap(map) {
-                Ok(map) => map,
-                // Another thread's prefetch or flush holds it: that call
-                // unmaps it when it ends.
-                Err(_) => return Ok(()),
-            };
-            py.detach(move || drop(map));
-        }
-        Ok(())
+        let Some(map) = map else {
+            return Ok(());
+        };
+        // Written back here, not only by the drop: another thread's call
+        // (a prefetch) may hold the mapping past this close. Not in a
+        // forked child: the parent writes its pages back.
+        let written = match map.mapping() {
+            MapRef::Write(m) if !forked => py.detach(|| m.flush(0..m.len())).map(drop),
+            _ => Ok(()),
+        };
+        // Unmapped now, or by the call that holds it when that ends.
+        py.detach(move || drop(map));
+        written.map_err(|e| py_err(&e))
     }
 
     /// Whether close() has run.
@@ -993,6 +1041,10 @@ fn _faultmap(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Pager>()?;
     m.add_class::<Mapping>()?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
+    let flush = wrap_pyfunction!(_flush_at_exit, m)?;
+    m.py()
+        .import("atexit")?
+        .call_method1("register", (flush,))?;
     m.add("PAGE_SIZE", fm::PAGE_SIZE)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -48,13 +48,16 @@
 //! Mappings are `MADV_DONTFORK`: a child process does not inherit them
 //! (touching the range in the child is a SIGSEGV), because the child would
 //! have no handler and its faults would fill the shared cache with zeros.
-//! A child that drops a `Mapping` or `Pager` it inherited leaves the
-//! parent's things be: its regions stay in the parent's region table, which
-//! the child leaks (`crate::mm::space`), so their ranges are neither
+//! A child that drops a `Mapping`, `Object` or `Pager` it inherited leaves
+//! the parent's things be (each records the fork generation that made it,
+//! `crate::mm::space::fork_generation`): its regions stay in the parent's
+//! region table, which the child leaks, so their ranges are neither
 //! unregistered (the userfaultfd is the parent's) nor unmapped (the child
-//! may have mapped something else there); and the pager's threads, which
-//! the child does not have, are not waited for. Use neither in the child:
-//! make a pager there.
+//! may have mapped something else there); the object's dirty pages are not
+//! written back (the parent writes them; a child's copy could land after
+//! the parent's newer one); no lock a parent thread may have held at the
+//! fork is taken; and the pager's threads, which the child does not have,
+//! are not waited for. Use none of them in the child: make a pager there.
 //!
 //! # munmap and mremap by the application
 //!
@@ -88,7 +91,7 @@ use crate::mm::io::{IoShared, IoThreads};
 use crate::mm::object::ObjectCore;
 use crate::mm::pager_core::Core;
 use crate::mm::signal::{self, Requests};
-use crate::mm::space::{MappedPages, Region, RegionTable};
+use crate::mm::space::{self, MappedPages, Region, RegionTable};
 use crate::mm::writeback::{self, Flusher, FlusherEnv, WriteBackError};
 use crate::policy::readahead::Hint;
 use crate::store::{Store, StoreError};
@@ -221,8 +224,8 @@ struct Workers {
     /// How long the drop waits for the threads: `Config::io_timeout` plus
     /// a second.
     grace: Duration,
-    /// The process whose threads these are (see "fork" above).
-    pid: u32,
+    /// The fork generation that started the threads (see "fork" above).
+    born: u64,
 }
 
 impl Workers {
@@ -249,7 +252,7 @@ impl Drop for Workers {
     /// then, and faults on them are given up by the watchdog's timeout
     /// only while a pager lives.
     fn drop(&mut self) {
-        if self.pid != std::process::id() {
+        if self.born != space::fork_generation() {
             // A forked child: the threads are the parent's and do not exist
             // here; stopping or joining them would wait out `grace` for
             // nothing. Their handles and queues are left as they are. (No
@@ -447,7 +450,7 @@ impl Pager {
             evictors: Mutex::new(evictors),
             flusher: Mutex::new(None),
             grace: shutdown_grace(&config),
-            pid: std::process::id(),
+            born: space::fork_generation(),
         });
         // 4. The watchdog (`crate::mm::errors`): store timeouts, truncation.
         {
@@ -653,6 +656,7 @@ impl Pager {
             core: self.core.clone(),
             workers: self.workers.clone(),
             kernel_faults: self.core.requests().is_none() && self.serves_kernel_faults(),
+            born: space::fork_generation(),
             access: PhantomData,
         };
         if extent.pages == 0 {
@@ -1027,6 +1031,8 @@ pub struct Mapping<A: Access = ReadOnly> {
     /// pages (handler delivery on a userfaultfd that serves kernel faults):
     /// [`Mapping::read_at`] then copies with the kernel's access.
     kernel_faults: bool,
+    /// The fork generation that made it (see "fork" above).
+    born: u64,
     access: PhantomData<A>,
 }
 
@@ -1256,9 +1262,13 @@ impl<A: Access> Mapping<A> {
     /// The copy is the kernel's (`process_vm_readv`), whose faults the
     /// handler threads serve when the pager [serves kernel
     /// faults](Pager::serves_kernel_faults) with [`Delivery::Handler`].
-    /// Otherwise (signal delivery, or a user-mode-only userfaultfd) the
-    /// kernel cannot wait for a page, so the bytes are copied in user
-    /// space, and a failed page is SIGBUS as for any access.
+    /// Otherwise (signal delivery, a user-mode-only userfaultfd, or a
+    /// `process_vm_readv` that the system refuses) the kernel cannot wait
+    /// for a page, so the bytes are copied in user space, and a failed page
+    /// is SIGBUS as for any access.
+    ///
+    /// A page that failed is read again by the next access (from the
+    /// store, which may have recovered).
     pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<(), MapError> {
         let end = offset.checked_add(buf.len()).filter(|&end| end <= self.len);
         if end.is_none() {
@@ -1289,22 +1299,41 @@ impl<A: Access> Mapping<A> {
             // SAFETY: as above: inside the mapping.
             let at = unsafe { src.add(done) };
             match sys::read_own_memory(at, &mut buf[done..]) {
-                Ok(0) | Err(_) => {
-                    let base = self
-                        .region
-                        .as_ref()
-                        .map_or(0, |r| r.object_offset(self.addr()));
-                    let failed = base + (offset + done) as u64;
-                    return Err(MapError::Read {
-                        name: self.object.name().to_string(),
-                        offset: failed,
-                        why: self.failure_at(failed),
-                    });
+                Ok(n) if n > 0 => done += n,
+                // A page the kernel could not fault in: the store failed.
+                Ok(_) => return Err(self.read_failed(offset + done)),
+                Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
+                    return Err(self.read_failed(offset + done))
                 }
-                Ok(n) => done += n,
+                Err(_) => {
+                    // The call itself is refused (a seccomp filter, ENOMEM):
+                    // copy in user space, as without kernel faults.
+                    // SAFETY: as for the user-space copy above.
+                    unsafe { crate::cache::memfd::volatile_copy(at, &mut buf[done..]) };
+                    return Ok(());
+                }
             }
         }
         Ok(())
+    }
+
+    /// The error of a [`Mapping::read_at`] that stopped at byte `at` of
+    /// the mapping. The failed page's poison marker, which the fault path
+    /// left in this mapping so that the access gets SIGBUS, is zapped: the
+    /// next access to the page reads it again.
+    fn read_failed(&self, at: usize) -> MapError {
+        let base = self
+            .region
+            .as_ref()
+            .map_or(0, |r| r.object_offset(self.addr()));
+        let offset = base + at as u64;
+        let page = at.saturating_sub((self.addr().0 + at) % PAGE_SIZE);
+        let _ = self.advise(Advice::DontNeed, page..(page + PAGE_SIZE).min(self.len));
+        MapError::Read {
+            name: self.object.name().to_string(),
+            offset,
+            why: self.failure_at(offset),
+        }
     }
 
     /// What the object's error log says of the byte at `offset` (its
@@ -1313,11 +1342,11 @@ impl<A: Access> Mapping<A> {
         let page = offset / PAGE_SIZE as u64 * PAGE_SIZE as u64;
         let name = self.object.name();
         let reports = self.object.io_errors();
-        let Some(r) = reports
-            .iter()
-            .rev()
-            .find(|r| r.offset <= page && page < r.offset.saturating_add(r.len.max(1)))
-        else {
+        let Some(r) = reports.iter().rev().find(|r| {
+            r.kind != IoErrorKind::WriteBack
+                && r.offset <= page
+                && page < r.offset.saturating_add(r.len.max(1))
+        }) else {
             return "the store failed or timed out".to_string();
         };
         // The store's message names the object already, as this error does.
@@ -1464,6 +1493,13 @@ impl<A: Access> AsRef<[u8]> for Mapping<A> {
 
 impl<A: Access> Drop for Mapping<A> {
     fn drop(&mut self) {
+        if self.born != space::fork_generation() {
+            // A forked child: the region is the parent's, in the parent's
+            // table (leaked in the child), its object's rmap lock may be
+            // held by a parent thread that is not here. Leave it all be.
+            std::mem::forget(self.region.take());
+            return;
+        }
         if let Some(region) = self.region.take() {
             // Under the table's lock, as munmap holds mmap_lock: unpublish,
             // wait out the speculative faults that may have found it, and

@@ -25,6 +25,9 @@ use crate::policy::readahead::RaState;
 use crate::store::Store;
 
 pub(crate) struct ObjectCore {
+    /// The fork generation that opened it (`crate::mm::space::fork_generation`):
+    /// a forked child's handles leave it be.
+    pub(crate) born: u64,
     pub(crate) store: Box<dyn Store>,
     pub(crate) cache: Cache,
     /// The store's length when the object was opened.
@@ -125,6 +128,7 @@ impl ObjectCore {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| store.around_pages()))
                 .unwrap_or(None);
         Self {
+            born: crate::mm::space::fork_generation(),
             handles: std::sync::atomic::AtomicUsize::new(0),
             grace,
             io_pages,
