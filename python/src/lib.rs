@@ -46,7 +46,7 @@ use pyo3::exceptions::{
 };
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PySlice, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PySlice, PyTuple};
 
 use fm::{Advice, Config, Delivery, FileStore, MapOptions, ReadaheadMode};
 
@@ -75,9 +75,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The process's id, to tell a forked child from its parent.
-fn pid() -> u32 {
-    std::process::id()
+/// The process's fork generation, to tell a forked child from its parent
+/// (the library's count of forks; a pid can be reused).
+fn pid() -> u64 {
+    fm::fork_generation()
 }
 
 /// A pager: a userfaultfd, the threads that serve its faults and read its
@@ -97,7 +98,7 @@ struct Pager {
     inner: Arc<fm::Pager>,
     delivery: Delivery,
     /// The process that made it; its threads exist there alone.
-    pid: u32,
+    pid: u64,
 }
 
 impl Pager {
@@ -182,7 +183,13 @@ impl Pager {
             memory_budget,
         };
         let pager = slf.get().live()?.clone();
-        slf.py().detach(move || request.map(&pager))
+        let mapping = slf.py().detach(move || request.map(&pager))?;
+        if mapping.writable {
+            if let Some(map) = &lock(&mapping.state).map {
+                remember_writable(map);
+            }
+        }
+        Ok(mapping)
     }
 
     /// The pager's counters (all its mappings'), named as in the Rust
@@ -266,9 +273,11 @@ fn default_pager(py: Python<'_>) -> PyResult<Py<Pager>> {
 /// exit: a `Mapping` that is never deallocated (held by a daemon thread, in
 /// a reference cycle) would otherwise lose its dirty pages with the
 /// process, where `mmap.mmap`'s stay in the kernel's page cache.
-static WRITABLE: Mutex<Vec<(u32, std::sync::Weak<Map>)>> = Mutex::new(Vec::new());
+static WRITABLE: Mutex<Vec<(u64, std::sync::Weak<Map>)>> = Mutex::new(Vec::new());
 
-/// Remembers writable `map` for [`flush_at_exit`].
+/// Remembers writable `map` for [`_flush_at_exit`]. Called with the GIL
+/// held, as every user of `WRITABLE` is: `os.fork` holds it too, so no
+/// thread holds the lock at a fork.
 fn remember_writable(map: &Arc<Map>) {
     let mut list = lock(&WRITABLE);
     list.retain(|(_, w)| w.strong_count() > 0);
@@ -288,7 +297,9 @@ fn _flush_at_exit(py: Python<'_>) {
     for map in maps {
         if let MapRef::Write(m) = map.mapping() {
             if let Err(e) = py.detach(|| m.flush(0..m.len())) {
-                eprintln!("faultmap: writing back at exit: {}", fm::error_text(&e));
+                use std::io::Write;
+                let text = fm::error_text(&e);
+                let _ = writeln!(std::io::stderr(), "faultmap: writing back at exit: {text}");
             }
         }
     }
@@ -337,11 +348,7 @@ impl Request {
                 });
             }
             let store = FileStore::open_rw(&self.target).map_err(|e| py_err(&e))?;
-            let object = match self.memory_budget {
-                Some(b) => pager.open_with_budget(store, b),
-                None => pager.open(store),
-            }
-            .map_err(|e| py_err(&e))?;
+            let object = open_object(pager, store, self.memory_budget)?;
             // SAFETY: `Pager::map_mut`'s contract is the Python user's, as
             // with mmap.mmap: nothing else changes the file while it is
             // mapped, and no other mapping writes bytes this one exports.
@@ -353,24 +360,16 @@ impl Request {
             Map::Write(unsafe { pager.map_mut(object, opts) }.map_err(|e| py_err(&e))?)
         } else {
             let store = fm::open_url(&self.target).map_err(|e| py_err(&e))?;
-            let object = match self.memory_budget {
-                Some(b) => pager.open_with_budget(store, b),
-                None => pager.open(store),
-            }
-            .map_err(|e| py_err(&e))?;
+            let object = open_object(pager, store, self.memory_budget)?;
             // SAFETY: as for `map_mut` above: the store's bytes do not
             // change while mapped (a remote object's version is pinned at
             // open), which the user promises as for mmap.mmap.
             Map::Read(unsafe { pager.map(object, opts) }.map_err(|e| py_err(&e))?)
         };
         let len = map.len();
-        let map = Arc::new(map);
-        if self.writable {
-            remember_writable(&map);
-        }
         Ok(Mapping {
             state: Mutex::new(State {
-                map: Some(map),
+                map: Some(Arc::new(map)),
                 exports: 0,
             }),
             len,
@@ -379,6 +378,20 @@ impl Request {
             pid: pid(),
         })
     }
+}
+
+/// `store` opened as an object of `pager`, with a budget of its own if
+/// `budget` is set.
+fn open_object(
+    pager: &fm::Pager,
+    store: impl fm::Store,
+    budget: Option<u64>,
+) -> PyResult<fm::Object> {
+    match budget {
+        Some(b) => pager.open_with_budget(store, b),
+        None => pager.open(store),
+    }
+    .map_err(|e| py_err(&e))
 }
 
 /// A path (str or os.PathLike) or URL as a string.
@@ -537,7 +550,7 @@ struct Mapping {
     writable: bool,
     name: String,
     /// The process that mapped it: a forked child has no such range.
-    pid: u32,
+    pid: u64,
 }
 
 impl Mapping {
@@ -665,19 +678,16 @@ impl Mapping {
             })?;
             return Ok(bytes.into_any().unbind());
         }
-        if !key.is_instance_of::<PyInt>() && key.call_method0("__index__").is_err() {
-            return Err(PyTypeError::new_err(format!(
-                "faultmap.Mapping indices must be integers or slices, not {}",
-                key.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
-            )));
-        }
-        // An int too large for isize is out of range, as for bytes.
-        let i: isize = key
-            .extract()
-            .map_err(|_| PyIndexError::new_err("faultmap.Mapping index out of range"))?;
+        // operator.index, as bytes does: its TypeError (or the object's own
+        // error) as it is; an int too large for isize is out of range.
+        let index = py.import("operator")?.getattr("index")?.call1((key,))?;
+        let i: isize = index.extract().map_err(|e: PyErr| {
+            if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) {
+                PyIndexError::new_err("faultmap.Mapping index out of range")
+            } else {
+                e
+            }
+        })?;
         let at = if i < 0 { i + self.len as isize } else { i };
         if at < 0 || at as usize >= self.len {
             return Err(PyIndexError::new_err("faultmap.Mapping index out of range"));

@@ -565,6 +565,43 @@ def test_writes_of_a_mapping_never_freed_reach_the_file_at_exit(small_file):
     assert path.read_bytes()[104:] == data[104:]
 
 
+def test_fork_child_opens_a_url_after_the_parent_did():
+    # The parent's network runtime has no threads in the child: the child
+    # builds its own, so its remote opens do not hang.
+    root = pathlib.Path(server_env("FAULTMAP_HTTP_ROOT"))
+    name = f"py-fork-{os.getpid()}.bin"
+    data = pattern(256 * 1024, 19)
+    (root / name).write_bytes(data)
+    url = server_env("FAULTMAP_HTTP_URL") + "/" + name
+    try:
+        r = run_python(
+            f"""
+            import os, time, faultmap
+            m = faultmap.open({url!r})
+            assert m[0:8] == {data[:8]!r}
+            pid = os.fork()
+            if pid == 0:
+                with faultmap.open({url!r}) as c:
+                    os._exit(0 if c[1000:1008] == {data[1000:1008]!r} else 1)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    print("exit", os.waitstatus_to_exitcode(status))
+                    break
+                time.sleep(0.05)
+            else:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                print("hung")
+            """
+        )
+    finally:
+        (root / name).unlink(missing_ok=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["exit", "0"]
+
+
 def test_fork_child_makes_its_own_default_pager(small_file):
     path, data = small_file
     r = run_python(

@@ -114,4 +114,4 @@ pub use store::{open_url, HttpStore, RemoteErrorKind, RemoteTuning, S3Options, S
 pub use store::{
     FileIo, FileStore, MemStore, ParseFileIoError, ReadBuf, ReadDone, Store, StoreError,
 };
-pub use sys::PAGE_SIZE;
+pub use sys::{fork_generation, PAGE_SIZE};

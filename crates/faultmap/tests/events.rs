@@ -476,3 +476,57 @@ fn forked_drop(delivery: Delivery, name: &str) {
 const FORK_DROP_OK: &str = "CHILD: the fork child dropped its copies quickly, the parent reads on";
 
 both_deliveries!(forked_drop: a_fork_child_dropping_the_parents_mapping_leaves_it_be_signal, a_fork_child_dropping_the_parents_mapping_leaves_it_be_handler);
+
+fn forked_object(delivery: Delivery, name: &str) {
+    // The child holds the last handle of an object with dirty pages (the
+    // application kept the `Object`, its writable mapping is gone): its
+    // drop writes nothing back, so a newer write of the parent's cannot be
+    // overwritten by the child's stale copy; the parent's flush writes.
+    if is_child(name) {
+        let file = TestFile::new(8 * PAGE, 959);
+        let pager = pager(delivery);
+        let object = pager
+            .open(faultmap::FileStore::open_rw(&file.path).unwrap())
+            .unwrap();
+        let mut map = pager.map_mut_trusted(&object, MapOptions::new()).unwrap();
+        map[..4].copy_from_slice(b"DIRT");
+        drop(map);
+        // SAFETY: the child drops the object and exits at once.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let start = std::time::Instant::now();
+            drop(object);
+            drop(pager);
+            let quick = start.elapsed() < Duration::from_secs(5);
+            // SAFETY: leaves the forked child at once.
+            unsafe { libc::_exit(if quick { 0 } else { 3 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the fork child: {status:#x}"
+        );
+        let on_disk = std::fs::read(&file.path).unwrap();
+        assert_bytes(
+            &on_disk[..4],
+            &file.data[..4],
+            "the file after the child's drop",
+        );
+        object.flush().unwrap();
+        let on_disk = std::fs::read(&file.path).unwrap();
+        assert_eq!(&on_disk[..4], b"DIRT", "the parent's flush");
+        println!("{FORK_OBJECT_OK}");
+        return;
+    }
+    let end = run_child(name, Duration::from_secs(30));
+    assert!(
+        end.status.is_some_and(|s| s.success()) && end.stdout.contains(FORK_OBJECT_OK),
+        "{end:?}"
+    );
+}
+
+const FORK_OBJECT_OK: &str = "CHILD: the fork child's drop of the last object handle wrote nothing";
+
+both_deliveries!(forked_object: a_fork_child_dropping_the_last_object_handle_writes_nothing_signal, a_fork_child_dropping_the_last_object_handle_writes_nothing_handler);

@@ -70,7 +70,7 @@ impl Drop for Object {
     /// behind, holding the object's parts (through its `Arc`) until the
     /// store answers: the drop returns anyway.
     fn drop(&mut self) {
-        if self.0.born != crate::mm::space::fork_generation() {
+        if self.0.born != crate::sys::fork_generation() {
             // A forked child's handle: the parent writes the dirty pages
             // back (see "fork" in `crate::api::pager`).
             return;

@@ -50,7 +50,7 @@
 //! have no handler and its faults would fill the shared cache with zeros.
 //! A child that drops a `Mapping`, `Object` or `Pager` it inherited leaves
 //! the parent's things be (each records the fork generation that made it,
-//! `crate::mm::space::fork_generation`): its regions stay in the parent's
+//! [`crate::sys::fork_generation`]): its regions stay in the parent's
 //! region table, which the child leaks, so their ranges are neither
 //! unregistered (the userfaultfd is the parent's) nor unmapped (the child
 //! may have mapped something else there); the object's dirty pages are not
@@ -91,7 +91,7 @@ use crate::mm::io::{IoShared, IoThreads};
 use crate::mm::object::ObjectCore;
 use crate::mm::pager_core::Core;
 use crate::mm::signal::{self, Requests};
-use crate::mm::space::{self, MappedPages, Region, RegionTable};
+use crate::mm::space::{MappedPages, Region, RegionTable};
 use crate::mm::writeback::{self, Flusher, FlusherEnv, WriteBackError};
 use crate::policy::readahead::Hint;
 use crate::store::{Store, StoreError};
@@ -252,7 +252,7 @@ impl Drop for Workers {
     /// then, and faults on them are given up by the watchdog's timeout
     /// only while a pager lives.
     fn drop(&mut self) {
-        if self.born != space::fork_generation() {
+        if self.born != sys::fork_generation() {
             // A forked child: the threads are the parent's and do not exist
             // here; stopping or joining them would wait out `grace` for
             // nothing. Their handles and queues are left as they are. (No
@@ -450,7 +450,7 @@ impl Pager {
             evictors: Mutex::new(evictors),
             flusher: Mutex::new(None),
             grace: shutdown_grace(&config),
-            born: space::fork_generation(),
+            born: sys::fork_generation(),
         });
         // 4. The watchdog (`crate::mm::errors`): store timeouts, truncation.
         {
@@ -656,7 +656,7 @@ impl Pager {
             core: self.core.clone(),
             workers: self.workers.clone(),
             kernel_faults: self.core.requests().is_none() && self.serves_kernel_faults(),
-            born: space::fork_generation(),
+            born: sys::fork_generation(),
             access: PhantomData,
         };
         if extent.pages == 0 {
@@ -1327,8 +1327,8 @@ impl<A: Access> Mapping<A> {
             .as_ref()
             .map_or(0, |r| r.object_offset(self.addr()));
         let offset = base + at as u64;
-        let page = at.saturating_sub((self.addr().0 + at) % PAGE_SIZE);
-        let _ = self.advise(Advice::DontNeed, page..(page + PAGE_SIZE).min(self.len));
+        // `advise` rounds out to the page that holds byte `at`.
+        let _ = self.advise(Advice::DontNeed, at..(at + 1).min(self.len));
         MapError::Read {
             name: self.object.name().to_string(),
             offset,
@@ -1493,7 +1493,7 @@ impl<A: Access> AsRef<[u8]> for Mapping<A> {
 
 impl<A: Access> Drop for Mapping<A> {
     fn drop(&mut self) {
-        if self.born != space::fork_generation() {
+        if self.born != sys::fork_generation() {
             // A forked child: the region is the parent's, in the parent's
             // table (leaked in the child), its object's rmap lock may be
             // held by a parent thread that is not here. Leave it all be.

@@ -25,7 +25,7 @@ use crate::policy::readahead::RaState;
 use crate::store::Store;
 
 pub(crate) struct ObjectCore {
-    /// The fork generation that opened it (`crate::mm::space::fork_generation`):
+    /// The fork generation that opened it ([`crate::sys::fork_generation`]):
     /// a forked child's handles leave it be.
     pub(crate) born: u64,
     pub(crate) store: Box<dyn Store>,
@@ -84,6 +84,18 @@ impl Drop for ObjectCore {
     /// (`crate::mm::writeback::on_drop`); the memfd goes with the object, so
     /// its pages leave the budget.
     fn drop(&mut self) {
+        if self.born != crate::sys::fork_generation() {
+            // A forked child's last handle: the parent writes the dirty
+            // pages back, and the evictor thread is the parent's (its
+            // lock may be held by a thread that is not here).
+            std::mem::forget(
+                self.evictor
+                    .get_mut()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take(),
+            );
+            return;
+        }
         // The object's own evictor stops (not joined: this may be its own
         // thread, which held the last handle; it exits at its next look).
         if let Some(evictor) = self
@@ -128,7 +140,7 @@ impl ObjectCore {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| store.around_pages()))
                 .unwrap_or(None);
         Self {
-            born: crate::mm::space::fork_generation(),
+            born: crate::sys::fork_generation(),
             handles: std::sync::atomic::AtomicUsize::new(0),
             grace,
             io_pages,

@@ -609,9 +609,11 @@ impl RegionTable {
             Ordering::Acquire,
         ) {
             Ok(_) => {
-                // Without it a forked child would find its parent's regions
-                // (and locks) at addresses it now maps itself.
-                register_fork_hook();
+                if !FORK_HOOK.swap(true, Ordering::Relaxed) {
+                    // Without it a forked child would find its parent's
+                    // regions (and locks) at addresses it now maps itself.
+                    let _ = sys::at_fork_child(forget_table_in_child);
+                }
                 // SAFETY: just published; tables are never freed.
                 unsafe { &*fresh }
             }
@@ -849,35 +851,13 @@ static TABLE: AtomicPtr<RegionTable> = AtomicPtr::new(std::ptr::null_mut());
 /// Whether the fork hook is registered (a child inherits it, and the hook).
 static FORK_HOOK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// How many forks this process descends from since the hook was registered
-/// (its own, and its ancestors' after they registered it): what was made
-/// before the last one belongs to an ancestor.
-static FORK_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Registers [`in_fork_child`] to run in every child of `fork`, once.
-fn register_fork_hook() {
-    if !FORK_HOOK.swap(true, Ordering::Relaxed) {
-        let _ = sys::at_fork_child(in_fork_child);
-    }
-}
-
-/// The process's fork generation, to record in what it makes (a pager's
-/// threads, a mapping, an object) and compare when dropping it: a forked
-/// child drops what its parent made without touching the parent's threads,
-/// locks, ranges or store (see "fork" in `crate::api::pager`).
-pub(crate) fn fork_generation() -> u64 {
-    register_fork_hook();
-    FORK_GENERATION.load(Ordering::Acquire)
-}
-
 /// In a forked child (one thread, right after fork): start from an empty
-/// table, and a new fork generation. The parent's regions are not mapped in
-/// the child (mappings are `MADV_DONTFORK`), its pager threads do not exist
-/// there, and its locks and read-section counters may have been held by
-/// threads that are gone; the old table is leaked, never touched again.
-extern "C" fn in_fork_child() {
+/// table. The parent's regions are not mapped in the child (mappings are
+/// `MADV_DONTFORK`), its pager threads do not exist there, and its locks and
+/// read-section counters may have been held by threads that are gone; the
+/// old table is leaked, never touched again.
+extern "C" fn forget_table_in_child() {
     TABLE.store(std::ptr::null_mut(), Ordering::Release);
-    FORK_GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
 #[cfg(test)]

@@ -136,7 +136,7 @@ use std::io;
 use std::ops::Range;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -319,15 +319,50 @@ impl ObjectWb {
 /// synchronizes it knows every write it must write back is visible as
 /// DIRTY. `None` until the first writable mapping (initialized there, never
 /// in a signal handler).
+/// A forked child starts a domain of its own: a parent thread may have been
+/// inside a read section or a synchronize at the fork.
 pub(crate) fn write_faults() -> Option<&'static Srcu> {
-    WRITE_FAULTS.get()
+    // SAFETY: a published domain is leaked, never freed.
+    let domain = unsafe {
+        WRITE_FAULTS
+            .load(std::sync::atomic::Ordering::Acquire)
+            .as_ref()
+    }?;
+    (domain.born == sys::fork_generation_now()).then_some(&domain.srcu)
 }
 
-static WRITE_FAULTS: OnceLock<Srcu> = OnceLock::new();
+/// The write-fault domain of one fork generation.
+struct Domain {
+    born: u64,
+    srcu: Srcu,
+}
 
-/// Initializes [`write_faults`] (at the first writable mapping).
+/// The current [`Domain`], leaked (a child's parent domain too).
+static WRITE_FAULTS: std::sync::atomic::AtomicPtr<Domain> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// Initializes [`write_faults`] for this fork generation (at the first
+/// writable mapping of the process, or of a forked child).
 pub(crate) fn init() {
-    WRITE_FAULTS.get_or_init(Srcu::new);
+    use std::sync::atomic::Ordering::{AcqRel, Acquire};
+    let born = sys::fork_generation();
+    let current = WRITE_FAULTS.load(Acquire);
+    // SAFETY: a published domain is leaked, never freed.
+    if unsafe { current.as_ref() }.is_some_and(|d| d.born == born) {
+        return;
+    }
+    let fresh = Box::into_raw(Box::new(Domain {
+        born,
+        srcu: Srcu::new(),
+    }));
+    if WRITE_FAULTS
+        .compare_exchange(current, fresh, AcqRel, Acquire)
+        .is_err()
+    {
+        // Another thread published this generation's first.
+        // SAFETY: `fresh` came from Box::into_raw and was never published.
+        drop(unsafe { Box::from_raw(fresh) });
+    }
 }
 
 /// Enters a write fault's read section (async-signal-safe once

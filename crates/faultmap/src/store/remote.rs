@@ -41,7 +41,7 @@
 use std::fmt;
 use std::io;
 use std::ops::Range;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -50,6 +50,7 @@ use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt
 
 use super::{check_range, ReadBuf, ReadDone, StoreError};
 use crate::base::report::error_text;
+use crate::sys;
 
 /// What went wrong with a remote object, for [`StoreError::Remote`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,22 +153,52 @@ impl Secrets {
     }
 }
 
-/// The runtime that drives every remote request (see the module doc).
+/// The runtime that drives every remote request (see the module doc): one
+/// per fork generation ([`crate::sys::fork_generation`]). A forked child
+/// does not have its parent's runtime threads, so it builds a runtime of
+/// its own; the parent's is leaked there, never dropped (its drop would
+/// wait for those threads).
 pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime, io::Error> {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    if let Some(rt) = RUNTIME.get() {
-        return Ok(rt);
+    use std::sync::atomic::Ordering::{AcqRel, Acquire};
+    let born = sys::fork_generation();
+    let current = RUNTIME.load(Acquire);
+    // SAFETY: a published runtime is leaked, never freed.
+    if let Some(net) = unsafe { current.as_ref() }.filter(|n| n.born == born) {
+        return Ok(&net.rt);
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name(NET_THREAD)
         .enable_all()
         .build()?;
-    // Another thread may have won the race: its runtime is kept, ours is
-    // dropped here, on a thread that is not one of its own.
-    let _ = RUNTIME.set(rt);
-    RUNTIME.get().ok_or_else(|| io::Error::other("no runtime"))
+    let fresh = Box::into_raw(Box::new(Net { born, rt }));
+    match RUNTIME.compare_exchange(current, fresh, AcqRel, Acquire) {
+        // SAFETY: just published; never freed.
+        Ok(_) => Ok(unsafe { &(*fresh).rt }),
+        Err(won) => {
+            // Another thread published first: its runtime is kept, ours is
+            // dropped here, on a thread that is not one of its own.
+            // SAFETY: `fresh` came from Box::into_raw and was never
+            // published.
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: a published runtime is leaked, never freed.
+            match unsafe { won.as_ref() } {
+                Some(net) if net.born == born => Ok(&net.rt),
+                _ => Err(io::Error::other("the network runtime changed under a fork")),
+            }
+        }
+    }
 }
+
+/// The network runtime of one fork generation.
+struct Net {
+    born: u64,
+    rt: tokio::runtime::Runtime,
+}
+
+/// The current [`Net`], leaked (a child's parent runtime too).
+static RUNTIME: std::sync::atomic::AtomicPtr<Net> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 
 /// The name of the runtime's threads.
 const NET_THREAD: &str = "faultmap-net";

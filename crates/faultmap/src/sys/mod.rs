@@ -1140,6 +1140,47 @@ pub(crate) fn monotonic_ns() -> u64 {
     (ts.tv_sec as u64).saturating_mul(1_000_000_000) + ts.tv_nsec as u64
 }
 
+/// How many forks this process descends from since the counting hook was
+/// registered: what was made under an older generation belongs to an
+/// ancestor process.
+static FORK_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Whether the counting hook is registered (a child inherits it, and the
+/// hook).
+static FORK_COUNTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// In a child of `fork`: a new generation (atomics only: async-signal-safe).
+extern "C" fn count_fork() {
+    FORK_GENERATION.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+}
+
+/// The process's fork generation, to record in what it makes (a pager's
+/// threads, an object, a mapping, the network runtime) and compare before
+/// using or dropping it: a forked child has none of its parent's threads,
+/// and a lock a parent thread held at the fork stays held in the child.
+/// Registers the counting hook on first use (other threads wait for that);
+/// if `pthread_atfork` fails, the process id stands in for the generation.
+pub fn fork_generation() -> u64 {
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    REGISTER.call_once(|| {
+        if at_fork_child(count_fork).is_ok() {
+            FORK_COUNTED.store(true, std::sync::atomic::Ordering::Release);
+        }
+    });
+    fork_generation_now()
+}
+
+/// [`fork_generation`] without registering the hook, for a signal handler
+/// (atomics and `getpid` only). Right once `fork_generation` has run.
+pub(crate) fn fork_generation_now() -> u64 {
+    if FORK_COUNTED.load(std::sync::atomic::Ordering::Acquire) {
+        FORK_GENERATION.load(std::sync::atomic::Ordering::Acquire)
+    } else {
+        // SAFETY: getpid has no preconditions and cannot fail.
+        (1 << 63) | u64::from(unsafe { libc::getpid() } as u32)
+    }
+}
+
 /// Registers `child` to run in the child process right after every
 /// `fork` (`pthread_atfork`).
 pub(crate) fn at_fork_child(child: extern "C" fn()) -> io::Result<()> {
