@@ -77,7 +77,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The process's fork generation, to tell a forked child from its parent
 /// (the library's count of forks; a pid can be reused).
-fn pid() -> u64 {
+fn generation() -> u64 {
     fm::fork_generation()
 }
 
@@ -98,7 +98,7 @@ struct Pager {
     inner: Arc<fm::Pager>,
     delivery: Delivery,
     /// The process that made it; its threads exist there alone.
-    pid: u64,
+    born: u64,
 }
 
 impl Pager {
@@ -128,14 +128,14 @@ impl Pager {
         Ok(Pager {
             inner: Arc::new(inner),
             delivery,
-            pid: pid(),
+            born: generation(),
         })
     }
 
     /// The pager, unless this is a forked child of the process that made
     /// it.
     fn live(&self) -> PyResult<&Arc<fm::Pager>> {
-        if self.pid != pid() {
+        if self.born != generation() {
             return Err(PyRuntimeError::new_err(
                 "this Pager was made before fork(): its threads do not exist in \
                  the child; make a new Pager in the child",
@@ -257,7 +257,7 @@ static DEFAULT_PAGER: Mutex<Option<Py<Pager>>> = Mutex::new(None);
 fn default_pager(py: Python<'_>) -> PyResult<Py<Pager>> {
     let mut slot = lock(&DEFAULT_PAGER);
     if let Some(p) = slot.as_ref() {
-        if p.get().pid == pid() {
+        if p.get().born == generation() {
             return Ok(p.clone_ref(py));
         }
     }
@@ -281,7 +281,7 @@ static WRITABLE: Mutex<Vec<(u64, std::sync::Weak<Map>)>> = Mutex::new(Vec::new()
 fn remember_writable(map: &Arc<Map>) {
     let mut list = lock(&WRITABLE);
     list.retain(|(_, w)| w.strong_count() > 0);
-    list.push((pid(), Arc::downgrade(map)));
+    list.push((generation(), Arc::downgrade(map)));
 }
 
 /// Writes back the dirty pages of this process's writable mappings still
@@ -291,7 +291,7 @@ fn remember_writable(map: &Arc<Map>) {
 fn _flush_at_exit(py: Python<'_>) {
     let maps: Vec<Arc<Map>> = lock(&WRITABLE)
         .iter()
-        .filter(|(owner, _)| *owner == pid())
+        .filter(|(owner, _)| *owner == generation())
         .filter_map(|(_, w)| w.upgrade())
         .collect();
     for map in maps {
@@ -375,7 +375,7 @@ impl Request {
             len,
             writable: self.writable,
             name,
-            pid: pid(),
+            born: generation(),
         })
     }
 }
@@ -550,14 +550,14 @@ struct Mapping {
     writable: bool,
     name: String,
     /// The process that mapped it: a forked child has no such range.
-    pid: u64,
+    born: u64,
 }
 
 impl Mapping {
     /// The Rust mapping; `ValueError` once closed, `RuntimeError` in a
     /// forked child.
     fn map(&self) -> PyResult<Arc<Map>> {
-        if self.pid != pid() {
+        if self.born != generation() {
             return Err(PyRuntimeError::new_err(
                 "this faultmap.Mapping was opened before fork(): a child process \
                  does not inherit mappings; open it again in the child",
@@ -917,7 +917,7 @@ impl Mapping {
     /// Raises BufferError while memoryviews or arrays of it live; a second
     /// close() does nothing.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let forked = self.pid != pid();
+        let forked = self.born != generation();
         let map = {
             let mut state = lock(&self.state);
             if state.exports > 0 {

@@ -78,6 +78,13 @@ def test_indexing_is_the_files_bytes(small_file):
             m[2**70]
         with pytest.raises(TypeError):
             m[1.0]
+
+        class Odd:
+            def __index__(self):
+                raise KeyError("its own")
+
+        with pytest.raises(KeyError):  # as bytes passes it on
+            m[Odd()]
         with pytest.raises(IndexError):
             m[-len(data) - 1]
         with pytest.raises(TypeError):

@@ -28,7 +28,10 @@ pub(crate) struct ObjectCore {
     /// The fork generation that opened it ([`crate::sys::fork_generation`]):
     /// a forked child's handles leave it be.
     pub(crate) born: u64,
-    pub(crate) store: Box<dyn Store>,
+    /// Dropped by `ObjectCore`'s drop, except in a forked child (a remote
+    /// store's connections belong to the parent's network runtime; a
+    /// store's own drop may join a thread the child does not have).
+    pub(crate) store: std::mem::ManuallyDrop<Box<dyn Store>>,
     pub(crate) cache: Cache,
     /// The store's length when the object was opened.
     pub(crate) len: u64,
@@ -86,8 +89,9 @@ impl Drop for ObjectCore {
     fn drop(&mut self) {
         if self.born != crate::sys::fork_generation() {
             // A forked child's last handle: the parent writes the dirty
-            // pages back, and the evictor thread is the parent's (its
-            // lock may be held by a thread that is not here).
+            // pages back, and the evictor thread and the store are the
+            // parent's (a lock of theirs may be held by a thread that is
+            // not here): both are leaked.
             std::mem::forget(
                 self.evictor
                     .get_mut()
@@ -110,6 +114,9 @@ impl Drop for ObjectCore {
         let n = self.charged.load(Ordering::Relaxed);
         self.budget.uncharge(self, n);
         self.budget.deactivated(self.cache.states.count_active());
+        // SAFETY: dropped once, here, the last use of the store (the
+        // object goes with this drop).
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.store) };
     }
 }
 
@@ -147,7 +154,7 @@ impl ObjectCore {
             ra_pages,
             around_pages,
             evictor: std::sync::Mutex::new(evictor),
-            store,
+            store: std::mem::ManuallyDrop::new(store),
             cache,
             len,
             counters: Counters::default(),

@@ -317,8 +317,8 @@ impl ObjectWb {
 /// The SRCU domain of write faults: a write fault is a read section from
 /// before it unprotects its page until after it set DIRTY, so a flush that
 /// synchronizes it knows every write it must write back is visible as
-/// DIRTY. `None` until the first writable mapping (initialized there, never
-/// in a signal handler).
+/// DIRTY. `None` until the first writable mapping of this fork generation
+/// (initialized there, never in a signal handler).
 /// A forked child starts a domain of its own: a parent thread may have been
 /// inside a read section or a synchronize at the fork.
 pub(crate) fn write_faults() -> Option<&'static Srcu> {
@@ -1035,6 +1035,37 @@ fn expire_pass(env: &FlusherEnv, seen: &mut HashMap<usize, Seen>) {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fork_child_gets_a_write_fault_domain_of_its_own() {
+        // A parent thread may be inside a write fault's read section, or a
+        // flush inside synchronize, at the fork: the child must not wait
+        // on that domain's state. It has none until its own first writable
+        // mapping, and then a new one.
+        init();
+        let parent = write_faults().expect("initialized") as *const Srcu as usize;
+        // SAFETY: the child runs atomics and one allocation, then leaves.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let none_yet = write_faults().is_none();
+            init();
+            let own = write_faults().is_some_and(|d| d as *const Srcu as usize != parent);
+            // SAFETY: leaves the forked child at once.
+            unsafe { libc::_exit(if none_yet && own { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status:#x}"
+        );
+        assert_eq!(
+            write_faults().map(|d| d as *const Srcu as usize),
+            Some(parent)
+        );
+    }
 
     #[test]
     fn ticks_are_a_sixth_of_expire_at_most_5_s() {

@@ -177,10 +177,11 @@ pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime, io::Error> {
         Ok(_) => Ok(unsafe { &(*fresh).rt }),
         Err(won) => {
             // Another thread published first: its runtime is kept, ours is
-            // dropped here, on a thread that is not one of its own.
+            // shut down without waiting (a plain drop panics in another
+            // runtime's async context, where `block_on` may be called).
             // SAFETY: `fresh` came from Box::into_raw and was never
             // published.
-            drop(unsafe { Box::from_raw(fresh) });
+            unsafe { Box::from_raw(fresh) }.rt.shutdown_background();
             // SAFETY: a published runtime is leaked, never freed.
             match unsafe { won.as_ref() } {
                 Some(net) if net.born == born => Ok(&net.rt),

@@ -1154,31 +1154,40 @@ extern "C" fn count_fork() {
     FORK_GENERATION.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
 }
 
+/// Registers [`count_fork`] when the library is loaded (an ELF
+/// constructor): before any thread of the library's exists, so that no
+/// fork can come while it is half done (a `Once` taken by a thread that
+/// the child does not have would block the child for good).
+extern "C" fn register_fork_counter() {
+    if at_fork_child(count_fork).is_ok() {
+        FORK_COUNTED.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static REGISTER_FORK_COUNTER: extern "C" fn() = register_fork_counter;
+
 /// The process's fork generation, to record in what it makes (a pager's
 /// threads, an object, a mapping, the network runtime) and compare before
 /// using or dropping it: a forked child has none of its parent's threads,
 /// and a lock a parent thread held at the fork stays held in the child.
-/// Registers the counting hook on first use (other threads wait for that);
-/// if `pthread_atfork` fails, the process id stands in for the generation.
+/// An opaque number: compare two for equality only. (If the at-fork hook
+/// could not be registered, it is made of the process id. Children made
+/// without the at-fork handlers, by a raw `clone`, are not told apart.)
+/// Atomics and `getpid` only: async-signal-safe.
 pub fn fork_generation() -> u64 {
-    static REGISTER: std::sync::Once = std::sync::Once::new();
-    REGISTER.call_once(|| {
-        if at_fork_child(count_fork).is_ok() {
-            FORK_COUNTED.store(true, std::sync::atomic::Ordering::Release);
-        }
-    });
-    fork_generation_now()
-}
-
-/// [`fork_generation`] without registering the hook, for a signal handler
-/// (atomics and `getpid` only). Right once `fork_generation` has run.
-pub(crate) fn fork_generation_now() -> u64 {
     if FORK_COUNTED.load(std::sync::atomic::Ordering::Acquire) {
         FORK_GENERATION.load(std::sync::atomic::Ordering::Acquire)
     } else {
         // SAFETY: getpid has no preconditions and cannot fail.
         (1 << 63) | u64::from(unsafe { libc::getpid() } as u32)
     }
+}
+
+/// [`fork_generation`], for a signal handler's eyes (the same function).
+pub(crate) fn fork_generation_now() -> u64 {
+    fork_generation()
 }
 
 /// Registers `child` to run in the child process right after every
@@ -1237,5 +1246,38 @@ pub(crate) fn sigbus_die() {
         dfl.sa_sigaction = libc::SIG_DFL;
         libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
         libc::raise(libc::SIGBUS);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fork_counter_is_registered_at_load_and_counts_a_fork() {
+        // The ELF constructor ran (else the generation falls back to the
+        // process id, which a raw clone would not change).
+        assert!(FORK_COUNTED.load(std::sync::atomic::Ordering::Acquire));
+        let parent = fork_generation();
+        // SAFETY: the child reads an atomic and leaves at once.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+        if pid == 0 {
+            let changed = fork_generation() != parent;
+            // SAFETY: leaves the forked child at once.
+            unsafe { libc::_exit(i32::from(!changed)) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status:#x}"
+        );
+        assert_eq!(
+            fork_generation(),
+            parent,
+            "the parent's generation is its own"
+        );
     }
 }
