@@ -541,8 +541,9 @@ struct State {
 ///
 /// Close it with close() or a with block; close() while memoryviews or
 /// arrays of it live raises BufferError. A store read that fails after its
-/// retries is SIGBUS at the access (as for mmap of a file): see the
-/// package's documentation.
+/// retries is an OSError from m[a:b] (with a pager that serves kernel
+/// faults, the default) and SIGBUS at a direct access from numpy or a
+/// memoryview, as for mmap of a file: see the package's README.
 #[pyclass(module = "faultmap", frozen)]
 struct Mapping {
     state: Mutex<State>,
