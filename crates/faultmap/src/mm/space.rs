@@ -596,44 +596,15 @@ impl<R: Entry> RegionTable<R> {
 }
 
 impl RegionTable {
-    /// The process's table.
+    /// The process's table (a forked child's own: see [`TABLE`]).
     pub(crate) fn get() -> &'static RegionTable {
-        if let Some(table) = Self::get_if_ready() {
-            return table;
-        }
-        let fresh = Box::into_raw(Box::new(RegionTable::new()));
-        match TABLE.compare_exchange(
-            std::ptr::null_mut(),
-            fresh,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => {
-                if !FORK_HOOK.swap(true, Ordering::Relaxed) {
-                    // Without it a forked child would find its parent's
-                    // regions (and locks) at addresses it now maps itself.
-                    let _ = sys::at_fork_child(forget_table_in_child);
-                }
-                // SAFETY: just published; tables are never freed.
-                unsafe { &*fresh }
-            }
-            Err(current) => {
-                // SAFETY: `fresh` came from Box::into_raw and was never
-                // published.
-                drop(unsafe { Box::from_raw(fresh) });
-                // SAFETY: `current` is a published table, never freed.
-                unsafe { &*current }
-            }
-        }
+        TABLE.get_or_init(RegionTable::new)
     }
 
     /// The process's table if any mapping was ever made (for the SIGBUS
     /// handler: no initialisation there).
     pub(crate) fn get_if_ready() -> Option<&'static RegionTable> {
-        let table = TABLE.load(Ordering::Acquire);
-        // SAFETY: a published table is never freed (a forked child leaks
-        // its parent's).
-        (!table.is_null()).then(|| unsafe { &*table })
+        TABLE.get()
     }
 }
 
@@ -845,20 +816,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The process's table: created on first use, never freed.
-static TABLE: AtomicPtr<RegionTable> = AtomicPtr::new(std::ptr::null_mut());
-
-/// Whether the fork hook is registered (a child inherits it, and the hook).
-static FORK_HOOK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// In a forked child (one thread, right after fork): start from an empty
-/// table. The parent's regions are not mapped in the child (mappings are
-/// `MADV_DONTFORK`), its pager threads do not exist there, and its locks and
-/// read-section counters may have been held by threads that are gone; the
-/// old table is leaked, never touched again.
-extern "C" fn forget_table_in_child() {
-    TABLE.store(std::ptr::null_mut(), Ordering::Release);
-}
+/// The process's table: created on first use, never freed. A forked child
+/// starts from a table of its own: the parent's regions are not mapped in
+/// the child (mappings are `MADV_DONTFORK`), its pager threads do not exist
+/// there, and its locks and read-section counters may have been held by
+/// threads that are gone; the parent's table is leaked there, never
+/// touched again.
+static TABLE: sys::ForkLocal<RegionTable> = sys::ForkLocal::new();
 
 #[cfg(test)]
 mod tests {

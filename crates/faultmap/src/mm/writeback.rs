@@ -322,47 +322,15 @@ impl ObjectWb {
 /// A forked child starts a domain of its own: a parent thread may have been
 /// inside a read section or a synchronize at the fork.
 pub(crate) fn write_faults() -> Option<&'static Srcu> {
-    // SAFETY: a published domain is leaked, never freed.
-    let domain = unsafe {
-        WRITE_FAULTS
-            .load(std::sync::atomic::Ordering::Acquire)
-            .as_ref()
-    }?;
-    (domain.born == sys::fork_generation_now()).then_some(&domain.srcu)
+    WRITE_FAULTS.get()
 }
 
-/// The write-fault domain of one fork generation.
-struct Domain {
-    born: u64,
-    srcu: Srcu,
-}
-
-/// The current [`Domain`], leaked (a child's parent domain too).
-static WRITE_FAULTS: std::sync::atomic::AtomicPtr<Domain> =
-    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+static WRITE_FAULTS: sys::ForkLocal<Srcu> = sys::ForkLocal::new();
 
 /// Initializes [`write_faults`] for this fork generation (at the first
 /// writable mapping of the process, or of a forked child).
 pub(crate) fn init() {
-    use std::sync::atomic::Ordering::{AcqRel, Acquire};
-    let born = sys::fork_generation();
-    let current = WRITE_FAULTS.load(Acquire);
-    // SAFETY: a published domain is leaked, never freed.
-    if unsafe { current.as_ref() }.is_some_and(|d| d.born == born) {
-        return;
-    }
-    let fresh = Box::into_raw(Box::new(Domain {
-        born,
-        srcu: Srcu::new(),
-    }));
-    if WRITE_FAULTS
-        .compare_exchange(current, fresh, AcqRel, Acquire)
-        .is_err()
-    {
-        // Another thread published this generation's first.
-        // SAFETY: `fresh` came from Box::into_raw and was never published.
-        drop(unsafe { Box::from_raw(fresh) });
-    }
+    WRITE_FAULTS.get_or_init(Srcu::new);
 }
 
 /// Enters a write fault's read section (async-signal-safe once

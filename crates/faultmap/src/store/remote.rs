@@ -159,47 +159,21 @@ impl Secrets {
 /// its own; the parent's is leaked there, never dropped (its drop would
 /// wait for those threads).
 pub(crate) fn runtime() -> Result<&'static tokio::runtime::Runtime, io::Error> {
-    use std::sync::atomic::Ordering::{AcqRel, Acquire};
-    let born = sys::fork_generation();
-    let current = RUNTIME.load(Acquire);
-    // SAFETY: a published runtime is leaked, never freed.
-    if let Some(net) = unsafe { current.as_ref() }.filter(|n| n.born == born) {
-        return Ok(&net.rt);
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name(NET_THREAD)
-        .enable_all()
-        .build()?;
-    let fresh = Box::into_raw(Box::new(Net { born, rt }));
-    match RUNTIME.compare_exchange(current, fresh, AcqRel, Acquire) {
-        // SAFETY: just published; never freed.
-        Ok(_) => Ok(unsafe { &(*fresh).rt }),
-        Err(won) => {
-            // Another thread published first: its runtime is kept, ours is
-            // shut down without waiting (a plain drop panics in another
-            // runtime's async context, where `block_on` may be called).
-            // SAFETY: `fresh` came from Box::into_raw and was never
-            // published.
-            unsafe { Box::from_raw(fresh) }.rt.shutdown_background();
-            // SAFETY: a published runtime is leaked, never freed.
-            match unsafe { won.as_ref() } {
-                Some(net) if net.born == born => Ok(&net.rt),
-                _ => Err(io::Error::other("the network runtime changed under a fork")),
-            }
-        }
-    }
+    static RUNTIME: sys::ForkLocal<tokio::runtime::Runtime> = sys::ForkLocal::new();
+    RUNTIME.get_or_try_init(
+        || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name(NET_THREAD)
+                .enable_all()
+                .build()
+        },
+        // Another thread published first: ours is shut down without
+        // waiting (a plain drop panics in another runtime's async context,
+        // where `block_on` may be called).
+        tokio::runtime::Runtime::shutdown_background,
+    )
 }
-
-/// The network runtime of one fork generation.
-struct Net {
-    born: u64,
-    rt: tokio::runtime::Runtime,
-}
-
-/// The current [`Net`], leaked (a child's parent runtime too).
-static RUNTIME: std::sync::atomic::AtomicPtr<Net> =
-    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 
 /// The name of the runtime's threads.
 const NET_THREAD: &str = "faultmap-net";

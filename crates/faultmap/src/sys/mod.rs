@@ -1185,9 +1185,79 @@ pub fn fork_generation() -> u64 {
     }
 }
 
-/// [`fork_generation`], for a signal handler's eyes (the same function).
-pub(crate) fn fork_generation_now() -> u64 {
-    fork_generation()
+/// A value per fork generation, for a `static`: made on first use in a
+/// process, and made anew in a forked child, where the parent's value is
+/// leaked, never dropped (its drop could wait for threads the child does
+/// not have, or take a lock a parent thread held at the fork). Values are
+/// never freed: at most one per generation, each inherited copy-on-write.
+pub(crate) struct ForkLocal<T> {
+    current: std::sync::atomic::AtomicPtr<(u64, T)>,
+    /// Shared like a `&T` (Sync only for `T: Sync`), owned like a `T`.
+    _value: std::marker::PhantomData<T>,
+}
+
+impl<T> ForkLocal<T> {
+    pub(crate) const fn new() -> Self {
+        Self {
+            current: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+            _value: std::marker::PhantomData,
+        }
+    }
+
+    /// This generation's value, if it was made. Atomics only:
+    /// async-signal-safe.
+    pub(crate) fn get(&self) -> Option<&T> {
+        let current = self.current.load(std::sync::atomic::Ordering::Acquire);
+        // SAFETY: a published value is never freed (`get_or_try_init`
+        // frees only values it did not publish).
+        let (born, value) = unsafe { current.as_ref() }?;
+        (*born == fork_generation()).then_some(value)
+    }
+
+    /// This generation's value, made by `make` if there is none yet (a
+    /// thread that loses the race to publish drops its own).
+    pub(crate) fn get_or_init(&self, make: impl FnOnce() -> T) -> &T {
+        match self.get_or_try_init(|| Ok::<T, std::convert::Infallible>(make()), drop) {
+            Ok(value) => value,
+            Err(never) => match never {},
+        }
+    }
+
+    /// This generation's value, made by `make` if there is none yet. A
+    /// thread that loses the race to publish hands its own to `discard`.
+    pub(crate) fn get_or_try_init<E>(
+        &self,
+        make: impl FnOnce() -> Result<T, E>,
+        discard: impl FnOnce(T),
+    ) -> Result<&T, E> {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
+        if let Some(value) = self.get() {
+            return Ok(value);
+        }
+        let fresh = Box::into_raw(Box::new((fork_generation(), make()?)));
+        let mut current = self.current.load(Acquire);
+        loop {
+            // SAFETY: as in `get`: published values are never freed.
+            if let Some((born, value)) = unsafe { current.as_ref() } {
+                if *born == fork_generation() {
+                    // Another thread published this generation's first.
+                    // SAFETY: `fresh` came from Box::into_raw and was
+                    // never published.
+                    discard(unsafe { Box::from_raw(fresh) }.1);
+                    return Ok(value);
+                }
+            }
+            // None yet, or an ancestor's (leaked: not freed here).
+            match self
+                .current
+                .compare_exchange(current, fresh, AcqRel, Acquire)
+            {
+                // SAFETY: just published, never freed.
+                Ok(_) => return Ok(unsafe { &(*fresh).1 }),
+                Err(seen) => current = seen,
+            }
+        }
+    }
 }
 
 /// Registers `child` to run in the child process right after every
