@@ -27,9 +27,16 @@
 //!   `PermissionError`, `IsADirectoryError`, ...); an `EINVAL` (a bad
 //!   option) becomes `ValueError`. The message is faultmap's, with its
 //!   causes: the library's errors hold no credential.
+//! - **Writes.** `close()` writes a writable mapping's dirty pages back
+//!   before it lets go (another thread's call may hold the mapping a while
+//!   longer), and an `atexit` hook writes back the writable mappings never
+//!   freed (`_flush_at_exit`): their pages live in faultmap's cache, not
+//!   the kernel's, and would go with the process.
 //! - **fork.** Mappings are not inherited by a child process (the library
 //!   maps them `MADV_DONTFORK`), and a pager's threads do not survive
-//!   `fork`: a pager used in a child raises `RuntimeError`; the default
+//!   `fork`: a `Pager` or `Mapping` used in a child raises `RuntimeError`
+//!   (each records `fm::fork_generation()`; dropping one there is
+//!   harmless, the library leaves the parent's things be); the default
 //!   pager of `open` is made anew in the child.
 //!
 //! Written with PyO3 (the buffer protocol through its `__getbuffer__`
