@@ -53,6 +53,7 @@ use pyo3::exceptions::{
 };
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PySlice, PyTuple};
 
 use fm::{Advice, Config, Delivery, FileStore, MapOptions, ReadaheadMode};
@@ -688,7 +689,8 @@ impl Mapping {
         }
         // operator.index, as bytes does: its TypeError (or the object's own
         // error) as it is; an int too large for isize is out of range.
-        let index = py.import("operator")?.getattr("index")?.call1((key,))?;
+        static INDEX: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let index = INDEX.import(py, "operator", "index")?.call1((key,))?;
         let i: isize = index.extract().map_err(|e: PyErr| {
             if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) {
                 PyIndexError::new_err("faultmap.Mapping index out of range")

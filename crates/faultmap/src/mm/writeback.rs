@@ -1012,23 +1012,11 @@ mod tests {
         // mapping, and then a new one.
         init();
         let parent = write_faults().expect("initialized") as *const Srcu as usize;
-        // SAFETY: the child runs atomics and one allocation, then leaves.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
-        if pid == 0 {
+        assert!(sys::true_in_fork_child(|| {
             let none_yet = write_faults().is_none();
             init();
-            let own = write_faults().is_some_and(|d| d as *const Srcu as usize != parent);
-            // SAFETY: leaves the forked child at once.
-            unsafe { libc::_exit(if none_yet && own { 0 } else { 1 }) };
-        }
-        let mut status = 0;
-        // SAFETY: waits for the child just forked.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "{status:#x}"
-        );
+            none_yet && write_faults().is_some_and(|d| d as *const Srcu as usize != parent)
+        }));
         assert_eq!(
             write_faults().map(|d| d as *const Srcu as usize),
             Some(parent)

@@ -1319,6 +1319,25 @@ pub(crate) fn sigbus_die() {
     }
 }
 
+/// Runs `check` in a forked child and tells whether it returned true
+/// there (for tests of what a child sees; `check` should do little: the
+/// child has only the forking thread).
+#[cfg(all(test, not(loom)))]
+pub(crate) fn true_in_fork_child(check: impl FnOnce() -> bool) -> bool {
+    // SAFETY: the child runs `check` and leaves at once with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+    if pid == 0 {
+        let ok = check();
+        // SAFETY: leaves the forked child at once.
+        unsafe { libc::_exit(i32::from(!ok)) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just forked.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -1329,21 +1348,7 @@ mod tests {
         // process id, which a raw clone would not change).
         assert!(FORK_COUNTED.load(std::sync::atomic::Ordering::Acquire));
         let parent = fork_generation();
-        // SAFETY: the child reads an atomic and leaves at once.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
-        if pid == 0 {
-            let changed = fork_generation() != parent;
-            // SAFETY: leaves the forked child at once.
-            unsafe { libc::_exit(i32::from(!changed)) };
-        }
-        let mut status = 0;
-        // SAFETY: waits for the child just forked.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "{status:#x}"
-        );
+        assert!(true_in_fork_child(|| fork_generation() != parent));
         assert_eq!(
             fork_generation(),
             parent,
