@@ -103,7 +103,10 @@ enum Command {
     /// minutes). --orders, --workload, --threads, --delivery and
     /// --repetitions narrow or widen either. After the tables, the
     /// headline: per workload, delivery and thread count, faultmap's
-    /// fastest order and its time over kernel-file's and kernel-memfd's.
+    /// fastest order and its time over kernel-file's and kernel-memfd's;
+    /// then per workload and thread count, handler delivery's time per
+    /// fault (time / faults) at order 0 over signal delivery's and over
+    /// uffd-probe same-cpu's (handler/signal, handler/probe-same).
     /// --plot FILE.svg draws the results (every mode).
     ///
     /// The fault-around table: for each workload, the
@@ -115,9 +118,16 @@ enum Command {
     /// the header says whether its folios were large or 4 KiB. `kernel-memfd`
     /// is the kernel's mmap of a memfd holding the same bytes (4 KiB shmem
     /// pages): the like-for-like baseline, since faultmap's cache is a memfd
-    /// too. `order=N` is faultmap with fault-around windows of 2^N pages; its
-    /// cache is filled once before the runs, so like the kernel's they measure
-    /// warm minor faults.
+    /// too. `uffd-probe` is the bare userfaultfd round trip, the floor under
+    /// handler delivery: that memfd registered MINOR, one handler thread per
+    /// CPU answering each fault with a one-page UFFDIO_CONTINUE and nothing
+    /// else; its second heading says where each walking thread is pinned
+    /// during its walk: `same-cpu` (on its handler's CPU) or `cross-cpu`
+    /// (on another; skipped, with one line saying so, when the process may
+    /// use one CPU only); its faults are getrusage minor faults, one per
+    /// page. `order=N` is faultmap with fault-around windows of 2^N pages;
+    /// its cache is filled once before the runs, so like the kernel's they
+    /// measure warm minor faults.
     ///
     /// Each thread has its own mapping of the same data and walks the whole
     /// of it (so faults scale with threads); the threads start
@@ -245,7 +255,9 @@ struct MapArgs {
     #[arg(long, short, default_value_t = 1, value_name = "T",
           value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: u16,
-    /// faultmap handler threads serving the faults.
+    /// faultmap's pager threads with signal delivery (they serve the
+    /// forwarded misses). Handler delivery runs one handler thread per
+    /// CPU, pinned (Config::handler_placement).
     #[arg(long, default_value_t = 1, value_name = "H",
           value_parser = clap::value_parser!(u16).range(1..=64))]
     handler_threads: u16,
@@ -460,7 +472,9 @@ struct BenchArgs {
     #[arg(long, short, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     repetitions: Option<u32>,
-    /// faultmap handler threads serving the faults.
+    /// faultmap's pager threads with signal delivery (they serve the
+    /// forwarded misses). Handler delivery runs one handler thread per
+    /// CPU, pinned (Config::handler_placement).
     #[arg(long, default_value_t = 1, value_name = "H",
           value_parser = clap::value_parser!(u16).range(1..=64))]
     handler_threads: u16,

@@ -262,6 +262,8 @@ fn every_command_has_help() {
         "--duration",
         "global-mutex",
         "speculative",
+        "uffd-probe",
+        "cross-cpu",
     ] {
         assert!(bench.contains(needle), "bench --help lacks {needle}");
     }
@@ -279,6 +281,18 @@ fn every_command_has_help() {
         "Read-around only",
     ] {
         assert!(stats.contains(needle), "stats --help lacks {needle}");
+    }
+}
+
+/// The uffd-probe's variants the run measured: `cpu=cross` only when it
+/// was not skipped (one CPU), and then the machine says why.
+fn probe_placements(machine: &Value) -> Vec<&'static str> {
+    match machine["uffd_probe_skipped"].as_str() {
+        None => vec!["cpu=same", "cpu=cross"],
+        Some(why) => {
+            assert!(why.contains("cross-cpu"), "{why}");
+            vec!["cpu=same"]
+        }
     }
 }
 
@@ -314,9 +328,10 @@ fn bench_json_has_a_row_per_cell_with_exact_faultmap_faults() {
     );
 
     let results = doc["results"].as_array().unwrap();
-    // 3 workloads x 2 thread counts x (2 kernel engines + 7 orders x 2
-    // delivery modes).
-    assert_eq!(results.len(), 3 * 2 * (2 + 7 * 2));
+    // 3 workloads x 2 thread counts x (2 kernel engines + the uffd-probe's
+    // placements + 7 orders x 2 delivery modes).
+    let placements = probe_placements(machine);
+    assert_eq!(results.len(), 3 * 2 * (2 + placements.len() + 7 * 2));
     let fields = [
         "workload",
         "threads",
@@ -376,6 +391,21 @@ fn bench_json_has_a_row_per_cell_with_exact_faultmap_faults() {
             assert_eq!(row["io_bytes"], 0, "{row}");
         }
     }
+    // The uffd-probe takes one round trip per page it touches, at least
+    // (the count is the whole process's getrusage).
+    for variant in placements {
+        let rows = rows(&doc, "uffd-probe", variant);
+        assert_eq!(rows.len(), 6, "{variant}");
+        for row in rows {
+            assert!(row["order"].is_null() && row["delivery"].is_null(), "{row}");
+            let threads = row["threads"].as_u64().unwrap();
+            let per_thread = if row["workload"] == "sparse" { 4 } else { 2048 };
+            assert!(
+                row["faults"].as_u64().unwrap() >= threads * per_thread,
+                "{row}"
+            );
+        }
+    }
     let seq4 = rows(&doc, "faultmap", "order=4");
     let seq4_1 = seq4
         .iter()
@@ -432,9 +462,10 @@ fn plain_bench_measures_the_subset_and_full_the_whole_table() {
     ]));
     assert_eq!(doc["machine"]["full"], false);
     let results = doc["results"].as_array().unwrap();
-    // 3 workloads x 2 thread counts x (2 kernel engines + 3 orders x 2
-    // delivery modes).
-    assert_eq!(results.len(), 3 * 2 * (2 + 3 * 2));
+    // 3 workloads x 2 thread counts x (2 kernel engines + the uffd-probe's
+    // placements + 3 orders x 2 delivery modes).
+    let placements = probe_placements(&doc["machine"]).len();
+    assert_eq!(results.len(), 3 * 2 * (2 + placements + 3 * 2));
     let mut orders: Vec<u64> = results.iter().filter_map(|r| r["order"].as_u64()).collect();
     orders.sort_unstable();
     orders.dedup();
@@ -460,7 +491,16 @@ fn plain_bench_measures_the_subset_and_full_the_whole_table() {
         "--threads",
         "1",
     ]));
-    for needle in ["headline", "× kernel-file", "× kernel-memfd", "order=9"] {
+    for needle in [
+        "headline",
+        "× kernel-file",
+        "× kernel-memfd",
+        "order=9",
+        "uffd-probe",
+        "same-cpu",
+        "handler/signal",
+        "handler/probe-same",
+    ] {
         assert!(text.contains(needle), "report lacks {needle:?}:\n{text}");
     }
     assert_fails_cleanly(&faultmap(&["bench", "--full", "--cold"]), "--full");
@@ -943,8 +983,10 @@ fn bench_delivery_gives_columns_per_mode_with_exact_faults() {
         serde_json::json!(["handler", "signal"])
     );
     let results = doc["results"].as_array().unwrap();
-    // 2 workloads x 1 thread count x (2 kernel engines + 2 orders x 2 modes).
-    assert_eq!(results.len(), 2 * (2 + 2 * 2));
+    // 2 workloads x 1 thread count x (2 kernel engines + the uffd-probe's
+    // placements + 2 orders x 2 modes).
+    let placements = probe_placements(&doc["machine"]);
+    assert_eq!(results.len(), 2 * (2 + placements.len() + 2 * 2));
     for order in [0u64, 4] {
         for (variant, delivery) in [
             (format!("order={order}"), "signal"),
@@ -960,7 +1002,13 @@ fn bench_delivery_gives_columns_per_mode_with_exact_faults() {
             }
         }
     }
-    // The table has a second heading line with the modes.
+    // The table has a second heading line with the uffd-probe's placements
+    // and the modes.
+    let second: Vec<&str> = ["same-cpu", "cross-cpu"][..placements.len()]
+        .iter()
+        .chain(&["signal", "handler"])
+        .copied()
+        .collect();
     let text = stdout_text(&faultmap(&[
         "bench",
         "--size",
@@ -976,8 +1024,8 @@ fn bench_delivery_gives_columns_per_mode_with_exact_faults() {
     ]));
     assert!(
         text.lines()
-            .any(|l| l.split_whitespace().eq(["signal", "handler"])),
-        "no delivery heading line:\n{text}"
+            .any(|l| l.split_whitespace().eq(second.iter().copied())),
+        "no heading line {second:?}:\n{text}"
     );
 }
 

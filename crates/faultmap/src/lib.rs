@@ -102,7 +102,9 @@ pub use api::object::{IntoObject, InvalidateError, Object};
 pub use api::pager::{
     Access, Advice, MapError, Mapping, MappingMut, Pager, PagerError, ReadOnly, ReadWrite,
 };
-pub use base::config::{Config, ConfigError, Delivery, MapOptions, RegionLookup, MIN_BUDGET};
+pub use base::config::{
+    Config, ConfigError, Delivery, HandlerPlacement, MapOptions, RegionLookup, MIN_BUDGET,
+};
 pub use base::report::{error_text, IoErrorKind, IoErrorReport, LOG_CAPACITY};
 pub use base::stats::{RaRow, RaStats, Stats};
 pub use cache::CacheError;

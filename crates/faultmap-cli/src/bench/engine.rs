@@ -4,6 +4,10 @@
 //! |----------------|---------------------------------------------|------------------------------|
 //! | `kernel-file`  | kernel `mmap` of the data file              | `getrusage` minor faults      |
 //! | `kernel-memfd` | kernel `mmap` of a memfd copy (4 KiB shmem) | `getrusage` minor faults      |
+//! | `uffd-probe`   | the memfd copy registered MINOR with a bare | `getrusage` minor faults      |
+//! |                | userfaultfd handler, the walking thread     | (one per page touched)        |
+//! |                | pinned on its CPU (`same-cpu`) or another   |                               |
+//! |                | (`cross-cpu`)                               |                               |
 //! | `faultmap`     | a faultmap mapping at fault-around order N, | the mappings' `pgfault`       |
 //! |                | through the pager of its delivery mode      |                               |
 //!
@@ -15,6 +19,8 @@
 //!   minute; residency is then checked with `mincore`, and the folios of a
 //!   few pages are sampled (large or 4 KiB: see [`super::probe`]).
 //! - `kernel-memfd`'s pages are shmem, never reclaimed here (no swap).
+//! - `uffd-probe` maps that same memfd; its probes, one per CPU, are
+//!   started once ([`super::uffd_probe`] has the placement of the threads).
 //! - faultmap's data is opened as one [`Object`] whose cache (a memfd) is
 //!   filled once, before any measurement, through an order-9 mapping. Each
 //!   delivery mode has its own pager; all of them map that one object.
@@ -25,6 +31,9 @@
 //!    `kernel-file` re-warm the page cache. Untimed.
 //! 2. Run the workload on the views ([`run_timed`]). Timed.
 //! 3. Read the fault counts, then drop the views. Untimed.
+//!
+//! `uffd-probe` takes the same steps in [`Probes::measure`], its walking
+//! threads pinned for step 2.
 
 use std::fs::File;
 use std::hint::black_box;
@@ -32,7 +41,7 @@ use std::ops::Deref;
 use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use faultmap::policy::fault_around::MAX_ORDER;
 use faultmap::{Delivery, FileStore, MapOptions, Mapping, Object, Pager, Stats, PAGE_SIZE};
 use memmap2::Mmap;
@@ -40,6 +49,7 @@ use memmap2::Mmap;
 use super::data::Data;
 use super::grid::{Column, Sample};
 use super::probe::{self, FolioSample};
+use super::uffd_probe::{ProbeCpu, Probes};
 use super::workload::{run_timed, Plan};
 
 /// Bytes read per `pread` when re-warming the file's page cache.
@@ -52,6 +62,9 @@ pub enum Engine {
     KernelFile,
     /// The kernel's mmap of a memfd holding the same data.
     KernelMemfd,
+    /// That memfd through a bare userfaultfd handler, the walking thread
+    /// on the handler's CPU or another.
+    UffdProbe(ProbeCpu),
     /// faultmap at a fault-around order, with a delivery mode.
     Faultmap {
         /// The fault-around order (windows of `2^order` pages).
@@ -62,10 +75,12 @@ pub enum Engine {
 }
 
 impl Engine {
-    /// The engines of a run: the two kernel baselines, then faultmap at each
-    /// order, in each delivery mode.
-    pub fn all(orders: &[u8], deliveries: &[Delivery]) -> Vec<Engine> {
+    /// The engines of a run: the two kernel baselines, the uffd-probe at
+    /// each placement of `probes`, then faultmap at each order, in each
+    /// delivery mode.
+    pub fn all(orders: &[u8], deliveries: &[Delivery], probes: &[ProbeCpu]) -> Vec<Engine> {
         let mut engines = vec![Engine::KernelFile, Engine::KernelMemfd];
+        engines.extend(probes.iter().map(|&cpu| Engine::UffdProbe(cpu)));
         for &order in orders {
             engines.extend(
                 deliveries
@@ -81,6 +96,7 @@ impl Engine {
         match self {
             Engine::KernelFile => "kernel-file",
             Engine::KernelMemfd => "kernel-memfd",
+            Engine::UffdProbe(_) => "uffd-probe",
             Engine::Faultmap { .. } => "faultmap",
         }
     }
@@ -89,18 +105,26 @@ impl Engine {
     pub fn order(self) -> Option<u8> {
         match self {
             Engine::Faultmap { order, .. } => Some(order),
-            Engine::KernelFile | Engine::KernelMemfd => None,
+            Engine::KernelFile | Engine::KernelMemfd | Engine::UffdProbe(_) => None,
         }
     }
 }
 
 impl Column for Engine {
     /// `order=N` for faultmap (the delivery mode goes on a second heading
-    /// line).
+    /// line, as the uffd-probe's placement does).
     fn heading(self) -> String {
         match self {
-            Engine::KernelFile | Engine::KernelMemfd => self.name().into(),
+            Engine::KernelFile | Engine::KernelMemfd | Engine::UffdProbe(_) => self.name().into(),
             Engine::Faultmap { order, .. } => format!("order={order}"),
+        }
+    }
+
+    /// `same-cpu` or `cross-cpu` for the uffd-probe.
+    fn subheading(self) -> &'static str {
+        match self {
+            Engine::UffdProbe(cpu) => cpu.heading(),
+            Engine::KernelFile | Engine::KernelMemfd | Engine::Faultmap { .. } => "",
         }
     }
 
@@ -109,10 +133,11 @@ impl Column for Engine {
     }
 
     /// `order=N`, and `,delivery=handler` when the delivery is not the
-    /// library's default.
+    /// library's default; `cpu=same` or `cpu=cross` for the uffd-probe.
     fn variant(self) -> String {
         match self {
             Engine::KernelFile | Engine::KernelMemfd => "default".into(),
+            Engine::UffdProbe(cpu) => format!("cpu={}", cpu.name()),
             Engine::Faultmap { order, delivery } if delivery == Delivery::default() => {
                 format!("order={order}")
             }
@@ -125,7 +150,7 @@ impl Column for Engine {
     fn delivery(self) -> Option<Delivery> {
         match self {
             Engine::Faultmap { delivery, .. } => Some(delivery),
-            Engine::KernelFile | Engine::KernelMemfd => None,
+            Engine::KernelFile | Engine::KernelMemfd | Engine::UffdProbe(_) => None,
         }
     }
 }
@@ -167,17 +192,22 @@ pub struct Engines {
     pagers: Vec<(Delivery, Pager)>,
     object: Object,
     warm_up: WarmUp,
+    /// The uffd-probe's handlers, over `memfd`.
+    probes: Probes,
     rewarm_buf: Vec<u8>,
 }
 
 impl Engines {
     /// Sets up every engine over `data`: opens the file, copies it into a
-    /// memfd, opens it as a faultmap object and fills that object's cache
-    /// (through the first pager; `pagers` must not be empty).
-    pub fn new(data: &Data, pagers: Vec<(Delivery, Pager)>) -> Result<Engines> {
+    /// memfd, starts the uffd-probes over that memfd for walks of up to
+    /// `threads` threads, opens the file as a faultmap object and fills
+    /// that object's cache (through the first pager; `pagers` must not be
+    /// empty).
+    pub fn new(data: &Data, pagers: Vec<(Delivery, Pager)>, threads: usize) -> Result<Engines> {
         let len = usize::try_from(data.len()).context("the file does not fit the address space")?;
         let file = data.open()?;
         let memfd = data.memfd_copy()?;
+        let probes = Probes::start(&memfd, len, threads)?;
         let (_, first) = pagers.first().context("no pager to measure")?;
         let object = first.open(FileStore::open(data.path())?)?;
         let warm_up = warm_object(first, &object)?;
@@ -188,6 +218,7 @@ impl Engines {
             pagers,
             object,
             warm_up,
+            probes,
             rewarm_buf: vec![0; REWARM_CHUNK],
         })
     }
@@ -197,14 +228,22 @@ impl Engines {
         self.warm_up
     }
 
+    /// The uffd-probe's handlers.
+    pub fn probes(&self) -> &Probes {
+        &self.probes
+    }
+
     /// Measures `engine` running `plan` with `threads` threads (see the
     /// module documentation for the steps).
     pub fn measure(&mut self, engine: Engine, plan: &Plan, threads: usize) -> Result<Sample> {
+        if let Engine::UffdProbe(cpu) = engine {
+            return self.probes.measure(cpu, plan, threads);
+        }
         // 1. Fresh views; re-warm kernel-file's page cache.
         let views = self.views(engine, threads)?;
         let cache = match engine {
             Engine::KernelFile => Some(self.rewarm_file()?),
-            Engine::KernelMemfd | Engine::Faultmap { .. } => None,
+            Engine::KernelMemfd | Engine::UffdProbe(_) | Engine::Faultmap { .. } => None,
         };
         // 2. The timed walk.
         let slices: Vec<&[u8]> = views.iter().map(|v| &**v).collect();
@@ -234,6 +273,7 @@ impl Engines {
             .map(|_| match engine {
                 Engine::KernelFile => kernel_map(&self.file).map(View::Kernel),
                 Engine::KernelMemfd => kernel_map(&self.memfd).map(View::Kernel),
+                Engine::UffdProbe(_) => bail!("the uffd-probe maps its own views"),
                 Engine::Faultmap { order, delivery } => crate::map_readonly(
                     self.pager(delivery)?,
                     &self.object,
@@ -339,4 +379,42 @@ fn add_faultmap_counts(sample: &mut Sample, views: &[View]) {
     sample.io_count = Some(total.io_count);
     sample.io_bytes = Some(total.io_bytes);
     sample.fault_around_pages = Some(total.pgfault_around);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_and_variants() {
+        let deliveries = [Delivery::Signal, Delivery::Handler];
+        let engines = Engine::all(&[0, 4], &deliveries, &ProbeCpu::ALL);
+        let v: Vec<String> = engines.iter().map(|e| e.variant()).collect();
+        assert_eq!(
+            v,
+            [
+                "default",
+                "default",
+                "cpu=same",
+                "cpu=cross",
+                "order=0",
+                "order=0,delivery=handler",
+                "order=4",
+                "order=4,delivery=handler"
+            ]
+        );
+        let names: Vec<&str> = engines.iter().map(|e| e.engine()).collect();
+        assert_eq!(
+            names[..4],
+            ["kernel-file", "kernel-memfd", "uffd-probe", "uffd-probe"]
+        );
+        let probe = Engine::UffdProbe(ProbeCpu::Cross);
+        assert_eq!(probe.heading(), "uffd-probe");
+        assert_eq!(probe.subheading(), "cross-cpu");
+        assert_eq!((probe.order(), probe.delivery()), (None, None));
+        assert_eq!(engines[5].subheading(), "");
+        // Without cross-cpu (one CPU), the probe has one column.
+        let one = Engine::all(&[0], &deliveries, &[ProbeCpu::Same]);
+        assert_eq!(one.len(), 2 + 1 + 2);
+    }
 }

@@ -131,6 +131,11 @@ pub trait Column: Copy + PartialEq {
     fn delivery(self) -> Option<Delivery> {
         None
     }
+    /// The second heading line of a column that has no delivery mode (the
+    /// warm table's `uffd-probe`: `same-cpu`), blank for most.
+    fn subheading(self) -> &'static str {
+        ""
+    }
     /// Whether the column runs once per workload, on one thread (cold's
     /// `device`): every thread count's group shows that one cell.
     fn once(self) -> bool {
@@ -152,8 +157,9 @@ pub struct Key<W, C> {
 impl<W: Named, C: Column> Key<W, C> {
     /// `seq × 2 on order=4 handler`, for the progress bar and errors.
     pub fn label(&self) -> String {
-        let delivery = self.column.delivery().map_or("", crate::delivery_name);
-        let on = format!("{} {delivery}", self.column.heading());
+        let c = self.column;
+        let second = c.delivery().map_or(c.subheading(), crate::delivery_name);
+        let on = format!("{} {second}", c.heading());
         let (w, t) = (self.workload.name(), self.threads);
         format!("{w} × {t} on {}", on.trim_end())
     }
@@ -565,7 +571,8 @@ impl<M: Mode> Report<M> {
         format!("{title}\n\n{}", t.render())
     }
 
-    /// A table of `workload`: the columns' headings (and delivery modes),
+    /// A table of `workload`: the columns' headings (and a second line: the
+    /// delivery modes when there are several, [`Column::subheading`]s),
     /// then per thread count a group of `lines`; a line with every cell
     /// blank is left out.
     ///
@@ -590,9 +597,16 @@ impl<M: Mode> Report<M> {
         let mut t = Table::new(2);
         let headings = columns.iter().map(|c| c.heading());
         t.row(["", ""].into_iter().map(String::from).chain(headings));
-        if self.deliveries.len() > 1 {
-            let second = columns.iter().map(|c| c.delivery());
-            let second = second.map(|d| d.map_or("", crate::delivery_name));
+        let deliveries = self.deliveries.len() > 1;
+        let second: Vec<&str> = columns
+            .iter()
+            .map(|c| match c.delivery() {
+                Some(d) if deliveries => crate::delivery_name(d),
+                Some(_) => "",
+                None => c.subheading(),
+            })
+            .collect();
+        if second.iter().any(|s| !s.is_empty()) {
             t.row(["", ""].into_iter().chain(second));
         }
         for &threads in threads {
@@ -834,6 +848,9 @@ mod tests {
         fn variant(self) -> String {
             "v".into()
         }
+        fn subheading(self) -> &'static str {
+            ["", "", "z"][usize::from(self.0)]
+        }
     }
 
     /// A mode with one workload and columns `a`, `b`, `c`.
@@ -930,6 +947,19 @@ mod tests {
         ];
         let text = report.grid(W, &[1], &lines);
         assert_eq!(text, "             a   b\n1 thread  x  1  22\n");
+        // A column's subheading makes a second heading line.
+        let lines: [Line<T>; 1] = [("x", |_, _| "1".into())];
+        let text = report.grid_of(W, &[1], &lines, &[C(0), C(2)]);
+        assert_eq!(
+            text,
+            "             a  c\n                z\n1 thread  x  1  1\n"
+        );
+        let key = Key {
+            workload: W,
+            threads: 2,
+            column: C(2),
+        };
+        assert_eq!(key.label(), "w × 2 on c z");
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod probe;
 mod remote;
 mod reps;
 mod scaling;
+mod uffd_probe;
 mod warm;
 pub mod workload;
 

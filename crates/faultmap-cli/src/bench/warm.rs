@@ -1,16 +1,17 @@
 //! The fault-around benchmark (plain `faultmap bench` and `--full`): minor
 //! faults and time per fault-around order for three synthetic workloads
 //! and several thread counts, with faultmap's fault-around order as the
-//! variable and two kernel baselines as fixed columns:
+//! variable and, as fixed columns, two kernel baselines and the bare
+//! userfaultfd round trip:
 //!
 //! ```text
 //!   seq: sequential access: every 8-byte word in order
-//!                             kernel-file  kernel-memfd   order=0   order=0  ...
-//!                                                          signal   handler  ...
-//!   1 thread   minor-faults         4,096        16,384   262,144   262,144  ...
-//!              time, seconds     0.061234      0.093121  1.021234  ...
-//!              vs kernel-file                      0.66      0.06  ...
-//!              vs kernel-memfd       1.52                    0.09  ...
+//!                             kernel-file  kernel-memfd  uffd-probe  uffd-probe   order=0   order=0  ...
+//!                                                          same-cpu   cross-cpu    signal   handler  ...
+//!   1 thread   minor-faults         4,096        16,384     262,144     262,144   262,144   262,144  ...
+//!              time, seconds     0.061234      0.093121    0.810000    1.210000  1.021234  ...
+//!              vs kernel-file                      0.66        0.08        0.05      0.06  ...
+//!              vs kernel-memfd       1.52                      0.11        0.08      0.09  ...
 //! ```
 //!
 //! Plain `faultmap bench` measures orders 0, 4 and 9 (one page, the
@@ -22,13 +23,23 @@
 //! time by each column's: above 1, that column was faster than X. After the
 //! tables, the headline: per workload, delivery mode and thread count,
 //! faultmap's fastest order, and its time over kernel-file's and
-//! kernel-memfd's.
+//! kernel-memfd's; then, per workload and thread count, the handler
+//! delivery's time per fault at order 0 (time / faults) over signal
+//! delivery's and over the `uffd-probe same-cpu`'s.
 //!
 //! faultmap's columns are one per fault-around order *and* fault delivery
 //! mode (`--delivery`): `signal` (the faulting thread resolves its own hit
 //! in a SIGBUS handler) and `handler` (a handler thread reads the
 //! userfaultfd message and wakes the faulting thread), each with its own
 //! pager over the one object, so the two modes map the same cached pages.
+//!
+//! The `uffd-probe` columns ([`super::uffd_probe`]) are the floor under
+//! handler delivery: kernel-memfd's memfd through a bare userfaultfd
+//! handler (one handler thread per CPU, one `UFFDIO_CONTINUE` per page,
+//! nothing else), each walking thread pinned for its walk to its handler's
+//! CPU (`same-cpu`) or to another (`cross-cpu`; not measured, with one line
+//! saying so, when the process may use one CPU only). Their faults are
+//! `getrusage` minor faults, as the kernel columns': one per page touched.
 //!
 //! [`run`] reads top to bottom:
 //!
@@ -37,8 +48,9 @@
 //! 2. start the pagers, one per delivery mode: without userfaultfd nothing
 //!    else is worth doing, and the error says what is missing;
 //! 3. the data ([`super::data`]) and every engine over it
-//!    ([`super::engine`]): the file, its memfd copy, faultmap's object with
-//!    its cache filled;
+//!    ([`super::engine`]): the file, its memfd copy, the uffd-probes over
+//!    it, faultmap's object with its cache filled; then the columns (the
+//!    probes say whether `cross-cpu` can be measured);
 //! 4. the workloads' inputs ([`Plan`]), made once, untimed;
 //! 5. the measurements ([`grid::measure`]): repetitions outermost, then
 //!    workload, threads and engine, so the engines of one row are measured
@@ -48,18 +60,21 @@
 //! 6. the report: the tables and the headline, or one JSON document; and
 //!    the plot.
 //!
-//! JSON rows (`order`, `io_count`, `io_bytes` null for the kernel engines)
+//! JSON rows (`order`, `io_count`, `io_bytes` null for the kernel engines
+//! and the `uffd-probe`, whose variant is `cpu=same` or `cpu=cross`)
 //! add `delivery` (faultmap: `signal` or `handler`; the variant names it
 //! when it is not the library's default: `order=4,delivery=handler`),
 //! `fault_around_pages` (faultmap's `pgfault_around`), `folios` and
 //! `folio_sample` (kernel engines: `large`, `4k`, `mixed` or `unknown`, and
 //! the sampled counts) and `resident_pct` (kernel-file: the lowest
-//! residency before a repetition).
+//! residency before a repetition). The `machine` object adds
+//! `uffd_probe_cpus` (the CPUs of the probes' handlers) and
+//! `uffd_probe_skipped` (why `cross-cpu` was not measured, or null).
 
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use faultmap::MapOptions;
+use faultmap::{Delivery, MapOptions};
 use serde_json::{json, Value};
 
 use super::engine::{Engine, Engines, WarmUp};
@@ -67,6 +82,7 @@ use super::grid::{self, threads_label, Checksums, Column, Line, Row};
 use super::plot::{Figure, Panel, Series};
 use super::probe::FolioSample;
 use super::reps::{Repetitions, RepsFrom, BUDGET, CELL_BUDGET, MIN_REPS};
+use super::uffd_probe::ProbeCpu;
 use super::workload::{Plan, Workload};
 use super::{dedup, deliveries, or_default};
 use crate::{units, BenchArgs, DeliveryArg};
@@ -100,6 +116,10 @@ pub struct Warm {
     handler_threads: u16,
     /// How faultmap's cache was filled.
     warm_up: WarmUp,
+    /// The CPUs of the uffd-probe's handlers.
+    probe_cpus: Vec<usize>,
+    /// Why `uffd-probe cross-cpu` was not measured, if it was not.
+    probe_skipped: Option<String>,
 }
 
 /// The fault-around benchmark's results.
@@ -144,7 +164,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         (None, false) => Repetitions::Fixed(MAIN_REPETITIONS),
     };
     let threads = dedup(or_default(&args.threads, &super::DEFAULT_THREADS));
-    let columns = Engine::all(&orders, &deliveries);
+    let max_threads = threads.iter().copied().max().map_or(1, usize::from);
     let config = crate::stats::pager_config(args.handler_threads, args.io_threads);
     config.validate()?;
     // 2. The pagers, one per delivery mode.
@@ -155,10 +175,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     // 3. The data and the engines.
     let data = super::open_data(args, super::DEFAULT_SIZE)?;
     super::note("copying it into a memfd and filling faultmap's cache");
-    let mut engines = Engines::new(&data, pagers)?;
+    let mut engines = Engines::new(&data, pagers, max_threads)?;
+    let probe_skipped = engines.probes().cross_cpu_skipped();
+    if let Some(why) = &probe_skipped {
+        super::note(why);
+    }
+    let columns = Engine::all(&orders, &deliveries, &engines.probes().columns());
     // 4. The workloads' inputs.
     let len = usize::try_from(data.len()).context("the file does not fit the address space")?;
-    let max_threads = threads.iter().copied().max().map_or(1, usize::from);
     let plans = workloads
         .iter()
         .map(|&w| Plan::new(w, len, max_threads))
@@ -173,9 +197,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .context("a workload without a plan")?;
         let sample = engines.measure(key.column, plan, usize::from(key.threads))?;
         let sum = sample.checksum.unwrap_or(0);
-        checksums.check(key.workload, sum, || {
-            format!("{} on {}", key.column.heading(), key.workload.name())
-        })?;
+        checksums.check(key.workload, sum, || key.label())?;
         Ok(Some(sample))
     })?;
     // 6. The report.
@@ -191,6 +213,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             repetitions: (passes, reps.from()),
             handler_threads: args.handler_threads,
             warm_up: engines.warm_up(),
+            probe_cpus: engines.probes().handler_cpus().to_vec(),
+            probe_skipped,
         },
     );
     run.write(args)
@@ -253,6 +277,8 @@ impl grid::Mode for Warm {
             "kernel_file_folios": kind(Engine::KernelFile),
             "kernel_file_resident_pct_min": min_resident_pct(run.cells.iter().flat_map(|c| &c.samples)),
             "kernel_memfd_folios": kind(Engine::KernelMemfd),
+            "uffd_probe_cpus": run.mode.probe_cpus,
+            "uffd_probe_skipped": run.mode.probe_skipped,
             "faultmap_warm_seconds": w.seconds,
             "faultmap_warm_io_count": w.stats.io_count,
             "faultmap_warm_io_bytes": w.stats.io_bytes,
@@ -279,8 +305,8 @@ impl grid::Mode for Warm {
     }
 
     /// Per workload, time and faults against the fault-around order: a line
-    /// per delivery mode and thread count, the kernel columns as horizontal
-    /// reference lines.
+    /// per delivery mode and thread count, the kernel and uffd-probe columns
+    /// as horizontal reference lines.
     fn figure(run: &Run) -> Figure {
         type Value = fn(&grid::Cell<Workload, Engine>) -> f64;
         let values: [(&str, Value); 2] = [
@@ -309,9 +335,10 @@ impl grid::Mode for Warm {
                         );
                         series.push(Series::line(label, points));
                     }
-                    for k in [Engine::KernelFile, Engine::KernelMemfd] {
+                    for &k in run.columns.iter().filter(|e| e.order().is_none()) {
                         if let Some(c) = cell(k) {
-                            let label = format!("{}, {}", k.name(), threads_label(threads));
+                            let label =
+                                format!("{}, {}", reference_name(k), threads_label(threads));
                             series.push(Series::reference(label, value(c)));
                         }
                     }
@@ -327,6 +354,15 @@ impl grid::Mode for Warm {
             }
         }
         Figure { panels, columns: 2 }
+    }
+}
+
+/// A reference column's name in the plot: `kernel-memfd`,
+/// `uffd-probe same-cpu`.
+fn reference_name(engine: Engine) -> String {
+    match engine {
+        Engine::UffdProbe(cpu) => format!("{} {}", engine.name(), cpu.heading()),
+        _ => engine.name().into(),
     }
 }
 
@@ -366,10 +402,11 @@ fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
                 folio_text(folios(run, Engine::KernelMemfd))
             ),
         ),
+        ("uffd-probe", probe_text(run)),
         (
             "faultmap",
             format!(
-                "{}; {} handler thread(s); cache filled once before the runs in {:.2} s \
+                "{}; {} pager thread(s) with signal delivery, one pinned handler thread per CPU with handler delivery; cache filled once before the runs in {:.2} s \
                  ({} store reads, {}), {:.1}% cached",
                 grid::deliveries_text(&run.deliveries),
                 run.mode.handler_threads,
@@ -380,6 +417,20 @@ fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
             ),
         ),
     ]
+}
+
+/// The uffd-probe's header line: what it is, where its threads ran.
+fn probe_text(run: &Run) -> String {
+    let cpus: Vec<String> = run.mode.probe_cpus.iter().map(usize::to_string).collect();
+    let skipped = run.mode.probe_skipped.as_ref();
+    format!(
+        "kernel-memfd's memfd registered MINOR, a bare handler thread per CPU ({}) answering \
+         each fault with one UFFDIO_CONTINUE; walking thread i pinned to CPU number i mod N of \
+         the N this process may use, its handler on that CPU (same-cpu) or the next \
+         (cross-cpu){}",
+        cpus.join(", "),
+        skipped.map_or(String::new(), |why| format!("; {why}"))
+    )
 }
 
 fn folio_text(sample: Option<FolioSample>) -> String {
@@ -460,17 +511,66 @@ fn headline(run: &Run) -> String {
     }
     format!(
         "\nheadline: faultmap's fastest order, its time over kernel mmap's (below 1: faultmap \
-         was faster)\n{}",
-        t.render()
+         was faster)\n{}{}",
+        t.render(),
+        per_fault(run)
     )
 }
 
+/// Per workload and thread count: handler delivery's time per fault at
+/// order 0, and its ratios to signal delivery's and the uffd-probe
+/// same-cpu's (blank without handler delivery at order 0).
+fn per_fault(run: &Run) -> String {
+    let handler = Engine::Faultmap {
+        order: 0,
+        delivery: Delivery::Handler,
+    };
+    let signal = Engine::Faultmap {
+        order: 0,
+        delivery: Delivery::Signal,
+    };
+    let mut t = crate::table::Table::new(2);
+    for &w in &run.workloads {
+        for &threads in &run.threads {
+            let per = |e| per_fault_seconds(run, w, threads, e);
+            let Some(h) = per(handler) else {
+                continue;
+            };
+            let over = |e| grid::two(per(e).and_then(|x| grid::ratio(h, x)));
+            t.row([
+                w.name().to_string(),
+                threads_label(threads),
+                format!("{:.2} µs/fault", h * 1e6),
+                format!("handler/signal {}x", over(signal)),
+                format!(
+                    "handler/probe-same {}x",
+                    over(Engine::UffdProbe(ProbeCpu::Same))
+                ),
+            ]);
+        }
+    }
+    let text = t.render();
+    if text.is_empty() {
+        return text;
+    }
+    format!("\nhandler delivery per fault at order 0 (time / faults), over signal's and the bare round trip's\n{text}")
+}
+
+/// A cell's median time over its median faults.
+fn per_fault_seconds(run: &Run, workload: Workload, threads: u16, engine: Engine) -> Option<f64> {
+    let cell = run.cell(workload, threads, engine)?;
+    let faults = cell.median_u64(|s| s.faults)?;
+    grid::ratio(cell.seconds(), faults as f64)
+}
+
 const LEGEND: &str = "
-minor-faults: getrusage minor faults of the process during the walk (kernel columns), faults \
-handled by faultmap (pgfault, order=N columns); all threads together, each thread walking its \
-own mapping of the whole file.
+minor-faults: getrusage minor faults of the process during the walk (kernel and uffd-probe \
+columns), faults handled by faultmap (pgfault, order=N columns); all threads together, each \
+thread walking its own mapping of the whole file.
 signal / handler: faultmap's fault delivery (a SIGBUS handler in the faulting thread, or a \
 handler thread reading userfaultfd messages).
+uffd-probe same-cpu / cross-cpu: the bare userfaultfd round trip (a handler thread, one \
+UFFDIO_CONTINUE per page), the walking thread pinned to the handler's CPU or to another.
 vs X: X's median time divided by the column's; above 1, the column was faster than X.
 ";
 
@@ -481,3 +581,89 @@ vs X: X's median time divided by the column's; above 1, the column was faster th
 // ---------------------------------------------------------------------------
 // The plot.
 // ---------------------------------------------------------------------------
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::grid::{Cell, DataInfo, Sample};
+
+    /// A run of seq on 1 thread with `(engine, seconds, faults)` cells.
+    fn report_of(cells: &[(Engine, f64, u64)], probe_skipped: Option<String>) -> Run {
+        let cells = cells
+            .iter()
+            .map(|&(engine, seconds, faults)| {
+                let mut cell = Cell::new(Workload::Seq, 1, engine);
+                cell.samples.push(Sample {
+                    seconds,
+                    faults: Some(faults),
+                    ..Sample::default()
+                });
+                cell
+            })
+            .collect::<Vec<_>>();
+        let columns = cells.iter().map(|c| c.key.column).collect();
+        Run::new(
+            DataInfo::test(),
+            Instant::now(),
+            vec![Workload::Seq],
+            vec![1],
+            columns,
+            cells,
+            Warm {
+                full: false,
+                repetitions: (1, RepsFrom::Argument),
+                handler_threads: 1,
+                warm_up: WarmUp {
+                    seconds: 0.0,
+                    stats: faultmap::Stats::default(),
+                    cached_pct: 100.0,
+                },
+                probe_cpus: vec![0],
+                probe_skipped,
+            },
+        )
+    }
+
+    fn order0(delivery: Delivery) -> Engine {
+        Engine::Faultmap { order: 0, delivery }
+    }
+
+    #[test]
+    fn the_headline_compares_handler_delivery_per_fault() {
+        // Per fault: handler 4 µs, signal 2 µs, probe 1 µs (half the faults).
+        let run = report_of(
+            &[
+                (Engine::UffdProbe(ProbeCpu::Same), 0.001, 1000),
+                (order0(Delivery::Signal), 0.004, 2000),
+                (order0(Delivery::Handler), 0.008, 2000),
+            ],
+            Some("uffd-probe cross-cpu skipped: this process may use CPU 0 only".into()),
+        );
+        let text = per_fault(&run);
+        for needle in [
+            "seq  1 thread",
+            "4.00 µs/fault",
+            "handler/signal 2.00x",
+            "handler/probe-same 4.00x",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in {text}");
+        }
+        let report = grid::Mode::render(&run);
+        assert!(report.contains("same-cpu"), "{report}");
+        assert!(report.contains("cross-cpu skipped"), "{report}");
+        // Without handler delivery at order 0 there is nothing to compare.
+        let run = report_of(&[(order0(Delivery::Signal), 0.004, 2000)], None);
+        assert_eq!(per_fault(&run), "");
+    }
+
+    #[test]
+    fn probe_rows_have_no_order_nor_delivery() {
+        let probe = Engine::UffdProbe(ProbeCpu::Cross);
+        let run = report_of(&[(probe, 0.5, 256)], None);
+        let row = serde_json::to_value(grid::Mode::row(&run, &run.cells[0])).unwrap();
+        assert_eq!(row["engine"], "uffd-probe");
+        assert_eq!(row["variant"], "cpu=cross");
+        assert!(row["order"].is_null() && row["delivery"].is_null(), "{row}");
+        assert_eq!(row["faults"], 256);
+    }
+}

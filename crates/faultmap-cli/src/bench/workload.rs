@@ -190,6 +190,23 @@ pub struct Timed {
 /// Runs `plan` with one thread per view (thread `i` walks `views[i]`), all
 /// started together; see the module documentation for what is timed.
 pub fn run_timed(plan: &Plan, views: &[&[u8]]) -> Result<Timed> {
+    run_timed_on(plan, views, None)
+}
+
+/// [`run_timed`] with thread `i` pinned to CPU `cpus[i]` during its walk
+/// ([`crate::timed::run_pinned`]); one CPU per view.
+pub fn run_timed_pinned(plan: &Plan, views: &[&[u8]], cpus: &[usize]) -> Result<Timed> {
+    if cpus.len() != views.len() {
+        bail!(
+            "{} views but {} CPUs to pin them to",
+            views.len(),
+            cpus.len()
+        );
+    }
+    run_timed_on(plan, views, Some(cpus))
+}
+
+fn run_timed_on(plan: &Plan, views: &[&[u8]], cpus: Option<&[usize]>) -> Result<Timed> {
     let n = views.len();
     if n > plan.max_threads() {
         return Err(anyhow!(
@@ -197,7 +214,11 @@ pub fn run_timed(plan: &Plan, views: &[&[u8]]) -> Result<Timed> {
             plan.max_threads()
         ));
     }
-    let timed = crate::timed::run(n, |i| plan.walk(i, views[i]))?;
+    let walk = |i| plan.walk(i, views[i]);
+    let timed = match cpus {
+        None => crate::timed::run(n, walk)?,
+        Some(cpus) => crate::timed::run_pinned(cpus, walk)?,
+    };
     let checksum = timed.sums.first().copied().unwrap_or(0);
     if timed.sums.iter().any(|&s| s != checksum) {
         return Err(anyhow!(

@@ -162,7 +162,7 @@ impl Object {
         let end = range.end.div_ceil(PAGE_SIZE as u64);
         // A barrier: an unmap event already read is handled first (its
         // region leaves the list of mappings), see `crate::mm::events`.
-        drop(crate::mm::space::RegionTable::get().lock());
+        drop(crate::mm::space::RegionTable::get().settled());
         crate::mm::invalidate::invalidate(&self.0, ObjectPage(first)..ObjectPage(end)).map_err(
             |source| InvalidateError::Sys {
                 name: self.name().to_string(),

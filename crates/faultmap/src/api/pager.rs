@@ -77,7 +77,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::api::object::{IntoObject, InvalidateError, Object};
-use crate::base::config::{Config, ConfigError, Delivery, MapOptions, RegionLookup};
+use crate::base::config::{
+    Config, ConfigError, Delivery, HandlerPlacement, MapOptions, RegionLookup, MAX_HANDLER_THREADS,
+};
 use crate::base::index::{HostAddr, ObjectPage, RegionPage};
 use crate::base::report::{IoErrorKind, IoErrorReport};
 use crate::base::stats::{Counters, RaCounters, RaStats, RaTally, Stats};
@@ -422,6 +424,8 @@ impl Pager {
             io,
             speculative: config.region_lookup == RegionLookup::Speculative,
             global_cache_lock: config.bench_global_cache_lock,
+            reading: Mutex::new(()),
+            handling_events: std::sync::atomic::AtomicBool::new(false),
             requests,
             mappings: AtomicUsize::new(0),
             budget: Budget::new(config.memory_budget, counters.clone()),
@@ -473,16 +477,26 @@ impl Pager {
                 .unwrap_or_else(|e| e.into_inner())
                 .push(handle);
         }
-        let spin_us = config.handler_spin_us;
-        for i in 0..config.handler_threads {
+        for (i, place) in handler_places(&config).into_iter().enumerate() {
             let core = core.clone();
             let stop = workers
                 .stop
                 .try_clone()
                 .map_err(|source| PagerError::Sys { op: "dup", source })?;
+            let (name, spin_us) = match place {
+                Place::Cpu(cpu) => (format!("faultmap-cpu{cpu}"), 0),
+                Place::Floating => (format!("faultmap-{i}"), config.handler_spin_us),
+            };
             let handle = std::thread::Builder::new()
-                .name(format!("faultmap-{i}"))
-                .spawn(move || handler_loop(&core, &stop, spin_us))
+                .name(name)
+                .spawn(move || {
+                    if let Place::Cpu(cpu) = place {
+                        // A CPU taken away since (a cpuset change): the
+                        // thread serves faults from wherever it runs.
+                        let _ = sys::pin_current_thread(&[cpu]);
+                    }
+                    handler_loop(&core, &stop, spin_us)
+                })
                 .map_err(|source| PagerError::Sys {
                     op: "spawning a handler thread",
                     source,
@@ -690,7 +704,12 @@ impl Pager {
             op,
             source,
         };
-        // The table's lock for the whole operation, as mmap holds mmap_lock.
+        // An unmap event already read is handled first: an application
+        // that unmapped a mapping and maps again may get the same address,
+        // and the stale region must be gone before the new one is
+        // inserted (`crate::mm::events`). Then the table's lock for the
+        // whole operation, as mmap holds mmap_lock.
+        drop(RegionTable::get().settled());
         let table = RegionTable::get().lock();
         // 1. Map the memfd (read-only unless writable), congruent to its
         //    offset modulo 2 MiB.
@@ -716,8 +735,8 @@ impl Pager {
             .map_err(|e| map_err("UFFDIO_REGISTER", e))?;
         // From here on a failure unregisters the range before `map` unmaps
         // it: a registered range's munmap raises an UNMAP event and waits
-        // until a pager thread reads it, which needs the table's lock that
-        // this call holds (it would never return).
+        // until a pager thread reads it; its handling would then detach
+        // nothing, and the wait is needless.
         let missing = [
             (range_ioctl::CONTINUE, "UFFDIO_CONTINUE", true),
             (range_ioctl::WAKE, "UFFDIO_WAKE", true),
@@ -832,19 +851,42 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
         {
             return 0;
         }
-        // Read under the table's lock, events handled before it goes: see
-        // `crate::mm::events`.
-        let table = RegionTable::get().lock();
-        let reading = table.reading_events();
+        // Read in a passage, by one thread of this pager at a time, and
+        // events handled before either ends: see `crate::mm::events`. No
+        // lock shared with other pagers or with map and unmap is taken
+        // unless there are events.
+        let table = RegionTable::get();
+        let passage = table.read_events();
+        let reading = match core.reading.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            // Another thread of this pager is reading: it takes what is
+            // pending (and `poll` wakes this one again if more is). Do not
+            // sleep on it for a read, whose wake-up would cross CPUs; do
+            // while it handles events, which may take a grace period.
+            Err(std::sync::TryLockError::WouldBlock) => {
+                if core.handling_events.load(Ordering::Acquire) {
+                    drop(core.reading.lock().unwrap_or_else(|e| e.into_inner()));
+                }
+                return 0;
+            }
+        };
         let n = sys::uffd_read(&core.uffd, msgs).unwrap_or(0);
-        for msg in msgs[..n]
+        let mut events = msgs[..n]
             .iter()
             .filter(|m| m.event != sys::UFFD_EVENT_PAGEFAULT)
-        {
-            events::handle(&table, core, msg);
+            .peekable();
+        if events.peek().is_some() {
+            core.handling_events.store(true, Ordering::Release);
+            let lock = table.lock();
+            for msg in events {
+                events::handle(&lock, core, msg);
+            }
+            drop(lock);
+            core.handling_events.store(false, Ordering::Release);
         }
         drop(reading);
-        drop(table);
+        drop(passage);
         for msg in msgs[..n]
             .iter()
             .filter(|m| m.event == sys::UFFD_EVENT_PAGEFAULT)
@@ -867,12 +909,18 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
         }
         None => read_uffd(msgs),
     };
+    // A handler thread that does not poll (a pinned one) and read less
+    // than a full batch has drained the userfaultfd: it sleeps at once
+    // (`poll` says if more came meanwhile), one read fewer per fault.
+    let sleep_when_drained = spin.is_zero() && core.requests.is_none();
     loop {
-        if serve(&mut msgs) > 0 {
+        let n = serve(&mut msgs);
+        if n > 0 {
             idle_since = Instant::now();
-            continue;
-        }
-        if idle_since.elapsed() < spin {
+            if !(sleep_when_drained && n < MSG_BATCH) {
+                continue;
+            }
+        } else if idle_since.elapsed() < spin {
             std::hint::spin_loop();
             continue;
         }
@@ -885,7 +933,14 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
                 continue;
             }
         }
-        let ready = match sys::poll_readable(&[source, stop, &core.uffd], -1) {
+        // The userfaultfd once: each entry is one more wake-up call per
+        // fault.
+        let polled = if core.requests.is_some() {
+            sys::poll_readable(&[source, stop, &core.uffd], -1)
+        } else {
+            sys::poll_readable(&[source, stop], -1)
+        };
+        let ready = match polled {
             Ok(ready) => ready,
             // poll has no other failure we could cause; back off and go on.
             Err(_) => {
@@ -897,6 +952,37 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
             return;
         }
         idle_since = Instant::now();
+    }
+}
+
+/// Where one pager thread runs.
+#[derive(Clone, Copy)]
+enum Place {
+    /// Pinned to this CPU, sleeping between faults.
+    Cpu(usize),
+    /// Wherever the scheduler puts it, polling `handler_spin_us`.
+    Floating,
+}
+
+/// The pager threads a configuration asks for: with handler delivery and
+/// [`HandlerPlacement::PerCpu`], one per CPU the creating thread may run
+/// on, the first [`MAX_HANDLER_THREADS`] (see there for why); else
+/// `handler_threads` floating ones.
+fn handler_places(config: &Config) -> Vec<Place> {
+    let floating = vec![Place::Floating; config.handler_threads];
+    if config.delivery != Delivery::Handler || config.handler_placement != HandlerPlacement::PerCpu
+    {
+        return floating;
+    }
+    match sys::allowed_cpus() {
+        Ok(cpus) if !cpus.is_empty() => cpus
+            .into_iter()
+            .take(MAX_HANDLER_THREADS)
+            .map(Place::Cpu)
+            .collect(),
+        // sched_getaffinity fails only on a machine with more CPUs than a
+        // cpu_set_t holds (1024): floating threads serve it.
+        _ => floating,
     }
 }
 
@@ -1172,9 +1258,13 @@ impl<A: Access> Mapping<A> {
         // the application unmapped or moved part of it, the successors that
         // serve what is left (`crate::mm::events`); each with the region pages
         // of the range it holds. Under the table's lock, so that no event
-        // changes them meanwhile (and a part the application unmapped is
-        // never zapped).
-        let table = RegionTable::get().lock();
+        // changes them meanwhile; settled for DONTNEED, so that a part the
+        // application unmapped is never zapped.
+        let table = if advice == Advice::DontNeed {
+            RegionTable::get().settled()
+        } else {
+            RegionTable::get().lock()
+        };
         let lives = region.live(&table);
         if advice == Advice::WillNeed {
             // Reads are only submitted: no need to hold up faults and
@@ -1501,10 +1591,12 @@ impl<A: Access> Drop for Mapping<A> {
             return;
         }
         if let Some(region) = self.region.take() {
-            // Under the table's lock, as munmap holds mmap_lock: unpublish,
-            // wait out the speculative faults that may have found it, and
-            // unmap (unless a read job still holds the region).
-            let table = RegionTable::get().lock();
+            // Under the table's settled lock, as munmap holds mmap_lock:
+            // unpublish, wait out the speculative faults that may have
+            // found it, and unmap (unless a read job still holds the
+            // region). Settled: an unmap event already read detaches what
+            // the application unmapped first (`crate::mm::events`).
+            let table = RegionTable::get().settled();
             // A region the application unmapped or moved was detached
             // already (`crate::mm::events`): its range is not ours, and another
             // region may now start at its address.

@@ -130,6 +130,29 @@ pub enum Delivery {
     Handler,
 }
 
+/// Where handler delivery's threads run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HandlerPlacement {
+    /// One handler thread per CPU the thread that creates the pager may run
+    /// on (the first 64), each pinned to its CPU and sleeping in `poll`
+    /// between faults. The one on the faulting thread's CPU runs as soon
+    /// as that thread sleeps, and usually takes the fault first, so its
+    /// `UFFDIO_CONTINUE` wakes the thread on the same CPU. On a virtual
+    /// machine a wake-up across CPUs is an IPI through the hypervisor:
+    /// measured here (`faultmap bench`, order 0, one thread), 5.5–5.8 µs
+    /// per fault against 27 µs with one floating handler; the bare round
+    /// trip costs 3.6 µs on one CPU and 70 µs across CPUs (its
+    /// `uffd-probe` columns). The cost: a fault wakes *every* handler (the
+    /// kernel wakes all the userfaultfd's pollers), an IPI to each idle
+    /// CPU or a preemption on each busy one, which grows with the CPUs.
+    /// `handler_threads` and `handler_spin_us` are not used. The default.
+    #[default]
+    PerCpu,
+    /// `handler_threads` threads that run wherever the scheduler puts them
+    /// and poll for `handler_spin_us` before they sleep.
+    Floating,
+}
+
 /// How a fault finds its region (speculative or classic).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RegionLookup {
@@ -153,6 +176,11 @@ pub struct Config {
     /// with signal delivery only the faults that SIGBUS handlers forward
     /// (misses, reads in flight, readahead markers).
     pub handler_threads: usize,
+    /// Where handler delivery's threads run (default
+    /// [`HandlerPlacement::PerCpu`]). Signal delivery's pager threads
+    /// (which serve only forwarded misses) are always `handler_threads`
+    /// floating threads.
+    pub handler_placement: HandlerPlacement,
     /// How long, in microseconds, a handler thread keeps polling the
     /// userfaultfd without sleeping after it handled a fault (default 50;
     /// 0 sleeps in `poll` at once). On a virtual machine whose idle vCPUs
@@ -203,6 +231,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             handler_threads: 1,
+            handler_placement: HandlerPlacement::default(),
             handler_spin_us: DEFAULT_HANDLER_SPIN_US,
             io_threads: 4,
             io_depth: DEFAULT_IO_DEPTH,
@@ -245,6 +274,12 @@ impl Config {
     /// Sets how a fault finds its region.
     pub fn region_lookup(mut self, lookup: RegionLookup) -> Self {
         self.region_lookup = lookup;
+        self
+    }
+
+    /// Sets where handler delivery's threads run.
+    pub fn handler_placement(mut self, placement: HandlerPlacement) -> Self {
+        self.handler_placement = placement;
         self
     }
 

@@ -52,9 +52,10 @@
 //!    the SIGBUS to the previous handler and, by default, kill the
 //!    process. A fault at an `mremap` destination may come before the
 //!    successor there is published (the application's `mremap` returned
-//!    when the event was read): finding nothing, the SIGBUS handler waits
-//!    for the table's lock, which this handler holds until it is, and
-//!    looks again (`crate::mm::signal`). The region is disowned (its drop neither unregisters nor
+//!    when the event was read): finding nothing, the fault waits for the
+//!    passages in progress (this handler's among them, which lasts until
+//!    the successor is published) and looks again (`crate::mm::signal`,
+//!    `crate::mm::fault::handle`). The region is disowned (its drop neither unregisters nor
 //!    unmaps what is at its old range now) and forgotten by its object (no
 //!    eviction or invalidation `MADV_DONTNEED` touches that range again).
 //! 4. **A moved writable part** had its PTEs moved by the kernel before
@@ -71,16 +72,37 @@
 //! there is no placeholder at an `mremap` destination, which keeps being
 //! served.
 //!
-//! # Reading events under the table's lock
+//! # Reading events: the passage and the settled lock
 //!
 //! The kernel lets the application's `munmap` return as soon as the event
-//! is *read*, not when it is handled. So a pager thread takes the region
-//! table's lock *before* it reads the userfaultfd, handles the events of
-//! the batch under it, and only then lets it go (and handles the batch's
-//! faults). Whatever the application does after its `munmap` returns and
-//! that goes through the table's lock (a mapping's drop, `Advice::DontNeed`,
-//! and `Object::invalidate`, which takes the lock once as a barrier) sees
-//! the region detached.
+//! is *read*, not when it is handled. Pager threads read the userfaultfd
+//! for every fault (handler delivery), so reading must not take a lock
+//! that map, unmap or another pager's threads hold; yet whoever zaps or
+//! unmaps a region's range must never act between the read of an event
+//! and its handling (the application may already have mapped new memory
+//! into the hole). So:
+//!
+//! - a pager thread reads in a *passage* through the region table's events
+//!   gate (`crate::sync::gate`: a per-CPU counter, no shared lock), holding
+//!   its pager's `reading` mutex (one reader per userfaultfd, so events
+//!   are handled in the order they were read, and a fault read after an
+//!   event is handled after it); it handles the batch's events under the
+//!   table's lock, then ends the passage, then handles the batch's faults;
+//! - a mapping's drop, `Advice::DontNeed`, an eviction pass and
+//!   `Object::invalidate` take the *settled* lock
+//!   (`RegionTable::settled`): they close the gate (every passage in
+//!   progress ends first, with its events handled, and no new one begins),
+//!   then take the table's lock. Whatever the application does after its
+//!   `munmap` returns sees the region detached, and no `munmap` of a
+//!   registered range returns while they hold it;
+//! - a fault that finds no region (an `mremap` destination whose REMAP
+//!   event another thread is handling) waits for the passages in progress
+//!   (the settled lock) and looks again.
+//!
+//! `Pager::map` lets a settled lock go at once (a barrier: a stale region
+//! at the address it may get is detached first), then takes the table's
+//! lock alone; so do a change of a region's options and the classic fault
+//! path: they do not stop faults from being read.
 //!
 //! faultmap's own unmaps raise no events: a mapping's drop unregisters its
 //! range before it unmaps it, and `MADV_DONTNEED` raises only REMOVE events,
@@ -92,9 +114,15 @@
 //! - The event is read after the application's `munmap` returned to the
 //!   kernel but before the call returns to the application. Another
 //!   application thread that maps new memory into the hole in that window
-//!   may have it zapped by an eviction or invalidation of faultmap's. A
-//!   `munmap`-then-`mmap` in one thread, or a `MAP_FIXED` replacement, is
-//!   safe.
+//!   may have it zapped by an eviction or invalidation of faultmap's; if
+//!   that thread maps it with faultmap (`Pager::map`), the event, handled
+//!   after, detaches the new mapping's region too, and its faults are
+//!   retried until it is dropped. If another pager's `Pager::map` gets the
+//!   hole before the event is read, its new region overlaps the stale one
+//!   in the table until the event is handled, and a fault there may find
+//!   the stale region (with signal delivery: SIGBUS, as not faultmap's).
+//!   A `munmap`-then-`mmap` (or `Pager::map`) in one thread, or a
+//!   `MAP_FIXED` replacement, is safe.
 //! - A [`crate::Mapping`]'s counters (`Mapping::stats`) are its first
 //!   region's: faults served by its successors count on the pager and the
 //!   object, not on the mapping.
@@ -124,8 +152,8 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Handles one non-fault message of the pager's userfaultfd. The caller
-/// holds the region table's lock, and took it before it read the message
-/// (see the module documentation).
+/// holds the region table's lock, and read the message in a passage that
+/// lasts until it is handled (see the module documentation).
 pub(crate) fn handle(table: &TableLock<'_>, core: &Arc<Core>, msg: &UffdMsg) {
     match msg.event {
         sys::UFFD_EVENT_UNMAP => {

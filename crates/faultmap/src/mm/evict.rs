@@ -58,12 +58,15 @@
 //! - An evicted page is unmapped from every region before its hole is
 //!   punched, by the same steps as invalidation, so no mapping ever reads a
 //!   punched page's stale PTE.
-//! - The hand unmaps only under the region table's lock, the way the
-//!   kernel's rmap walk holds `i_mmap_rwsem`: an application's `munmap` of
-//!   a mapping is handled (the region detached) under that lock, so the
-//!   hand never zaps memory the application mapped there since.
-//! - The hand never blocks a speculative fault: those take no lock (the
-//!   table's lock is taken by map, unmap and the classic fault path).
+//! - The hand unmaps only under the region table's settled lock, the way
+//!   the kernel's rmap walk holds `i_mmap_rwsem`: every `munmap` event
+//!   read is handled (its region detached) first, and none is read
+//!   meanwhile (`crate::mm::events`), so the hand never zaps memory the
+//!   application mapped there since.
+//! - The hand never blocks a speculative fault, which takes no lock. It
+//!   holds pager threads from reading the userfaultfd (handler delivery's
+//!   faults) while it unmaps and evicts a batch, and not for a batch with
+//!   nothing to unmap or evict.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -442,11 +445,17 @@ impl Budget {
                 });
             }
         }
-        // Under the region table's lock, as the kernel's rmap walk holds
-        // i_mmap_rwsem: a region the application unmapped is detached
-        // (and disowned) before its range can be reused (`crate::mm::events`),
-        // so no MADV_DONTNEED here hits the application's memory.
-        let table = RegionTable::get().lock();
+        // Under the region table's settled lock, as the kernel's rmap walk
+        // holds i_mmap_rwsem: a region the application unmapped is detached
+        // (and disowned) before its range can be reused, and no unmap
+        // returns meanwhile (`crate::mm::events`), so no MADV_DONTNEED here
+        // hits the application's memory.
+        if unmap.is_empty() && evict.is_empty() {
+            object.counters.add(&tally);
+            self.counters.add(&tally);
+            return 0;
+        }
+        let table = RegionTable::get().settled();
         // 2. Unmap to sample.
         for run in crate::mm::invalidate::runs_of(&unmap) {
             let pages = ObjectPage::range(run);

@@ -309,7 +309,15 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: HostAddr, origin: Origin<'_>) {
         }
     }
     let ending = ending.unwrap_or_else(|| {
-        let lock = table.lock();
+        let mut lock = table.lock();
+        if lock.lookup(page_addr).is_none() {
+            // An mremap destination whose REMAP event another pager
+            // thread has read and is handling: wait for it (a settled
+            // lock, at once let go), then look again (`crate::mm::events`).
+            drop(lock);
+            drop(table.settled());
+            lock = table.lock();
+        }
         match lock.lookup(page_addr) {
             Some(region) => resolve(
                 env,

@@ -26,6 +26,15 @@ pub(crate) struct Core {
     pub(crate) io: IoQueue,
     pub(crate) speculative: bool,
     pub(crate) global_cache_lock: bool,
+    /// Held by the pager thread that reads the userfaultfd and handles the
+    /// events it read: events are handled in the order they were read,
+    /// and a fault read after an event is handled after it
+    /// (`crate::mm::events`).
+    pub(crate) reading: std::sync::Mutex<()>,
+    /// The holder of `reading` is handling events (under the table's
+    /// lock): a thread that finds `reading` taken sleeps on it instead of
+    /// polling again.
+    pub(crate) handling_events: std::sync::atomic::AtomicBool,
     /// Signal delivery's forwarded faults; `None` with handler threads.
     pub(crate) requests: Option<Arc<Requests>>,
     /// Live non-empty mappings.

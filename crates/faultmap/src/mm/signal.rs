@@ -11,7 +11,8 @@
 //!    an address no signal-delivery pager maps is not ours, once it has
 //!    been looked up again after any userfaultfd events in flight (an
 //!    `mremap` destination is served before its region is published: the
-//!    pager thread handling the event holds the table's lock until it is);
+//!    pager thread handling the event is in a passage until it is, which a
+//!    settled lock waits for: `crate::mm::events`);
 //! 2. on a plain hit (the page UPTODATE, no readahead marker) pins and maps
 //!    the fault-around window with `UFFDIO_CONTINUE` and returns: the
 //!    access runs again and finds its page ([`crate::mm::fault::fast`]);
@@ -44,9 +45,10 @@
 //! `sigaction` and `raise`: all async-signal-safe. No allocation (page-state
 //! chunks are only ever allocated on the miss path, on pager threads, from
 //! `crate::cache::pool`), no lock (but the benchmark-only global cache lock, and the
-//! table's lock with `RegionLookup::Classic`, or for an address with no
-//! region while a pager thread handles userfaultfd events: see `classic`
-//! for why that one is safe here), no thread-local storage, no panic (slices are indexed
+//! table's lock with `RegionLookup::Classic`, or the events gate and the
+//! mutexes of its SRCU domain for an address with no region while a pager
+//! thread reads userfaultfd events: see `classic` for why those are safe
+//! here), no thread-local storage, no panic (slices are indexed
 //! with `get`; the arithmetic cannot overflow on addresses inside a
 //! region).
 //!
@@ -362,10 +364,13 @@ fn count_forwarded(pager: &crate::base::stats::Counters, region: &crate::mm::spa
 /// the page is mapped (else the fault is forwarded).
 ///
 /// A lock in a signal handler deadlocks if the interrupted code holds it.
-/// Nothing does here: the table's lock is held only inside faultmap's own
-/// calls (map, a mapping's drop, option changes), none of which touches a
+/// Nothing does here: the table's lock (and, for the settled lock of a
+/// fault with no region, the events gate's writer mutex and its SRCU
+/// domain's) is held only inside faultmap's own calls (map, a mapping's
+/// drop, option changes, eviction, invalidation), none of which touches a
 /// mapping's memory, and this handler runs only on such a touch; async
-/// signals are blocked while it runs. It is a futex lock: no allocation.
+/// signals are blocked while it runs. They are futex locks: no
+/// allocation.
 fn classic(table: &RegionTable, core: &Core, page_addr: HostAddr, retry: bool) -> bool {
     let env = core.env();
     let lock = table.lock();
@@ -425,17 +430,16 @@ fn resolve(addr: HostAddr) -> Outcome {
             // No region here, yet. An mremap destination is ours before
             // its successor is published: the application's mremap
             // returns once a pager thread has *read* its REMAP event, and
-            // that thread, counted in `events_in_flight` from before the
-            // read, holds the table's lock until it has published the
-            // successor (`crate::mm::events`). So: while events are in
-            // flight, wait for the lock (as the classic path does); then,
-            // or at once, look again (the events may have ended between
-            // the lookup and the count); still nothing: not ours. A
-            // SIGBUS that is not faultmap's takes the lock only while a
-            // pager thread handles events.
+            // that thread read it in a passage that lasts until it has
+            // published the successor (`crate::mm::events`). So: while a
+            // passage is in progress, wait for it (the settled lock);
+            // then, or at once, look again (the passage may have ended
+            // between the lookup and the look at it); still nothing: not
+            // ours. A SIGBUS that is not faultmap's waits only while a
+            // pager thread reads the userfaultfd.
             Speculated::None if !waited => {
                 if table.events_in_flight() {
-                    drop(table.lock());
+                    drop(table.settled());
                 }
                 waited = true;
                 continue;

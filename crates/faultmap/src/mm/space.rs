@@ -33,6 +33,7 @@ use crate::mm::object::ObjectCore;
 use crate::mm::pager_core::Core;
 use crate::policy::readahead::{Hint, Mode, Params};
 use crate::sync;
+use crate::sync::gate::{Closed, Gate, Passage};
 use crate::sync::seqcount::SeqCount;
 use crate::sync::srcu::{ReadGuard, Srcu};
 use crate::sys::{self, MappedRegion, PAGE_SIZE};
@@ -538,10 +539,10 @@ pub(crate) struct RegionTable<R = Region> {
     snapshot: sync::AtomicPtr<Snapshot<R>>,
     srcu: Srcu,
     lock: sync::Mutex<()>,
-    /// Pager threads reading and handling userfaultfd events now (under
-    /// the lock): a fault that finds no region waits for them (an `mremap`
-    /// destination is published by one; `crate::mm::signal`).
-    events: sync::AtomicUsize,
+    /// Pager threads read userfaultfd messages, and handle their events,
+    /// in a passage through this gate; [`RegionTable::settled`] closes it
+    /// (`crate::mm::events`).
+    events: Gate,
 }
 
 /// A region found speculatively, valid while the read section lasts.
@@ -579,9 +580,14 @@ impl<R> Speculated<'_, R> {
 }
 
 /// The table's mutex: faults on the classic path and writers hold it.
+/// Taken by [`RegionTable::settled`], it also keeps the events gate
+/// closed.
 pub(crate) struct TableLock<'a, R = Region> {
     table: &'a RegionTable<R>,
     _guard: sync::MutexGuard<'a, ()>,
+    /// Dropped after the mutex: a pager thread let through then finds it
+    /// free.
+    _settled: Option<Closed<'a>>,
 }
 
 impl<R: Entry> RegionTable<R> {
@@ -590,7 +596,7 @@ impl<R: Entry> RegionTable<R> {
             snapshot: sync::AtomicPtr::new(Box::into_raw(Box::default())),
             srcu: Srcu::new(),
             lock: sync::Mutex::new(()),
-            events: sync::AtomicUsize::new(0),
+            events: Gate::new(),
         }
     }
 }
@@ -634,12 +640,43 @@ impl<R: Entry> RegionTable<R> {
         })
     }
 
-    /// Takes the table's mutex (the classic path, and writers).
+    /// Takes the table's mutex (the classic path, and writers). Events a
+    /// pager thread has read may not be handled yet: see
+    /// [`RegionTable::settled`].
     pub(crate) fn lock(&self) -> TableLock<'_, R> {
         TableLock {
             table: self,
             _guard: self.lock.lock().unwrap_or_else(|e| e.into_inner()),
+            _settled: None,
         }
+    }
+
+    /// Takes the table's mutex once every userfaultfd event that a pager
+    /// thread has read is handled, and keeps pager threads from reading
+    /// more until it drops: an application's `munmap` that returned
+    /// before this call has its region detached, and none returns while
+    /// the lock is held (`crate::mm::events`). For whoever zaps or unmaps
+    /// a region's range. Must not be called by a pager thread inside its
+    /// passage ([`RegionTable::read_events`]).
+    pub(crate) fn settled(&self) -> TableLock<'_, R> {
+        let closed = self.events.close();
+        TableLock {
+            _settled: Some(closed),
+            ..self.lock()
+        }
+    }
+
+    /// A pager thread's passage to read userfaultfd messages and handle
+    /// their events (under [`RegionTable::lock`]); it waits while a
+    /// [`RegionTable::settled`] lock is held.
+    pub(crate) fn read_events(&self) -> Passage<'_> {
+        self.events.pass()
+    }
+
+    /// Whether a pager thread is reading or handling userfaultfd events
+    /// now. Async-signal-safe.
+    pub(crate) fn events_in_flight(&self) -> bool {
+        self.events.busy()
     }
 
     fn publish(&self, next: Snapshot<R>) {
@@ -653,33 +690,7 @@ impl<R: Entry> RegionTable<R> {
     }
 }
 
-/// Counts a pager thread as reading and handling userfaultfd events while
-/// it lives ([`TableLock::reading_events`]).
-pub(crate) struct ReadingEvents<'a>(&'a sync::AtomicUsize);
-
-impl Drop for ReadingEvents<'_> {
-    fn drop(&mut self) {
-        // Release: what the events published is seen by whoever sees 0.
-        self.0.fetch_sub(1, sync::Ordering::Release);
-    }
-}
-
-impl<R: Entry> RegionTable<R> {
-    /// Whether a pager thread is reading or handling userfaultfd events
-    /// now. Async-signal-safe.
-    pub(crate) fn events_in_flight(&self) -> bool {
-        self.events.load(sync::Ordering::Acquire) > 0
-    }
-}
-
 impl<R: Entry> TableLock<'_, R> {
-    /// Counts this lock's holder as reading and handling userfaultfd
-    /// events until the guard drops: take it before reading them.
-    pub(crate) fn reading_events(&self) -> ReadingEvents<'_> {
-        self.table.events.fetch_add(1, sync::Ordering::AcqRel);
-        ReadingEvents(&self.table.events)
-    }
-
     fn current(&self) -> &Snapshot<R> {
         // SAFETY: the published snapshot changes only under the mutex, which
         // this guard holds, so it stays live for the guard's lifetime.

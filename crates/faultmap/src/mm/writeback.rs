@@ -587,10 +587,10 @@ fn protect(object: &ObjectCore, runs: &[Range<u64>]) -> Result<(), Failure> {
 ///
 /// `EAGAIN` means an UNMAP or REMAP event is waiting to be read (the
 /// kernel refuses userfaultfd ioctls while the address space changes).
-/// Pager threads read events under the region table's lock, so a caller
-/// that does not hold it (`patient`: write-back) waits for them, up to
-/// `EAGAIN_PATIENCE`; one that holds it (the event handler itself) tries a
-/// few times only: waiting would wait for itself.
+/// A pager thread reads it (in a passage: `crate::mm::events`), so a
+/// caller outside any passage and with the events gate open (`patient`:
+/// write-back) waits for it, up to `EAGAIN_PATIENCE`; the event handler
+/// itself tries a few times only: waiting would wait for itself.
 fn protect_range(
     uffd: &std::os::fd::OwnedFd,
     addr: HostAddr,

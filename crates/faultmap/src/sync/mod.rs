@@ -6,10 +6,14 @@
 //! - `seqcount`: a sequence count (odd while a writer changes what it
 //!   guards), the region's `vm_sequence` of the speculative fault series;
 //! - `srcu`: sleepable read-copy-update with signal-safe readers, which
-//!   frees the region table's old snapshots after a grace period.
+//!   frees the region table's old snapshots after a grace period;
+//! - `gate`: a reader-writer gate on `srcu` (the kernel's
+//!   `percpu_rw_semaphore`): pager threads pass it to read userfaultfd
+//!   events, writers that must not meet an event half-handled close it.
 //!
 //! Layer rule: uses only [`crate::sys`]. Every layer above may use it.
 
+pub(crate) mod gate;
 pub(crate) mod seqcount;
 pub(crate) mod srcu;
 

@@ -117,21 +117,31 @@ impl Srcu {
         self.wait_idle(epoch & 1);
     }
 
+    /// Whether a read section is in progress now (a snapshot: it may end,
+    /// or another begin, at once). Async-signal-safe.
+    pub(crate) fn has_readers(&self) -> bool {
+        (0..2).any(|parity| !self.idle(parity))
+    }
+
+    fn idle(&self, parity: usize) -> bool {
+        let unlocks: u64 = self
+            .slots
+            .iter()
+            .map(|s| s.unlocks[parity].load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add);
+        fence(Ordering::SeqCst);
+        let locks: u64 = self
+            .slots
+            .iter()
+            .map(|s| s.locks[parity].load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add);
+        locks == unlocks
+    }
+
     fn wait_idle(&self, parity: usize) {
         let mut spins = 0u32;
         loop {
-            let unlocks: u64 = self
-                .slots
-                .iter()
-                .map(|s| s.unlocks[parity].load(Ordering::Relaxed))
-                .fold(0, u64::wrapping_add);
-            fence(Ordering::SeqCst);
-            let locks: u64 = self
-                .slots
-                .iter()
-                .map(|s| s.locks[parity].load(Ordering::Relaxed))
-                .fold(0, u64::wrapping_add);
-            if locks == unlocks {
+            if self.idle(parity) {
                 // Orders the readers' last loads before whatever the
                 // caller frees next.
                 fence(Ordering::SeqCst);

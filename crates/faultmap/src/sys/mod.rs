@@ -997,6 +997,44 @@ pub(crate) fn current_cpu() -> usize {
     usize::try_from(cpu).unwrap_or(0)
 }
 
+/// The CPUs the calling thread may run on (its affinity mask), in order.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: an all-zero cpu_set_t is a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity writes at most `size_of::<cpu_set_t>()`
+    // bytes into `set`, which lives for the whole call; pid 0 is this thread.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `cpu` is below CPU_SETSIZE, the set's size in CPUs.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect())
+}
+
+/// Pins the calling thread to `cpus` (its affinity mask becomes exactly
+/// that set). `EINVAL` if the set is empty or names no CPU the thread may
+/// use.
+pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
+    // SAFETY: an all-zero cpu_set_t is a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: `cpu` is below CPU_SETSIZE (checked above).
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    // SAFETY: sched_setaffinity reads `size_of::<cpu_set_t>()` bytes of
+    // `set`, which lives for the whole call; pid 0 is this thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// A SIGBUS handler with `SA_SIGINFO`'s arguments.
 pub(crate) type SigInfoHandler =
     extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
