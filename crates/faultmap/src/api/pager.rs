@@ -710,7 +710,7 @@ impl Pager {
         // inserted (`crate::mm::events`). Then the table's lock for the
         // whole operation, as mmap holds mmap_lock.
         drop(RegionTable::get().settled());
-        let table = RegionTable::get().lock();
+        let mut table = RegionTable::get().lock();
         // 1. Map the memfd (read-only unless writable), congruent to its
         //    offset modulo 2 MiB.
         let bytes = extent.pages as usize * PAGE_SIZE;
@@ -722,6 +722,25 @@ impl Pager {
             writable,
         )
         .map_err(|e| map_err("mmap", e))?;
+        // A region still published over the range the kernel just gave us
+        // was unmapped or moved by another thread of the application, and
+        // its pager has not read that event yet: wait until it has (a
+        // fault here must never find the stale region).
+        let range = HostAddr(map.addr())..HostAddr(map.addr() + map.len());
+        let mut waits = 0u32;
+        while !table.overlapping(range.clone()).is_empty() {
+            drop(table);
+            if waits >= STALE_REGION_WAITS {
+                return Err(map_err(
+                    "waiting for another pager to read its unmap event",
+                    std::io::Error::from_raw_os_error(libc::EBUSY),
+                ));
+            }
+            waits += 1;
+            std::thread::sleep(Duration::from_micros(100));
+            drop(RegionTable::get().settled());
+            table = RegionTable::get().lock();
+        }
         // 2. A forked child must not fault on it: nobody would serve it.
         sys::madvise_dontfork(&map).map_err(|e| map_err("madvise(MADV_DONTFORK)", e))?;
         // 3. Register MISSING|MINOR (|WP); CONTINUE, WAKE and POISON (and
@@ -954,6 +973,12 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
         idle_since = Instant::now();
     }
 }
+
+/// How many times (100 µs apart) `Pager::map` looks again for a stale
+/// region over the range it got before it gives up (`EBUSY`): 10 s. A
+/// pager thread reads an unmap event within microseconds unless its
+/// pager is stuck.
+const STALE_REGION_WAITS: u32 = 100_000;
 
 /// Where one pager thread runs.
 #[derive(Clone, Copy)]

@@ -117,12 +117,10 @@
 //!   may have it zapped by an eviction or invalidation of faultmap's; if
 //!   that thread maps it with faultmap (`Pager::map`), the event, handled
 //!   after, detaches the new mapping's region too, and its faults are
-//!   retried until it is dropped. If another pager's `Pager::map` gets the
-//!   hole before the event is read, its new region overlaps the stale one
-//!   in the table until the event is handled, and a fault there may find
-//!   the stale region (with signal delivery: SIGBUS, as not faultmap's).
-//!   A `munmap`-then-`mmap` (or `Pager::map`) in one thread, or a
-//!   `MAP_FIXED` replacement, is safe.
+//!   retried until it is dropped. (Another pager's `Pager::map` that gets
+//!   the hole first waits until the event is handled: a new region never
+//!   overlaps a stale one.) A `munmap`-then-`mmap` (or `Pager::map`) in
+//!   one thread, or a `MAP_FIXED` replacement, is safe.
 //! - A [`crate::Mapping`]'s counters (`Mapping::stats`) are its first
 //!   region's: faults served by its successors count on the pager and the
 //!   object, not on the mapping.
