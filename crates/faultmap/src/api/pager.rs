@@ -708,7 +708,8 @@ impl Pager {
         // that unmapped a mapping and maps again may get the same address,
         // and the stale region must be gone before the new one is
         // inserted (`crate::mm::events`). Then the table's lock for the
-        // whole operation, as mmap holds mmap_lock.
+        // whole operation, as mmap holds mmap_lock (let go only while it
+        // waits for a stale region, below).
         drop(RegionTable::get().settled());
         let mut table = RegionTable::get().lock();
         // 1. Map the memfd (read-only unless writable), congruent to its
@@ -725,20 +726,20 @@ impl Pager {
         // A region still published over the range the kernel just gave us
         // was unmapped or moved by another thread of the application, and
         // its pager has not read that event yet: wait until it has (a
-        // fault here must never find the stale region).
+        // fault here must never find the stale region). A pager thread
+        // handles a read event under the table's lock, so the lock alone
+        // shows it handled.
         let range = HostAddr(map.addr())..HostAddr(map.addr() + map.len());
-        let mut waits = 0u32;
-        while !table.overlapping(range.clone()).is_empty() {
+        let deadline = Instant::now() + STALE_REGION_WAIT;
+        while table.overlaps(range.clone()) {
             drop(table);
-            if waits >= STALE_REGION_WAITS {
+            if Instant::now() >= deadline {
                 return Err(map_err(
-                    "waiting for another pager to read its unmap event",
+                    "waiting for a pager to read the unmap event of a mapping at this address",
                     std::io::Error::from_raw_os_error(libc::EBUSY),
                 ));
             }
-            waits += 1;
             std::thread::sleep(Duration::from_micros(100));
-            drop(RegionTable::get().settled());
             table = RegionTable::get().lock();
         }
         // 2. A forked child must not fault on it: nobody would serve it.
@@ -974,11 +975,10 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
     }
 }
 
-/// How many times (100 µs apart) `Pager::map` looks again for a stale
-/// region over the range it got before it gives up (`EBUSY`): 10 s. A
-/// pager thread reads an unmap event within microseconds unless its
-/// pager is stuck.
-const STALE_REGION_WAITS: u32 = 100_000;
+/// How long `Pager::map` waits for a stale region over the range it got
+/// to be detached before it gives up (`EBUSY`). A pager thread reads an
+/// unmap event within microseconds unless its pager is stuck.
+const STALE_REGION_WAIT: Duration = Duration::from_secs(10);
 
 /// Where one pager thread runs.
 #[derive(Clone, Copy)]

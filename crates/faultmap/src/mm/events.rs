@@ -99,10 +99,12 @@
 //!   event another thread is handling) waits for the passages in progress
 //!   (the settled lock) and looks again.
 //!
-//! `Pager::map` lets a settled lock go at once (a barrier: a stale region
-//! at the address it may get is detached first), then takes the table's
-//! lock alone; so do a change of a region's options and the classic fault
-//! path: they do not stop faults from being read.
+//! `Pager::map` lets a settled lock go at once (a barrier: an event read
+//! before it began is handled first), then takes the table's lock alone,
+//! and lets it go only to wait for a stale region over the range it got
+//! (see "Known inaccuracies"); a change of a region's options and the
+//! classic fault path take the lock alone too: they do not stop faults
+//! from being read.
 //!
 //! faultmap's own unmaps raise no events: a mapping's drop unregisters its
 //! range before it unmaps it, and `MADV_DONTNEED` raises only REMOVE events,
@@ -114,13 +116,19 @@
 //! - The event is read after the application's `munmap` returned to the
 //!   kernel but before the call returns to the application. Another
 //!   application thread that maps new memory into the hole in that window
-//!   may have it zapped by an eviction or invalidation of faultmap's; if
-//!   that thread maps it with faultmap (`Pager::map`), the event, handled
-//!   after, detaches the new mapping's region too, and its faults are
-//!   retried until it is dropped. (Another pager's `Pager::map` that gets
-//!   the hole first waits until the event is handled: a new region never
-//!   overlaps a stale one.) A `munmap`-then-`mmap` (or `Pager::map`) in
+//!   may have it zapped by an eviction or invalidation of faultmap's. A
+//!   `Pager::map` (of any pager) that gets the hole waits until the event
+//!   is handled and the stale region is gone (at most 10 s, then
+//!   `EBUSY`), so a fault on the new mapping never finds the stale region.
+//!   But if that stale region's [`crate::Mapping`] is dropped meanwhile,
+//!   before its event is read, the drop unmaps its range, which is the
+//!   waiting map's by then. A `munmap`-then-`mmap` (or `Pager::map`) in
 //!   one thread, or a `MAP_FIXED` replacement, is safe.
+//! - A successor waiting to be published (an `mremap` destination still
+//!   covered by another pager's stale region) is not seen by the UNMAP
+//!   event of its own range: unmapped before it is published, it is
+//!   published later anyway and stays until its mapping is dropped; a
+//!   `Pager::map` that gets that range fails with `EBUSY` after its wait.
 //! - A [`crate::Mapping`]'s counters (`Mapping::stats`) are its first
 //!   region's: faults served by its successors count on the pager and the
 //!   object, not on the mapping.

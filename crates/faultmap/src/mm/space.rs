@@ -697,6 +697,17 @@ impl<R: Entry> TableLock<'_, R> {
         unsafe { &*self.table.snapshot.load(Ordering::Acquire) }
     }
 
+    /// Whether a published region, or a successor waiting to be
+    /// published, overlaps `range`.
+    pub(crate) fn overlaps(&self, range: Range<HostAddr>) -> bool {
+        let snap = self.current();
+        snap.overlaps(range.clone())
+            || snap
+                .pending
+                .iter()
+                .any(|r| r.start() < range.end && range.start < r.end())
+    }
+
     /// The region that contains `addr`, if any.
     pub(crate) fn lookup(&self, addr: HostAddr) -> Option<&Arc<R>> {
         self.current().find(addr)
