@@ -98,9 +98,10 @@ enum Command {
     /// order against the kernel's mmap of the same data, one after
     /// another. Plain `faultmap bench` measures seq, rand and sparse at
     /// orders 0, 4 and 9, both delivery modes, 1 and 2 threads, 3 samples
-    /// per cell (under two minutes on 2 cores); --full measures orders
-    /// 0,1,3,4,5,7,9 with up to 11 samples for cheap cells (about 4.5
-    /// minutes). --orders, --workload, --threads, --delivery and
+    /// per cell, and the bare uffd-probe on the handler's CPU (about two
+    /// minutes on 2 cores); --full measures orders 0,1,3,4,5,7,9 with up
+    /// to 11 samples for cheap cells, and the uffd-probe across CPUs too
+    /// (about 4.5 minutes, plus about 18 s per cross-cpu walk of 1 GiB). --orders, --workload, --threads, --delivery and
     /// --repetitions narrow or widen either. After the tables, the
     /// headline: per workload, delivery and thread count, faultmap's
     /// fastest order and its time over kernel-file's and kernel-memfd's;
@@ -575,9 +576,10 @@ struct BenchArgs {
     json: bool,
     /// The fault-around benchmark's whole table: orders 0,1,3,4,5,7,9 and
     /// the budget repetition policy (3 samples per cell, up to 11 for
-    /// cheap cells within a 150 s run), about 4.5 minutes here. Without it,
-    /// plain `faultmap bench` measures orders 0,4,9, 3 samples per cell, in
-    /// under two minutes.
+    /// cheap cells within a 150 s run), and the uffd-probe's cross-cpu
+    /// column, about 4.5 minutes here plus about 18 s per cross-cpu walk of
+    /// 1 GiB. Without it, plain `faultmap bench` measures orders 0,4,9, 3
+    /// samples per cell, and only the same-cpu probe, in about two minutes.
     #[arg(long, conflicts_with_all = ["cold", "parts", "churn", "budget"])]
     full: bool,
     /// Also draw the results into this SVG file: time and faults against

@@ -16,7 +16,9 @@
 //!
 //! Plain `faultmap bench` measures orders 0, 4 and 9 (one page, the
 //! kernel's default 64 KiB, a whole page table), [`MAIN_REPETITIONS`]
-//! samples per cell, so that it answers in under two minutes here;
+//! samples per cell, and the `uffd-probe` same-cpu column, so that it
+//! answers in about two minutes here (`cross-cpu`, at about 70 µs per
+//! fault, only with `--full`);
 //! `--full` measures the seven orders of the kernel's fault-around series
 //! with the [`reps`](super::reps) budget policy (about 4.5 minutes). Every
 //! number is the median over the repetitions. A `vs X` line divides X's
@@ -176,11 +178,23 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let data = super::open_data(args, super::DEFAULT_SIZE)?;
     super::note("copying it into a memfd and filling faultmap's cache");
     let mut engines = Engines::new(&data, pagers, max_threads)?;
-    let probe_skipped = engines.probes().cross_cpu_skipped();
+    // cross-cpu costs about 70 µs per fault here: minutes per run at
+    // 1 GiB, so only `--full` measures it.
+    let probe_skipped = engines.probes().cross_cpu_skipped().or_else(|| {
+        (!args.full).then(|| {
+            "uffd-probe cross-cpu skipped: measured with --full (a wake-up across CPUs \
+             per fault takes minutes at this size)"
+                .to_string()
+        })
+    });
     if let Some(why) = &probe_skipped {
         super::note(why);
     }
-    let columns = Engine::all(&orders, &deliveries, &engines.probes().columns());
+    let mut probe_columns = engines.probes().columns();
+    if probe_skipped.is_some() {
+        probe_columns.retain(|&c| c != ProbeCpu::Cross);
+    }
+    let columns = Engine::all(&orders, &deliveries, &probe_columns);
     // 4. The workloads' inputs.
     let len = usize::try_from(data.len()).context("the file does not fit the address space")?;
     let plans = workloads
