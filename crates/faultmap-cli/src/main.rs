@@ -240,8 +240,9 @@ struct MapArgs {
     /// runs; a remote object that changes fails the reads after the change.
     #[arg(value_name = "FILE|URL")]
     file: String,
-    /// Fault-around order: each fault maps a window of 2^N pages (0..=9).
-    #[arg(long, short, default_value_t = 4, value_name = "N")]
+    /// Fault-around order: each fault maps a window of 2^N pages (0..=9),
+    /// or auto: the window follows the accesses.
+    #[arg(long, short, default_value_t = 4, value_name = "N", value_parser = parse_order)]
     order: u8,
     /// The largest readahead window, in pages (0 disables readahead; at
     /// most 16384, 64 MiB). Default: the store's, for a file the device's
@@ -441,10 +442,11 @@ struct BenchArgs {
     /// takes seconds instead of minutes of cache and TLB misses.
     #[arg(long, short, value_enum, value_delimiter = ',', value_name = "LIST")]
     workload: Vec<Workload>,
-    /// faultmap fault-around orders to measure (windows of 2^N pages, 0..=9),
-    /// comma-separated. Default: 0,1,3,4,5,7,9; with --cold one order,
+    /// faultmap fault-around orders to measure (windows of 2^N pages, 0..=9,
+    /// or auto: adaptive fault-around, column order=auto), comma-separated.
+    /// Default: 0,4,9 (--full 0,1,3,4,5,7,9); with --cold one order,
     /// default 4. (--parts and --churn run at order 0.)
-    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    #[arg(long, value_delimiter = ',', value_name = "LIST", value_parser = parse_order)]
     orders: Vec<u8>,
     /// Thread counts, comma-separated. Default: 1,2. Warm: each thread maps
     /// and walks the whole file. With --cold: they apply to seq, whose
@@ -588,6 +590,21 @@ struct BenchArgs {
     /// against threads; with --budget the hit ratio and time per engine.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
+}
+
+/// A fault-around order: 0..=9, or `auto` (the library's
+/// [`faultmap::policy::fault_around::AUTO`]).
+fn parse_order(text: &str) -> Result<u8, String> {
+    if text.eq_ignore_ascii_case("auto") {
+        return Ok(faultmap::policy::fault_around::AUTO);
+    }
+    match text.parse::<u8>() {
+        Ok(order) if order <= faultmap::policy::fault_around::MAX_ORDER => Ok(order),
+        _ => Err(format!(
+            "not a fault-around order (0..={} or auto): {text}",
+            faultmap::policy::fault_around::MAX_ORDER
+        )),
+    }
 }
 
 /// Parses `--duration`: seconds, more than 0 and at most an hour.

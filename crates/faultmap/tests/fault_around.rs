@@ -264,3 +264,70 @@ fn a_failed_window_read_is_retried_for_the_faulting_page() {
         store.assert_contract_kept();
     });
 }
+
+/// Adaptive fault-around (`MapOptions::fault_around_auto`) on a cached
+/// object: isolated touches (one page per 2 MiB) get the smallest window,
+/// a sequential walk soon gets whole page tables, and every fault's window
+/// is counted.
+#[test]
+fn adaptive_windows_follow_the_access_pattern() {
+    watchdog(WATCHDOG, || {
+        let tables = 16;
+        let pages = tables * 512;
+        let data = pattern(pages * PAGE, 710);
+        let pager = pager(1);
+        let object = pager
+            .open(faultmap::MemStore::new("auto", data.clone()))
+            .unwrap();
+        // Fill the cache, so that every fault is a hit that maps its window.
+        let warm = pager
+            .map_trusted(&object, MapOptions::new().fault_around_order(9))
+            .unwrap();
+        assert_bytes(&warm, &data, "warm-up");
+        drop(warm);
+
+        // Sparse: the first page of every page table.
+        let sparse = pager
+            .map_trusted(&object, MapOptions::new().fault_around_auto())
+            .unwrap();
+        assert_eq!(
+            sparse.fault_around_order(),
+            faultmap::policy::fault_around::AUTO
+        );
+        for t in 0..tables {
+            assert_eq!(touch(&sparse, t * 512), data[t * 512 * PAGE]);
+        }
+        let s = sparse.stats();
+        assert_eq!(s.pgfault, tables as u64, "one fault per touch");
+        assert_eq!(s.fault_around_auto, s.pgfault, "every window sized by auto");
+        let smallest = 1u64 << faultmap::policy::fault_around::AUTO_MIN_ORDER;
+        assert_eq!(
+            s.fault_around_auto_pages,
+            tables as u64 * smallest,
+            "isolated touches get the smallest window"
+        );
+        assert_eq!(
+            present_set(&sparse, pages).len(),
+            tables * smallest as usize
+        );
+
+        // Sequential: every page, in order.
+        let walk = pager
+            .map_trusted(&object, MapOptions::new().fault_around_auto())
+            .unwrap();
+        assert_bytes(&walk, &data, "sequential walk");
+        let w = walk.stats();
+        // The first table grows its window from 4 pages; every later one
+        // comes in from a full table below and is mapped whole at once.
+        assert!(w.pgfault <= 8 + (tables as u64 - 1), "{} faults", w.pgfault);
+        assert_eq!(w.fault_around_auto, w.pgfault);
+        assert_eq!(present_set(&walk, pages).len(), pages);
+
+        // Fixed orders are unchanged by it.
+        let fixed = pager
+            .map_trusted(&object, MapOptions::new().fault_around_order(0))
+            .unwrap();
+        assert_eq!(touch(&fixed, 7), data[7 * PAGE]);
+        assert_eq!(fixed.stats().fault_around_auto, 0);
+    });
+}

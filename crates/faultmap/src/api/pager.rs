@@ -1232,7 +1232,8 @@ impl<A: Access> Mapping<A> {
         &self.object
     }
 
-    /// The fault-around order of this mapping.
+    /// The fault-around order of this mapping
+    /// ([`crate::policy::fault_around::AUTO`] when adaptive).
     pub fn fault_around_order(&self) -> u8 {
         self.region.as_ref().map_or(0, |r| r.order())
     }
@@ -1476,11 +1477,13 @@ impl<A: Access> Mapping<A> {
         }
     }
 
-    /// Changes the fault-around order of this mapping (0..=9). A fault
-    /// being resolved meanwhile either finishes with the old order or
-    /// starts again with the new one (the region's sequence count).
+    /// Changes the fault-around order of this mapping (0..=9, or
+    /// [`crate::policy::fault_around::AUTO`]). A fault being resolved
+    /// meanwhile either finishes with the old order or starts again with
+    /// the new one (the region's sequence count).
     pub fn set_fault_around_order(&self, order: u8) -> Result<(), ConfigError> {
-        if order > crate::policy::fault_around::MAX_ORDER {
+        use crate::policy::fault_around::{AUTO, MAX_ORDER};
+        if order > MAX_ORDER && order != AUTO {
             return Err(ConfigError::FaultAroundOrder(order));
         }
         if let Some(region) = &self.region {

@@ -3,7 +3,7 @@
 //! [`Config`] is per pager; [`MapOptions`] per mapping. The CLI and (later)
 //! the bindings build these same types, so a bound is enforced once.
 
-use crate::policy::fault_around::{DEFAULT_ORDER, MAX_ORDER};
+use crate::policy::fault_around::{AUTO, DEFAULT_ORDER, MAX_ORDER};
 use crate::policy::readahead::Mode;
 use std::time::Duration;
 
@@ -77,7 +77,7 @@ pub enum ConfigError {
     #[error("handler_spin_us must be 0..={MAX_HANDLER_SPIN_US}, got {0}")]
     HandlerSpin(u32),
     /// The fault-around order is above 9 (a window larger than a PTE table).
-    #[error("fault-around order must be 0..={MAX_ORDER}, got {0}")]
+    #[error("fault-around order must be 0..={MAX_ORDER} or auto, got {0}")]
     FaultAroundOrder(u8),
     /// The mapping starts past the object's end (at the end is an empty
     /// mapping).
@@ -405,7 +405,17 @@ impl MapOptions {
         self
     }
 
-    /// The fault-around order.
+    /// Adaptive fault-around: each fault's window follows how much of its
+    /// neighbourhood the application has touched, from 2 pages for
+    /// isolated accesses to 512 for a walk
+    /// ([`crate::policy::fault_around::auto_order`]).
+    pub fn fault_around_auto(mut self) -> Self {
+        self.order = AUTO;
+        self
+    }
+
+    /// The fault-around order ([`crate::policy::fault_around::AUTO`] for
+    /// adaptive).
     pub fn order(&self) -> u8 {
         self.order
     }
@@ -436,7 +446,7 @@ impl MapOptions {
     /// Checks the bounds that do not depend on the object (the order);
     /// [`crate::Pager::map`] checks the rest against the object's length.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.order > MAX_ORDER {
+        if self.order > MAX_ORDER && self.order != AUTO {
             return Err(ConfigError::FaultAroundOrder(self.order));
         }
         if let Some(pages) = self.ra_pages.filter(|&p| p > MAX_RA_PAGES) {

@@ -31,6 +31,8 @@
 //! | `writeback_errors` | `AS_EIO`         | failed store writes                         |
 //! | `io_retries`     | (none)             | failed store requests tried again           |
 //! | `io_timeouts`    | (none)             | store calls that outlived the timeout       |
+//! | `fault_around_auto` | (none)          | faults whose window adaptive fault-around sized |
+//! | `fault_around_auto_pages` | (none)    | the pages of those windows (their sum)      |
 
 use std::time::{Duration, Instant};
 
@@ -171,6 +173,12 @@ counters! {
     io_retries,
     /// Store calls that outlived the store timeout.
     io_timeouts,
+    /// Faults whose window adaptive fault-around sized
+    /// (`MapOptions::fault_around_auto`).
+    fault_around_auto,
+    /// The pages of those windows: over `fault_around_auto`, the mean
+    /// window it chose.
+    fault_around_auto_pages,
 }
 
 // ---------------------------------------------------------------------------

@@ -533,7 +533,24 @@ fn resolve(
 /// `page`), in region pages. The policy counts in plain numbers.
 fn fault_window(region: &Region, page_addr: HostAddr, page: RegionPage) -> Range<RegionPage> {
     let slot = page_addr.pte_index();
-    let w = fault_around::window(slot, page.0, region.pages, region.order());
+    let mut order = region.order();
+    if order == fault_around::AUTO {
+        // The faulting page's PTE table, and the one before it, in region
+        // pages (clipped to the region).
+        let table = PTRS_PER_PTE as u64;
+        let start = page.0.saturating_sub(slot as u64);
+        let block = region
+            .mapped
+            .count(start..(start + table).min(region.pages));
+        let walking = page.0 > 0 && region.mapped.contains(RegionPage(page.0 - 1));
+        let before = if walking {
+            region.mapped.count(start.saturating_sub(table)..start)
+        } else {
+            0
+        };
+        order = fault_around::auto_order(block, before);
+    }
+    let w = fault_around::window(slot, page.0, region.pages, order);
     RegionPage(w.start)..RegionPage(w.end)
 }
 
@@ -1089,6 +1106,10 @@ fn map_window(
         }
     }
     tally.pgfault_around += around;
+    if region.order() == crate::policy::fault_around::AUTO {
+        tally.fault_around_auto += 1;
+        tally.fault_around_auto_pages += n as u64;
+    }
     unpin_all(region, window, &pinned);
     // Neighbours in the working set (refaulted, active) do not pay
     // mmap_miss down: under memory pressure they would keep read-around

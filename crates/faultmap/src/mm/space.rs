@@ -104,6 +104,26 @@ impl MappedPages {
             .is_some_and(|w| w.load(Ordering::Relaxed) & (1 << (page % 64)) != 0)
     }
 
+    /// How many of `pages` are known to be mapped. Async-signal-safe.
+    pub(crate) fn count(&self, pages: Range<u64>) -> u32 {
+        let mut n = 0;
+        let mut p = pages.start;
+        while p < pages.end {
+            let end = pages.end.min((p / 64 + 1) * 64);
+            let bits = (end - p) as u32;
+            let mask = if bits == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << bits) - 1) << (p % 64)
+            };
+            if let Some(w) = self.0.get((p / 64) as usize) {
+                n += (w.load(Ordering::Relaxed) & mask).count_ones();
+            }
+            p = end;
+        }
+        n
+    }
+
     /// Marks `pages` as mapped (`set`) or not.
     pub(crate) fn mark(&self, pages: Range<RegionPage>, set: bool) {
         let pages = pages.start.0..pages.end.0;
