@@ -26,7 +26,7 @@ def open(
     offset: int = 0,
     length: int | None = None,
     writable: bool = False,
-    fault_around_order: int | None = None,
+    fault_around_order: int | Literal["auto"] | None = None,
     readahead: _Readahead | None = None,
     memory_budget: int | None = None,
     pager: Pager | None = None,
@@ -55,7 +55,7 @@ class Pager:
         offset: int = 0,
         length: int | None = None,
         writable: bool = False,
-        fault_around_order: int | None = None,
+        fault_around_order: int | Literal["auto"] | None = None,
         readahead: _Readahead | None = None,
         memory_budget: int | None = None,
     ) -> Mapping:
@@ -120,9 +120,9 @@ class Mapping(Buffer):
     @property
     def name(self) -> str: ...
     @property
-    def fault_around_order(self) -> int: ...
+    def fault_around_order(self) -> int | Literal["auto"]: ...
     @fault_around_order.setter
-    def fault_around_order(self, order: int) -> None: ...
+    def fault_around_order(self, order: int | Literal["auto"]) -> None: ...
     def __enter__(self) -> Self: ...
     def __exit__(
         self,

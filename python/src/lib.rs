@@ -177,7 +177,7 @@ impl Pager {
         offset: u64,
         length: Option<u64>,
         writable: bool,
-        fault_around_order: Option<u8>,
+        fault_around_order: Option<Bound<'_, PyAny>>,
         readahead: Option<String>,
         memory_budget: Option<u64>,
     ) -> PyResult<Mapping> {
@@ -186,7 +186,7 @@ impl Pager {
             offset,
             length,
             writable,
-            fault_around_order,
+            fault_around_order: fault_around_order.as_ref().map(order_of).transpose()?,
             readahead: readahead_mode(readahead.as_deref())?,
             memory_budget,
         };
@@ -445,7 +445,8 @@ fn readahead_mode(arg: Option<&str>) -> PyResult<ReadaheadMode> {
 ///     flush(), close() and in the background. Remote objects are
 ///     read-only (OSError EROFS).
 /// fault_around_order: pages mapped around each fault, as a power of two
-///     (0..=9; None: 4, the kernel's 64 KiB).
+///     (0..=9; None: 4, the kernel's 64 KiB), or "auto": each fault's
+///     window follows how much of its neighbourhood was touched.
 /// readahead: "full" (the default: read-around, then windows that grow on
 ///     sequential access), "around" (read-around only) or "off" (each miss
 ///     reads its page alone).
@@ -467,7 +468,7 @@ fn open(
     offset: u64,
     length: Option<u64>,
     writable: bool,
-    fault_around_order: Option<u8>,
+    fault_around_order: Option<Bound<'_, PyAny>>,
     readahead: Option<String>,
     memory_budget: Option<u64>,
     pager: Option<Bound<'_, Pager>>,
@@ -486,6 +487,29 @@ fn open(
         readahead,
         memory_budget,
     )
+}
+
+/// A fault-around order from Python: an int 0..=9, or "auto" (adaptive
+/// fault-around, the library's `AUTO`).
+fn order_of(value: &Bound<'_, PyAny>) -> PyResult<u8> {
+    use fm::policy::fault_around::{AUTO, MAX_ORDER};
+    if let Ok(text) = value.cast::<pyo3::types::PyString>() {
+        let text = text.to_cow()?;
+        return if text == "auto" {
+            Ok(AUTO)
+        } else {
+            Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "fault_around_order must be 0..={MAX_ORDER} or \"auto\", got {text:?}"
+            )))
+        };
+    }
+    let order: u8 = value.extract()?;
+    if order > MAX_ORDER {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "fault_around_order must be 0..={MAX_ORDER} or \"auto\", got {order}"
+        )));
+    }
+    Ok(order)
 }
 
 enum Map {
@@ -972,15 +996,22 @@ impl Mapping {
         &self.name
     }
 
-    /// The pages mapped around each fault, as a power of two (0..=9).
+    /// The pages mapped around each fault, as a power of two (0..=9), or
+    /// "auto": adaptive fault-around.
     #[getter]
-    fn get_fault_around_order(&self) -> PyResult<u8> {
+    fn get_fault_around_order<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let map = self.map()?;
-        Ok(either!(map.mapping(), m => m.fault_around_order()))
+        let order = either!(map.mapping(), m => m.fault_around_order());
+        if order == fm::policy::fault_around::AUTO {
+            Ok("auto".into_pyobject(py)?.into_any())
+        } else {
+            Ok(order.into_pyobject(py)?.into_any())
+        }
     }
 
     #[setter]
-    fn set_fault_around_order(&self, order: u8) -> PyResult<()> {
+    fn set_fault_around_order(&self, order: &Bound<'_, PyAny>) -> PyResult<()> {
+        let order = order_of(order)?;
         let map = self.map()?;
         either!(map.mapping(), m => m.set_fault_around_order(order)).map_err(|e| py_err(&e))
     }

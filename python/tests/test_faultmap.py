@@ -663,3 +663,24 @@ def test_every_public_name_is_documented_and_typed():
     for method in ["array", "advise", "prefetch", "invalidate", "flush", "stats",
                    "ra_stats", "memory", "io_errors", "close"]:
         assert f"def {method}(" in stubs, method
+
+
+def test_adaptive_fault_around(small_file):
+    path, data = small_file
+    with faultmap.open(path, fault_around_order="auto") as m:
+        assert m.fault_around_order == "auto"
+        assert m[:] == data
+        stats = m.stats()
+        assert stats["fault_around_auto"] > 0
+        assert stats["fault_around_auto_pages"] >= stats["fault_around_auto"] * 4
+        m.fault_around_order = 2
+        assert m.fault_around_order == 2
+        m.fault_around_order = "auto"
+        assert m.fault_around_order == "auto"
+        for bad in ["sometimes", 10, 255]:
+            with pytest.raises(ValueError):
+                m.fault_around_order = bad
+    with pytest.raises(ValueError):
+        faultmap.open(path, fault_around_order=255)
+    with pytest.raises(TypeError):
+        faultmap.open(path, fault_around_order=2.5)
