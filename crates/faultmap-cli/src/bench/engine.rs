@@ -42,7 +42,7 @@ use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use faultmap::policy::fault_around::MAX_ORDER;
+use faultmap::policy::fault_around::{AUTO, MAX_ORDER};
 use faultmap::{Delivery, FileStore, MapOptions, Mapping, Object, Pager, Stats, PAGE_SIZE};
 use memmap2::Mmap;
 
@@ -101,12 +101,26 @@ impl Engine {
         }
     }
 
-    /// The fault-around order, for faultmap.
+    /// The fault-around order, for faultmap at a fixed order (adaptive
+    /// fault-around has none: its JSON rows say `order=auto` in the
+    /// variant).
     pub fn order(self) -> Option<u8> {
         match self {
-            Engine::Faultmap { order, .. } => Some(order),
-            Engine::KernelFile | Engine::KernelMemfd | Engine::UffdProbe(_) => None,
+            Engine::Faultmap { order, .. } if order != AUTO => Some(order),
+            Engine::Faultmap { .. }
+            | Engine::KernelFile
+            | Engine::KernelMemfd
+            | Engine::UffdProbe(_) => None,
         }
+    }
+}
+
+/// An order as the columns name it: `0`..`9`, or `auto`.
+fn order_name(order: u8) -> String {
+    if order == AUTO {
+        "auto".into()
+    } else {
+        order.to_string()
     }
 }
 
@@ -116,7 +130,7 @@ impl Column for Engine {
     fn heading(self) -> String {
         match self {
             Engine::KernelFile | Engine::KernelMemfd | Engine::UffdProbe(_) => self.name().into(),
-            Engine::Faultmap { order, .. } => format!("order={order}"),
+            Engine::Faultmap { order, .. } => format!("order={}", order_name(order)),
         }
     }
 
@@ -139,10 +153,14 @@ impl Column for Engine {
             Engine::KernelFile | Engine::KernelMemfd => "default".into(),
             Engine::UffdProbe(cpu) => format!("cpu={}", cpu.name()),
             Engine::Faultmap { order, delivery } if delivery == Delivery::default() => {
-                format!("order={order}")
+                format!("order={}", order_name(order))
             }
             Engine::Faultmap { order, delivery } => {
-                format!("order={order},delivery={}", crate::delivery_name(delivery))
+                format!(
+                    "order={},delivery={}",
+                    order_name(order),
+                    crate::delivery_name(delivery)
+                )
             }
         }
     }
@@ -416,5 +434,21 @@ mod tests {
         // Without cross-cpu (one CPU), the probe has one column.
         let one = Engine::all(&[0], &deliveries, &[ProbeCpu::Same]);
         assert_eq!(one.len(), 2 + 1 + 2);
+    }
+
+    #[test]
+    fn adaptive_fault_around_is_named_auto_and_has_no_order() {
+        let auto = Engine::Faultmap {
+            order: AUTO,
+            delivery: Delivery::Signal,
+        };
+        assert_eq!(auto.heading(), "order=auto");
+        assert_eq!(auto.variant(), "order=auto");
+        assert_eq!(auto.order(), None);
+        let handler = Engine::Faultmap {
+            order: AUTO,
+            delivery: Delivery::Handler,
+        };
+        assert_eq!(handler.variant(), "order=auto,delivery=handler");
     }
 }
