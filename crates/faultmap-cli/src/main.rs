@@ -240,9 +240,9 @@ struct MapArgs {
     /// runs; a remote object that changes fails the reads after the change.
     #[arg(value_name = "FILE|URL")]
     file: String,
-    /// Fault-around order: each fault maps a window of 2^N pages (0..=9),
-    /// or auto: the window follows the accesses.
-    #[arg(long, short, default_value_t = 4, value_name = "N", value_parser = parse_order)]
+    /// Fault-around order: each fault maps a window of 2^N pages (0..=9).
+    #[arg(long, short, default_value_t = 4, value_name = "N",
+          value_parser = clap::value_parser!(u8).range(0..=9))]
     order: u8,
     /// The largest readahead window, in pages (0 disables readahead; at
     /// most 16384, 64 MiB). Default: the store's, for a file the device's
@@ -443,9 +443,9 @@ struct BenchArgs {
     #[arg(long, short, value_enum, value_delimiter = ',', value_name = "LIST")]
     workload: Vec<Workload>,
     /// faultmap fault-around orders to measure (windows of 2^N pages, 0..=9,
-    /// or auto: adaptive fault-around, column order=auto), comma-separated.
-    /// Default: 0,4,9 (--full 0,1,3,4,5,7,9); with --cold one order,
-    /// default 4. (--parts and --churn run at order 0.)
+    /// or auto: adaptive fault-around, column order=auto; warm table
+    /// only), comma-separated. Default: 0,4,9 (--full 0,1,3,4,5,7,9); with
+    /// --cold one order, default 4. (--parts and --churn run at order 0.)
     #[arg(long, value_delimiter = ',', value_name = "LIST", value_parser = parse_order)]
     orders: Vec<u8>,
     /// Thread counts, comma-separated. Default: 1,2. Warm: each thread maps

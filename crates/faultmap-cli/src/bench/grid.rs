@@ -338,7 +338,7 @@ pub fn measure<W: Named, C: Column>(
         if extra {
             bar.inc_length(wanted.len() as u64);
         }
-        for c in rotate_rows(cells, wanted, pass) {
+        for c in wanted {
             let cell = &mut cells[c];
             let what = if extra { "extra pass" } else { "pass" };
             bar.set_message(format!("{what} {}: {}", pass + 1, cell.key.label()));
@@ -350,32 +350,6 @@ pub fn measure<W: Named, C: Column>(
     }
     bar.finish_and_clear();
     Ok(passes)
-}
-
-/// `wanted` with each row's cells (one workload and thread count, in
-/// column order) rotated by `pass` places: every column comes first in
-/// its row in some pass. A walk that comes first pays for it (measured:
-/// the first faultmap column of a sparse row, 0.5 ms walks, ran 25-30 %
-/// slower than the same order later in the row, whichever order came
-/// first); rotated, it pays in a minority of passes, which the median
-/// leaves out.
-fn rotate_rows<W: Named, C: Column>(
-    cells: &[Cell<W, C>],
-    wanted: Vec<usize>,
-    pass: u32,
-) -> Vec<usize> {
-    let same_row = |a: usize, b: usize| {
-        let (a, b) = (&cells[a].key, &cells[b].key);
-        a.workload == b.workload && a.threads == b.threads
-    };
-    let mut out = Vec::with_capacity(wanted.len());
-    for row in wanted.chunk_by(|&a, &b| same_row(a, b)) {
-        let mut row = row.to_vec();
-        let by = pass as usize % row.len();
-        row.rotate_left(by);
-        out.extend(row);
-    }
-    out
 }
 
 /// The progress bar on stderr (indicatif hides it when stderr is not a

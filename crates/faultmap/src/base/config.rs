@@ -406,9 +406,9 @@ impl MapOptions {
     }
 
     /// Adaptive fault-around: each fault's window follows how much of its
-    /// neighbourhood the application has touched, from 2 pages for
-    /// isolated accesses to 512 for a walk
-    /// ([`crate::policy::fault_around::auto_order`]).
+    /// PTE table is mapped already, from 4 pages for isolated accesses to
+    /// 512 for a walk ([`crate::policy::fault_around::auto_order`], whose
+    /// documentation says where it overshoots).
     pub fn fault_around_auto(mut self) -> Self {
         self.order = AUTO;
         self

@@ -173,8 +173,9 @@ counters! {
     io_retries,
     /// Store calls that outlived the store timeout.
     io_timeouts,
-    /// Faults whose window adaptive fault-around sized
-    /// (`MapOptions::fault_around_auto`).
+    /// Windows adaptive fault-around sized (`MapOptions::fault_around_auto`;
+    /// one per attempt to map a fault's window, so a retried fault counts
+    /// twice).
     fault_around_auto,
     /// The pages of those windows: over `fault_around_auto`, the mean
     /// window it chose.

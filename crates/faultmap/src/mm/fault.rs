@@ -535,18 +535,13 @@ fn fault_window(region: &Region, page_addr: HostAddr, page: RegionPage) -> Range
     let slot = page_addr.pte_index();
     let mut order = region.order();
     if order == fault_around::AUTO {
-        // The faulting page's PTE table, and the one before it, in region
-        // pages (clipped to the region).
-        let table = PTRS_PER_PTE as u64;
-        let start = page.0.saturating_sub(slot as u64);
-        let block = region
-            .mapped
-            .count(start..(start + table).min(region.pages));
-        let walking = page.0 > 0 && region.mapped.contains(RegionPage(page.0 - 1));
-        let before = if walking {
-            region.mapped.count(start.saturating_sub(table)..start)
-        } else {
-            0
+        let (table, below) = fault_around::auto_neighbourhood(slot, page.0, region.pages);
+        let block = region.mapped.count(table);
+        let before = match below {
+            Some(below) if region.mapped.contains(RegionPage(page.0 - 1)) => {
+                region.mapped.count(below)
+            }
+            _ => 0,
         };
         order = fault_around::auto_order(block, before);
     }

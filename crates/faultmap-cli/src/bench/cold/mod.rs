@@ -171,6 +171,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let [order] = dedup(or_default(&args.orders, &[COLD_ORDER]))[..] else {
         bail!("--cold measures one fault-around order: give one with --orders");
     };
+    if order == faultmap::policy::fault_around::AUTO {
+        bail!("--cold measures a fixed fault-around order (0..=9), not auto");
+    };
     crate::stats::map_options(order, args.ra_pages, Readahead::Full).validate()?;
     let config = crate::stats::pager_config(args.handler_threads, args.io_threads);
     config.validate()?;
