@@ -106,46 +106,43 @@ impl MappedPages {
 
     /// How many of `pages` are known to be mapped. Async-signal-safe.
     pub(crate) fn count(&self, pages: Range<u64>) -> u32 {
-        let mut n = 0;
-        let mut p = pages.start;
-        while p < pages.end {
-            let end = pages.end.min((p / 64 + 1) * 64);
-            let bits = (end - p) as u32;
-            let mask = if bits == 64 {
-                u64::MAX
-            } else {
-                ((1u64 << bits) - 1) << (p % 64)
-            };
-            if let Some(w) = self.0.get((p / 64) as usize) {
-                n += (w.load(Ordering::Relaxed) & mask).count_ones();
-            }
-            p = end;
-        }
-        n
+        self.words(pages)
+            .map(|(w, mask)| (w.load(Ordering::Relaxed) & mask).count_ones())
+            .sum()
     }
 
     /// Marks `pages` as mapped (`set`) or not.
     pub(crate) fn mark(&self, pages: Range<RegionPage>, set: bool) {
-        let pages = pages.start.0..pages.end.0;
-        let mut p = pages.start;
-        while p < pages.end {
-            let word = (p / 64) as usize;
-            let end = pages.end.min((p / 64 + 1) * 64);
-            let bits = (end - p) as u32;
-            let mask = if bits == 64 {
-                u64::MAX
+        for (w, mask) in self.words(pages.start.0..pages.end.0) {
+            if set {
+                w.fetch_or(mask, Ordering::Relaxed);
             } else {
-                ((1u64 << bits) - 1) << (p % 64)
-            };
-            if let Some(w) = self.0.get(word) {
-                if set {
-                    w.fetch_or(mask, Ordering::Relaxed);
+                w.fetch_and(!mask, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The words that hold `pages`, each with the mask of its bits among
+    /// them (pages past the bitmap are left out).
+    fn words(&self, pages: Range<u64>) -> impl Iterator<Item = (&AtomicU64, u64)> {
+        let mut p = pages.start;
+        std::iter::from_fn(move || {
+            while p < pages.end {
+                let end = pages.end.min((p / 64 + 1) * 64);
+                let bits = (end - p) as u32;
+                let mask = if bits == 64 {
+                    u64::MAX
                 } else {
-                    w.fetch_and(!mask, Ordering::Relaxed);
+                    ((1u64 << bits) - 1) << (p % 64)
+                };
+                let word = self.0.get((p / 64) as usize);
+                p = end;
+                if let Some(w) = word {
+                    return Some((w, mask));
                 }
             }
-            p = end;
-        }
+            None
+        })
     }
 }
 
@@ -869,6 +866,33 @@ static TABLE: sys::ForkLocal<RegionTable> = sys::ForkLocal::new();
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Marking and counting agree with a plain set, across word edges, up
+    /// to the mapping's last page.
+    #[test]
+    fn mapped_pages_mark_and_count() {
+        let pages = 200u64;
+        let bits = MappedPages::new(pages);
+        let mut plain = vec![false; pages as usize];
+        for (range, set) in [
+            (3..70, true),
+            (60..130, true),
+            (64..65, false),
+            (128..200, true),
+        ] {
+            bits.mark(RegionPage(range.start)..RegionPage(range.end), set);
+            for p in range {
+                plain[p as usize] = set;
+            }
+        }
+        for (a, b) in [(0, 200), (0, 64), (63, 129), (64, 65), (199, 200), (5, 5)] {
+            let want = (a..b).filter(|&p| plain[p as usize]).count() as u32;
+            assert_eq!(bits.count(a..b), want, "{a}..{b}");
+        }
+        for p in 0..pages {
+            assert_eq!(bits.contains(RegionPage(p)), plain[p as usize], "page {p}");
+        }
+    }
 
     #[test]
     fn hints_split_merge_and_clear() {
