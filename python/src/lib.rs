@@ -334,8 +334,10 @@ impl Request {
         if let Some(len) = self.length {
             opts = opts.len(len);
         }
-        if let Some(order) = self.fault_around_order {
-            opts = opts.fault_around_order(order);
+        match self.fault_around_order {
+            Some(fm::policy::fault_around::AUTO) => opts = opts.fault_around_auto(),
+            Some(order) => opts = opts.fault_around_order(order),
+            None => {}
         }
         let name = self.target.clone();
         let map = if self.writable {
@@ -1013,6 +1015,10 @@ impl Mapping {
     fn set_fault_around_order(&self, order: &Bound<'_, PyAny>) -> PyResult<()> {
         let order = order_of(order)?;
         let map = self.map()?;
+        if order == fm::policy::fault_around::AUTO {
+            either!(map.mapping(), m => m.set_fault_around_auto());
+            return Ok(());
+        }
         either!(map.mapping(), m => m.set_fault_around_order(order)).map_err(|e| py_err(&e))
     }
 

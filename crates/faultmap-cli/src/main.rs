@@ -592,6 +592,17 @@ struct BenchArgs {
     plot: Option<PathBuf>,
 }
 
+/// Mapping options at fault-around order `order`, or adaptive for
+/// [`faultmap::policy::fault_around::AUTO`] (what [`parse_order`] gives
+/// for `auto`).
+pub fn order_options(order: u8) -> faultmap::MapOptions {
+    if order == faultmap::policy::fault_around::AUTO {
+        faultmap::MapOptions::new().fault_around_auto()
+    } else {
+        faultmap::MapOptions::new().fault_around_order(order)
+    }
+}
+
 /// A fault-around order: 0..=9, or `auto` (the library's
 /// [`faultmap::policy::fault_around::AUTO`]).
 fn parse_order(text: &str) -> Result<u8, String> {

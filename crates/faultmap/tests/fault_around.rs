@@ -329,5 +329,15 @@ fn adaptive_windows_follow_the_access_pattern() {
             .unwrap();
         assert_eq!(touch(&fixed, 7), data[7 * PAGE]);
         assert_eq!(fixed.stats().fault_around_auto, 0);
+        // The sentinel is no order: only fault_around_auto asks for it.
+        let auto = faultmap::policy::fault_around::AUTO;
+        assert!(fixed.set_fault_around_order(auto).is_err());
+        assert!(pager
+            .map_trusted(&object, MapOptions::new().fault_around_order(auto))
+            .is_err());
+        fixed.set_fault_around_auto();
+        assert_eq!(fixed.fault_around_order(), auto);
+        assert_eq!(touch(&fixed, 300), data[300 * PAGE]);
+        assert_eq!(fixed.stats().fault_around_auto, 1);
     });
 }

@@ -295,7 +295,7 @@ impl Engines {
                 Engine::Faultmap { order, delivery } => crate::map_readonly(
                     self.pager(delivery)?,
                     &self.object,
-                    MapOptions::new().fault_around_order(order),
+                    crate::order_options(order),
                 )
                 .map(View::Faultmap)
                 .context("mapping the data through faultmap"),

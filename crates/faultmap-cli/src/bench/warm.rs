@@ -76,7 +76,7 @@
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use faultmap::{Delivery, MapOptions};
+use faultmap::Delivery;
 use serde_json::{json, Value};
 
 use super::engine::{Engine, Engines, WarmUp};
@@ -150,7 +150,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         },
     ));
     for &order in &orders {
-        MapOptions::new().fault_around_order(order).validate()?;
+        crate::order_options(order).validate()?;
     }
     let workloads = dedup(or_default(&args.workload, &WORKLOADS));
     if let Some(w) = workloads.iter().find(|w| !w.is_warm()) {

@@ -1477,15 +1477,24 @@ impl<A: Access> Mapping<A> {
         }
     }
 
-    /// Changes the fault-around order of this mapping (0..=9, or
-    /// [`crate::policy::fault_around::AUTO`]). A fault being resolved
-    /// meanwhile either finishes with the old order or starts again with
-    /// the new one (the region's sequence count).
+    /// Changes the fault-around order of this mapping (0..=9). A fault
+    /// being resolved meanwhile either finishes with the old order or
+    /// starts again with the new one (the region's sequence count).
     pub fn set_fault_around_order(&self, order: u8) -> Result<(), ConfigError> {
-        use crate::policy::fault_around::{AUTO, MAX_ORDER};
-        if order > MAX_ORDER && order != AUTO {
+        if order > crate::policy::fault_around::MAX_ORDER {
             return Err(ConfigError::FaultAroundOrder(order));
         }
+        self.set_order(order);
+        Ok(())
+    }
+
+    /// Switches this mapping to adaptive fault-around
+    /// ([`MapOptions::fault_around_auto`]).
+    pub fn set_fault_around_auto(&self) {
+        self.set_order(crate::policy::fault_around::AUTO);
+    }
+
+    fn set_order(&self, order: u8) {
         if let Some(region) = &self.region {
             // The mapping's region, or the successors that serve what the
             // application left of it (`crate::mm::events`).
@@ -1494,7 +1503,6 @@ impl<A: Access> Mapping<A> {
                 table.change(&live, || live.order.store(order, Ordering::Relaxed));
             }
         }
-        Ok(())
     }
 
     /// `WillNeed`: submits the absent pages of region pages `pages` to the

@@ -351,6 +351,9 @@ pub struct MapOptions {
     offset: u64,
     len: Option<u64>,
     order: u8,
+    /// Adaptive fault-around ([`MapOptions::fault_around_auto`]): `order`
+    /// is then unused.
+    auto: bool,
     ra_pages: Option<u64>,
     readahead: Mode,
 }
@@ -361,6 +364,7 @@ impl Default for MapOptions {
             offset: 0,
             len: None,
             order: DEFAULT_ORDER,
+            auto: false,
             ra_pages: None,
             readahead: Mode::Full,
         }
@@ -402,6 +406,7 @@ impl MapOptions {
     /// Sets the fault-around order: windows of `2^order` pages, 0..=9.
     pub fn fault_around_order(mut self, order: u8) -> Self {
         self.order = order;
+        self.auto = false;
         self
     }
 
@@ -410,14 +415,18 @@ impl MapOptions {
     /// 512 for a walk ([`crate::policy::fault_around::auto_order`], whose
     /// documentation says where it overshoots).
     pub fn fault_around_auto(mut self) -> Self {
-        self.order = AUTO;
+        self.auto = true;
         self
     }
 
     /// The fault-around order ([`crate::policy::fault_around::AUTO`] for
     /// adaptive).
     pub fn order(&self) -> u8 {
-        self.order
+        if self.auto {
+            AUTO
+        } else {
+            self.order
+        }
     }
 
     /// Sets the largest readahead window in pages, overriding the store's
@@ -446,7 +455,7 @@ impl MapOptions {
     /// Checks the bounds that do not depend on the object (the order);
     /// [`crate::Pager::map`] checks the rest against the object's length.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.order > MAX_ORDER && self.order != AUTO {
+        if !self.auto && self.order > MAX_ORDER {
             return Err(ConfigError::FaultAroundOrder(self.order));
         }
         if let Some(pages) = self.ra_pages.filter(|&p| p > MAX_RA_PAGES) {
