@@ -124,12 +124,12 @@ impl std::ops::Deref for ProbeView<'_> {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        // SAFETY: the region is a live mapping of at least `len` bytes
-        // (whole pages), readable, of a memfd that `UffdProbe::start`'s
-        // caller keeps written and unchanged while views live;
-        // owned by this view until it drops; every page reads as the memfd's
-        // bytes once the handler maps it, and the memfd is never written
-        // through any mapping while the view lives.
+        // SAFETY: the region is a readable mapping of `len` bytes rounded
+        // up to whole pages, owned by this view until it drops. Its memfd
+        // is written up to `len` and not changed while views live
+        // (`UffdProbe::start`'s contract), so every byte reads as the
+        // memfd's once the handler maps its page, and nothing writes it
+        // while the slice lives.
         unsafe { std::slice::from_raw_parts(self.region.as_ptr(), self.probe.len) }
     }
 }

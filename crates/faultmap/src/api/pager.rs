@@ -704,13 +704,8 @@ impl Pager {
             op,
             source,
         };
-        // An unmap event already read is handled first: an application
-        // that unmapped a mapping and maps again may get the same address,
-        // and the stale region must be gone before the new one is
-        // inserted (`crate::mm::events`). Then the table's lock for the
-        // whole operation, as mmap holds mmap_lock (let go only while it
-        // waits for a stale region, below).
-        drop(RegionTable::get().settled());
+        // The table's lock for the whole operation, as mmap holds
+        // mmap_lock (let go only while it waits for a stale region, below).
         let mut table = RegionTable::get().lock();
         // 1. Map the memfd (read-only unless writable), congruent to its
         //    offset modulo 2 MiB.
@@ -724,11 +719,12 @@ impl Pager {
         )
         .map_err(|e| map_err("mmap", e))?;
         // A region still published over the range the kernel just gave us
-        // was unmapped or moved by another thread of the application, and
-        // its pager has not read that event yet: wait until it has (a
-        // fault here must never find the stale region). A pager thread
-        // handles a read event under the table's lock, so the lock alone
-        // shows it handled.
+        // was unmapped or moved by the application (this thread, before
+        // this call, or another), and its pager has not handled that event
+        // yet: wait until it has, so that a fault here never finds the
+        // stale region and the event, handled later, never detaches the
+        // new one (`crate::mm::events`). A pager thread handles a read
+        // event under the table's lock, so the lock alone shows it handled.
         let range = HostAddr(map.addr())..HostAddr(map.addr() + map.len());
         let deadline = Instant::now() + STALE_REGION_WAIT;
         while table.overlaps(range.clone()) {

@@ -139,7 +139,7 @@ pub enum HandlerPlacement {
     /// as that thread sleeps, and usually takes the fault first, so its
     /// `UFFDIO_CONTINUE` wakes the thread on the same CPU. On a virtual
     /// machine a wake-up across CPUs is an IPI through the hypervisor:
-    /// measured here (`faultmap bench`, order 0, one thread), 5.5–5.8 µs
+    /// measured here (`faultmap bench`, order 0, one thread), 5.3–5.8 µs
     /// per fault against 27 µs with one floating handler; the bare round
     /// trip costs 3.6 µs on one CPU and 70 µs across CPUs (its
     /// `uffd-probe` columns). The cost: a fault wakes *every* handler (the
@@ -172,18 +172,20 @@ pub enum RegionLookup {
 pub struct Config {
     /// Pager threads that resolve faults (default 1: a second one gains
     /// nothing in aggregate on this kernel: a fault is kernel-bound):
-    /// with handler delivery they read every fault from the userfaultfd;
-    /// with signal delivery only the faults that SIGBUS handlers forward
-    /// (misses, reads in flight, readahead markers).
+    /// with signal delivery they serve the faults that SIGBUS handlers
+    /// forward (misses, reads in flight, readahead markers); with handler
+    /// delivery and [`HandlerPlacement::Floating`] they read every fault
+    /// from the userfaultfd (the default, [`HandlerPlacement::PerCpu`],
+    /// runs one per CPU instead).
     pub handler_threads: usize,
     /// Where handler delivery's threads run (default
     /// [`HandlerPlacement::PerCpu`]). Signal delivery's pager threads
     /// (which serve only forwarded misses) are always `handler_threads`
     /// floating threads.
     pub handler_placement: HandlerPlacement,
-    /// How long, in microseconds, a handler thread keeps polling the
-    /// userfaultfd without sleeping after it handled a fault (default 50;
-    /// 0 sleeps in `poll` at once). On a virtual machine whose idle vCPUs
+    /// Floating handler threads only: how long, in microseconds, a
+    /// handler thread keeps polling the userfaultfd without sleeping after
+    /// it handled a fault (default 50; 0 sleeps in `poll` at once). On a virtual machine whose idle vCPUs
     /// halt at once (this one: `haltpoll.guest_halt_poll_ns=0`), waking a
     /// sleeping handler costs an IPI and a host reschedule, about 40 µs; a
     /// handler that is still polling when the next fault arrives sees it at

@@ -31,7 +31,7 @@
 //! | `writeback_errors` | `AS_EIO`         | failed store writes                         |
 //! | `io_retries`     | (none)             | failed store requests tried again           |
 //! | `io_timeouts`    | (none)             | store calls that outlived the timeout       |
-//! | `fault_around_auto` | (none)          | faults whose window adaptive fault-around sized |
+//! | `fault_around_auto` | (none)          | windows adaptive fault-around sized (one per attempt to map a fault's window) |
 //! | `fault_around_auto_pages` | (none)    | the pages of those windows (their sum)      |
 
 use std::time::{Duration, Instant};

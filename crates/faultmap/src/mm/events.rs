@@ -99,12 +99,11 @@
 //!   event another thread is handling) waits for the passages in progress
 //!   (the settled lock) and looks again.
 //!
-//! `Pager::map` lets a settled lock go at once (a barrier: an event read
-//! before it began is handled first), then takes the table's lock alone,
-//! and lets it go only to wait for a stale region over the range it got
-//! (see "Known inaccuracies"); a change of a region's options and the
-//! classic fault path take the lock alone too: they do not stop faults
-//! from being read.
+//! `Pager::map` takes the table's lock alone, and lets it go only to wait
+//! while a region is still published over the range the kernel gave it
+//! (its unmap event not handled yet: see "Known inaccuracies"); a change
+//! of a region's options and the classic fault path take the lock alone
+//! too: none of them stops faults from being read.
 //!
 //! faultmap's own unmaps raise no events: a mapping's drop unregisters its
 //! range before it unmaps it, and `MADV_DONTNEED` raises only REMOVE events,

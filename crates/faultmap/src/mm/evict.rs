@@ -449,13 +449,9 @@ impl Budget {
         // holds i_mmap_rwsem: a region the application unmapped is detached
         // (and disowned) before its range can be reused, and no unmap
         // returns meanwhile (`crate::mm::events`), so no MADV_DONTNEED here
-        // hits the application's memory.
-        if unmap.is_empty() && evict.is_empty() {
-            object.counters.add(&tally);
-            self.counters.add(&tally);
-            return 0;
-        }
-        let table = RegionTable::get().settled();
+        // hits the application's memory. Not taken for a batch with
+        // nothing to unmap or evict: it stops handler threads from reading.
+        let table = (!unmap.is_empty() || !evict.is_empty()).then(|| RegionTable::get().settled());
         // 2. Unmap to sample.
         for run in crate::mm::invalidate::runs_of(&unmap) {
             let pages = ObjectPage::range(run);
