@@ -29,6 +29,8 @@ def open(
     fault_around_order: int | Literal["auto"] | None = None,
     readahead: _Readahead | None = None,
     memory_budget: int | None = None,
+    record_trace: bool = False,
+    replay_trace: str | os.PathLike[str] | None = None,
     pager: Pager | None = None,
 ) -> Mapping:
     """Maps an object: a local path, an http(s):// URL or an s3:// URL.
@@ -58,6 +60,8 @@ class Pager:
         fault_around_order: int | Literal["auto"] | None = None,
         readahead: _Readahead | None = None,
         memory_budget: int | None = None,
+        record_trace: bool = False,
+        replay_trace: str | os.PathLike[str] | None = None,
     ) -> Mapping:
         """Maps an object with this pager."""
     def stats(self) -> dict[str, int]:
@@ -107,6 +111,12 @@ class Mapping(Buffer):
         """This mapping's counters (pgfault, pgmajfault, io_count, ...)."""
     def ra_stats(self) -> dict[str, Any]:
         """This mapping's readahead table."""
+    def save_trace(self, path: str | os.PathLike[str]) -> dict[str, int]:
+        """Writes the access trace recorded so far (record_trace=True);
+        returns {"pages", "runs", "bytes"}."""
+    def replay_progress(self) -> dict[str, int | bool] | None:
+        """Where the replay of a trace stands (replay_trace=...):
+        {"pages", "replayed", "reached", "waiting", "done"}, or None."""
     def memory(self) -> dict[str, int | None]:
         """The object's memory: {"budget", "cached", "peak", "active"}."""
     def io_errors(self) -> list[dict[str, Any]]:

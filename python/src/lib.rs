@@ -169,7 +169,8 @@ impl Pager {
     /// Maps an object with this pager; the same as faultmap.open(...,
     /// pager=self).
     #[pyo3(signature = (path_or_url, *, offset=0, length=None, writable=false,
-                        fault_around_order=None, readahead=None, memory_budget=None))]
+                        fault_around_order=None, readahead=None, memory_budget=None,
+                        record_trace=false, replay_trace=None))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         slf: Bound<'_, Self>,
@@ -180,6 +181,8 @@ impl Pager {
         fault_around_order: Option<Bound<'_, PyAny>>,
         readahead: Option<String>,
         memory_budget: Option<u64>,
+        record_trace: bool,
+        replay_trace: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Mapping> {
         let request = Request {
             target: target_of(path_or_url)?,
@@ -189,6 +192,8 @@ impl Pager {
             fault_around_order: fault_around_order.as_ref().map(order_of).transpose()?,
             readahead: readahead_mode(readahead.as_deref())?,
             memory_budget,
+            record_trace,
+            replay_trace: replay_trace.as_ref().map(path_of).transpose()?,
         };
         let pager = slf.get().live()?.clone();
         let mapping = slf.py().detach(move || request.map(&pager))?;
@@ -322,6 +327,10 @@ struct Request {
     fault_around_order: Option<u8>,
     readahead: ReadaheadMode,
     memory_budget: Option<u64>,
+    /// Record the access trace.
+    record_trace: bool,
+    /// The file of the access trace to replay.
+    replay_trace: Option<String>,
 }
 
 impl Request {
@@ -338,6 +347,12 @@ impl Request {
             Some(fm::policy::fault_around::AUTO) => opts = opts.fault_around_auto(),
             Some(order) => opts = opts.fault_around_order(order),
             None => {}
+        }
+        if self.record_trace {
+            opts = opts.record_trace();
+        }
+        if let Some(path) = &self.replay_trace {
+            opts = opts.replay_trace(fm::Trace::load(path).map_err(|e| py_err(&e))?);
         }
         let name = self.target.clone();
         let map = if self.writable {
@@ -404,6 +419,13 @@ fn open_object(
     .map_err(|e| py_err(&e))
 }
 
+/// A trace file's path (str or os.PathLike) as a string.
+fn path_of(arg: &Bound<'_, PyAny>) -> PyResult<String> {
+    target_of(arg).map_err(|_| {
+        PyTypeError::new_err("a trace's path must be a str or os.PathLike (not bytes)")
+    })
+}
+
 /// A path (str or os.PathLike) or URL as a string.
 fn target_of(arg: &Bound<'_, PyAny>) -> PyResult<String> {
     let py = arg.py();
@@ -454,6 +476,15 @@ fn readahead_mode(arg: Option<&str>) -> PyResult<ReadaheadMode> {
 ///     reads its page alone).
 /// memory_budget: the most bytes this object's cache may hold (at least
 ///     1 MiB; None: the pager's budget).
+/// record_trace: record the order in which pages are first touched (an
+///     access trace; Mapping.save_trace writes it). The mapping then maps
+///     one page per fault, so that every first touch is seen.
+/// replay_trace: the path of a trace saved by Mapping.save_trace on this
+///     same object, at this same version: its pages are read ahead of the
+///     program, in the order they were first touched, each with the window
+///     read-around would read, at most 16 MiB (32 MiB on a remote store)
+///     past the furthest one the program has reached. A trace of another
+///     object or version raises ValueError.
 /// pager: the Pager to map with (None: a default one, made on first use).
 ///
 /// Raises FileNotFoundError, PermissionError, IsADirectoryError, ValueError
@@ -462,7 +493,7 @@ fn readahead_mode(arg: Option<&str>) -> PyResult<ReadaheadMode> {
 #[pyfunction]
 #[pyo3(signature = (path_or_url, *, offset=0, length=None, writable=false,
                     fault_around_order=None, readahead=None, memory_budget=None,
-                    pager=None))]
+                    record_trace=false, replay_trace=None, pager=None))]
 #[allow(clippy::too_many_arguments)]
 fn open(
     py: Python<'_>,
@@ -473,6 +504,8 @@ fn open(
     fault_around_order: Option<Bound<'_, PyAny>>,
     readahead: Option<String>,
     memory_budget: Option<u64>,
+    record_trace: bool,
+    replay_trace: Option<Bound<'_, PyAny>>,
     pager: Option<Bound<'_, Pager>>,
 ) -> PyResult<Mapping> {
     let pager = match pager {
@@ -488,6 +521,8 @@ fn open(
         fault_around_order,
         readahead,
         memory_budget,
+        record_trace,
+        replay_trace,
     )
 }
 
@@ -932,6 +967,55 @@ impl Mapping {
     fn ra_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let map = self.map()?;
         to_py(py, &either!(map.mapping(), m => m.ra_stats()))
+    }
+
+    /// Writes the access trace recorded so far (open(...,
+    /// record_trace=True)) to `path`, whole or not at all, and returns its
+    /// size: {"pages", "runs", "bytes"}. Replay it with open(...,
+    /// replay_trace=path). ValueError if the mapping does not record.
+    fn save_trace<'py>(
+        &self,
+        py: Python<'py>,
+        path: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let path = path_of(path)?;
+        let map = self.map()?;
+        // Reading the log and writing the file take time in the trace's
+        // length: without the GIL.
+        let saved = py.detach(|| {
+            let trace = either!(map.mapping(), m => m.trace())?;
+            Some(trace.save(&path).map(|()| {
+                serde_json::json!({
+                    "pages": trace.pages(),
+                    "runs": trace.runs().len(),
+                    "bytes": trace.to_bytes().len(),
+                })
+            }))
+        });
+        match saved {
+            None => Err(PyValueError::new_err(
+                "this mapping does not record its trace: open it with record_trace=True",
+            )),
+            Some(Err(e)) => Err(py_err(&e)),
+            Some(Ok(size)) => json_to_py(py, &size),
+        }
+    }
+
+    /// Where the replay of a trace stands (open(..., replay_trace=...)):
+    /// {"pages", "replayed", "reached", "waiting", "done"}, or None.
+    fn replay_progress<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let map = self.map()?;
+        let Some(p) = either!(map.mapping(), m => m.replay_progress()) else {
+            return Ok(None);
+        };
+        let progress = serde_json::json!({
+            "pages": p.pages,
+            "replayed": p.replayed,
+            "reached": p.reached,
+            "waiting": p.waiting,
+            "done": p.done,
+        });
+        json_to_py(py, &progress).map(Some)
     }
 
     /// The object's memory: {"budget", "cached", "peak", "active"} in

@@ -8,6 +8,7 @@ import os
 import pathlib
 import signal
 import threading
+import time
 import zlib
 
 import numpy
@@ -684,3 +685,43 @@ def test_adaptive_fault_around(small_file):
         faultmap.open(path, fault_around_order=255)
     with pytest.raises(TypeError):
         faultmap.open(path, fault_around_order=2.5)
+
+
+def test_access_trace_record_and_replay(small_file, tmp_path):
+    path, data = small_file
+    trace = tmp_path / "touches.trace"
+    pages = [700, 3, 4, 250, 9, 3]
+    with faultmap.open(path, record_trace=True) as m:
+        for p in pages:
+            assert m[p * 4096] == data[p * 4096]
+        size = m.save_trace(trace)
+        assert size == {"pages": 5, "runs": 4, "bytes": trace.stat().st_size}
+        assert m.stats()["trace_recorded"] == 5
+        assert m.replay_progress() is None
+    # A new pager: a cold cache. The replay reads the trace's four runs,
+    # each its page alone (readahead off), before the program touches them.
+    cold = faultmap.Pager()
+    with cold.open(path, readahead="off", replay_trace=trace) as m:
+        progress = m.replay_progress()
+        assert progress["pages"] == 5
+        deadline = time.monotonic() + 20
+        while not m.replay_progress()["done"] and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert m.replay_progress()["done"]
+        for p in pages:
+            assert m[p * 4096] == data[p * 4096]
+        stats = m.stats()
+        assert stats["pgmajfault"] == 0
+        assert (stats["trace_replayed"], stats["io_count"]) == (5, 4)
+    with faultmap.open(path) as m, pytest.raises(ValueError, match="record_trace"):
+        m.save_trace(tmp_path / "none.trace")
+    # Another version of the file (its mtime moved): refused, saying why.
+    os.utime(path, (1_000_000, 1_000_000))
+    with pytest.raises(ValueError, match="recorded on"):
+        faultmap.open(path, replay_trace=trace)
+    with pytest.raises(ValueError, match="not a usable faultmap trace"):
+        faultmap.open(path, replay_trace=path)
+    with pytest.raises(FileNotFoundError):
+        faultmap.open(path, replay_trace=tmp_path / "missing.trace")
+    with pytest.raises(TypeError):
+        faultmap.open(path, replay_trace=b"bytes.trace")

@@ -26,6 +26,13 @@
 #define FM_READAHEAD_OFF 4
 
 /**
+ * `fm_map` flag: record the order in which the mapping's pages are first
+ * touched (an access trace), for `fm_save_trace`. The mapping then maps
+ * one page per fault, so that every first touch is seen.
+ */
+#define FM_RECORD_TRACE 8
+
+/**
  * `fm_config.delivery`: faultmap's default (the faulting thread's own
  * SIGBUS handler serves its fault).
  */
@@ -184,6 +191,40 @@ struct fm_mapping *fm_map(struct fm_pager *pager,
                           uint64_t offset,
                           uint64_t length,
                           int flags);
+
+/**
+ * [`fm_map`], replaying the access trace in the file `replay_trace`
+ * (written by `fm_save_trace` on this same object, at this same
+ * version; NULL: none): a thread reads the trace's pages ahead of the
+ * program, in the order they were first touched, each with the window
+ * read-around would read (one page with `FM_READAHEAD_OFF`), at most
+ * 16 MiB (32 MiB on a remote store) past the furthest one the program
+ * has reached. A trace of another object or version fails: NULL, with
+ * `fm_last_errno()` `EINVAL` and `fm_last_error()` saying why.
+ *
+ * # Safety
+ *
+ * As for [`fm_map`]; `replay_trace` is NULL or a NUL-terminated string.
+ */
+struct fm_mapping *fm_map_replay(struct fm_pager *pager,
+                                 const char *path_or_url,
+                                 uint64_t offset,
+                                 uint64_t length,
+                                 int flags,
+                                 const char *replay_trace);
+
+/**
+ * Writes the access trace of `m`, a mapping made with `FM_RECORD_TRACE`,
+ * to the file `path` (whole or not at all: written beside it, then
+ * renamed); 0 or a negative errno (`-EINVAL` if `m` does not record).
+ * Replay it with `fm_map_replay`.
+ *
+ * # Safety
+ *
+ * `m` is NULL or a live mapping from `fm_map`; `path` is NULL or a
+ * NUL-terminated string.
+ */
+int fm_save_trace(const struct fm_mapping *m, const char *path);
 
 /**
  * The mapping's first byte (NULL if `m` is NULL). Reading it is reading

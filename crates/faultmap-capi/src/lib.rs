@@ -52,6 +52,10 @@ pub const FM_WRITABLE: c_int = 1;
 pub const FM_READAHEAD_AROUND: c_int = 2;
 /// `fm_map` flag: no readahead: a miss reads its page alone.
 pub const FM_READAHEAD_OFF: c_int = 4;
+/// `fm_map` flag: record the order in which the mapping's pages are first
+/// touched (an access trace), for `fm_save_trace`. The mapping then maps
+/// one page per fault, so that every first touch is seen.
+pub const FM_RECORD_TRACE: c_int = 8;
 
 /// `fm_config.delivery`: faultmap's default (the faulting thread's own
 /// SIGBUS handler serves its fault).
@@ -287,16 +291,133 @@ pub unsafe extern "C" fn fm_map(
             fail(libc::EINVAL, "fm_map: the path is not UTF-8");
             return std::ptr::null_mut();
         };
-        match map(&pager.pager, target, offset, length, flags) {
+        match map(&pager.pager, target, offset, length, flags, None) {
             Ok(map) => Box::into_raw(Box::new(fm_mapping { map })),
             Err(_) => std::ptr::null_mut(),
         }
     })
 }
 
+/// [`fm_map`], replaying the access trace in the file `replay_trace`
+/// (written by `fm_save_trace` on this same object, at this same
+/// version; NULL: none): a thread reads the trace's pages ahead of the
+/// program, in the order they were first touched, each with the window
+/// read-around would read (one page with `FM_READAHEAD_OFF`), at most
+/// 16 MiB (32 MiB on a remote store) past the furthest one the program
+/// has reached. A trace of another object or version fails: NULL, with
+/// `fm_last_errno()` `EINVAL` and `fm_last_error()` saying why.
+///
+/// # Safety
+///
+/// As for [`fm_map`]; `replay_trace` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn fm_map_replay(
+    pager: *mut fm_pager,
+    path_or_url: *const c_char,
+    offset: u64,
+    length: u64,
+    flags: c_int,
+    replay_trace: *const c_char,
+) -> *mut fm_mapping {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: NULL or a live pager (this function's contract).
+        let Some(pager) = (unsafe { pager.as_ref() }) else {
+            fail(libc::EINVAL, "fm_map_replay: the pager is NULL");
+            return std::ptr::null_mut();
+        };
+        // SAFETY: NULL or NUL-terminated (this function's contract).
+        let Some(target) = (unsafe { c_str(path_or_url, "fm_map_replay: the path") }) else {
+            return std::ptr::null_mut();
+        };
+        let trace = if replay_trace.is_null() {
+            None
+        } else {
+            // SAFETY: non-NULL and NUL-terminated (this function's
+            // contract).
+            let Some(path) = (unsafe { c_str(replay_trace, "fm_map_replay: the trace's path") })
+            else {
+                return std::ptr::null_mut();
+            };
+            match fm::Trace::load(path) {
+                Ok(trace) => Some(trace),
+                Err(e) => {
+                    fail_with(&e);
+                    return std::ptr::null_mut();
+                }
+            }
+        };
+        match map(&pager.pager, target, offset, length, flags, trace) {
+            Ok(map) => Box::into_raw(Box::new(fm_mapping { map })),
+            Err(_) => std::ptr::null_mut(),
+        }
+    })
+}
+
+/// `ptr` as UTF-8, or `None` with the error set (`what` names it).
+///
+/// # Safety
+///
+/// `ptr` is NULL or a NUL-terminated string that lives for `'a`.
+unsafe fn c_str<'a>(ptr: *const c_char, what: &str) -> Option<&'a str> {
+    if ptr.is_null() {
+        fail(libc::EINVAL, &format!("{what} is NULL"));
+        return None;
+    }
+    // SAFETY: non-NULL and NUL-terminated, living for 'a (the contract).
+    let text = unsafe { CStr::from_ptr(ptr) }.to_str();
+    if text.is_err() {
+        fail(libc::EINVAL, &format!("{what} is not UTF-8"));
+    }
+    text.ok()
+}
+
+/// Writes the access trace of `m`, a mapping made with `FM_RECORD_TRACE`,
+/// to the file `path` (whole or not at all: written beside it, then
+/// renamed); 0 or a negative errno (`-EINVAL` if `m` does not record).
+/// Replay it with `fm_map_replay`.
+///
+/// # Safety
+///
+/// `m` is NULL or a live mapping from `fm_map`; `path` is NULL or a
+/// NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn fm_save_trace(m: *const fm_mapping, path: *const c_char) -> c_int {
+    guard(-libc::EIO, || {
+        // SAFETY: NULL or a live mapping (this function's contract).
+        let Some(m) = (unsafe { m.as_ref() }) else {
+            return fail(libc::EINVAL, "fm_save_trace: the mapping is NULL");
+        };
+        // SAFETY: NULL or NUL-terminated (this function's contract).
+        let Some(path) = (unsafe { c_str(path, "fm_save_trace: the path") }) else {
+            return -libc::EINVAL;
+        };
+        let trace = match &m.map {
+            Map::Read(map) => map.trace(),
+            Map::Write(map) => map.trace(),
+        };
+        let Some(trace) = trace else {
+            return fail(
+                libc::EINVAL,
+                "fm_save_trace: the mapping was made without FM_RECORD_TRACE",
+            );
+        };
+        match trace.save(path) {
+            Ok(()) => 0,
+            Err(e) => fail_with(&e),
+        }
+    })
+}
+
 /// [`fm_map`] past its pointers; the error is set on `Err`.
-fn map(pager: &Pager, target: &str, offset: u64, length: u64, flags: c_int) -> Result<Map, c_int> {
-    let known = FM_WRITABLE | FM_READAHEAD_AROUND | FM_READAHEAD_OFF;
+fn map(
+    pager: &Pager,
+    target: &str,
+    offset: u64,
+    length: u64,
+    flags: c_int,
+    replay: Option<fm::Trace>,
+) -> Result<Map, c_int> {
+    let known = FM_WRITABLE | FM_READAHEAD_AROUND | FM_READAHEAD_OFF | FM_RECORD_TRACE;
     if flags & !known != 0 {
         return Err(fail(
             libc::EINVAL,
@@ -320,6 +441,12 @@ fn map(pager: &Pager, target: &str, offset: u64, length: u64, flags: c_int) -> R
     let mut opts = MapOptions::new().offset(offset).readahead(mode);
     if length > 0 {
         opts = opts.len(length);
+    }
+    if flags & FM_RECORD_TRACE != 0 {
+        opts = opts.record_trace();
+    }
+    if let Some(trace) = replay {
+        opts = opts.replay_trace(trace);
     }
     if flags & FM_WRITABLE != 0 {
         if let Some((scheme, _)) = target.split_once("://") {

@@ -38,6 +38,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 
@@ -263,6 +264,73 @@ struct MapArgs {
     #[arg(long, default_value_t = 1, value_name = "H",
           value_parser = clap::value_parser!(u16).range(1..=64))]
     handler_threads: u16,
+    /// Record the order in which pages are first touched, and write it to
+    /// FILE at the end: an access trace, as runs of pages (a few bytes per
+    /// run). While it records, the mapping maps one page per fault
+    /// (fault-around order 0), so that every first touch is seen.
+    #[arg(long, value_name = "FILE")]
+    record_trace: Option<PathBuf>,
+    /// Replay the access trace in FILE (written by --record-trace on this
+    /// same object, at this same version): its pages are read ahead of
+    /// the reading, in the order they were first touched, at most 16 MiB
+    /// past it (32 MiB on a remote store). A trace of another object or
+    /// version is refused.
+    #[arg(long, value_name = "FILE")]
+    replay_trace: Option<PathBuf>,
+}
+
+impl MapArgs {
+    /// `opts` with the trace options asked for (the replayed trace read).
+    fn with_trace(&self, mut opts: faultmap::MapOptions) -> anyhow::Result<faultmap::MapOptions> {
+        if self.record_trace.is_some() {
+            opts = opts.record_trace();
+        }
+        if let Some(path) = &self.replay_trace {
+            opts = opts.replay_trace(faultmap::Trace::load(path)?);
+        }
+        Ok(opts)
+    }
+
+    /// Writes `map`'s trace to the --record-trace file, if one was asked
+    /// for: what was written.
+    fn save_trace(&self, map: &faultmap::Mapping) -> anyhow::Result<Option<TraceWritten>> {
+        let Some(path) = &self.record_trace else {
+            return Ok(None);
+        };
+        let trace = map
+            .trace()
+            .context("the mapping was made without recording its trace")?;
+        save(path, &trace).map(Some)
+    }
+}
+
+/// What `--record-trace` wrote.
+#[derive(Debug, Serialize)]
+pub struct TraceWritten {
+    file: String,
+    pages: u64,
+    runs: usize,
+    bytes: usize,
+}
+
+impl TraceWritten {
+    /// One line for the human-readable reports.
+    pub fn line(&self) -> String {
+        format!(
+            "{} pages in {} runs, {} bytes, written to {}",
+            self.pages, self.runs, self.bytes, self.file
+        )
+    }
+}
+
+fn save(path: &std::path::Path, trace: &faultmap::Trace) -> anyhow::Result<TraceWritten> {
+    trace.save(path)?;
+    Ok(TraceWritten {
+        file: path.display().to_string(),
+        pages: trace.pages(),
+        runs: trace.runs().len(),
+        bytes: trace.to_bytes().len(),
+    })
 }
 
 /// Options of `faultmap scan`.

@@ -45,12 +45,15 @@ struct ScanReport<'a> {
     readahead: Readahead,
     threads: u16,
     handler_threads: u16,
+    /// What --record-trace wrote.
+    trace: Option<crate::TraceWritten>,
     stats: Stats,
 }
 
 /// Runs `faultmap scan`.
 pub fn run(args: &ScanArgs) -> Result<()> {
     let opts = crate::stats::map_options(args.map.order, args.map.ra_pages, args.map.readahead);
+    let opts = args.map.with_trace(opts)?;
     opts.validate()?;
     let pager =
         Pager::new(Config::default().handler_threads(usize::from(args.map.handler_threads)))
@@ -62,6 +65,7 @@ pub fn run(args: &ScanArgs) -> Result<()> {
     let crc = parallel_crc(&map, usize::from(args.map.threads))?;
     let elapsed = start.elapsed();
     let bytes = map.len() as u64;
+    let trace = args.map.save_trace(&map)?;
     // Settle: the pager's I/O threads finish their queued reads as it goes,
     // so the object's counters then hold every read of the scan.
     drop(map);
@@ -78,6 +82,7 @@ pub fn run(args: &ScanArgs) -> Result<()> {
         readahead: args.map.readahead,
         threads: args.map.threads,
         handler_threads: args.map.handler_threads,
+        trace,
         stats: object.stats(),
     };
     crate::output::print(
@@ -167,6 +172,9 @@ fn human(r: &ScanReport<'_>) -> String {
             r.handler_threads
         ),
     ]);
+    if let Some(t) = &r.trace {
+        head.row(["trace".to_string(), t.line()]);
+    }
     let mut stats = Table::new(1);
     stats.row(["stat", "value"]);
     for (name, value) in r.stats.fields() {

@@ -54,6 +54,8 @@ struct StatsReport<'a> {
     pages_touched: u64,
     cold: bool,
     kernel_cache_dropped: bool,
+    /// What --record-trace wrote.
+    trace: Option<crate::TraceWritten>,
     stats: Stats,
     readahead_stats: RaStats,
 }
@@ -68,6 +70,7 @@ fn is_url(target: &str) -> bool {
 pub fn run(args: &StatsArgs) -> Result<()> {
     // 1. The options.
     let opts = map_options(args.map.order, args.map.ra_pages, args.map.readahead);
+    let opts = args.map.with_trace(opts)?;
     opts.validate()?;
     let config = pager_config(args.map.handler_threads, args.io_threads);
     config.validate()?;
@@ -94,6 +97,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     let timed = crate::timed::run(threads, |i| plan.walk(i, &map))?;
     // 6. Settle.
     let bytes = map.len() as u64;
+    let trace = args.map.save_trace(&map)?;
     drop(map);
     drop(pager);
     // 7. The report.
@@ -118,6 +122,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
         pages_touched: plan.pages_touched(),
         cold: args.cold,
         kernel_cache_dropped,
+        trace,
         stats: object.stats(),
         readahead_stats: object.ra_stats(),
     };
@@ -171,6 +176,9 @@ fn human(r: &StatsReport<'_>) -> String {
     head.row(["settings".to_string(), settings_line(r)]);
     head.row(["caches".to_string(), cache_line(r)]);
     head.row(["time".to_string(), time_line(r)]);
+    if let Some(t) = &r.trace {
+        head.row(["trace".to_string(), t.line()]);
+    }
     format!(
         "{}\nreadahead, per pattern (sizes are mean pages)\n{}\n{}",
         head.render(),

@@ -101,12 +101,15 @@ pub use api::errno::errno_of;
 pub use api::object::{IntoObject, InvalidateError, Object};
 pub use api::pager::{
     Access, Advice, MapError, Mapping, MappingMut, Pager, PagerError, ReadOnly, ReadWrite,
+    ReplayProgress,
 };
 pub use base::config::{
-    Config, ConfigError, Delivery, HandlerPlacement, MapOptions, RegionLookup, MIN_BUDGET,
+    Config, ConfigError, Delivery, HandlerPlacement, MapOptions, RegionLookup, MAX_REPLAY_AHEAD,
+    MIN_BUDGET,
 };
 pub use base::report::{error_text, IoErrorKind, IoErrorReport, LOG_CAPACITY};
 pub use base::stats::{RaRow, RaStats, Stats};
+pub use base::trace::{Trace, TraceError};
 pub use cache::CacheError;
 pub use mm::evict::Memory;
 pub use mm::writeback::WriteBackError;

@@ -339,6 +339,69 @@ fn a_changed_object_fails_its_unread_pages_never_mixing_versions() {
     });
 }
 
+#[test]
+fn a_trace_recorded_on_a_remote_object_replays_on_it_and_not_on_a_new_version() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = put(kind, "traced", 256 * PAGE, 19);
+            let recorder = pager(Delivery::Signal);
+            let opts = MapOptions::new().record_trace();
+            let map = recorder
+                .map_trusted(open(kind, &file.url).unwrap(), opts)
+                .unwrap();
+            for p in [200, 3, 100, 4] {
+                assert_eq!(touch(&map, p), file.data[p * PAGE]);
+            }
+            let trace = map.trace().unwrap();
+            drop(map);
+            assert_eq!(trace.runs(), &[200..201, 3..4, 100..101, 4..5]);
+            // nginx gives an ETag; versitygw none for a file written into
+            // its directory, so its Last-Modified is the version.
+            let version = trace.object_version().unwrap();
+            let want = match kind {
+                Kind::Http => "etag",
+                Kind::S3 => "last-modified",
+            };
+            assert!(version.contains(want), "{kind:?}: {version}");
+            // The same version: replayed, every page read before it is
+            // touched.
+            let cold = pager(Delivery::Signal);
+            let opts = MapOptions::new()
+                .readahead(faultmap::ReadaheadMode::Off)
+                .replay_trace(trace.clone());
+            let map = cold
+                .map_trusted(open(kind, &file.url).unwrap(), opts)
+                .unwrap();
+            let pages = [200, 3, 100, 4];
+            let cached = || pages.iter().all(|&p| map.object().is_cached(p as u64));
+            wait_until(Duration::from_secs(20), cached);
+            assert!(cached(), "{kind:?}: {:?}", map.replay_progress());
+            for p in pages {
+                assert_eq!(touch(&map, p), file.data[p * PAGE]);
+            }
+            assert_eq!(map.stats().pgmajfault, 0, "{kind:?}");
+            drop(map);
+            // A new version (its ETag moves with the mtime): refused.
+            std::thread::sleep(Duration::from_millis(1100));
+            std::fs::write(&file.path, pattern(256 * PAGE, 20)).unwrap();
+            let e = cold
+                .map_trusted(
+                    open(kind, &file.url).unwrap(),
+                    MapOptions::new().replay_trace(trace),
+                )
+                .unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    faultmap::MapError::Trace(faultmap::TraceError::Mismatch { .. })
+                ),
+                "{kind:?}: {e}"
+            );
+            assert!(e.to_string().contains(&file.url), "{kind:?}: {e}");
+        }
+    });
+}
+
 // ---------------------------------------------------------------------------
 // Errors during reads, through the fault-injecting proxy.
 // ---------------------------------------------------------------------------

@@ -119,6 +119,64 @@ int main(int argc, char **argv) {
         fm_unmap(w);
     }
 
+    /* Access traces: record the first touches, save them, replay them on
+     * a new pager; a trace of another version is refused. */
+    char trace[4096], other[4096];
+    snprintf(trace, sizeof trace, "%s/capi.trace", argv[1]);
+    snprintf(other, sizeof other, "%s/capi-other.bin", argv[1]);
+    fm_mapping *rec = fm_map(pager, path, 0, 0, FM_RECORD_TRACE);
+    CHECK(rec != NULL, "fm_map FM_RECORD_TRACE");
+    if (rec) {
+        const uint8_t *p = fm_mapping_ptr(rec);
+        const size_t pages[] = {700, 3, 4, 250, 9};
+        for (size_t i = 0; i < sizeof pages / sizeof pages[0]; i++)
+            CHECK(p[pages[i] * 4096] == data[pages[i] * 4096], "page %zu", pages[i]);
+        CHECK(fm_save_trace(rec, trace) == 0, "fm_save_trace");
+        fm_unmap(rec);
+    }
+    CHECK(fm_save_trace(NULL, trace) == -EINVAL, "fm_save_trace(NULL)");
+    fm_mapping *plain = fm_map(pager, path, 0, 0, 0);
+    if (plain) {
+        CHECK(fm_save_trace(plain, trace) == -EINVAL, "a mapping that does not record");
+        CHECK(strstr(fm_last_error(), "FM_RECORD_TRACE") != NULL, "says why");
+        fm_unmap(plain);
+    }
+    fm_pager *cold = fm_pager_new(&config);
+    fm_mapping *rep = cold ? fm_map_replay(cold, path, 0, 0, FM_READAHEAD_OFF, trace) : NULL;
+    CHECK(rep != NULL, "fm_map_replay");
+    if (rep) {
+        /* Touch the trace's pages once the replay has asked for them all
+         * (a page still being read is waited for, not a miss). */
+        const uint8_t *p = fm_mapping_ptr(rep);
+        fm_stats stats;
+        for (int i = 0; i < 20000; i++) { /* at most 20 s: a bounded wait */
+            CHECK(fm_mapping_stats(rep, &stats) == 0, "fm_mapping_stats");
+            if (stats.io_count >= 4)
+                break;
+            usleep(1000);
+        }
+        const size_t pages[] = {700, 3, 4, 250, 9};
+        for (size_t i = 0; i < sizeof pages / sizeof pages[0]; i++)
+            CHECK(p[pages[i] * 4096] == data[pages[i] * 4096], "replayed page %zu", pages[i]);
+        CHECK(fm_mapping_stats(rep, &stats) == 0 && stats.pgmajfault == 0 &&
+                  stats.io_count == 4,
+              "replayed: pgmajfault %llu io_count %llu", (unsigned long long)stats.pgmajfault,
+              (unsigned long long)stats.io_count);
+        fm_unmap(rep);
+    }
+    free(make_file(other, len + 4096));
+    CHECK(fm_map_replay(pager, other, 0, 0, 0, trace) == NULL && fm_last_errno() == EINVAL,
+          "a trace of another object: errno %d", fm_last_errno());
+    CHECK(strstr(fm_last_error(), "recorded on") != NULL, "says why: %s", fm_last_error());
+    CHECK(fm_map_replay(pager, path, 0, 0, 0, missing) == NULL && fm_last_errno() == ENOENT,
+          "a missing trace: errno %d", fm_last_errno());
+    CHECK(fm_map_replay(pager, path, 0, 0, 0, path) == NULL && fm_last_errno() == EINVAL,
+          "a file that is not a trace: errno %d", fm_last_errno());
+    fm_mapping *none = fm_map_replay(pager, path, 0, 0, 0, NULL);
+    CHECK(none != NULL, "fm_map_replay without a trace is fm_map");
+    fm_unmap(none);
+    fm_pager_free(cold);
+
     /* Errors: codes and messages, never a crash. */
     CHECK(fm_map(pager, missing, 0, 0, 0) == NULL && fm_last_errno() == ENOENT,
           "a missing file: errno %d", fm_last_errno());

@@ -16,7 +16,7 @@ use std::error::Error;
 use std::io;
 
 use crate::store::StoreError;
-use crate::{CacheError, ConfigError, MapError, PagerError};
+use crate::{CacheError, ConfigError, MapError, PagerError, TraceError};
 
 /// The error number `err` stands for (positive, as in `errno`).
 pub fn errno_of(err: &(dyn Error + 'static)) -> i32 {
@@ -69,7 +69,16 @@ fn typed(e: &(dyn Error + 'static)) -> Option<i32> {
             // which would skip the inner error itself.
             MapError::Store(inner) => Some(errno_of(inner)),
             MapError::Cache(inner) => Some(errno_of(inner)),
+            MapError::Trace(inner) => Some(errno_of(inner)),
             _ => None,
+        };
+    }
+    if let Some(t) = e.downcast_ref::<TraceError>() {
+        return match t {
+            // A trace that is not one, or not this object's: a bad
+            // argument.
+            TraceError::Format { .. } | TraceError::Mismatch { .. } => Some(libc::EINVAL),
+            TraceError::Io { .. } => None,
         };
     }
     let s = e.downcast_ref::<StoreError>()?;

@@ -83,6 +83,7 @@ use crate::base::config::{
 use crate::base::index::{HostAddr, ObjectPage, RegionPage};
 use crate::base::report::{IoErrorKind, IoErrorReport};
 use crate::base::stats::{Counters, RaCounters, RaStats, RaTally, Stats};
+use crate::base::trace::{Trace, TraceError};
 use crate::cache::wait::Uffd;
 use crate::cache::{Cache, CacheError};
 use crate::mm::errors;
@@ -94,8 +95,9 @@ use crate::mm::object::ObjectCore;
 use crate::mm::pager_core::Core;
 use crate::mm::signal::{self, Requests};
 use crate::mm::space::{MappedPages, Region, RegionTable};
+use crate::mm::trace::{self, Recorder, RegionTrace, Replay, ReplayThread};
 use crate::mm::writeback::{self, Flusher, FlusherEnv, WriteBackError};
-use crate::policy::readahead::Hint;
+use crate::policy::readahead::{Hint, Mode as ReadaheadMode};
 use crate::store::{Store, StoreError};
 use crate::sync::seqcount::SeqCount;
 use crate::sys::{self, feature, mode, range_ioctl, UffdMsg, UffdSource, PAGE_SIZE, PTRS_PER_PTE};
@@ -199,6 +201,10 @@ pub enum MapError {
         /// The object's name.
         name: String,
     },
+    /// The trace to replay does not fit the object, or could not be
+    /// recorded.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
     /// [`Mapping::read_at`] met a page that cannot be read.
     #[error("cannot read byte {offset} of {name}: {why}")]
     Read {
@@ -209,6 +215,31 @@ pub enum MapError {
         /// The store's failure, as its log reports it.
         why: String,
     },
+}
+
+/// Where a trace replay stands ([`Mapping::replay_progress`]).
+///
+/// Counted in pages of the replay's schedule: the trace's pages, each
+/// widened to the window the mapping's read-around reads on a miss (one
+/// page with readahead off; see [`MapOptions::replay_trace`]), each
+/// window once, in the order the trace first reaches it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplayProgress {
+    /// The pages the schedule reads in all.
+    pub pages: u64,
+    /// Pages the replay has gone past: read, being read, found cached,
+    /// skipped because the application was past them already, or left out
+    /// (a part the application unmapped; pages the budget had no room
+    /// for).
+    pub replayed: u64,
+    /// How far the application has reached: the schedule's pages up to
+    /// and with the furthest one it faulted on.
+    pub reached: u64,
+    /// The replay is waiting for the application: it is as far ahead as
+    /// it may go.
+    pub waiting: bool,
+    /// The replay has gone through the whole trace.
+    pub done: bool,
 }
 
 /// The handler threads; stopped and joined when the last holder drops it.
@@ -662,6 +693,10 @@ impl Pager {
         // writes it back.
         self.core.io_shared.watch(&object.0);
         let extent = opts.resolve(object.len())?;
+        if let Some(trace) = opts.trace_to_replay() {
+            let version = object.0.store.version();
+            trace.check(object.name(), object.len(), version.as_deref())?;
+        }
         let mut mapping = Mapping {
             region: None,
             ptr: NonNull::dangling(),
@@ -671,6 +706,8 @@ impl Pager {
             workers: self.workers.clone(),
             kernel_faults: self.core.requests().is_none() && self.serves_kernel_faults(),
             born: sys::fork_generation(),
+            records: opts.records_trace(),
+            replay: None,
             access: PhantomData,
         };
         if extent.pages == 0 {
@@ -704,6 +741,45 @@ impl Pager {
             op,
             source,
         };
+        // The access trace it records or replays (`crate::mm::trace`).
+        let first_page = ObjectPage(extent.first_page);
+        let record = match opts.records_trace() {
+            false => None,
+            true => {
+                let pages = first_page..first_page.add(extent.pages);
+                let recorder = Recorder::new(pages).ok_or_else(|| {
+                    map_err(
+                        "allocating the access trace's log (4 bytes a page; at most 16 TiB)",
+                        std::io::Error::from_raw_os_error(libc::ENOMEM),
+                    )
+                })?;
+                Some(Arc::new(recorder))
+            }
+        };
+        let replay = opts.trace_to_replay().map(|trace| {
+            let budget = &object.0.budget;
+            // The read-around window of a miss in this mapping: the unit
+            // the replay reads each first touch in.
+            let ra_pages = opts
+                .ra_pages_override()
+                .unwrap_or(object.0.ra_pages)
+                .min(budget.max_ra_pages());
+            let unit = match opts.readahead_mode() {
+                ReadaheadMode::Off => 1,
+                ReadaheadMode::AroundOnly => ra_pages,
+                ReadaheadMode::Full => object.0.around_pages.unwrap_or(ra_pages).min(ra_pages),
+            };
+            let ahead = opts
+                .replay_ahead_pages()
+                .unwrap_or_else(|| trace::default_ahead(unit, self.config.io_depth));
+            let ahead = if budget.is_limited() {
+                ahead.min(budget.max_replay_pages())
+            } else {
+                ahead
+            };
+            let pages = first_page.0..first_page.0 + extent.pages;
+            Arc::new(Replay::new(trace, pages, unit, object.0.io_pages, ahead))
+        });
         // The table's lock for the whole operation, as mmap holds
         // mmap_lock (let go only while it waits for a stale region, below).
         let mut table = RegionTable::get().lock();
@@ -782,6 +858,10 @@ impl Pager {
             mapped: MappedPages::new(extent.pages),
             successors: Mutex::new(Vec::new()),
             writable,
+            trace: RegionTrace {
+                record,
+                replay: replay.clone(),
+            },
         });
         // Listed in the object before it is published: write-back finds
         // (and write-protects) every region that a fault can make writable.
@@ -793,7 +873,14 @@ impl Pager {
         // inside the mapping.
         mapping.ptr = unsafe { NonNull::new_unchecked(region.map.as_ptr().add(extent.lead)) };
         mapping.len = extent.len;
-        mapping.region = Some(region);
+        mapping.region = Some(region.clone());
+        if let Some(replay) = replay {
+            // On failure the mapping is dropped, and unmapped, on the way
+            // out.
+            let thread = ReplayThread::start(region, replay)
+                .map_err(|e| map_err("spawning the trace replay thread", e))?;
+            mapping.replay = Some(thread);
+        }
         Ok(mapping)
     }
 
@@ -1140,6 +1227,10 @@ pub struct Mapping<A: Access = ReadOnly> {
     kernel_faults: bool,
     /// The fork generation that made it (see "fork" above).
     born: u64,
+    /// Made with [`MapOptions::record_trace`].
+    records: bool,
+    /// The thread replaying a trace ([`MapOptions::replay_trace`]).
+    replay: Option<ReplayThread>,
     access: PhantomData<A>,
 }
 
@@ -1239,6 +1330,39 @@ impl<A: Access> Mapping<A> {
         self.region
             .as_ref()
             .map_or_else(Stats::default, |r| r.counters.snapshot())
+    }
+
+    /// The order in which this mapping's pages were first touched so far,
+    /// if it records ([`MapOptions::record_trace`]; `None` otherwise; an
+    /// empty mapping's is empty). Save it ([`Trace::save`]) and replay it on a
+    /// later mapping of the same object ([`MapOptions::replay_trace`]). A
+    /// first touch that races this call may be left out of this copy
+    /// (a later call has it).
+    pub fn trace(&self) -> Option<Trace> {
+        if !self.records {
+            return None;
+        }
+        let pages = self.region.as_ref().and_then(|r| r.trace.record.as_ref());
+        Some(Trace::from_pages(
+            self.object.len(),
+            self.object.name(),
+            self.object.0.store.version(),
+            pages.into_iter().flat_map(|r| r.pages()),
+        ))
+    }
+
+    /// Where the replay of a trace stands ([`MapOptions::replay_trace`]),
+    /// or `None` if this mapping replays none.
+    pub fn replay_progress(&self) -> Option<ReplayProgress> {
+        let thread = self.replay.as_ref()?;
+        let (replayed, reached, waiting) = thread.progress();
+        Some(ReplayProgress {
+            pages: thread.pages(),
+            replayed,
+            reached,
+            waiting,
+            done: thread.is_done(),
+        })
     }
 
     /// This mapping's readahead table.
@@ -1620,7 +1744,13 @@ impl<A: Access> Drop for Mapping<A> {
             // table (leaked in the child), its object's rmap lock may be
             // held by a parent thread that is not here. Leave it all be.
             std::mem::forget(self.region.take());
+            // The replay thread is the parent's too: not here to join.
+            std::mem::forget(self.replay.take());
             return;
+        }
+        // The replay first: it reads through the region's table entry.
+        if let Some(replay) = self.replay.take() {
+            replay.stop();
         }
         if let Some(region) = self.region.take() {
             // Under the table's settled lock, as munmap holds mmap_lock:

@@ -3,8 +3,10 @@
 //! [`Config`] is per pager; [`MapOptions`] per mapping. The CLI and (later)
 //! the bindings build these same types, so a bound is enforced once.
 
+use crate::base::trace::Trace;
 use crate::policy::fault_around::{AUTO, DEFAULT_ORDER, MAX_ORDER};
 use crate::policy::readahead::Mode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::sys::PAGE_SIZE;
@@ -37,6 +39,10 @@ pub const DEFAULT_IO_DEPTH: usize = 32;
 
 /// The most requests [`Config::io_depth`] allows in flight.
 pub const MAX_IO_DEPTH: usize = 4096;
+
+/// The furthest a trace replay may read ahead of the application, in
+/// pages: 4 GiB.
+pub const MAX_REPLAY_AHEAD: u64 = 1 << 20;
 
 /// The default store timeout: a store call that has not returned after this
 /// long fails the faults that wait for it.
@@ -111,6 +117,9 @@ pub enum ConfigError {
     /// The mapping's length does not fit this machine's address space.
     #[error("a mapping of {0} bytes does not fit the address space")]
     TooLarge(u64),
+    /// `replay_ahead` is 0 or above the maximum.
+    #[error("replay_ahead must be 1..={MAX_REPLAY_AHEAD} pages, got {0}")]
+    ReplayAhead(u64),
 }
 
 /// How faults reach the pager.
@@ -358,6 +367,12 @@ pub struct MapOptions {
     auto: bool,
     ra_pages: Option<u64>,
     readahead: Mode,
+    /// Record the first-touch trace ([`MapOptions::record_trace`]).
+    record: bool,
+    /// The trace to replay ([`MapOptions::replay_trace`]).
+    replay: Option<Arc<Trace>>,
+    /// How far the replay reads ahead, in pages.
+    replay_ahead: Option<u64>,
 }
 
 impl Default for MapOptions {
@@ -369,6 +384,9 @@ impl Default for MapOptions {
             auto: false,
             ra_pages: None,
             readahead: Mode::Full,
+            record: false,
+            replay: None,
+            replay_ahead: None,
         }
     }
 }
@@ -454,11 +472,69 @@ impl MapOptions {
         self.readahead
     }
 
+    /// Records the order in which the mapping's pages are first touched:
+    /// `Mapping::trace` returns it as a [`Trace`] to save and replay on a
+    /// later mapping of the same object ([`MapOptions::replay_trace`]).
+    ///
+    /// Only faults are seen, so a recording mapping maps one page per
+    /// fault (fault-around order 0, whatever [`MapOptions::fault_around_order`]
+    /// says): each page touched costs one fault, a few µs when cached.
+    pub fn record_trace(mut self) -> Self {
+        self.record = true;
+        self
+    }
+
+    /// Whether the mapping records its trace.
+    pub fn records_trace(&self) -> bool {
+        self.record
+    }
+
+    /// Replays `trace` as prefetch: a thread reads the trace's pages in
+    /// the order they were first touched, each with the window the
+    /// mapping's read-around would read on a miss there (aligned; one page
+    /// with readahead off), each window once, consecutive windows merged
+    /// into the store's largest requests, many in flight. It reads those
+    /// not cached yet, at most [`MapOptions::replay_ahead`] pages past the
+    /// furthest page the application has faulted on. The trace must have
+    /// been recorded on this object, at this version: else mapping fails
+    /// with [`crate::TraceError::Mismatch`]. Pages of the trace outside
+    /// the mapping are left out.
+    pub fn replay_trace(mut self, trace: impl Into<Arc<Trace>>) -> Self {
+        self.replay = Some(trace.into());
+        self
+    }
+
+    /// The trace the mapping replays.
+    pub fn trace_to_replay(&self) -> Option<&Arc<Trace>> {
+        self.replay.as_ref()
+    }
+
+    /// How far a replay reads ahead of the application, in pages
+    /// (1..=[`MAX_REPLAY_AHEAD`]; default 4096, 16 MiB, or enough for
+    /// [`Config::io_depth`] read-around windows if more: 32 MiB on a
+    /// remote store). Under a memory budget, at most a quarter of the
+    /// budget is used.
+    pub fn replay_ahead(mut self, pages: u64) -> Self {
+        self.replay_ahead = Some(pages);
+        self
+    }
+
+    /// The replay's distance asked for, if any.
+    pub fn replay_ahead_pages(&self) -> Option<u64> {
+        self.replay_ahead
+    }
+
     /// Checks the bounds that do not depend on the object (the order);
     /// [`crate::Pager::map`] checks the rest against the object's length.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !self.auto && self.order > MAX_ORDER {
             return Err(ConfigError::FaultAroundOrder(self.order));
+        }
+        if let Some(pages) = self
+            .replay_ahead
+            .filter(|&p| p == 0 || p > MAX_REPLAY_AHEAD)
+        {
+            return Err(ConfigError::ReplayAhead(pages));
         }
         if let Some(pages) = self.ra_pages.filter(|&p| p > MAX_RA_PAGES) {
             return Err(ConfigError::RaPages(pages));

@@ -7,7 +7,9 @@
 //! - `stats`: the counters, named as the kernel names them, and the
 //!   readahead table;
 //! - `report`: store failures as the application sees them (the error
-//!   reports and their bounded logs).
+//!   reports and their bounded logs);
+//! - `trace`: access traces (first-touch order as page runs) and their
+//!   file format.
 //!
 //! Layer rule: uses [`crate::policy`] (the readahead mode and patterns that
 //! configuration and statistics name), [`crate::sync`] and [`crate::sys`];
@@ -17,3 +19,4 @@ pub(crate) mod config;
 pub(crate) mod index;
 pub(crate) mod report;
 pub(crate) mod stats;
+pub(crate) mod trace;

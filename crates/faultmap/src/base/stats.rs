@@ -33,6 +33,8 @@
 //! | `io_timeouts`    | (none)             | store calls that outlived the timeout       |
 //! | `fault_around_auto` | (none)          | windows adaptive fault-around sized (one per attempt to map a fault's window) |
 //! | `fault_around_auto_pages` | (none)    | the pages of those windows (their sum)      |
+//! | `trace_recorded` | (none)             | first touches a recording mapping noted     |
+//! | `trace_replayed` | (none)             | trace pages a replay read ahead (or found cached) |
 
 use std::time::{Duration, Instant};
 
@@ -180,6 +182,13 @@ counters! {
     /// The pages of those windows: over `fault_around_auto`, the mean
     /// window it chose.
     fault_around_auto_pages,
+    /// Pages a recording mapping noted at their first fault
+    /// (`MapOptions::record_trace`): the trace's length.
+    trace_recorded,
+    /// Pages a trace replay asked to have read (`MapOptions::replay_trace`):
+    /// read then, or found cached (pages skipped behind the application
+    /// are not counted); its reads count in `io_count`.
+    trace_replayed,
 }
 
 // ---------------------------------------------------------------------------

@@ -286,6 +286,12 @@ impl Budget {
         (self.limit / 8).max(1)
     }
 
+    /// The furthest a trace replay may read ahead: a quarter of the
+    /// budget (unlimited without a budget).
+    pub(crate) fn max_replay_pages(&self) -> u64 {
+        (self.limit / 4).max(1)
+    }
+
     /// A snapshot in bytes.
     pub(crate) fn memory(&self) -> Memory {
         let page = PAGE_SIZE as u64;

@@ -421,9 +421,12 @@ fn resolve(
     region.counters.begin();
     object.counters.begin();
 
-    // 2. The fault-around window, in region pages.
+    // 2. The fault-around window, in region pages. A replay learns at
+    //    once how far the application has come (a miss parks before it
+    //    maps anything; `crate::mm::trace`).
     let page = region.page_of(page_addr);
     let window = fault_window(region, page_addr, page);
+    region.trace.reached(region.object_page(page));
 
     let mut ending = Some(Ending::Resolved);
     for _ in 0..MAX_LOOKUPS {
@@ -533,7 +536,13 @@ fn resolve(
 /// `page`), in region pages. The policy counts in plain numbers.
 fn fault_window(region: &Region, page_addr: HostAddr, page: RegionPage) -> Range<RegionPage> {
     let slot = page_addr.pte_index();
-    let mut order = region.order();
+    // A recording region maps one page per fault, so that every first
+    // touch faults (`crate::mm::trace`).
+    let mut order = if region.trace.records() {
+        0
+    } else {
+        region.order()
+    };
     if order == fault_around::AUTO {
         let (table, below) = fault_around::auto_neighbourhood(slot, page.0, region.pages);
         let block = region.mapped.count(table);
@@ -1079,6 +1088,11 @@ fn map_window(
     if spec.is_some_and(|s| !s.still_valid()) {
         unpin_all(region, window, &pinned);
         return MapOutcome::Aborted;
+    }
+    // The region is this address's: the access trace notes the fault
+    // before its thread is let go (`crate::mm::trace`).
+    if region.trace.touch(region.object_page(page)) {
+        tally.trace_recorded += 1;
     }
 
     // The faulting page's run first, waking its thread; then the rest.

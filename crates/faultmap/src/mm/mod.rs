@@ -14,7 +14,9 @@
 //!   faulting thread maps a hit itself and forwards a miss; `io`: the I/O
 //!   threads that run read jobs; `errors`: retries, the store-timeout
 //!   watchdog and truncation; `events`: the application's `munmap` and
-//!   `mremap`, seen through userfaultfd events.
+//!   `mremap`, seen through userfaultfd events; `trace`: recording the
+//!   first-touch order of a mapping's pages, and replaying a trace as
+//!   prefetch.
 //! - **Reclaim.** `evict`: the memory budget and its evictor (the CLOCK
 //!   hand); `writeback`: dirty tracking by write-protect faults, flush,
 //!   the background flusher; `invalidate`: dropping pages from the cache
@@ -49,4 +51,5 @@ pub(crate) mod pager_core;
 pub(crate) mod rmap;
 pub(crate) mod signal;
 pub(crate) mod space;
+pub(crate) mod trace;
 pub(crate) mod writeback;

@@ -31,6 +31,7 @@ use crate::base::index::{HostAddr, ObjectPage, RegionPage};
 use crate::base::stats::{Counters, RaCounters};
 use crate::mm::object::ObjectCore;
 use crate::mm::pager_core::Core;
+use crate::mm::trace::RegionTrace;
 use crate::policy::readahead::{Hint, Mode, Params};
 use crate::sync;
 use crate::sync::gate::{Closed, Gate, Passage};
@@ -79,6 +80,9 @@ pub(crate) struct Region {
     /// Mapped read-write, registered WP: pages are mapped write-protected
     /// and writes tracked (`crate::mm::writeback`).
     pub(crate) writable: bool,
+    /// The access trace it records or replays (`crate::mm::trace`); a
+    /// successor shares its predecessor's.
+    pub(crate) trace: RegionTrace,
 }
 
 /// One bit per region page: set once the page is known to be mapped here
@@ -297,6 +301,7 @@ impl Region {
             mapped,
             successors: Mutex::new(Vec::new()),
             writable: self.writable,
+            trace: self.trace.clone(),
         }))
     }
 

@@ -192,6 +192,8 @@ pub struct FileStore {
     name: String,
     /// Opened read-write ([`FileStore::open_rw`]).
     writable: bool,
+    /// The modification time at open ([`Store::version`]).
+    mtime: (i64, i64),
 }
 
 impl fmt::Debug for FileStore {
@@ -322,6 +324,7 @@ impl FileStore {
             ra_pages,
             name: path.display().to_string(),
             writable,
+            mtime: (meta.mtime(), meta.mtime_nsec()),
         })
     }
 
@@ -447,6 +450,16 @@ impl Store for FileStore {
 
     fn io_pages(&self) -> u64 {
         FILE_IO_PAGES
+    }
+
+    /// The file's modification time when it was opened (a trace recorded
+    /// on it replays only while the file keeps that time: `touch` or any
+    /// write makes it another version, a copy that keeps the time the same
+    /// one). A writable mapping's trace keeps the time of its open, so
+    /// once written back the file is another version.
+    fn version(&self) -> Option<String> {
+        let (secs, nanos) = self.mtime;
+        Some(format!("mtime {secs}.{nanos:09}"))
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {

@@ -354,6 +354,16 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// What identifies this version of the object's bytes, if the store
+    /// can tell: a remote object's ETag (and version id, or its
+    /// Last-Modified when it has no ETag), a file's modification time. An
+    /// access trace ([`crate::Trace`]) keeps it, and is replayed only on
+    /// an object that reports the same. Default: `None` (a trace recorded
+    /// on such a store replays only on one that reports none either).
+    fn version(&self) -> Option<String> {
+        None
+    }
+
     /// Whether the store takes writes ([`Store::write_at`]): only such a
     /// store can be mapped writable. Default: false.
     fn writable(&self) -> bool {
@@ -399,6 +409,9 @@ macro_rules! forward_store {
             }
             fn io_pages(&self) -> u64 {
                 (**self).io_pages()
+            }
+            fn version(&self) -> Option<String> {
+                (**self).version()
             }
             fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
                 (**self).read_at(offset, buf)

@@ -305,6 +305,10 @@ macro_rules! remote_store {
                 self.remote.tuning().io_pages()
             }
 
+            fn version(&self) -> Option<String> {
+                Some(self.remote.version())
+            }
+
             fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
                 self.remote.read_blocking(offset, buf)
             }
@@ -401,6 +405,26 @@ impl Remote {
 
     pub(crate) fn etag(&self) -> Option<&str> {
         self.pin.e_tag.as_deref()
+    }
+
+    /// The pinned version, as [`crate::Store::version`] reports it: the
+    /// ETag and the version id, or the Last-Modified time when there is
+    /// no ETag.
+    pub(crate) fn version(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(etag) = &self.pin.e_tag {
+            parts.push(format!("etag {etag}"));
+        }
+        if let Some(id) = &self.pin.version {
+            parts.push(format!("version id {id}"));
+        }
+        if self.pin.e_tag.is_none() {
+            parts.push(format!(
+                "last-modified {}",
+                self.pin.last_modified.to_rfc3339()
+            ));
+        }
+        parts.join(", ")
     }
 
     pub(crate) fn tuning(&self) -> &RemoteTuning {

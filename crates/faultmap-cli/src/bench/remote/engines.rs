@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use faultmap::{
     Config, HttpStore, MapOptions, Pager, ReadaheadMode, RemoteTuning, S3Options, S3Store, Store,
+    Trace,
 };
 use faultmap_proxy::Proxy;
 use futures::StreamExt;
@@ -216,6 +217,7 @@ pub fn faultmap(
     plan: &AccessPlan,
     readahead: ReadaheadMode,
     budget: Option<u64>,
+    replay: Option<Arc<Trace>>,
 ) -> Result<Sample> {
     let mut config = Config::default();
     if let Some(b) = budget {
@@ -223,7 +225,10 @@ pub fn faultmap(
     }
     let pager = Pager::new(config)?;
     let object = pager.open(target.store(RemoteTuning::default())?)?;
-    let opts = MapOptions::new().readahead(readahead);
+    let mut opts = MapOptions::new().readahead(readahead);
+    if let Some(trace) = replay {
+        opts = opts.replay_trace(trace);
+    }
     // SAFETY: the object is the benchmark's own, pinned by its ETag or
     // Last-Modified: it does not change under the mapping.
     let map = unsafe { pager.map(&object, opts)? };
@@ -233,6 +238,25 @@ pub fn faultmap(
         drop(map);
         Ok((timed.seconds, pager.memory().peak, sum))
     })
+}
+
+/// The access trace of `plan` on the object: one cold run of a recording
+/// mapping, untimed, through the proxy without latency (the trace is the
+/// same at any latency).
+pub fn record(target: &Target<'_>, plan: &AccessPlan) -> Result<Trace> {
+    let faults = target.proxy.faults();
+    let latency = faults.latency();
+    faults.set_latency(Duration::ZERO);
+    let recorded = (|| {
+        let pager = Pager::new(Config::default())?;
+        let object = pager.open(target.store(RemoteTuning::default())?)?;
+        // SAFETY: as in `faultmap`.
+        let map = unsafe { pager.map(&object, MapOptions::new().record_trace())? };
+        crate::timed::run(plan.threads(), |i| plan.walk(i, &map))?;
+        map.trace().context("the recording mapping has no trace")
+    })();
+    faults.set_latency(latency);
+    recorded
 }
 
 /// A FUSE peer: the mounted file, its page cache dropped, mapped

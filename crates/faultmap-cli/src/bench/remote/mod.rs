@@ -16,6 +16,10 @@
 //!    FUSE peer through a kernel `mmap`; all but full readahead on one
 //!    thread. The workloads: `seq` (every word, `--threads`), `rand` and
 //!    `clustered` (a sample of `--sample-pages` pages, one thread).
+//!    `faultmap-replay` is the second cold run of a snapshot loader: a
+//!    cold mapping that replays the workload's access trace, recorded by
+//!    one cold run (its proxy without latency) the first time the column
+//!    is measured.
 //! 3. [`grid::measure`] reads the object cold in every cell,
 //!    `--repetitions` times, repetitions outermost. Every run's checksum
 //!    must equal the first of its workload: an engine that read wrong
@@ -26,10 +30,11 @@ pub mod engines;
 pub mod setup;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use faultmap::{ReadaheadMode, PAGE_SIZE};
+use faultmap::{ReadaheadMode, Trace, PAGE_SIZE};
 use serde_json::{json, Value};
 
 use super::grid::{self, Cell, Checksums, Column, DataInfo, Goal, Report, Row};
@@ -61,6 +66,9 @@ pub enum Engine {
     RawGet,
     /// A faultmap mapping, with this readahead.
     Faultmap(ReadaheadMode),
+    /// A faultmap mapping (full readahead) replaying the workload's access
+    /// trace, recorded once before the measurements: the second cold run.
+    Replay,
     /// A FUSE peer (`s3fs`, `rclone`) and kernel `mmap`.
     Fuse(&'static str),
 }
@@ -77,7 +85,7 @@ impl Column for RemoteColumn {
     fn heading(self) -> String {
         let engine = match self.engine {
             Engine::RawGet => "raw-get".to_string(),
-            Engine::Faultmap(_) => format!("faultmap-{}", self.variant()),
+            Engine::Faultmap(_) | Engine::Replay => format!("faultmap-{}", self.variant()),
             Engine::Fuse(name) => name.to_string(),
         };
         let latency = match self.latency_ms {
@@ -90,7 +98,7 @@ impl Column for RemoteColumn {
     fn engine(self) -> &'static str {
         match self.engine {
             Engine::RawGet => "raw-get",
-            Engine::Faultmap(_) => "faultmap",
+            Engine::Faultmap(_) | Engine::Replay => "faultmap",
             Engine::Fuse(name) => name,
         }
     }
@@ -100,6 +108,7 @@ impl Column for RemoteColumn {
             Engine::RawGet => "best".into(),
             Engine::Faultmap(ReadaheadMode::AroundOnly) => "around".into(),
             Engine::Faultmap(_) => "full".into(),
+            Engine::Replay => "replay".into(),
             Engine::Fuse(_) => "mmap".into(),
         }
     }
@@ -162,7 +171,9 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
             raw.insert((c.store, c.latency_ms), best_raw_get(&target)?);
         }
     }
-    // 3. The measurements.
+    // 3. The measurements. A replay column's trace is recorded by one
+    //    cold run of its workload, the first time it is needed.
+    let mut traces: HashMap<(StoreKind, Access), Arc<Trace>> = HashMap::new();
     let mut checksums = Checksums::new();
     grid::measure(&mut cells, Repetitions::Fixed(o.repetitions), |key, _| {
         let c = key.column;
@@ -174,7 +185,24 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
                 let (request, depth) = raw[&(c.store, c.latency_ms)];
                 engines::raw_get(&target, request, depth)?
             }
-            Engine::Faultmap(mode) => engines::faultmap(&target, plan, mode, o.budget)?,
+            Engine::Faultmap(mode) => engines::faultmap(&target, plan, mode, o.budget, None)?,
+            Engine::Replay => {
+                let trace = match traces.get(&(c.store, key.workload)) {
+                    Some(trace) => trace.clone(),
+                    None => {
+                        super::note(&format!(
+                            "{} {}: recording the access trace",
+                            c.store.name(),
+                            key.workload.name()
+                        ));
+                        let trace = Arc::new(engines::record(&target, plan)?);
+                        traces.insert((c.store, key.workload), trace.clone());
+                        trace
+                    }
+                };
+                let full = ReadaheadMode::Full;
+                engines::faultmap(&target, plan, full, o.budget, Some(trace))?
+            }
             Engine::Fuse(name) => {
                 let path = setup
                     .fuse
@@ -231,6 +259,7 @@ fn columns(o: &RemoteOptions, setup: &setup::Setup) -> Vec<RemoteColumn> {
             let mut engines = vec![
                 Engine::RawGet,
                 Engine::Faultmap(ReadaheadMode::Full),
+                Engine::Replay,
                 Engine::Faultmap(ReadaheadMode::AroundOnly),
             ];
             let peers = setup.fuse.iter().filter(|(_, k, _)| *k == store);
@@ -501,6 +530,20 @@ fn goals(run: &Run) -> Vec<Goal> {
                         value,
                         bound: 0.7,
                         at_least: false,
+                    });
+                }
+                let replay = seconds(w, column(store, latency, Engine::Replay));
+                if let Some(value) = ra.zip(replay).and_then(|(ra, re)| grid::ratio(ra, re)) {
+                    let what = format!(
+                        "{}: second cold run, the trace replayed (time without over with)",
+                        w.name()
+                    );
+                    out.push(Goal {
+                        place: place.clone(),
+                        what,
+                        value,
+                        bound: 3.0,
+                        at_least: true,
                     });
                 }
             }

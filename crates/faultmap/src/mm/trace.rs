@@ -1,0 +1,781 @@
+//! Recording an access trace, and replaying one as prefetch.
+//!
+//! **Recording** (`MapOptions::record_trace`). A mapping that records
+//! notes the object page of every fault it serves in a [`Recorder`]: one
+//! bit per page says whether the page was seen, and the first fault on a
+//! page appends it to a log, so the log is the pages in first-touch order.
+//! Both are written from the fault path, which may run in a SIGBUS
+//! handler: an atomic `fetch_or` on the bitmap, a `fetch_add` that claims
+//! a log slot, a store into it, nothing else. `Mapping::trace` reads the
+//! log into a [`Trace`] (`crate::base::trace`), skipping a slot claimed
+//! and not yet written (a first touch racing the read, which a later read
+//! sees).
+//!
+//! Only a fault is seen, never an access to a page already mapped, so a
+//! recording mapping maps one page per fault (fault-around order 0,
+//! whatever its options say): every first touch faults and is noted. A
+//! recording run costs one minor fault per page touched (a few µs each)
+//! on top of its reads.
+//!
+//! **Replay** (`MapOptions::replay_trace`). A mapping that replays a trace
+//! has a thread, `faultmap-replay`, that walks the trace's runs in order
+//! and reads each run's pages that are not cached yet, in store-sized
+//! requests ([`crate::mm::fault::read_ahead`], as `Advice::WillNeed`
+//! does), on the pager's I/O threads, never more than `ahead` pages past
+//! the application ([`Pacer`]):
+//!
+//! ```text
+//!   trace     [r0][r1 r1][r2][r3 r3 r3][r4]...[rN]
+//!                    ^ consumed              ^ issued <= consumed + ahead
+//!   fault on a page of the trace: consumed = max(consumed, its position + 1)
+//! ```
+//!
+//! The application's position is the furthest trace position it faulted
+//! on ([`Replay::touch`], from the fault path: a binary search over the
+//! runs sorted by page, then a `fetch_max`). An application that leaves
+//! the trace stops the replay `ahead` pages later; one that follows it
+//! never waits for a read the replay started early enough. Under a memory
+//! budget `ahead` is at most a quarter of the budget, and pages that do
+//! not fit when their run is read are left out, as readahead leaves them
+//! (a later fault reads them).
+//!
+//! Layer rule: `crate::mm`; uses the base, cache and policy layers below
+//! and the fault path's `read_ahead`.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::base::index::{ObjectPage, RegionPage};
+use crate::base::stats::{RaTally, Stats};
+use crate::base::trace::Trace;
+use crate::mm::fault;
+use crate::mm::space::{Region, RegionTable};
+use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// A region's trace hooks: what its faults note.
+#[derive(Clone, Default)]
+pub(crate) struct RegionTrace {
+    /// Recording: every first touch is logged.
+    pub(crate) record: Option<Arc<Recorder>>,
+    /// Replaying: faults move the replay's pacer.
+    pub(crate) replay: Option<Arc<Replay>>,
+}
+
+impl RegionTrace {
+    /// Notes a fault on object page `page` about to be mapped in this
+    /// region (the region is known to be the address's): logs it if this
+    /// is its first, and moves the replay's window. Returns whether it was
+    /// logged (a first touch). Async-signal-safe: atomics and a futex
+    /// wake.
+    pub(crate) fn touch(&self, page: ObjectPage) -> bool {
+        self.reached(page);
+        self.record.as_ref().is_some_and(|r| r.touch(page))
+    }
+
+    /// Moves the replay's window to a fault on object page `page`, before
+    /// the fault knows it will map anything (a miss parks first).
+    /// Async-signal-safe.
+    pub(crate) fn reached(&self, page: ObjectPage) {
+        if let Some(replay) = &self.replay {
+            replay.touch(page);
+        }
+    }
+
+    /// Whether the region records (and so maps one page per fault).
+    pub(crate) fn records(&self) -> bool {
+        self.record.is_some()
+    }
+}
+
+/// The first-touch log of a recording mapping (see the module
+/// documentation).
+pub(crate) struct Recorder {
+    /// The object page the bitmap and the log count from.
+    base: u64,
+    /// One bit per page from `base`: set by the page's first fault.
+    seen: Box<[AtomicU32]>,
+    /// Pages (from `base`) plus one, in first-touch order; 0 in a slot
+    /// claimed and not yet written. One slot per page: each is logged at
+    /// most once.
+    log: Box<[AtomicU32]>,
+    /// The next free slot of `log`.
+    next: AtomicUsize,
+}
+
+impl Recorder {
+    /// A recorder for object pages `pages`, or `None` if it cannot be
+    /// had: more than 2^32 - 1 pages (16 TiB), or no memory for its log.
+    /// The log takes 4 bytes per page of the mapping, in address space:
+    /// a zeroed allocation that large is fresh anonymous memory, backed
+    /// only as pages are touched (under `vm.overcommit_memory=2` it counts
+    /// in full).
+    pub(crate) fn new(pages: Range<ObjectPage>) -> Option<Recorder> {
+        let n = pages.end.0.checked_sub(pages.start.0)?;
+        if n >= u64::from(u32::MAX) {
+            return None;
+        }
+        let n = usize::try_from(n).ok()?;
+        Some(Recorder {
+            base: pages.start.0,
+            seen: zeroed_atomics(n.div_ceil(32))?,
+            log: zeroed_atomics(n)?,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// Notes a fault on object page `page`; returns whether it was the
+    /// page's first (and so logged). Async-signal-safe.
+    pub(crate) fn touch(&self, page: ObjectPage) -> bool {
+        // Only the pages it was made for (the bitmap's last word may have
+        // bits past them); fewer than 2^32 - 1 of them (`new`).
+        let Some(i) = page
+            .0
+            .checked_sub(self.base)
+            .filter(|&i| i < self.log.len() as u64)
+        else {
+            return false;
+        };
+        let i = i as u32;
+        let Some(word) = self.seen.get((i / 32) as usize) else {
+            return false;
+        };
+        let bit = 1u32 << (i % 32);
+        if word.fetch_or(bit, Ordering::Relaxed) & bit != 0 {
+            return false;
+        }
+        // One slot per page, and each page claims one at most once: the
+        // log never runs out.
+        let slot = self.next.fetch_add(1, Ordering::Relaxed);
+        if let Some(entry) = self.log.get(slot) {
+            entry.store(i + 1, Ordering::Release);
+        }
+        true
+    }
+
+    /// The object pages logged so far, in first-touch order.
+    pub(crate) fn pages(&self) -> impl Iterator<Item = u64> + '_ {
+        let n = self.next.load(Ordering::Acquire).min(self.log.len());
+        self.log[..n]
+            .iter()
+            .map(|e| e.load(Ordering::Acquire))
+            .filter(|&e| e != 0)
+            .map(|e| self.base + u64::from(e) - 1)
+    }
+}
+
+/// `n` atomics, all zero, from a zeroed allocation (so that a large one
+/// is backed only where written); `None` if it cannot be had.
+#[cfg(not(loom))]
+fn zeroed_atomics(n: usize) -> Option<Box<[AtomicU32]>> {
+    if n == 0 {
+        return Some(Box::new([]));
+    }
+    let layout = std::alloc::Layout::array::<AtomicU32>(n).ok()?;
+    // SAFETY: `layout` has a non-zero size (n > 0, and an AtomicU32 is 4
+    // bytes).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<AtomicU32>();
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `ptr` is a live allocation of `layout`, the layout of an
+    // `[AtomicU32; n]`, which is how a `Box<[AtomicU32]>` of `n` frees it;
+    // all-zero bytes are a valid `AtomicU32` (it has the in-memory
+    // representation of a `u32`), 0.
+    Some(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)) })
+}
+
+/// Loom's atomics are not plain memory: made one by one.
+#[cfg(loom)]
+fn zeroed_atomics(n: usize) -> Option<Box<[AtomicU32]>> {
+    Some((0..n).map(|_| AtomicU32::new(0)).collect())
+}
+
+/// How far a replay reads ahead of the application at least by default,
+/// in pages (16 MiB): few enough to stop soon when the application leaves
+/// the trace.
+pub(crate) const DEFAULT_AHEAD: u64 = 4096;
+
+/// How far a replay in units of `unit` pages reads ahead by default: 16
+/// MiB, or `io_depth` units if that is more, so that a trace of scattered
+/// touches keeps every request slot busy (a remote store's 1 MiB units
+/// and 32 requests: 32 MiB).
+pub(crate) fn default_ahead(unit: u64, io_depth: usize) -> u64 {
+    DEFAULT_AHEAD
+        .max(unit.saturating_mul(io_depth as u64))
+        .min(crate::base::config::MAX_REPLAY_AHEAD)
+}
+
+/// The application's position in a trace and the replay's, and the
+/// replay's sleep while it is `ahead` pages past the application. The
+/// faulting side is async-signal-safe (one compare-and-swap loop, and a
+/// futex wake when the replay sleeps); the replay side sleeps on a futex.
+///
+/// The application's position, the replay's "asleep" flag and the stop
+/// flag share one word, so that a fault that moves the position sees
+/// whether the replay sleeps in the same atomic step, and a replay that
+/// goes to sleep does so only if the position did not move since it
+/// looked (no lost wake-up, and no store-then-load ordering across two
+/// words to get right).
+pub(crate) struct Pacer {
+    /// One past the furthest trace position a fault was on, with
+    /// [`SLEEPING`] and [`STOPPED`].
+    state: AtomicU64,
+    /// Trace positions the replay has gone past.
+    issued: AtomicU64,
+    /// Bumped to wake the replay (its futex word).
+    bell: AtomicU32,
+    /// The most trace pages issued and not yet consumed.
+    ahead: u64,
+}
+
+/// The replay is asleep, or about to be: a fault that moves the position
+/// rings the bell.
+const SLEEPING: u64 = 1 << 63;
+/// The mapping is going away: the replay stops.
+const STOPPED: u64 = 1 << 62;
+/// The position's bits.
+const POSITION: u64 = STOPPED - 1;
+
+/// The longest the replay sleeps before it looks again by itself (a
+/// safety net: every move of the position that it waits for rings, and so
+/// does a stop).
+const PACER_NAP: Duration = Duration::from_secs(1);
+
+impl Pacer {
+    pub(crate) fn new(ahead: u64) -> Pacer {
+        Pacer {
+            state: AtomicU64::new(0),
+            issued: AtomicU64::new(0),
+            bell: AtomicU32::new(0),
+            ahead: ahead.max(1),
+        }
+    }
+
+    /// A fault that reached position `end` (one past the page of the
+    /// schedule it was on). Async-signal-safe.
+    pub(crate) fn consume_to(&self, end: u64) {
+        let new = end.min(POSITION);
+        let moved = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                // Moving on clears SLEEPING: this fault rings.
+                (new > s & POSITION).then_some((s & STOPPED) | new)
+            });
+        if matches!(moved, Ok(prev) if prev & SLEEPING != 0) {
+            self.ring();
+        }
+    }
+
+    fn ring(&self) {
+        self.bell.fetch_add(1, Ordering::AcqRel);
+        #[cfg(not(loom))]
+        crate::sys::futex_wake(&self.bell, 1);
+    }
+
+    /// Waits until positions `[pos, pos + len)` are at most `ahead` past
+    /// the application (`len <= ahead`, or it never will). Returns false
+    /// if the replay must stop.
+    pub(crate) fn wait_for_room(&self, pos: u64, len: u64) -> bool {
+        let room = |consumed: u64| pos + len <= consumed.saturating_add(self.ahead);
+        loop {
+            let s = self.state.load(Ordering::Acquire);
+            if s & STOPPED != 0 {
+                return false;
+            }
+            if room(s & POSITION) {
+                return true;
+            }
+            // The bell before the flag: a ring after the flag is set
+            // changes it, and the sleep below then returns at once.
+            let bell = self.bell.load(Ordering::Acquire);
+            let asleep =
+                self.state
+                    .compare_exchange(s, s | SLEEPING, Ordering::AcqRel, Ordering::Acquire);
+            if asleep.is_ok() {
+                self.nap(bell);
+            }
+        }
+    }
+
+    #[cfg(not(loom))]
+    fn nap(&self, bell: u32) {
+        crate::sys::futex_wait(&self.bell, bell, Some(PACER_NAP));
+    }
+
+    /// Loom has no futex: the replay yields until the bell rings, as a
+    /// futex wait without its timeout would sleep (a lost ring leaves it
+    /// yielding for ever, which the model reports).
+    #[cfg(loom)]
+    fn nap(&self, bell: u32) {
+        let _ = PACER_NAP;
+        while self.bell.load(Ordering::Acquire) == bell {
+            loom::thread::yield_now();
+        }
+    }
+
+    /// The replay has gone past trace positions `[0, pos)`.
+    pub(crate) fn issued(&self, pos: u64) {
+        self.issued.store(pos, Ordering::Release);
+    }
+
+    /// Stops the replay (it wakes if asleep).
+    pub(crate) fn stop(&self) {
+        self.state.fetch_or(STOPPED, Ordering::AcqRel);
+        self.ring();
+    }
+
+    /// The application's position.
+    pub(crate) fn position(&self) -> u64 {
+        self.state.load(Ordering::Acquire) & POSITION
+    }
+
+    /// Whether [`Pacer::stop`] was called.
+    pub(crate) fn stopped(&self) -> bool {
+        self.state.load(Ordering::Acquire) & STOPPED != 0
+    }
+
+    /// Where the replay and the application are: trace positions gone
+    /// past, the application's position, and whether the replay sleeps.
+    pub(crate) fn progress(&self) -> (u64, u64, bool) {
+        let s = self.state.load(Ordering::Acquire);
+        (
+            self.issued.load(Ordering::Acquire),
+            s & POSITION,
+            s & SLEEPING != 0,
+        )
+    }
+}
+
+/// A trace being replayed on a mapping: its schedule of reads, and the
+/// pacer.
+///
+/// The schedule: each trace page of the mapping widened to its *unit*,
+/// the aligned window the mapping's read-around would read on a miss there
+/// (one page with readahead off), each unit once, in the order the trace
+/// first reaches it; units that follow each other merged into one step. So
+/// the replay reads what the recording run's misses would have read around
+/// each first touch, no more, but ahead of time and many requests at once.
+/// The thread reads a step in pieces of at most `piece` pages (the
+/// store's largest request, and never more than `ahead`).
+///
+/// The pacer counts in pages of the schedule: a fault on a page of a
+/// piece means the application has reached the end of that piece. Pieces
+/// wholly behind the application are skipped: the replay never reads
+/// behind it (an application that jumps ahead in the trace takes the
+/// replay with it, as a jump takes readahead with it).
+///
+/// Building it costs time and memory in the trace's runs, not in its
+/// pages: a run's units other than its first and last lie wholly inside
+/// it, and runs are disjoint, so only those two can be another run's.
+pub(crate) struct Replay {
+    /// Object pages to read, in order; disjoint, non-empty.
+    steps: Box<[Range<u64>]>,
+    /// `starts[i]`: the pages of steps `0..i`.
+    starts: Box<[u64]>,
+    /// Step indices sorted by first page: a fault's page to its step.
+    by_page: Box<[usize]>,
+    /// The largest read, in pages.
+    piece: u64,
+    pub(crate) pacer: Pacer,
+}
+
+impl Replay {
+    /// The replay of `trace` on a mapping of object pages `pages`, in
+    /// units of `unit` pages, reads of at most `piece` pages, at most
+    /// `ahead` pages of the schedule past the application.
+    pub(crate) fn new(
+        trace: &Trace,
+        pages: Range<u64>,
+        unit: u64,
+        piece: u64,
+        ahead: u64,
+    ) -> Replay {
+        let unit = unit.max(1);
+        let ahead = ahead.max(1);
+        let piece = piece.clamp(1, ahead);
+        let unit_pages = |u: u64| {
+            let start = u.saturating_mul(unit).max(pages.start);
+            start..u.saturating_add(1).saturating_mul(unit).min(pages.end)
+        };
+        let mut boundary_units = std::collections::HashSet::new();
+        let mut steps: Vec<Range<u64>> = Vec::new();
+        for run in trace.runs() {
+            let run = run.start.max(pages.start)..run.end.min(pages.end);
+            if run.is_empty() {
+                continue;
+            }
+            let (first, last) = (run.start / unit, (run.end - 1) / unit);
+            let first_new = boundary_units.insert(first);
+            let read = if first == last {
+                if first_new {
+                    unit_pages(first)
+                } else {
+                    continue;
+                }
+            } else {
+                let last_new = boundary_units.insert(last);
+                let start = if first_new {
+                    unit_pages(first).start
+                } else {
+                    unit_pages(first).end
+                };
+                let end = if last_new {
+                    unit_pages(last).end
+                } else {
+                    unit_pages(last).start
+                };
+                start..end
+            };
+            if read.is_empty() {
+                continue;
+            }
+            match steps.last_mut() {
+                Some(last) if last.end == read.start => last.end = read.end,
+                _ => steps.push(read),
+            }
+        }
+        let starts = steps
+            .iter()
+            .scan(0, |total, s| {
+                let at = *total;
+                *total += s.end - s.start;
+                Some(at)
+            })
+            .collect();
+        let mut by_page: Vec<usize> = (0..steps.len()).collect();
+        by_page.sort_by_key(|&i| steps[i].start);
+        Replay {
+            steps: steps.into_boxed_slice(),
+            starts,
+            by_page: by_page.into_boxed_slice(),
+            piece,
+            pacer: Pacer::new(ahead),
+        }
+    }
+
+    /// The step that reads object page `page`, if any.
+    fn step_of(&self, page: u64) -> Option<usize> {
+        let i = self
+            .by_page
+            .partition_point(|&s| self.steps[s].start <= page);
+        let step = *self.by_page.get(i.checked_sub(1)?)?;
+        self.steps[step].contains(&page).then_some(step)
+    }
+
+    /// How many pages the schedule reads.
+    pub(crate) fn pages(&self) -> u64 {
+        match (self.starts.last(), self.steps.last()) {
+            (Some(at), Some(step)) => at + (step.end - step.start),
+            _ => 0,
+        }
+    }
+
+    /// The schedule's position at the end of the piece that holds object
+    /// page `page`, if the schedule reads it.
+    fn position(&self, page: u64) -> Option<u64> {
+        let i = self.step_of(page)?;
+        let step = &self.steps[i];
+        let into = (page - step.start) / self.piece * self.piece;
+        let end = into.saturating_add(self.piece).min(step.end - step.start);
+        Some(self.starts[i] + end)
+    }
+
+    /// A fault on object page `page`. Async-signal-safe.
+    pub(crate) fn touch(&self, page: ObjectPage) {
+        if let Some(end) = self.position(page.0) {
+            self.pacer.consume_to(end);
+        }
+    }
+
+    /// The replay thread: reads the schedule ahead of the application
+    /// into the cache of `region`'s object (through the regions that took
+    /// over parts of it), until it ends or the mapping stops it.
+    pub(crate) fn run(&self, region: &Arc<Region>) {
+        let mut pos = 0u64;
+        for step in self.steps.iter() {
+            let mut start = step.start;
+            while start < step.end {
+                let end = step.end.min(start.saturating_add(self.piece));
+                let len = end - start;
+                let behind = |pos: u64| pos + len <= self.pacer.position();
+                if !behind(pos) {
+                    if !self.pacer.wait_for_room(pos, len) {
+                        return;
+                    }
+                    if !behind(pos) {
+                        prefetch(region, start..end);
+                    }
+                }
+                pos += len;
+                self.pacer.issued(pos);
+                start = end;
+            }
+        }
+    }
+}
+
+/// Reads object pages `pages` that are not cached into the cache, through
+/// whichever regions serve them now, and counts them as replayed.
+fn prefetch(region: &Arc<Region>, pages: Range<u64>) {
+    let core = &region.owner;
+    let env = core.env();
+    let lives = region.live(&RegionTable::get().lock());
+    let mut ra = RaTally::default();
+    let mut tally = Stats::default();
+    for live in &lives {
+        let Some(part) = live.region_pages(ObjectPage::range(pages.clone())) else {
+            continue;
+        };
+        let part: Range<RegionPage> = part;
+        tally.trace_replayed += part.end.since(part.start);
+        let (io, refault) = fault::read_ahead(&env, live, part, &mut ra);
+        tally.io_count += io;
+        tally.refault += refault;
+    }
+    region.ra.add(&ra);
+    region.counters.add(&tally);
+    region.object.ra.add(&ra);
+    region.object.counters.add(&tally);
+    core.ra.add(&ra);
+    core.counters.add(&tally);
+}
+
+/// A replay's thread, stopped and joined when its mapping goes.
+pub(crate) struct ReplayThread {
+    replay: Arc<Replay>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl ReplayThread {
+    /// Starts `faultmap-replay` on `region`, which replays `replay`.
+    pub(crate) fn start(region: Arc<Region>, replay: Arc<Replay>) -> std::io::Result<Self> {
+        let r = replay.clone();
+        let thread = std::thread::Builder::new()
+            .name("faultmap-replay".into())
+            .spawn(move || r.run(&region))?;
+        Ok(Self { replay, thread })
+    }
+
+    /// Where the replay and the application are, in pages of the schedule:
+    /// gone past, reached by the application; and whether the replay
+    /// waits for the application.
+    pub(crate) fn progress(&self) -> (u64, u64, bool) {
+        let (issued, consumed, sleeping) = self.replay.pacer.progress();
+        (issued, consumed, sleeping && !self.thread.is_finished())
+    }
+
+    /// The pages the replay reads in all.
+    pub(crate) fn pages(&self) -> u64 {
+        self.replay.pages()
+    }
+
+    /// Whether the replay went through the whole trace.
+    pub(crate) fn is_done(&self) -> bool {
+        self.thread.is_finished() && !self.replay.pacer.stopped()
+    }
+
+    /// Stops the thread and waits for it (it only submits reads, so this
+    /// is quick).
+    pub(crate) fn stop(self) {
+        self.replay.pacer.stop();
+        let _ = self.thread.join();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use proptest::prelude::Strategy;
+
+    #[test]
+    fn the_log_holds_each_page_once_in_first_touch_order() {
+        let r = Recorder::new(ObjectPage(10)..ObjectPage(200)).unwrap();
+        for p in [50, 11, 50, 12, 199, 11, 9, 200, 10] {
+            r.touch(ObjectPage(p));
+        }
+        assert_eq!(r.pages().collect::<Vec<_>>(), vec![50, 11, 12, 199, 10]);
+    }
+
+    #[test]
+    fn page_by_page_the_schedule_is_the_trace() {
+        let trace = Trace::from_pages(1 << 30, "o", None, [7, 8, 9, 2, 100, 3]);
+        let replay = Replay::new(&trace, 0..1 << 18, 1, 256, 16);
+        assert_eq!(&*replay.steps, &[7..10, 2..3, 100..101, 3..4]);
+        assert_eq!(&*replay.starts, &[0, 3, 4, 5]);
+        assert_eq!(replay.piece, 16, "never more than ahead");
+        let steps: Vec<Option<usize>> = [7, 9, 2, 100, 3, 0, 4, 10, 99, 101]
+            .iter()
+            .map(|&p| replay.step_of(p))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                Some(0),
+                Some(0),
+                Some(1),
+                Some(2),
+                Some(3),
+                None,
+                None,
+                None,
+                None,
+                None
+            ]
+        );
+        assert_eq!(replay.position(8), Some(3), "the end of its piece");
+        assert_eq!(replay.position(3), Some(6));
+    }
+
+    #[test]
+    fn units_are_read_once_in_first_touch_order() {
+        // Units of 32 pages on a 200-page object: 5 is unit 0, 100 unit 3,
+        // 7 unit 0 again, 33 unit 1, 64 unit 2, 199 unit 6 (cut at 200).
+        let trace = Trace::from_pages(200 * 4096, "o", None, [5, 100, 7, 33, 64, 199]);
+        let replay = Replay::new(&trace, 0..200, 32, 64, 1000);
+        assert_eq!(&*replay.steps, &[0..32, 96..128, 32..96, 192..200]);
+        assert_eq!(replay.pages(), 32 + 32 + 64 + 8);
+        assert_eq!(
+            replay.step_of(40),
+            Some(2),
+            "a page of a unit the trace reached"
+        );
+        assert_eq!(replay.step_of(150), None);
+        assert_eq!(replay.position(40), Some(64 + 64), "one piece of 64");
+        let replay = Replay::new(&trace, 0..200, 32, 32, 1000);
+        assert_eq!(replay.position(40), Some(64 + 32), "pieces of 32");
+        assert_eq!(replay.position(70), Some(64 + 64));
+        // A mapping of pages 40..120: pages 5, 7, 33 and 199 are outside
+        // it, and unit 3 is cut at its end.
+        let replay = Replay::new(&trace, 40..120, 32, 64, 1000);
+        assert_eq!(&*replay.steps, &[96..120, 64..96]);
+    }
+
+    #[test]
+    fn a_long_run_costs_one_step_not_one_per_page() {
+        // One run over 2^36 pages (256 TiB), page by page and in units.
+        let whole = 0..1 << 36;
+        let trace = Trace::with_runs(1 << 48, vec![whole.clone()]);
+        for unit in [1, 32, 256] {
+            let replay = Replay::new(&trace, 0..1 << 36, unit, 2048, 4096);
+            assert_eq!(replay.steps.to_vec(), vec![whole.clone()]);
+            assert_eq!(replay.position(5000), Some(6144));
+        }
+        // Runs that share their boundary units read each unit once: units
+        // 0 to 3, then unit 4 (120..130's unit 3 is read already; 0..5 and
+        // 100..110 are in units read already).
+        let trace = Trace::with_runs(1 << 20, vec![10..100, 0..5, 120..130, 100..110]);
+        let replay = Replay::new(&trace, 0..1 << 20, 32, 2048, 4096);
+        assert_eq!((replay.steps.len(), replay.steps[0].clone()), (1, 0..160));
+        assert_eq!(replay.pages(), 160);
+    }
+
+    proptest::proptest! {
+        /// Every trace page of the mapping is read by exactly one step,
+        /// steps never overlap and stay inside the mapping, and every
+        /// position is inside the schedule.
+        #[test]
+        fn every_trace_page_has_one_step(
+            pages in proptest::sample::subsequence((0u64..600).collect::<Vec<_>>(), 0..120)
+                .prop_shuffle(),
+            unit in 1u64..70,
+            piece in 1u64..200,
+            ahead in 1u64..300,
+            map in (0u64..300, 300u64..=600),
+        ) {
+            let trace = Trace::from_pages(600 * 4096, "o", None, pages.clone());
+            let mapped = map.0..map.1;
+            let replay = Replay::new(&trace, mapped.clone(), unit, piece, ahead);
+            proptest::prop_assert!(replay.piece <= ahead);
+            let mut covered = std::collections::HashSet::new();
+            for s in replay.steps.iter() {
+                proptest::prop_assert!(!s.is_empty());
+                proptest::prop_assert!(s.start >= mapped.start && s.end <= mapped.end);
+                for p in s.clone() {
+                    proptest::prop_assert!(covered.insert(p), "page {} read twice", p);
+                }
+            }
+            for &p in &pages {
+                let step = replay.step_of(p);
+                if mapped.contains(&p) {
+                    proptest::prop_assert!(step.is_some_and(|i| replay.steps[i].contains(&p)));
+                    let end = replay.position(p).unwrap();
+                    proptest::prop_assert!(end > 0 && end <= replay.pages());
+                } else {
+                    proptest::prop_assert!(step.is_none());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_pacer_waits_for_the_application_and_stops() {
+        let pacer = Arc::new(Pacer::new(4));
+        assert!(pacer.wait_for_room(0, 4), "the first window is free");
+        let p = pacer.clone();
+        let waiter = std::thread::spawn(move || p.wait_for_room(4, 2));
+        // Not past position 6 - 4 = 2 yet: the waiter sleeps until a fault
+        // reaches position 2.
+        pacer.consume_to(1);
+        pacer.consume_to(2);
+        assert!(waiter.join().unwrap());
+        let p = pacer.clone();
+        let stopped = std::thread::spawn(move || p.wait_for_room(100, 1));
+        pacer.stop();
+        assert!(!stopped.join().unwrap());
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Two threads fault on the same page and on one page each, at once:
+    /// every page is logged exactly once, and a read after both sees all.
+    #[test]
+    fn loom_models_trace_recorder_logs_each_page_once() {
+        loom::model(|| {
+            let r = Arc::new(Recorder::new(ObjectPage(0)..ObjectPage(4)).unwrap());
+            let r2 = r.clone();
+            let t = thread::spawn(move || {
+                let a = r2.touch(ObjectPage(1));
+                let b = r2.touch(ObjectPage(2));
+                u32::from(a) + u32::from(b)
+            });
+            let a = r.touch(ObjectPage(1));
+            let b = r.touch(ObjectPage(3));
+            let logged = t.join().unwrap() + u32::from(a) + u32::from(b);
+            assert_eq!(logged, 3, "page 1 is logged by one thread only");
+            let mut pages: Vec<u64> = r.pages().collect();
+            pages.sort_unstable();
+            assert_eq!(pages, vec![1, 2, 3]);
+        });
+    }
+
+    /// The replay waits for room while a fault moves the application on:
+    /// it always gets its room (no lost wake-up), whatever the order.
+    #[test]
+    fn loom_models_trace_pacer_never_misses_the_application() {
+        loom::model(|| {
+            let pacer = Arc::new(Pacer::new(1));
+            let p = pacer.clone();
+            let fault = thread::spawn(move || p.consume_to(1));
+            assert!(pacer.wait_for_room(1, 1));
+            fault.join().unwrap();
+        });
+    }
+
+    /// A replay that waits while its mapping stops it always stops.
+    #[test]
+    fn loom_models_trace_pacer_always_stops() {
+        loom::model(|| {
+            let pacer = Arc::new(Pacer::new(1));
+            let p = pacer.clone();
+            let stop = thread::spawn(move || p.stop());
+            assert!(!pacer.wait_for_room(5, 1));
+            stop.join().unwrap();
+        });
+    }
+}
