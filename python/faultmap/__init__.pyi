@@ -116,7 +116,7 @@ class Mapping(Buffer):
         returns {"pages", "runs", "bytes"}."""
     def replay_progress(self) -> dict[str, int | bool] | None:
         """Where the replay of a trace stands (replay_trace=...):
-        {"pages", "replayed", "reached", "waiting", "done"}, or None."""
+        {"pages", "replayed", "used", "waiting", "done"}, or None."""
     def memory(self) -> dict[str, int | None]:
         """The object's memory: {"budget", "cached", "peak", "active"}."""
     def io_errors(self) -> list[dict[str, Any]]:

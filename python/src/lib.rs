@@ -481,10 +481,10 @@ fn readahead_mode(arg: Option<&str>) -> PyResult<ReadaheadMode> {
 ///     one page per fault, so that every first touch is seen.
 /// replay_trace: the path of a trace saved by Mapping.save_trace on this
 ///     same object, at this same version: its pages are read ahead of the
-///     program, in the order they were first touched, each with the window
-///     read-around would read, at most 16 MiB (32 MiB on a remote store)
-///     past the furthest one the program has reached. A trace of another
-///     object or version raises ValueError.
+///     program, in the order they were first touched, each widened to the
+///     block read-around would read, at most 16 to 32 MiB past what the
+///     program has used so far. A trace of an object of another length or
+///     version (for a file: its modification time) raises ValueError.
 /// pager: the Pager to map with (None: a default one, made on first use).
 ///
 /// Raises FileNotFoundError, PermissionError, IsADirectoryError, ValueError
@@ -1002,7 +1002,7 @@ impl Mapping {
     }
 
     /// Where the replay of a trace stands (open(..., replay_trace=...)):
-    /// {"pages", "replayed", "reached", "waiting", "done"}, or None.
+    /// {"pages", "replayed", "used", "waiting", "done"}, or None.
     fn replay_progress<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let map = self.map()?;
         let Some(p) = either!(map.mapping(), m => m.replay_progress()) else {
@@ -1011,7 +1011,7 @@ impl Mapping {
         let progress = serde_json::json!({
             "pages": p.pages,
             "replayed": p.replayed,
-            "reached": p.reached,
+            "used": p.used,
             "waiting": p.waiting,
             "done": p.done,
         });

@@ -196,11 +196,12 @@ struct fm_mapping *fm_map(struct fm_pager *pager,
  * [`fm_map`], replaying the access trace in the file `replay_trace`
  * (written by `fm_save_trace` on this same object, at this same
  * version; NULL: none): a thread reads the trace's pages ahead of the
- * program, in the order they were first touched, each with the window
- * read-around would read (one page with `FM_READAHEAD_OFF`), at most
- * 16 MiB (32 MiB on a remote store) past the furthest one the program
- * has reached. A trace of another object or version fails: NULL, with
- * `fm_last_errno()` `EINVAL` and `fm_last_error()` saying why.
+ * program, in the order they were first touched, each widened to the
+ * block read-around would read (one page with `FM_READAHEAD_OFF`), at
+ * most 16 to 32 MiB past what the program has used so far. A trace of an
+ * object of another length or version (for a file: its modification
+ * time) fails: NULL, with `fm_last_errno()` `EINVAL` and
+ * `fm_last_error()` saying why.
  *
  * # Safety
  *
@@ -221,7 +222,7 @@ struct fm_mapping *fm_map_replay(struct fm_pager *pager,
  *
  * # Safety
  *
- * `m` is NULL or a live mapping from `fm_map`; `path` is NULL or a
+ * `m` is NULL or a live mapping from `fm_map` or `fm_map_replay`; `path` is NULL or a
  * NUL-terminated string.
  */
 int fm_save_trace(const struct fm_mapping *m, const char *path);

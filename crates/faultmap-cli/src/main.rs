@@ -272,9 +272,9 @@ struct MapArgs {
     record_trace: Option<PathBuf>,
     /// Replay the access trace in FILE (written by --record-trace on this
     /// same object, at this same version): its pages are read ahead of
-    /// the reading, in the order they were first touched, at most 16 MiB
-    /// past it (32 MiB on a remote store). A trace of another object or
-    /// version is refused.
+    /// the reading, in the order they were first touched, at most 16 to 32
+    /// MiB past what the reading has used. A trace of an object of another
+    /// length or version (a file's modification time) is refused.
     #[arg(long, value_name = "FILE")]
     replay_trace: Option<PathBuf>,
 }

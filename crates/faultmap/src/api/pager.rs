@@ -220,21 +220,24 @@ pub enum MapError {
 /// Where a trace replay stands ([`Mapping::replay_progress`]).
 ///
 /// Counted in pages of the replay's schedule: the trace's pages, each
-/// widened to the window the mapping's read-around reads on a miss (one
-/// page with readahead off; see [`MapOptions::replay_trace`]), each
-/// window once, in the order the trace first reaches it.
+/// widened to the aligned block the size of the window the mapping's
+/// read-around reads on a miss (one page with readahead off; see
+/// [`MapOptions::replay_trace`]), each block once, in the order the trace
+/// first reaches it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReplayProgress {
     /// The pages the schedule reads in all.
     pub pages: u64,
     /// Pages the replay has gone past: read, being read, found cached,
-    /// skipped because the application was past them already, or left out
-    /// (a part the application unmapped; pages the budget had no room
-    /// for).
+    /// or left out (a part the application unmapped; pages the budget had
+    /// no room for).
     pub replayed: u64,
-    /// How far the application has reached: the schedule's pages up to
-    /// and with the furthest one it faulted on.
-    pub reached: u64,
+    /// Pages the application has used: those of the schedule's pieces
+    /// (reads of at most the store's largest request) that a fault's
+    /// fault-around window overlapped, wherever they are in the schedule.
+    /// The replay goes at most [`MapOptions::replay_ahead`] pages past
+    /// this.
+    pub used: u64,
     /// The replay is waiting for the application: it is as far ahead as
     /// it may go.
     pub waiting: bool,
@@ -778,8 +781,16 @@ impl Pager {
                 ahead
             };
             let pages = first_page.0..first_page.0 + extent.pages;
-            Arc::new(Replay::new(trace, pages, unit, object.0.io_pages, ahead))
+            Replay::new(trace, pages, unit, object.0.io_pages, ahead)
+                .map(Arc::new)
+                .ok_or_else(|| {
+                    map_err(
+                        "allocating the trace replay's bitmap (a bit per read)",
+                        std::io::Error::from_raw_os_error(libc::ENOMEM),
+                    )
+                })
         });
+        let replay = replay.transpose()?;
         // The table's lock for the whole operation, as mmap holds
         // mmap_lock (let go only while it waits for a stale region, below).
         let mut table = RegionTable::get().lock();
@@ -1355,11 +1366,11 @@ impl<A: Access> Mapping<A> {
     /// or `None` if this mapping replays none.
     pub fn replay_progress(&self) -> Option<ReplayProgress> {
         let thread = self.replay.as_ref()?;
-        let (replayed, reached, waiting) = thread.progress();
+        let (replayed, used, waiting) = thread.progress();
         Some(ReplayProgress {
             pages: thread.pages(),
             replayed,
-            reached,
+            used,
             waiting,
             done: thread.is_done(),
         })
@@ -1748,10 +1759,9 @@ impl<A: Access> Drop for Mapping<A> {
             std::mem::forget(self.replay.take());
             return;
         }
-        // The replay first: it reads through the region's table entry.
-        if let Some(replay) = self.replay.take() {
-            replay.stop();
-        }
+        // The replay first (its drop stops and joins it): it reads
+        // through the region's table entry.
+        drop(self.replay.take());
         if let Some(region) = self.region.take() {
             // Under the table's settled lock, as munmap holds mmap_lock:
             // unpublish, wait out the speculative faults that may have

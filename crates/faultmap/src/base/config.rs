@@ -490,15 +490,18 @@ impl MapOptions {
     }
 
     /// Replays `trace` as prefetch: a thread reads the trace's pages in
-    /// the order they were first touched, each with the window the
-    /// mapping's read-around would read on a miss there (aligned; one page
-    /// with readahead off), each window once, consecutive windows merged
-    /// into the store's largest requests, many in flight. It reads those
-    /// not cached yet, at most [`MapOptions::replay_ahead`] pages past the
-    /// furthest page the application has faulted on. The trace must have
-    /// been recorded on this object, at this version: else mapping fails
-    /// with [`crate::TraceError::Mismatch`]. Pages of the trace outside
-    /// the mapping are left out.
+    /// the order they were first touched, each widened to the aligned
+    /// block the size of the window the mapping's read-around reads on a
+    /// miss (one page with readahead off), each block once, consecutive
+    /// blocks merged and cut into the store's largest requests, many in
+    /// flight. It reads those not cached yet, at most
+    /// [`MapOptions::replay_ahead`] pages past those the application has
+    /// used (pages of the requests its faults' windows overlapped, in
+    /// whatever order and from however many threads). The trace must have
+    /// been recorded on an object of this length and version
+    /// ([`crate::Store::version`]: for a file, its modification time):
+    /// else mapping fails with [`crate::TraceError::Mismatch`]. Pages of
+    /// the trace outside the mapping are left out.
     pub fn replay_trace(mut self, trace: impl Into<Arc<Trace>>) -> Self {
         self.replay = Some(trace.into());
         self
@@ -510,10 +513,10 @@ impl MapOptions {
     }
 
     /// How far a replay reads ahead of the application, in pages
-    /// (1..=[`MAX_REPLAY_AHEAD`]; default 4096, 16 MiB, or enough for
-    /// [`Config::io_depth`] read-around windows if more: 32 MiB on a
-    /// remote store). Under a memory budget, at most a quarter of the
-    /// budget is used.
+    /// (1..=[`MAX_REPLAY_AHEAD`]; default: [`Config::io_depth`] read-around
+    /// windows, at least 4096 pages, 16 MiB, and at most 8192, 32 MiB: 16
+    /// MiB with readahead off, 32 MiB on a remote store or a local disk).
+    /// Under a memory budget, at most a quarter of the budget is used.
     pub fn replay_ahead(mut self, pages: u64) -> Self {
         self.replay_ahead = Some(pages);
         self

@@ -34,7 +34,7 @@
 //! | `fault_around_auto` | (none)          | windows adaptive fault-around sized (one per attempt to map a fault's window) |
 //! | `fault_around_auto_pages` | (none)    | the pages of those windows (their sum)      |
 //! | `trace_recorded` | (none)             | first touches a recording mapping noted     |
-//! | `trace_replayed` | (none)             | trace pages a replay read ahead (or found cached) |
+//! | `trace_replayed` | (none)             | schedule pages a replay asked for (read, cached, or no room) |
 
 use std::time::{Duration, Instant};
 
@@ -185,9 +185,10 @@ counters! {
     /// Pages a recording mapping noted at their first fault
     /// (`MapOptions::record_trace`): the trace's length.
     trace_recorded,
-    /// Pages a trace replay asked to have read (`MapOptions::replay_trace`):
-    /// read then, or found cached (pages skipped behind the application
-    /// are not counted); its reads count in `io_count`.
+    /// Pages a trace replay asked to have read (`MapOptions::replay_trace`),
+    /// of the parts of its schedule still mapped: read then, found cached,
+    /// or left out because the budget had no room; its reads count in
+    /// `io_count`.
     trace_replayed,
 }
 

@@ -62,9 +62,10 @@ const MAX_TEXT: u64 = 64 << 10;
 /// The longest name a trace keeps (it is for messages only).
 const MAX_NAME: usize = 4096;
 
-/// The largest trace file read: 64 MiB, about 20 million runs of a
-/// random read (reading one takes about 32 bytes of memory per run).
-const MAX_FILE: u64 = 64 << 20;
+/// The largest trace file read: 16 MiB, about 5 million runs of a random
+/// read. Reading one takes up to about 20 bytes of memory per run (and a
+/// run takes 2 bytes of file at least): at most about 160 MiB.
+const MAX_FILE: u64 = 16 << 20;
 
 /// How much of a name or version an error message shows.
 const SHOWN: usize = 200;
@@ -261,7 +262,9 @@ impl Trace {
     /// (created exclusively, so never through a link planted there),
     /// synced, renamed over `path`, and the directory synced, so that a
     /// reader never sees half a trace and a crash leaves the old file or
-    /// the new one.
+    /// the new one. A trace whose file would be larger than [`Trace::load`]
+    /// reads (16 MiB, about 5 million runs of a random read) is refused
+    /// with [`TraceError::Format`], and nothing is written.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), TraceError> {
         let path = path.as_ref();
         let io = |source| TraceError::Io {
@@ -276,14 +279,25 @@ impl Trace {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(format!(".tmp{}.{n}", std::process::id()));
         let tmp = PathBuf::from(tmp);
+        // What could not be read back is not written.
+        let bytes = self.to_bytes();
+        if bytes.len() as u64 > MAX_FILE {
+            return Err(TraceError::Format {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "the trace is {} bytes ({} runs), larger than a trace may be \
+                     ({MAX_FILE} bytes)",
+                    bytes.len(),
+                    self.runs.len()
+                ),
+            });
+        }
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&tmp)
             .map_err(io)?;
-        let written = (&file)
-            .write_all(&self.to_bytes())
-            .and_then(|()| file.sync_all());
+        let written = (&file).write_all(&bytes).and_then(|()| file.sync_all());
         drop(file);
         let renamed = written.and_then(|()| std::fs::rename(&tmp, path));
         if renamed.is_err() {
@@ -294,9 +308,12 @@ impl Trace {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io)
+        // The trace is in place: a directory this process may not open
+        // (write and search permission only) just goes unsynced.
+        match std::fs::File::open(dir) {
+            Ok(d) => d.sync_all().map_err(io),
+            Err(_) => Ok(()),
+        }
     }
 
     /// Reads the trace in `path`.
@@ -311,11 +328,16 @@ impl Trace {
             path: path.to_path_buf(),
             reason,
         };
-        // Non-blocking, so that a FIFO without a writer is refused below
-        // instead of waited on.
+        // A file named by mistake (a device, a FIFO) is refused before it
+        // is opened (opening some devices does something); and opened
+        // non-blocking, not as a terminal, in case it changed since, so
+        // that a FIFO without a writer is refused below, not waited on.
+        if !std::fs::metadata(path).map_err(io)?.is_file() {
+            return Err(format("it is not a regular file".into()));
+        }
         let file = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NONBLOCK)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
             .open(path)
             .map_err(io)?;
         let meta = file.metadata().map_err(io)?;
@@ -571,6 +593,19 @@ mod tests {
             e.contains("a\\u{1b}[2J") && e.contains("...") && e.len() < 400,
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_trace_too_large_to_read_back_is_not_written() {
+        // Runs 2^14 pages apart: 4 bytes each in the file, 4.5 million.
+        let runs: Vec<Range<u64>> = (0..4_500_000u64).map(|i| i << 14..(i << 14) + 1).collect();
+        let trace = Trace::with_runs(1 << 60, runs);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.trace");
+        let e = trace.save(&path).unwrap_err();
+        assert!(matches!(e, TraceError::Format { .. }), "{e:?}");
+        assert!(e.to_string().contains("larger than a trace may be"), "{e}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]

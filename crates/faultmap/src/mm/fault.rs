@@ -422,11 +422,13 @@ fn resolve(
     object.counters.begin();
 
     // 2. The fault-around window, in region pages. A replay learns at
-    //    once how far the application has come (a miss parks before it
-    //    maps anything; `crate::mm::trace`).
+    //    once what the application uses (a miss parks before it maps
+    //    anything; `crate::mm::trace`).
     let page = region.page_of(page_addr);
     let window = fault_window(region, page_addr, page);
-    region.trace.reached(region.object_page(page));
+    region
+        .trace
+        .reached(region.object_page(window.start)..region.object_page(window.end));
 
     let mut ending = Some(Ending::Resolved);
     for _ in 0..MAX_LOOKUPS {
@@ -1091,7 +1093,8 @@ fn map_window(
     }
     // The region is this address's: the access trace notes the fault
     // before its thread is let go (`crate::mm::trace`).
-    if region.trace.touch(region.object_page(page)) {
+    let pages = region.object_page(window.start)..region.object_page(window.end);
+    if region.trace.touch(region.object_page(page), pages) {
         tally.trace_recorded += 1;
     }
 
@@ -1115,7 +1118,8 @@ fn map_window(
         }
     }
     tally.pgfault_around += around;
-    if region.order() == crate::policy::fault_around::AUTO {
+    // A recording region's windows are one page, whatever its order.
+    if region.order() == crate::policy::fault_around::AUTO && !region.trace.records() {
         tally.fault_around_auto += 1;
         tally.fault_around_auto_pages += n as u64;
     }

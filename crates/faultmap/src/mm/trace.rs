@@ -18,26 +18,34 @@
 //! on top of its reads.
 //!
 //! **Replay** (`MapOptions::replay_trace`). A mapping that replays a trace
-//! has a thread, `faultmap-replay`, that walks the trace's runs in order
-//! and reads each run's pages that are not cached yet, in store-sized
-//! requests ([`crate::mm::fault::read_ahead`], as `Advice::WillNeed`
-//! does), on the pager's I/O threads, never more than `ahead` pages past
-//! the application ([`Pacer`]):
+//! has a thread, `faultmap-replay`, that walks the trace's *schedule*
+//! ([`Replay`]: each trace page widened to its read-around unit, each unit
+//! once, in first-touch order, cut into pieces of the store's largest
+//! request) and reads each piece's pages that are not cached yet
+//! ([`crate::mm::fault::read_ahead`], as `Advice::WillNeed` does), on the
+//! pager's I/O threads, never more than `ahead` pages of the schedule past
+//! what the application has used ([`Pacer`]):
 //!
 //! ```text
-//!   trace     [r0][r1 r1][r2][r3 r3 r3][r4]...[rN]
-//!                    ^ consumed              ^ issued <= consumed + ahead
-//!   fault on a page of the trace: consumed = max(consumed, its position + 1)
+//!   schedule  [p0][p1][p2][p3][p4][p5][p6][p7]...[pN]
+//!   used       ##  ##      ##                 ##        (a fault's window reached them)
+//!   issued    ---------------------->|  issued <= used + ahead
 //! ```
 //!
-//! The application's position is the furthest trace position it faulted
-//! on ([`Replay::touch`], from the fault path: a binary search over the
-//! runs sorted by page, then a `fetch_max`). An application that leaves
-//! the trace stops the replay `ahead` pages later; one that follows it
-//! never waits for a read the replay started early enough. Under a memory
-//! budget `ahead` is at most a quarter of the budget, and pages that do
-//! not fit when their run is read are left out, as readahead leaves them
-//! (a later fault reads them).
+//! The application *uses* a piece when a fault's fault-around window
+//! first overlaps it ([`Replay::touch`], from the fault path: a binary
+//! search over the steps sorted by page, a `fetch_or` per piece on a
+//! bitmap, then one add to the pacer's word); the piece's pages then count
+//! as used, wherever the piece is in the schedule. So the replay keeps
+//! `ahead` pages in hand however many threads read and in whatever order
+//! they reach the trace's parts; a page touched early (an index, a footer)
+//! gives it room, never skips it ahead. A piece already used is read all
+//! the same (the application's faults read their own windows, which may
+//! be less; what is cached costs a look). An application
+//! that leaves the trace stops the replay `ahead` pages later. Under a
+//! memory budget `ahead` is at most a quarter of the budget, and pages
+//! that do not fit when their piece is read are left out, as readahead
+//! leaves them (a later fault reads them).
 //!
 //! Layer rule: `crate::mm`; uses the base, cache and policy layers below
 //! and the fault path's `read_ahead`.
@@ -63,22 +71,23 @@ pub(crate) struct RegionTrace {
 }
 
 impl RegionTrace {
-    /// Notes a fault on object page `page` about to be mapped in this
-    /// region (the region is known to be the address's): logs it if this
-    /// is its first, and moves the replay's window. Returns whether it was
-    /// logged (a first touch). Async-signal-safe: atomics and a futex
+    /// Notes a fault on object page `page`, about to be mapped in this
+    /// region with its fault-around window `window` (the region is known
+    /// to be the address's): logs the page if this is its first fault,
+    /// and tells the replay the window is used. Returns whether the page
+    /// was logged (a first touch). Async-signal-safe: atomics and a futex
     /// wake.
-    pub(crate) fn touch(&self, page: ObjectPage) -> bool {
-        self.reached(page);
+    pub(crate) fn touch(&self, page: ObjectPage, window: Range<ObjectPage>) -> bool {
+        self.reached(window);
         self.record.as_ref().is_some_and(|r| r.touch(page))
     }
 
-    /// Moves the replay's window to a fault on object page `page`, before
-    /// the fault knows it will map anything (a miss parks first).
-    /// Async-signal-safe.
-    pub(crate) fn reached(&self, page: ObjectPage) {
+    /// Tells the replay that a fault with fault-around window `window`
+    /// came, before the fault knows it will map anything (a miss parks
+    /// first). Async-signal-safe.
+    pub(crate) fn reached(&self, window: Range<ObjectPage>) {
         if let Some(replay) = &self.replay {
-            replay.touch(page);
+            replay.touch(window);
         }
     }
 
@@ -191,55 +200,58 @@ fn zeroed_atomics(n: usize) -> Option<Box<[AtomicU32]>> {
     Some((0..n).map(|_| AtomicU32::new(0)).collect())
 }
 
-/// How far a replay reads ahead of the application at least by default,
-/// in pages (16 MiB): few enough to stop soon when the application leaves
-/// the trace.
+/// How far a replay reads ahead of the application by default, at least,
+/// in pages (16 MiB).
 pub(crate) const DEFAULT_AHEAD: u64 = 4096;
 
-/// How far a replay in units of `unit` pages reads ahead by default: 16
-/// MiB, or `io_depth` units if that is more, so that a trace of scattered
-/// touches keeps every request slot busy (a remote store's 1 MiB units
-/// and 32 requests: 32 MiB).
+/// How far a replay reads ahead of the application by default, at most,
+/// in pages (32 MiB): few enough that an application that leaves the
+/// trace wastes little.
+pub(crate) const DEFAULT_AHEAD_MAX: u64 = 8192;
+
+/// How far a replay in units of `unit` pages reads ahead by default:
+/// `io_depth` units, so that a trace of scattered touches keeps every
+/// request slot busy (a remote store's 1 MiB units and 32 requests: 32
+/// MiB), within [`DEFAULT_AHEAD`]..=[`DEFAULT_AHEAD_MAX`].
 pub(crate) fn default_ahead(unit: u64, io_depth: usize) -> u64 {
-    DEFAULT_AHEAD
-        .max(unit.saturating_mul(io_depth as u64))
-        .min(crate::base::config::MAX_REPLAY_AHEAD)
+    unit.saturating_mul(io_depth as u64)
+        .clamp(DEFAULT_AHEAD, DEFAULT_AHEAD_MAX)
 }
 
-/// The application's position in a trace and the replay's, and the
-/// replay's sleep while it is `ahead` pages past the application. The
-/// faulting side is async-signal-safe (one compare-and-swap loop, and a
-/// futex wake when the replay sleeps); the replay side sleeps on a futex.
+/// How much of the schedule the application has used and how far the
+/// replay has gone, and the replay's sleep while it is `ahead` pages past
+/// what was used. The faulting side is async-signal-safe (one
+/// compare-and-swap loop, and a futex wake when the replay sleeps); the
+/// replay side sleeps on a futex.
 ///
-/// The application's position, the replay's "asleep" flag and the stop
-/// flag share one word, so that a fault that moves the position sees
-/// whether the replay sleeps in the same atomic step, and a replay that
-/// goes to sleep does so only if the position did not move since it
-/// looked (no lost wake-up, and no store-then-load ordering across two
-/// words to get right).
+/// The pages used, the replay's "asleep" flag and the stop flag share one
+/// word, so that a fault that adds to the pages used sees whether the
+/// replay sleeps in the same atomic step, and a replay that goes to sleep
+/// does so only if nothing was added since it looked (no lost wake-up,
+/// and no store-then-load ordering across two words to get right).
 pub(crate) struct Pacer {
-    /// One past the furthest trace position a fault was on, with
+    /// The schedule's pages used (in pieces a fault reached), with
     /// [`SLEEPING`] and [`STOPPED`].
     state: AtomicU64,
-    /// Trace positions the replay has gone past.
+    /// The schedule's pages the replay has gone past.
     issued: AtomicU64,
     /// Bumped to wake the replay (its futex word).
     bell: AtomicU32,
-    /// The most trace pages issued and not yet consumed.
+    /// The most pages the replay goes past beyond those used.
     ahead: u64,
 }
 
-/// The replay is asleep, or about to be: a fault that moves the position
-/// rings the bell.
+/// The replay is asleep, or about to be: a fault that adds to the pages
+/// used rings the bell.
 const SLEEPING: u64 = 1 << 63;
 /// The mapping is going away: the replay stops.
 const STOPPED: u64 = 1 << 62;
-/// The position's bits.
-const POSITION: u64 = STOPPED - 1;
+/// The bits that count the pages used.
+const USED: u64 = STOPPED - 1;
 
 /// The longest the replay sleeps before it looks again by itself (a
-/// safety net: every move of the position that it waits for rings, and so
-/// does a stop).
+/// safety net: every page used rings while it waits, and so does a
+/// stop).
 const PACER_NAP: Duration = Duration::from_secs(1);
 
 impl Pacer {
@@ -252,15 +264,17 @@ impl Pacer {
         }
     }
 
-    /// A fault that reached position `end` (one past the page of the
-    /// schedule it was on). Async-signal-safe.
-    pub(crate) fn consume_to(&self, end: u64) {
-        let new = end.min(POSITION);
+    /// A fault used `pages` more pages of the schedule. Async-signal-safe.
+    pub(crate) fn consume(&self, pages: u64) {
+        if pages == 0 {
+            return;
+        }
         let moved = self
             .state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                // Moving on clears SLEEPING: this fault rings.
-                (new > s & POSITION).then_some((s & STOPPED) | new)
+                // Adding clears SLEEPING: this fault rings.
+                let used = (s & USED).saturating_add(pages).min(USED);
+                Some((s & STOPPED) | used)
             });
         if matches!(moved, Ok(prev) if prev & SLEEPING != 0) {
             self.ring();
@@ -273,17 +287,17 @@ impl Pacer {
         crate::sys::futex_wake(&self.bell, 1);
     }
 
-    /// Waits until positions `[pos, pos + len)` are at most `ahead` past
-    /// the application (`len <= ahead`, or it never will). Returns false
-    /// if the replay must stop.
+    /// Waits until the schedule's pages `[pos, pos + len)` are at most
+    /// `ahead` past the pages used (`len <= ahead`, or it may never be).
+    /// Returns false if the replay must stop.
     pub(crate) fn wait_for_room(&self, pos: u64, len: u64) -> bool {
-        let room = |consumed: u64| pos + len <= consumed.saturating_add(self.ahead);
+        let room = |used: u64| pos + len <= used.saturating_add(self.ahead);
         loop {
             let s = self.state.load(Ordering::Acquire);
             if s & STOPPED != 0 {
                 return false;
             }
-            if room(s & POSITION) {
+            if room(s & USED) {
                 return true;
             }
             // The bell before the flag: a ring after the flag is set
@@ -314,7 +328,7 @@ impl Pacer {
         }
     }
 
-    /// The replay has gone past trace positions `[0, pos)`.
+    /// The replay has gone past the schedule's pages `[0, pos)`.
     pub(crate) fn issued(&self, pos: u64) {
         self.issued.store(pos, Ordering::Release);
     }
@@ -325,56 +339,54 @@ impl Pacer {
         self.ring();
     }
 
-    /// The application's position.
-    pub(crate) fn position(&self) -> u64 {
-        self.state.load(Ordering::Acquire) & POSITION
-    }
-
     /// Whether [`Pacer::stop`] was called.
     pub(crate) fn stopped(&self) -> bool {
         self.state.load(Ordering::Acquire) & STOPPED != 0
     }
 
-    /// Where the replay and the application are: trace positions gone
-    /// past, the application's position, and whether the replay sleeps.
+    /// Where the replay and the application are: the schedule's pages
+    /// gone past and used, and whether the replay sleeps.
     pub(crate) fn progress(&self) -> (u64, u64, bool) {
         let s = self.state.load(Ordering::Acquire);
         (
             self.issued.load(Ordering::Acquire),
-            s & POSITION,
+            s & USED,
             s & SLEEPING != 0,
         )
     }
 }
 
-/// A trace being replayed on a mapping: its schedule of reads, and the
-/// pacer.
+/// A trace being replayed on a mapping: its schedule of reads, which of
+/// its pieces the application has used, and the pacer.
 ///
 /// The schedule: each trace page of the mapping widened to its *unit*,
-/// the aligned window the mapping's read-around would read on a miss there
-/// (one page with readahead off), each unit once, in the order the trace
-/// first reaches it; units that follow each other merged into one step. So
-/// the replay reads what the recording run's misses would have read around
-/// each first touch, no more, but ahead of time and many requests at once.
-/// The thread reads a step in pieces of at most `piece` pages (the
-/// store's largest request, and never more than `ahead`).
-///
-/// The pacer counts in pages of the schedule: a fault on a page of a
-/// piece means the application has reached the end of that piece. Pieces
-/// wholly behind the application are skipped: the replay never reads
-/// behind it (an application that jumps ahead in the trace takes the
-/// replay with it, as a jump takes readahead with it).
+/// the aligned block of `unit` pages that holds it (the size of the window
+/// the mapping's read-around reads on a miss; one page with readahead
+/// off), each unit once, in the order the trace first reaches it; units
+/// that follow each other merged into one step. So the replay reads about
+/// what the recording run's misses read around each first touch, but
+/// ahead of time and many requests at once. Each step is cut into pieces
+/// of at most `piece` pages (the store's largest request, and never more
+/// than `ahead`): the unit of reading and of use. A fault whose
+/// fault-around window overlaps a piece uses it: the piece's pages count
+/// as used (once), wherever it is in the schedule (see the module
+/// documentation).
 ///
 /// Building it costs time and memory in the trace's runs, not in its
 /// pages: a run's units other than its first and last lie wholly inside
-/// it, and runs are disjoint, so only those two can be another run's.
+/// it, and runs are disjoint, so only those two can be another run's. The
+/// bitmap of used pieces costs a bit per piece.
 pub(crate) struct Replay {
     /// Object pages to read, in order; disjoint, non-empty.
     steps: Box<[Range<u64>]>,
     /// `starts[i]`: the pages of steps `0..i`.
     starts: Box<[u64]>,
-    /// Step indices sorted by first page: a fault's page to its step.
+    /// `first_piece[i]`: the pieces of steps `0..i`.
+    first_piece: Box<[u64]>,
+    /// Step indices sorted by first page: a fault's window to its steps.
     by_page: Box<[usize]>,
+    /// One bit per piece, set when a fault's window first overlaps it.
+    used: Box<[AtomicU32]>,
     /// The largest read, in pages.
     piece: u64,
     pub(crate) pacer: Pacer,
@@ -383,14 +395,15 @@ pub(crate) struct Replay {
 impl Replay {
     /// The replay of `trace` on a mapping of object pages `pages`, in
     /// units of `unit` pages, reads of at most `piece` pages, at most
-    /// `ahead` pages of the schedule past the application.
+    /// `ahead` pages of the schedule past those the application used;
+    /// `None` if there is no memory for its bitmap.
     pub(crate) fn new(
         trace: &Trace,
         pages: Range<u64>,
         unit: u64,
         piece: u64,
         ahead: u64,
-    ) -> Replay {
+    ) -> Option<Replay> {
         let unit = unit.max(1);
         let ahead = ahead.max(1);
         let piece = piece.clamp(1, ahead);
@@ -435,32 +448,34 @@ impl Replay {
                 _ => steps.push(read),
             }
         }
-        let starts = steps
-            .iter()
-            .scan(0, |total, s| {
-                let at = *total;
-                *total += s.end - s.start;
-                Some(at)
-            })
-            .collect();
+        let prefix = |count: &dyn Fn(&Range<u64>) -> u64| -> Box<[u64]> {
+            steps
+                .iter()
+                .scan(0u64, |total, s| {
+                    let at = *total;
+                    *total += count(s);
+                    Some(at)
+                })
+                .collect()
+        };
+        let starts = prefix(&|s| s.end - s.start);
+        let first_piece = prefix(&|s| (s.end - s.start).div_ceil(piece));
+        let pieces = match (first_piece.last(), steps.last()) {
+            (Some(at), Some(s)) => at + (s.end - s.start).div_ceil(piece),
+            _ => 0,
+        };
+        let used = zeroed_atomics(usize::try_from(pieces.div_ceil(32)).ok()?)?;
         let mut by_page: Vec<usize> = (0..steps.len()).collect();
         by_page.sort_by_key(|&i| steps[i].start);
-        Replay {
+        Some(Replay {
             steps: steps.into_boxed_slice(),
             starts,
+            first_piece,
             by_page: by_page.into_boxed_slice(),
+            used,
             piece,
             pacer: Pacer::new(ahead),
-        }
-    }
-
-    /// The step that reads object page `page`, if any.
-    fn step_of(&self, page: u64) -> Option<usize> {
-        let i = self
-            .by_page
-            .partition_point(|&s| self.steps[s].start <= page);
-        let step = *self.by_page.get(i.checked_sub(1)?)?;
-        self.steps[step].contains(&page).then_some(step)
+        })
     }
 
     /// How many pages the schedule reads.
@@ -471,21 +486,61 @@ impl Replay {
         }
     }
 
-    /// The schedule's position at the end of the piece that holds object
-    /// page `page`, if the schedule reads it.
-    fn position(&self, page: u64) -> Option<u64> {
-        let i = self.step_of(page)?;
-        let step = &self.steps[i];
-        let into = (page - step.start) / self.piece * self.piece;
-        let end = into.saturating_add(self.piece).min(step.end - step.start);
-        Some(self.starts[i] + end)
+    /// The step that reads object page `page`, if any.
+    #[cfg(test)]
+    fn step_of(&self, page: u64) -> Option<usize> {
+        let i = self
+            .by_page
+            .partition_point(|&s| self.steps[s].start <= page);
+        let step = *self.by_page.get(i.checked_sub(1)?)?;
+        self.steps[step].contains(&page).then_some(step)
     }
 
-    /// A fault on object page `page`. Async-signal-safe.
-    pub(crate) fn touch(&self, page: ObjectPage) {
-        if let Some(end) = self.position(page.0) {
-            self.pacer.consume_to(end);
+    /// Piece `k` of step `i`: its object pages.
+    fn piece_pages(&self, i: usize, k: u64) -> Range<u64> {
+        let step = &self.steps[i];
+        let start = step.start + k * self.piece;
+        start..step.end.min(start.saturating_add(self.piece))
+    }
+
+    /// Marks the pieces that object pages `window` overlap used; returns
+    /// how many pages they hold, those marked by this call only.
+    /// Async-signal-safe: atomics only; at most one bitmap word per piece
+    /// of the window.
+    fn use_window(&self, window: Range<u64>) -> u64 {
+        let mut pages = 0;
+        // The first step that ends past the window's start (steps are
+        // disjoint, so sorted by start they are sorted by end too).
+        let from = self
+            .by_page
+            .partition_point(|&s| self.steps[s].end <= window.start);
+        for &i in self.by_page[from..].iter() {
+            let step = &self.steps[i];
+            if step.start >= window.end {
+                break;
+            }
+            let lo = window.start.max(step.start) - step.start;
+            let hi = window.end.min(step.end) - step.start;
+            for k in lo / self.piece..hi.div_ceil(self.piece) {
+                let n = self.first_piece[i] + k;
+                let bit = 1u32 << (n % 32);
+                let Some(word) = self.used.get((n / 32) as usize) else {
+                    break;
+                };
+                if word.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+                    let p = self.piece_pages(i, k);
+                    pages += p.end - p.start;
+                }
+            }
         }
+        pages
+    }
+
+    /// A fault whose fault-around window is object pages `window`: the
+    /// pieces it overlaps are used. Async-signal-safe.
+    pub(crate) fn touch(&self, window: Range<ObjectPage>) {
+        self.pacer
+            .consume(self.use_window(window.start.0..window.end.0));
     }
 
     /// The replay thread: reads the schedule ahead of the application
@@ -493,31 +548,33 @@ impl Replay {
     /// over parts of it), until it ends or the mapping stops it.
     pub(crate) fn run(&self, region: &Arc<Region>) {
         let mut pos = 0u64;
-        for step in self.steps.iter() {
-            let mut start = step.start;
-            while start < step.end {
-                let end = step.end.min(start.saturating_add(self.piece));
-                let len = end - start;
-                let behind = |pos: u64| pos + len <= self.pacer.position();
-                if !behind(pos) {
-                    if !self.pacer.wait_for_room(pos, len) {
-                        return;
-                    }
-                    if !behind(pos) {
-                        prefetch(region, start..end);
-                    }
+        for (i, step) in self.steps.iter().enumerate() {
+            for k in 0..(step.end - step.start).div_ceil(self.piece) {
+                let pages = self.piece_pages(i, k);
+                let len = pages.end - pages.start;
+                // A piece the application used is read all the same: its
+                // faults read their windows, which may be less than the
+                // piece (what is cached already costs a look).
+                if !self.pacer.wait_for_room(pos, len) {
+                    return;
+                }
+                // A piece no region maps any more (the application
+                // unmapped it) will never be used: it is, now, so that it
+                // holds no room.
+                if prefetch(region, pages.clone()) == 0 {
+                    self.pacer.consume(self.use_window(pages));
                 }
                 pos += len;
                 self.pacer.issued(pos);
-                start = end;
             }
         }
     }
 }
 
 /// Reads object pages `pages` that are not cached into the cache, through
-/// whichever regions serve them now, and counts them as replayed.
-fn prefetch(region: &Arc<Region>, pages: Range<u64>) {
+/// whichever regions serve them now, and counts them as replayed; returns
+/// how many of them those regions map.
+fn prefetch(region: &Arc<Region>, pages: Range<u64>) -> u64 {
     let core = &region.owner;
     let env = core.env();
     let lives = region.live(&RegionTable::get().lock());
@@ -539,12 +596,16 @@ fn prefetch(region: &Arc<Region>, pages: Range<u64>) {
     region.object.counters.add(&tally);
     core.ra.add(&ra);
     core.counters.add(&tally);
+    tally.trace_replayed
 }
 
-/// A replay's thread, stopped and joined when its mapping goes.
+/// A replay's thread, stopped and joined when this is dropped (its
+/// mapping's drop; a forked child forgets the parent's instead: the thread
+/// is not in the child).
 pub(crate) struct ReplayThread {
     replay: Arc<Replay>,
-    thread: std::thread::JoinHandle<()>,
+    /// Taken only by the drop.
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ReplayThread {
@@ -554,15 +615,22 @@ impl ReplayThread {
         let thread = std::thread::Builder::new()
             .name("faultmap-replay".into())
             .spawn(move || r.run(&region))?;
-        Ok(Self { replay, thread })
+        Ok(Self {
+            replay,
+            thread: Some(thread),
+        })
+    }
+
+    fn finished(&self) -> bool {
+        self.thread.as_ref().map_or(true, |t| t.is_finished())
     }
 
     /// Where the replay and the application are, in pages of the schedule:
-    /// gone past, reached by the application; and whether the replay
-    /// waits for the application.
+    /// gone past, used by the application; and whether the replay waits
+    /// for the application.
     pub(crate) fn progress(&self) -> (u64, u64, bool) {
-        let (issued, consumed, sleeping) = self.replay.pacer.progress();
-        (issued, consumed, sleeping && !self.thread.is_finished())
+        let (issued, used, sleeping) = self.replay.pacer.progress();
+        (issued, used, sleeping && !self.finished())
     }
 
     /// The pages the replay reads in all.
@@ -572,14 +640,18 @@ impl ReplayThread {
 
     /// Whether the replay went through the whole trace.
     pub(crate) fn is_done(&self) -> bool {
-        self.thread.is_finished() && !self.replay.pacer.stopped()
+        self.finished() && !self.replay.pacer.stopped()
     }
+}
 
+impl Drop for ReplayThread {
     /// Stops the thread and waits for it (it only submits reads, so this
     /// is quick).
-    pub(crate) fn stop(self) {
+    fn drop(&mut self) {
         self.replay.pacer.stop();
-        let _ = self.thread.join();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -600,7 +672,7 @@ mod tests {
     #[test]
     fn page_by_page_the_schedule_is_the_trace() {
         let trace = Trace::from_pages(1 << 30, "o", None, [7, 8, 9, 2, 100, 3]);
-        let replay = Replay::new(&trace, 0..1 << 18, 1, 256, 16);
+        let replay = Replay::new(&trace, 0..1 << 18, 1, 256, 16).unwrap();
         assert_eq!(&*replay.steps, &[7..10, 2..3, 100..101, 3..4]);
         assert_eq!(&*replay.starts, &[0, 3, 4, 5]);
         assert_eq!(replay.piece, 16, "never more than ahead");
@@ -623,8 +695,12 @@ mod tests {
                 None
             ]
         );
-        assert_eq!(replay.position(8), Some(3), "the end of its piece");
-        assert_eq!(replay.position(3), Some(6));
+        // A fault's window uses the pieces it overlaps, each once.
+        assert_eq!(replay.use_window(8..9), 3, "the piece 7..10");
+        assert_eq!(replay.use_window(0..16), 2, "2..3 and 3..4 (7..10 is used)");
+        assert_eq!(replay.use_window(7..10), 0, "used already");
+        assert_eq!(replay.use_window(100..101), 1);
+        assert_eq!(replay.use_window(101..512), 0, "no piece there");
     }
 
     #[test]
@@ -632,7 +708,7 @@ mod tests {
         // Units of 32 pages on a 200-page object: 5 is unit 0, 100 unit 3,
         // 7 unit 0 again, 33 unit 1, 64 unit 2, 199 unit 6 (cut at 200).
         let trace = Trace::from_pages(200 * 4096, "o", None, [5, 100, 7, 33, 64, 199]);
-        let replay = Replay::new(&trace, 0..200, 32, 64, 1000);
+        let replay = Replay::new(&trace, 0..200, 32, 64, 1000).unwrap();
         assert_eq!(&*replay.steps, &[0..32, 96..128, 32..96, 192..200]);
         assert_eq!(replay.pages(), 32 + 32 + 64 + 8);
         assert_eq!(
@@ -641,13 +717,14 @@ mod tests {
             "a page of a unit the trace reached"
         );
         assert_eq!(replay.step_of(150), None);
-        assert_eq!(replay.position(40), Some(64 + 64), "one piece of 64");
-        let replay = Replay::new(&trace, 0..200, 32, 32, 1000);
-        assert_eq!(replay.position(40), Some(64 + 32), "pieces of 32");
-        assert_eq!(replay.position(70), Some(64 + 64));
+        assert_eq!(replay.use_window(40..41), 64, "one piece of 64");
+        let replay = Replay::new(&trace, 0..200, 32, 32, 1000).unwrap();
+        assert_eq!(replay.use_window(40..41), 32, "pieces of 32");
+        assert_eq!(replay.use_window(60..70), 32, "the next piece");
+        assert_eq!(replay.use_window(0..200), 32 + 32 + 8);
         // A mapping of pages 40..120: pages 5, 7, 33 and 199 are outside
         // it, and unit 3 is cut at its end.
-        let replay = Replay::new(&trace, 40..120, 32, 64, 1000);
+        let replay = Replay::new(&trace, 40..120, 32, 64, 1000).unwrap();
         assert_eq!(&*replay.steps, &[96..120, 64..96]);
     }
 
@@ -657,23 +734,25 @@ mod tests {
         let whole = 0..1 << 36;
         let trace = Trace::with_runs(1 << 48, vec![whole.clone()]);
         for unit in [1, 32, 256] {
-            let replay = Replay::new(&trace, 0..1 << 36, unit, 2048, 4096);
+            let replay = Replay::new(&trace, 0..1 << 36, unit, 2048, 4096).unwrap();
             assert_eq!(replay.steps.to_vec(), vec![whole.clone()]);
-            assert_eq!(replay.position(5000), Some(6144));
+            assert_eq!(replay.use_window(5000..5001), 2048, "its piece");
+            assert_eq!(replay.use_window((1 << 36) - 1..1 << 36), 2048, "the last");
         }
         // Runs that share their boundary units read each unit once: units
         // 0 to 3, then unit 4 (120..130's unit 3 is read already; 0..5 and
         // 100..110 are in units read already).
         let trace = Trace::with_runs(1 << 20, vec![10..100, 0..5, 120..130, 100..110]);
-        let replay = Replay::new(&trace, 0..1 << 20, 32, 2048, 4096);
+        let replay = Replay::new(&trace, 0..1 << 20, 32, 2048, 4096).unwrap();
         assert_eq!((replay.steps.len(), replay.steps[0].clone()), (1, 0..160));
         assert_eq!(replay.pages(), 160);
     }
 
     proptest::proptest! {
         /// Every trace page of the mapping is read by exactly one step,
-        /// steps never overlap and stay inside the mapping, and every
-        /// position is inside the schedule.
+        /// steps never overlap and stay inside the mapping, and windows
+        /// use every page of the schedule exactly once, whatever their
+        /// order.
         #[test]
         fn every_trace_page_has_one_step(
             pages in proptest::sample::subsequence((0u64..600).collect::<Vec<_>>(), 0..120)
@@ -682,10 +761,11 @@ mod tests {
             piece in 1u64..200,
             ahead in 1u64..300,
             map in (0u64..300, 300u64..=600),
+            windows in proptest::collection::vec((0u64..600, 1u64..40), 0..60),
         ) {
             let trace = Trace::from_pages(600 * 4096, "o", None, pages.clone());
             let mapped = map.0..map.1;
-            let replay = Replay::new(&trace, mapped.clone(), unit, piece, ahead);
+            let replay = Replay::new(&trace, mapped.clone(), unit, piece, ahead).unwrap();
             proptest::prop_assert!(replay.piece <= ahead);
             let mut covered = std::collections::HashSet::new();
             for s in replay.steps.iter() {
@@ -699,12 +779,36 @@ mod tests {
                 let step = replay.step_of(p);
                 if mapped.contains(&p) {
                     proptest::prop_assert!(step.is_some_and(|i| replay.steps[i].contains(&p)));
-                    let end = replay.position(p).unwrap();
-                    proptest::prop_assert!(end > 0 && end <= replay.pages());
                 } else {
                     proptest::prop_assert!(step.is_none());
                 }
             }
+            // The model: a window uses each piece it overlaps, once.
+            let pieces: Vec<Range<u64>> = replay
+                .steps
+                .iter()
+                .flat_map(|s| {
+                    (s.start..s.end)
+                        .step_by(replay.piece as usize)
+                        .map(move |a| a..s.end.min(a + replay.piece))
+                })
+                .collect();
+            let mut used = vec![false; pieces.len()];
+            let mut total = 0;
+            for (start, len) in windows.into_iter().chain([(0, 600)]) {
+                let w = start..start + len;
+                let mut want = 0;
+                for (i, p) in pieces.iter().enumerate() {
+                    if p.start < w.end && w.start < p.end && !used[i] {
+                        used[i] = true;
+                        want += p.end - p.start;
+                    }
+                }
+                let got = replay.use_window(w);
+                proptest::prop_assert_eq!(got, want);
+                total += got;
+            }
+            proptest::prop_assert_eq!(total, replay.pages(), "the last window uses them all");
         }
     }
 
@@ -714,10 +818,11 @@ mod tests {
         assert!(pacer.wait_for_room(0, 4), "the first window is free");
         let p = pacer.clone();
         let waiter = std::thread::spawn(move || p.wait_for_room(4, 2));
-        // Not past position 6 - 4 = 2 yet: the waiter sleeps until a fault
-        // reaches position 2.
-        pacer.consume_to(1);
-        pacer.consume_to(2);
+        // Not past 6 - 4 = 2 pages used yet: the waiter sleeps until
+        // faults have used 2.
+        pacer.consume(1);
+        pacer.consume(0);
+        pacer.consume(1);
         assert!(waiter.join().unwrap());
         let p = pacer.clone();
         let stopped = std::thread::spawn(move || p.wait_for_room(100, 1));
@@ -761,7 +866,7 @@ mod loom_models {
         loom::model(|| {
             let pacer = Arc::new(Pacer::new(1));
             let p = pacer.clone();
-            let fault = thread::spawn(move || p.consume_to(1));
+            let fault = thread::spawn(move || p.consume(1));
             assert!(pacer.wait_for_room(1, 1));
             fault.join().unwrap();
         });
