@@ -101,6 +101,46 @@ fn scan_crc_equals_crc32_of_the_file() {
 }
 
 #[test]
+fn scan_records_a_trace_replays_it_and_refuses_another_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = random_bytes((3 << 20) + 123, 41);
+    let path = write(dir.path(), "data", &data);
+    let trace = dir.path().join("scan.trace");
+    let (p, t) = (path.to_str().unwrap(), trace.to_str().unwrap());
+    let want = crc32fast::hash(&data);
+    // One thread reads every page in order: one run of every page, each
+    // page's first touch a fault of its own.
+    let rec = stdout_json(&faultmap(&["scan", p, "--record-trace", t, "--json"]));
+    let pages = data.len().div_ceil(4096) as u64;
+    assert_eq!(rec["crc32"], want);
+    assert_eq!(rec["trace"]["pages"], pages, "{rec}");
+    assert_eq!(rec["trace"]["runs"], 1, "{rec}");
+    assert_eq!(rec["trace"]["file"], t);
+    let size = std::fs::metadata(&trace).unwrap().len();
+    assert_eq!(rec["trace"]["bytes"], size);
+    assert_eq!(rec["stats"]["trace_recorded"], pages, "{rec}");
+    assert_eq!(rec["stats"]["pgfault"], pages, "one page per fault");
+    // Replayed: the same bytes (how far the replay got before the scan
+    // ended is the library tests' business).
+    let rep = stdout_json(&faultmap(&["scan", p, "--replay-trace", t, "--json"]));
+    assert_eq!(rep["crc32"], want);
+    assert!(rep["stats"]["trace_replayed"].is_u64(), "{rep}");
+    assert!(rep["trace"].is_null(), "nothing recorded: {rep}");
+    // Another file (another length), or a file that is not a trace.
+    let other = write(dir.path(), "other", &data[..data.len() - 1]);
+    let out = faultmap(&["scan", other.to_str().unwrap(), "--replay-trace", t]);
+    assert_fails_cleanly(&out, "recorded on");
+    assert_fails_cleanly(
+        &faultmap(&["scan", p, "--replay-trace", p]),
+        "not a usable faultmap trace",
+    );
+    assert_fails_cleanly(
+        &faultmap(&["scan", p, "--replay-trace", dir.path().to_str().unwrap()]),
+        "not a regular file",
+    );
+}
+
+#[test]
 fn scan_json_has_the_fields_and_counts_faults() {
     let dir = tempfile::tempdir().unwrap();
     let data = random_bytes(64 * 4096, 99);
