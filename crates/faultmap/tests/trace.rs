@@ -151,16 +151,11 @@ fn a_replay_stays_a_bounded_distance_ahead_of_the_application() {
     watchdog(WATCHDOG, || {
         // 64 single pages, scattered: one request each.
         let pages: Vec<u64> = (0..64u64).map(|i| (i * 37) % 512).collect();
-        let data = common::pattern(512 * PAGE, 94);
-        let store = Instrumented::mem(&data, Faults::default());
-        let trace = Trace::from_bytes(&trace_of(&store, &pages).to_bytes()).unwrap();
-        let pager = Pager::new(Config::default()).unwrap();
         let opts = MapOptions::new()
             .readahead(ReadaheadMode::Off)
             .fault_around_order(0)
-            .replay_trace(trace)
             .replay_ahead(8);
-        let map = pager.map_trusted(store.clone(), opts).unwrap();
+        let Replaying { map, .. } = replaying(512, 94, &pages, Config::default(), opts);
         // Nothing touched: the replay goes 8 pages and waits.
         let p = progress_when(&map, |p| p.waiting);
         assert_eq!((p.replayed, p.used, p.waiting), (8, 0, true), "{p:?}");
@@ -205,21 +200,50 @@ fn trace_of(store: &Arc<Instrumented>, pages: &[u64]) -> Trace {
     trace
 }
 
+/// A replay under test: a cold pager's mapping of an object of pattern
+/// bytes that replays the trace of `pages`, recorded on it first.
+struct Replaying {
+    map: Mapping,
+    pager: Pager,
+    store: Arc<Instrumented>,
+    data: Vec<u8>,
+}
+
+/// [`Replaying`] of an `object_pages`-page object (pattern `seed`) with
+/// `config` and `opts` (the trace added).
+fn replaying(
+    object_pages: usize,
+    seed: u64,
+    pages: &[u64],
+    config: Config,
+    opts: MapOptions,
+) -> Replaying {
+    let data = common::pattern(object_pages * PAGE, seed);
+    let store = Instrumented::mem(&data, Faults::default());
+    let trace = trace_of(&store, pages);
+    let pager = Pager::new(config).unwrap();
+    let map = pager
+        .map_trusted(store.clone(), opts.replay_trace(trace))
+        .unwrap();
+    Replaying {
+        map,
+        pager,
+        store,
+        data,
+    }
+}
+
 #[test]
 fn a_replay_under_a_budget_reads_at_most_a_quarter_of_it_ahead() {
     watchdog(WATCHDOG, || {
         // A 1 MiB budget (256 pages): the replay goes at most 64 pages
         // ahead, whatever it asked for.
         let pages: Vec<u64> = (0..400u64).map(|i| (i * 13) % 1024).collect();
-        let data = common::pattern(1024 * PAGE, 95);
-        let store = Instrumented::mem(&data, Faults::default());
-        let trace = trace_of(&store, &pages);
-        let pager = Pager::new(Config::default().memory_budget(1 << 20)).unwrap();
+        let config = Config::default().memory_budget(1 << 20);
         let opts = MapOptions::new()
             .readahead(ReadaheadMode::Off)
-            .replay_trace(trace)
             .replay_ahead(100_000);
-        let map = pager.map_trusted(store.clone(), opts).unwrap();
+        let Replaying { map, pager, .. } = replaying(1024, 95, &pages, config, opts);
         let p = progress_when(&map, |p| p.waiting);
         assert_eq!((p.replayed, p.waiting), (64, true), "{p:?}");
         for &page in &pages {
@@ -285,18 +309,15 @@ fn a_trace_of_another_object_or_version_is_refused() {
 #[test]
 fn a_replay_reads_only_the_mappings_pages_of_the_trace() {
     watchdog(WATCHDOG, || {
-        let data = common::pattern(512 * PAGE, 97);
-        let store = Instrumented::mem(&data, Faults::default());
         // Pages 0..100 (outside the mapping below), then 300..310 (inside).
         let pages: Vec<u64> = (0..100).chain(300..310).collect();
-        let trace = trace_of(&store, &pages);
-        let pager = Pager::new(Config::default()).unwrap();
         let opts = MapOptions::new()
             .offset(256 * PAGE as u64)
             .readahead(ReadaheadMode::Off)
-            .replay_trace(trace)
             .replay_ahead(16);
-        let map = pager.map_trusted(store.clone(), opts).unwrap();
+        let Replaying {
+            map, store, data, ..
+        } = replaying(512, 97, &pages, Config::default(), opts);
         // The schedule is the mapping's ten pages alone, read before any
         // touch: what lies outside the mapping takes no room.
         let p = progress_when(&map, |p| p.done);
@@ -316,16 +337,11 @@ fn an_application_that_reads_the_trace_out_of_order_is_still_served_by_it() {
     watchdog(WATCHDOG, || {
         // 200 single pages; the replay may go 8 past what was used.
         let pages: Vec<u64> = (0..200u64).map(|i| (i * 7) % 1024).collect();
-        let data = common::pattern(1024 * PAGE, 98);
-        let store = Instrumented::mem(&data, Faults::default());
-        let trace = trace_of(&store, &pages);
-        let pager = Pager::new(Config::default()).unwrap();
         let opts = MapOptions::new()
             .readahead(ReadaheadMode::Off)
             .fault_around_order(0)
-            .replay_trace(trace)
             .replay_ahead(8);
-        let map = pager.map_trusted(store.clone(), opts).unwrap();
+        let Replaying { map, .. } = replaying(1024, 98, &pages, Config::default(), opts);
         progress_when(&map, |p| p.waiting);
         // The second half first (as a second thread of the recording run
         // would read its part, or a reader that starts at an index): each
@@ -352,16 +368,11 @@ fn an_application_that_reads_the_trace_out_of_order_is_still_served_by_it() {
 #[test]
 fn a_replay_goes_on_through_what_the_application_leaves_mapped() {
     watchdog(WATCHDOG, || {
-        let data = common::pattern(256 * PAGE, 99);
-        let store = Instrumented::mem(&data, Faults::default());
         let pages: Vec<u64> = (0..256u64).rev().collect();
-        let trace = trace_of(&store, &pages);
-        let pager = Pager::new(Config::default()).unwrap();
         let opts = MapOptions::new()
             .readahead(ReadaheadMode::Off)
-            .replay_trace(trace)
             .replay_ahead(16);
-        let map = pager.map_trusted(store.clone(), opts).unwrap();
+        let Replaying { map, data, .. } = replaying(256, 99, &pages, Config::default(), opts);
         progress_when(&map, |p| p.waiting);
         // The application unmaps the second half of the mapping: the
         // replay goes on through the first, and the pages it can no
