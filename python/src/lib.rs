@@ -482,9 +482,10 @@ fn readahead_mode(arg: Option<&str>) -> PyResult<ReadaheadMode> {
 /// replay_trace: the path of a trace saved by Mapping.save_trace on this
 ///     same object, at this same version: its pages are read ahead of the
 ///     program, in the order they were first touched, each widened to the
-///     block read-around would read, at most 16 to 32 MiB past what the
-///     program has used so far. A trace of an object of another length or
-///     version (for a file: its modification time) raises ValueError.
+///     block read-around would read, at most 16 to 32 MiB (a quarter of
+///     memory_budget at most) past what the program has used so far. A
+///     trace of an object of another length or version (for a file: its
+///     modification time) raises ValueError.
 /// pager: the Pager to map with (None: a default one, made on first use).
 ///
 /// Raises FileNotFoundError, PermissionError, IsADirectoryError, ValueError

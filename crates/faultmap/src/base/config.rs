@@ -515,8 +515,12 @@ impl MapOptions {
     /// How far a replay reads ahead of the application, in pages
     /// (1..=[`MAX_REPLAY_AHEAD`]; default: [`Config::io_depth`] read-around
     /// windows, at least 4096 pages, 16 MiB, and at most 8192, 32 MiB: 16
-    /// MiB with readahead off, 32 MiB on a remote store or a local disk).
-    /// Under a memory budget, at most a quarter of the budget is used.
+    /// MiB with readahead off or a disk with 128 KiB read-ahead, 32 MiB on
+    /// a remote store or a disk with 1 MiB or more). Under a memory
+    /// budget, at most a quarter of the budget. The pages used are those
+    /// of the schedule's pieces the faults' windows reached; a piece the
+    /// application skips stops counting against this once it has used
+    /// this many more (see [`MapOptions::replay_trace`]).
     pub fn replay_ahead(mut self, pages: u64) -> Self {
         self.replay_ahead = Some(pages);
         self

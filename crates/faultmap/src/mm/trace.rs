@@ -32,20 +32,32 @@
 //!   issued    ---------------------->|  issued <= used + ahead
 //! ```
 //!
-//! The application *uses* a piece when a fault's fault-around window
-//! first overlaps it ([`Replay::touch`], from the fault path: a binary
-//! search over the steps sorted by page, a `fetch_or` per piece on a
-//! bitmap, then one add to the pacer's word); the piece's pages then count
-//! as used, wherever the piece is in the schedule. So the replay keeps
-//! `ahead` pages in hand however many threads read and in whatever order
-//! they reach the trace's parts; a page touched early (an index, a footer)
-//! gives it room, never skips it ahead. A piece already used is read all
-//! the same (the application's faults read their own windows, which may
-//! be less; what is cached costs a look). An application
-//! that leaves the trace stops the replay `ahead` pages later. Under a
-//! memory budget `ahead` is at most a quarter of the budget, and pages
-//! that do not fit when their piece is read are left out, as readahead
-//! leaves them (a later fault reads them).
+//! The application *uses* a piece when a fault's fault-around window,
+//! widened to whole read-around units, first overlaps it
+//! ([`Replay::touch`], from the fault path: a binary search over the steps
+//! sorted by page, a `fetch_or` per piece on a bitmap, then one add to the
+//! pacer's word); the piece's pages then count as used, wherever the piece
+//! is in the schedule. Every unit of the schedule holds a trace page, so
+//! an application that follows the trace uses every piece, however units
+//! and pieces are cut. A page touched early (an index, a footer) gives the
+//! replay room and never skips it ahead; a piece already used is read all
+//! the same (what is cached costs a look).
+//!
+//! A piece the replay read that the application never uses (it skipped
+//! that part of the trace, or unmapped it) would hold its room for good.
+//! So when the replay has no room it *forgives* the oldest piece it read
+//! and nobody used, once the application's faults have used `ahead` pages
+//! since it was read ([`Replay::forgive`], on the replay thread): the piece
+//! counts as used. Only the faults' own pages count for that, so
+//! forgiving never feeds itself; but an application whose threads read
+//! the trace's parts in another order (one far ahead, one behind) lets
+//! the replay read the slow one's part at the pace of the fast one, more
+//! than `ahead` in hand. A piece no region maps any more is taken as used
+//! when the replay reaches it. An application that leaves the trace stops
+//! the replay `ahead` pages later. Under a memory budget `ahead` is at
+//! most a quarter of the budget, and pages that do not fit when their
+//! piece is read are left out, as readahead leaves them (a later fault
+//! reads them).
 //!
 //! Layer rule: `crate::mm`; uses the base, cache and policy layers below
 //! and the fault path's `read_ahead`.
@@ -235,10 +247,13 @@ pub(crate) struct Pacer {
     state: AtomicU64,
     /// The schedule's pages the replay has gone past.
     issued: AtomicU64,
+    /// The pages the application's faults used (those of `state` but
+    /// what the replay took as used itself: [`Pacer::credit`]).
+    by_faults: AtomicU64,
     /// Bumped to wake the replay (its futex word).
     bell: AtomicU32,
     /// The most pages the replay goes past beyond those used.
-    ahead: u64,
+    pub(crate) ahead: u64,
 }
 
 /// The replay is asleep, or about to be: a fault that adds to the pages
@@ -259,6 +274,7 @@ impl Pacer {
         Pacer {
             state: AtomicU64::new(0),
             issued: AtomicU64::new(0),
+            by_faults: AtomicU64::new(0),
             bell: AtomicU32::new(0),
             ahead: ahead.max(1),
         }
@@ -269,10 +285,26 @@ impl Pacer {
         if pages == 0 {
             return;
         }
+        self.by_faults.fetch_add(pages, Ordering::Relaxed);
+        self.credit(pages);
+    }
+
+    /// The pages the application's faults used so far.
+    pub(crate) fn used_by_faults(&self) -> u64 {
+        self.by_faults.load(Ordering::Relaxed)
+    }
+
+    /// Takes `pages` more pages as used, for the replay itself: pieces
+    /// nobody maps any more, or that the application left behind
+    /// ([`Replay::run`]).
+    pub(crate) fn credit(&self, pages: u64) {
+        if pages == 0 {
+            return;
+        }
         let moved = self
             .state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                // Adding clears SLEEPING: this fault rings.
+                // Adding clears SLEEPING: this call rings.
                 let used = (s & USED).saturating_add(pages).min(USED);
                 Some((s & STOPPED) | used)
             });
@@ -289,8 +321,15 @@ impl Pacer {
 
     /// Waits until the schedule's pages `[pos, pos + len)` are at most
     /// `ahead` past the pages used (`len <= ahead`, or it may never be).
-    /// Returns false if the replay must stop.
-    pub(crate) fn wait_for_room(&self, pos: u64, len: u64) -> bool {
+    /// Each time it finds no room it first asks `forgive`, which may take
+    /// pages as used itself ([`Pacer::credit`]) and returns whether it
+    /// did. Returns false if the replay must stop.
+    pub(crate) fn wait_for_room(
+        &self,
+        pos: u64,
+        len: u64,
+        mut forgive: impl FnMut() -> bool,
+    ) -> bool {
         let room = |used: u64| pos + len <= used.saturating_add(self.ahead);
         loop {
             let s = self.state.load(Ordering::Acquire);
@@ -299,6 +338,9 @@ impl Pacer {
             }
             if room(s & USED) {
                 return true;
+            }
+            if forgive() {
+                continue;
             }
             // The bell before the flag: a ring after the flag is set
             // changes it, and the sleep below then returns at once.
@@ -387,6 +429,9 @@ pub(crate) struct Replay {
     by_page: Box<[usize]>,
     /// One bit per piece, set when a fault's window first overlaps it.
     used: Box<[AtomicU32]>,
+    /// The read-around unit, in pages: a fault uses the pieces of the
+    /// units its window lies in.
+    unit: u64,
     /// The largest read, in pages.
     piece: u64,
     pub(crate) pacer: Pacer,
@@ -473,6 +518,7 @@ impl Replay {
             first_piece,
             by_page: by_page.into_boxed_slice(),
             used,
+            unit,
             piece,
             pacer: Pacer::new(ahead),
         })
@@ -501,6 +547,30 @@ impl Replay {
         let step = &self.steps[i];
         let start = step.start + k * self.piece;
         start..step.end.min(start.saturating_add(self.piece))
+    }
+
+    /// The replay has no room: the oldest piece it read that the
+    /// application has not used, if the application's faults have used
+    /// `ahead` pages since (it skipped that piece, or another thread will
+    /// come to it late), is taken as used, so that pieces never used do
+    /// not hold the room for good. Only the faults' own pages count, so
+    /// taking one as used never lets another go by itself. Returns whether
+    /// one was.
+    fn forgive(&self, in_hand: &mut std::collections::VecDeque<(u64, u64, u64)>) -> bool {
+        while in_hand.front().is_some_and(|&(n, _, _)| self.is_used(n)) {
+            in_hand.pop_front();
+        }
+        let by_faults = self.pacer.used_by_faults();
+        match in_hand.front() {
+            Some(&(n, len, at)) if by_faults >= at.saturating_add(self.pacer.ahead) => {
+                in_hand.pop_front();
+                if self.mark_used(n) {
+                    self.pacer.credit(len);
+                }
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Marks the pieces that object pages `window` overlap used; returns
@@ -537,10 +607,30 @@ impl Replay {
     }
 
     /// A fault whose fault-around window is object pages `window`: the
-    /// pieces it overlaps are used. Async-signal-safe.
+    /// pieces of the units it lies in are used (each unit of the schedule
+    /// holds a trace page, so a faithful application uses every piece,
+    /// however the units are cut). Async-signal-safe.
     pub(crate) fn touch(&self, window: Range<ObjectPage>) {
-        self.pacer
-            .consume(self.use_window(window.start.0..window.end.0));
+        let start = window.start.0 / self.unit * self.unit;
+        let end = window.end.0.div_ceil(self.unit).saturating_mul(self.unit);
+        self.pacer.consume(self.use_window(start..end));
+    }
+
+    /// Marks piece `n` (of all the schedule's) used, if no fault did;
+    /// returns whether this call did.
+    fn mark_used(&self, n: u64) -> bool {
+        let bit = 1u32 << (n % 32);
+        self.used
+            .get((n / 32) as usize)
+            .is_some_and(|w| w.fetch_or(bit, Ordering::Relaxed) & bit == 0)
+    }
+
+    /// Whether piece `n` (of all the schedule's) was used.
+    fn is_used(&self, n: u64) -> bool {
+        let bit = 1u32 << (n % 32);
+        self.used
+            .get((n / 32) as usize)
+            .is_some_and(|w| w.load(Ordering::Relaxed) & bit != 0)
     }
 
     /// The replay thread: reads the schedule ahead of the application
@@ -548,21 +638,31 @@ impl Replay {
     /// over parts of it), until it ends or the mapping stops it.
     pub(crate) fn run(&self, region: &Arc<Region>) {
         let mut pos = 0u64;
+        // Pieces read and not yet used, oldest first: (piece, pages, the
+        // pages used when it was read).
+        let mut in_hand = std::collections::VecDeque::new();
         for (i, step) in self.steps.iter().enumerate() {
             for k in 0..(step.end - step.start).div_ceil(self.piece) {
                 let pages = self.piece_pages(i, k);
                 let len = pages.end - pages.start;
+                let n = self.first_piece[i] + k;
                 // A piece the application used is read all the same: its
                 // faults read their windows, which may be less than the
                 // piece (what is cached already costs a look).
-                if !self.pacer.wait_for_room(pos, len) {
+                let room = self
+                    .pacer
+                    .wait_for_room(pos, len, || self.forgive(&mut in_hand));
+                if !room {
                     return;
+                }
+                if !self.is_used(n) {
+                    in_hand.push_back((n, len, self.pacer.used_by_faults()));
                 }
                 // A piece no region maps any more (the application
                 // unmapped it) will never be used: it is, now, so that it
                 // holds no room.
                 if prefetch(region, pages.clone()) == 0 {
-                    self.pacer.consume(self.use_window(pages));
+                    self.pacer.credit(self.use_window(pages));
                 }
                 pos += len;
                 self.pacer.issued(pos);
@@ -748,6 +848,29 @@ mod tests {
         assert_eq!(replay.pages(), 160);
     }
 
+    #[test]
+    fn a_fault_uses_the_pieces_of_its_units() {
+        // Units of 64 pages cut into pieces of 16: a fault on one page
+        // uses its unit's four pieces.
+        let pages: Vec<u64> = (0..16).map(|i| i * 64 + 5).collect();
+        let trace = Trace::from_pages(1024 * 4096, "o", None, pages);
+        let replay = Replay::new(&trace, 0..1024, 64, 256, 16).unwrap();
+        assert_eq!(replay.piece, 16);
+        replay.touch(ObjectPage(5)..ObjectPage(6));
+        assert_eq!(replay.pacer.progress().1, 64);
+        replay.touch(ObjectPage(70)..ObjectPage(71));
+        assert_eq!(replay.pacer.progress().1, 128);
+        // A mapping that starts inside a unit: its first step starts
+        // there, and its pieces straddle units; the units' faults still
+        // use them all.
+        let trace = Trace::from_pages(1024 * 4096, "o", None, [130, 300, 301]);
+        let replay = Replay::new(&trace, 100..1024, 256, 256, 1000).unwrap();
+        assert_eq!(replay.steps.to_vec(), vec![100..512]);
+        replay.touch(ObjectPage(130)..ObjectPage(131));
+        replay.touch(ObjectPage(300)..ObjectPage(301));
+        assert_eq!(replay.pacer.progress().1, replay.pages());
+    }
+
     proptest::proptest! {
         /// Every trace page of the mapping is read by exactly one step,
         /// steps never overlap and stay inside the mapping, and windows
@@ -815,9 +938,12 @@ mod tests {
     #[test]
     fn the_pacer_waits_for_the_application_and_stops() {
         let pacer = Arc::new(Pacer::new(4));
-        assert!(pacer.wait_for_room(0, 4), "the first window is free");
+        assert!(
+            pacer.wait_for_room(0, 4, || false),
+            "the first window is free"
+        );
         let p = pacer.clone();
-        let waiter = std::thread::spawn(move || p.wait_for_room(4, 2));
+        let waiter = std::thread::spawn(move || p.wait_for_room(4, 2, || false));
         // Not past 6 - 4 = 2 pages used yet: the waiter sleeps until
         // faults have used 2.
         pacer.consume(1);
@@ -825,7 +951,7 @@ mod tests {
         pacer.consume(1);
         assert!(waiter.join().unwrap());
         let p = pacer.clone();
-        let stopped = std::thread::spawn(move || p.wait_for_room(100, 1));
+        let stopped = std::thread::spawn(move || p.wait_for_room(100, 1, || false));
         pacer.stop();
         assert!(!stopped.join().unwrap());
     }
@@ -867,7 +993,7 @@ mod loom_models {
             let pacer = Arc::new(Pacer::new(1));
             let p = pacer.clone();
             let fault = thread::spawn(move || p.consume(1));
-            assert!(pacer.wait_for_room(1, 1));
+            assert!(pacer.wait_for_room(1, 1, || false));
             fault.join().unwrap();
         });
     }
@@ -879,7 +1005,7 @@ mod loom_models {
             let pacer = Arc::new(Pacer::new(1));
             let p = pacer.clone();
             let stop = thread::spawn(move || p.stop());
-            assert!(!pacer.wait_for_room(5, 1));
+            assert!(!pacer.wait_for_room(5, 1, || false));
             stop.join().unwrap();
         });
     }
