@@ -483,7 +483,8 @@ fn readahead_mode(arg: Option<&str>) -> PyResult<ReadaheadMode> {
 ///     same object, at this same version: its pages are read ahead of the
 ///     program, in the order they were first touched, each widened to the
 ///     block read-around would read, at most 16 to 32 MiB (a quarter of
-///     memory_budget at most) past what the program has used so far. A
+///     memory_budget at most) past what a program that follows the trace
+///     has used so far. A
 ///     trace of an object of another length or version (for a file: its
 ///     modification time) raises ValueError.
 /// pager: the Pager to map with (None: a default one, made on first use).

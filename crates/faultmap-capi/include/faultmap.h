@@ -198,8 +198,8 @@ struct fm_mapping *fm_map(struct fm_pager *pager,
  * version; NULL: none): a thread reads the trace's pages ahead of the
  * program, in the order they were first touched, each widened to the
  * block read-around would read (one page with `FM_READAHEAD_OFF`), at
- * most 16 to 32 MiB (a quarter of a memory budget at most) past what the
- * program has used so far. A trace of an object of another length or
+ * most 16 to 32 MiB (a quarter of a memory budget at most) past what a
+ * program that follows the trace has used so far. A trace of an object of another length or
  * version (for a file: its modification time) fails: NULL, with
  * `fm_last_errno()` `EINVAL` and `fm_last_error()` saying why.
  *

@@ -232,11 +232,12 @@ pub struct ReplayProgress {
     /// or left out (a part the application unmapped; pages the budget had
     /// no room for).
     pub replayed: u64,
-    /// Pages the application has used: those of the schedule's pieces
-    /// (reads of at most the store's largest request) that a fault's
-    /// fault-around window overlapped, wherever they are in the schedule.
-    /// The replay goes at most [`MapOptions::replay_ahead`] pages past
-    /// this.
+    /// Pages of the schedule taken as used: those of its pieces (reads of
+    /// at most the store's largest request) in the read-around units a
+    /// fault's window lay in, wherever they are in the schedule; pieces
+    /// the replay read and the application skipped, once its faults used
+    /// [`MapOptions::replay_ahead`] pages more; and pieces no region maps
+    /// any more. The replay goes at most `replay_ahead` pages past this.
     pub used: u64,
     /// The replay is waiting for the application: it is as far ahead as
     /// it may go.

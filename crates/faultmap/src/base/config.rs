@@ -496,8 +496,11 @@ impl MapOptions {
     /// blocks merged and cut into the store's largest requests, many in
     /// flight. It reads those not cached yet, at most
     /// [`MapOptions::replay_ahead`] pages past those the application has
-    /// used (pages of the requests its faults' windows overlapped, in
-    /// whatever order and from however many threads). The trace must have
+    /// used (the requests of the read-around blocks its faults' windows
+    /// lay in, in whatever order and from however many threads; a request
+    /// it read and the application skipped counts as used once the
+    /// faults have used `replay_ahead` pages more, spending as many, so
+    /// that the replay never goes faster than the faults). The trace must have
     /// been recorded on an object of this length and version
     /// ([`crate::Store::version`]: for a file, its modification time):
     /// else mapping fails with [`crate::TraceError::Mismatch`]. Pages of

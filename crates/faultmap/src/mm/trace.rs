@@ -21,7 +21,7 @@
 //! has a thread, `faultmap-replay`, that walks the trace's *schedule*
 //! ([`Replay`]: each trace page widened to its read-around unit, each unit
 //! once, in first-touch order, cut into pieces of the store's largest
-//! request) and reads each piece's pages that are not cached yet
+//! request, and never more than `ahead`) and reads each piece's pages that are not cached yet
 //! ([`crate::mm::fault::read_ahead`], as `Advice::WillNeed` does), on the
 //! pager's I/O threads, never more than `ahead` pages of the schedule past
 //! what the application has used ([`Pacer`]):
@@ -48,11 +48,12 @@
 //! So when the replay has no room it *forgives* the oldest piece it read
 //! and nobody used, once the application's faults have used `ahead` pages
 //! since it was read ([`Replay::forgive`], on the replay thread): the piece
-//! counts as used. Only the faults' own pages count for that, so
-//! forgiving never feeds itself; but an application whose threads read
-//! the trace's parts in another order (one far ahead, one behind) lets
-//! the replay read the slow one's part at the pace of the fast one, more
-//! than `ahead` in hand. A piece no region maps any more is taken as used
+//! counts as used, and spends as many of the faults' pages, so forgiving
+//! never feeds itself: the replay never goes faster than the faults. An
+//! application whose threads read the trace's parts in another order (one
+//! far ahead, one behind) so lets the replay read the slow one's part at
+//! most at the pace of the fast one: more than `ahead` in hand, but no
+//! more than the faults have used. A piece no region maps any more is taken as used
 //! when the replay reaches it. An application that leaves the trace stops
 //! the replay `ahead` pages later. Under a memory budget `ahead` is at
 //! most a quarter of the budget, and pages that do not fit when their
@@ -285,6 +286,11 @@ impl Pacer {
         if pages == 0 {
             return;
         }
+        // Before the state word's update, which is a release: a replay
+        // that sees the new word (acquire) sees this too, and one that
+        // goes to sleep on the old word fails its compare-and-swap and
+        // looks again (`wait_for_room`; loom model
+        // `loom_models_trace_pacer_forgives_on_the_faults_pages`).
         self.by_faults.fetch_add(pages, Ordering::Relaxed);
         self.credit(pages);
     }
@@ -553,18 +559,18 @@ impl Replay {
     /// application has not used, if the application's faults have used
     /// `ahead` pages since (it skipped that piece, or another thread will
     /// come to it late), is taken as used, so that pieces never used do
-    /// not hold the room for good. Only the faults' own pages count, so
-    /// taking one as used never lets another go by itself. Returns whether
-    /// one was.
-    fn forgive(&self, in_hand: &mut std::collections::VecDeque<(u64, u64, u64)>) -> bool {
-        while in_hand.front().is_some_and(|&(n, _, _)| self.is_used(n)) {
-            in_hand.pop_front();
-        }
-        let by_faults = self.pacer.used_by_faults();
-        match in_hand.front() {
-            Some(&(n, len, at)) if by_faults >= at.saturating_add(self.pacer.ahead) => {
-                in_hand.pop_front();
+    /// not hold the room for good. A piece taken so spends as many of the
+    /// faults' pages (`hand.spent`), so that what it frees is never freed
+    /// again: the replay goes at most as fast as the faults, `ahead`
+    /// behind them, whatever it forgives. Returns whether one was.
+    fn forgive(&self, hand: &mut InHand) -> bool {
+        hand.drop_used(self);
+        let left = self.pacer.used_by_faults().saturating_sub(hand.spent);
+        match hand.pieces.front() {
+            Some(&(n, len, at)) if left >= at.saturating_add(self.pacer.ahead) => {
+                hand.pieces.pop_front();
                 if self.mark_used(n) {
+                    hand.spent += len;
                     self.pacer.credit(len);
                 }
                 true
@@ -597,7 +603,11 @@ impl Replay {
                 let Some(word) = self.used.get((n / 32) as usize) else {
                     break;
                 };
-                if word.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+                // A look first: the pieces of a unit in use are set already,
+                // and a write would bounce the word between CPUs.
+                if word.load(Ordering::Relaxed) & bit == 0
+                    && word.fetch_or(bit, Ordering::Relaxed) & bit == 0
+                {
                     let p = self.piece_pages(i, k);
                     pages += p.end - p.start;
                 }
@@ -638,9 +648,7 @@ impl Replay {
     /// over parts of it), until it ends or the mapping stops it.
     pub(crate) fn run(&self, region: &Arc<Region>) {
         let mut pos = 0u64;
-        // Pieces read and not yet used, oldest first: (piece, pages, the
-        // pages used when it was read).
-        let mut in_hand = std::collections::VecDeque::new();
+        let mut hand = InHand::default();
         for (i, step) in self.steps.iter().enumerate() {
             for k in 0..(step.end - step.start).div_ceil(self.piece) {
                 let pages = self.piece_pages(i, k);
@@ -651,12 +659,14 @@ impl Replay {
                 // piece (what is cached already costs a look).
                 let room = self
                     .pacer
-                    .wait_for_room(pos, len, || self.forgive(&mut in_hand));
+                    .wait_for_room(pos, len, || self.forgive(&mut hand));
                 if !room {
                     return;
                 }
+                hand.drop_used(self);
                 if !self.is_used(n) {
-                    in_hand.push_back((n, len, self.pacer.used_by_faults()));
+                    let at = self.pacer.used_by_faults().saturating_sub(hand.spent);
+                    hand.pieces.push_back((n, len, at));
                 }
                 // A piece no region maps any more (the application
                 // unmapped it) will never be used: it is, now, so that it
@@ -667,6 +677,31 @@ impl Replay {
                 pos += len;
                 self.pacer.issued(pos);
             }
+        }
+    }
+}
+
+/// The replay thread's pieces read and not used yet, oldest first, for
+/// [`Replay::forgive`]. At most one entry (24 bytes) per piece read, and a
+/// piece holds at least a page of cache: well under 1 % of what the
+/// replay read.
+#[derive(Default)]
+struct InHand {
+    /// (piece, its pages, the faults' pages less `spent` when it was read).
+    pieces: std::collections::VecDeque<(u64, u64, u64)>,
+    /// The faults' pages that forgiven pieces spent.
+    spent: u64,
+}
+
+impl InHand {
+    /// Lets go of the oldest pieces that were used since.
+    fn drop_used(&mut self, replay: &Replay) {
+        while self
+            .pieces
+            .front()
+            .is_some_and(|&(n, _, _)| replay.is_used(n))
+        {
+            self.pieces.pop_front();
         }
     }
 }
@@ -1007,6 +1042,30 @@ mod loom_models {
             let stop = thread::spawn(move || p.stop());
             assert!(!pacer.wait_for_room(5, 1, || false));
             stop.join().unwrap();
+        });
+    }
+
+    /// The replay waits for room that only forgiveness can give: it
+    /// must see the faults' pages (a separate word from the one it sleeps
+    /// on) whatever the order, and never sleep through them.
+    #[test]
+    fn loom_models_trace_pacer_forgives_on_the_faults_pages() {
+        loom::model(|| {
+            let pacer = Arc::new(Pacer::new(1));
+            let p = pacer.clone();
+            let fault = thread::spawn(move || p.consume(1));
+            // Room at 2 used: the fault's page, and one forgiven on it.
+            let mut forgiven = false;
+            let room = pacer.wait_for_room(2, 1, || {
+                if !forgiven && pacer.used_by_faults() >= 1 {
+                    forgiven = true;
+                    pacer.credit(1);
+                    return true;
+                }
+                false
+            });
+            assert!(room);
+            fault.join().unwrap();
         });
     }
 }
