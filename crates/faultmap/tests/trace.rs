@@ -151,10 +151,7 @@ fn a_replay_stays_a_bounded_distance_ahead_of_the_application() {
     watchdog(WATCHDOG, || {
         // 64 single pages, scattered: one request each.
         let pages: Vec<u64> = (0..64u64).map(|i| (i * 37) % 512).collect();
-        let opts = MapOptions::new()
-            .readahead(ReadaheadMode::Off)
-            .fault_around_order(0)
-            .replay_ahead(8);
+        let opts = page_by_page(8);
         let Replaying { map, .. } = replaying(512, 94, &pages, Config::default(), opts);
         // Nothing touched: the replay goes 8 pages and waits.
         let p = progress_when(&map, |p| p.waiting);
@@ -198,6 +195,15 @@ fn trace_of(store: &Arc<Instrumented>, pages: &[u64]) -> Trace {
     drop(pager);
     store.reads.lock().unwrap().clear();
     trace
+}
+
+/// A replay that reads page by page (readahead off), faults that map one
+/// page each, and `ahead` pages of room: the pacing in plain numbers.
+fn page_by_page(ahead: u64) -> MapOptions {
+    MapOptions::new()
+        .readahead(ReadaheadMode::Off)
+        .fault_around_order(0)
+        .replay_ahead(ahead)
 }
 
 /// A replay under test: a cold pager's mapping of an object of pattern
@@ -337,10 +343,7 @@ fn pieces_the_application_skips_do_not_hold_the_replay_back() {
     watchdog(WATCHDOG, || {
         // 64 single pages; the replay may go 8 past what was used.
         let pages: Vec<u64> = (0..64u64).map(|i| (i * 37) % 512).collect();
-        let opts = MapOptions::new()
-            .readahead(ReadaheadMode::Off)
-            .fault_around_order(0)
-            .replay_ahead(8);
+        let opts = page_by_page(8);
         let Replaying { map, .. } = replaying(512, 92, &pages, Config::default(), opts);
         progress_when(&map, |p| p.waiting);
         // The application skips the trace's pages 1 to 8, which the replay
@@ -364,10 +367,7 @@ fn an_application_that_reads_the_trace_out_of_order_is_still_served_by_it() {
     watchdog(WATCHDOG, || {
         // 800 single pages; the replay may go 8 past what was used.
         let pages: Vec<u64> = (0..800u64).map(|i| (i * 7) % 4096).collect();
-        let opts = MapOptions::new()
-            .readahead(ReadaheadMode::Off)
-            .fault_around_order(0)
-            .replay_ahead(8);
+        let opts = page_by_page(8);
         let Replaying { map, .. } = replaying(4096, 98, &pages, Config::default(), opts);
         progress_when(&map, |p| p.waiting);
         // The last 200 first (as a second thread of the recording run

@@ -554,20 +554,10 @@ mod tests {
 
     #[test]
     fn runs_outside_the_object_or_overlapping_are_refused() {
-        let outside = Trace {
-            object_len: 4096 * 4,
-            name: "o".into(),
-            version: None,
-            runs: vec![0..2, 3..5],
-        };
+        let outside = Trace::with_runs(4096 * 4, vec![0..2, 3..5]);
         let e = Trace::from_bytes(&outside.to_bytes()).unwrap_err();
         assert!(e.to_string().contains("outside the object"), "{e}");
-        let overlap = Trace {
-            object_len: 4096 * 8,
-            name: "o".into(),
-            version: None,
-            runs: vec![0..3, 2..5],
-        };
+        let overlap = Trace::with_runs(4096 * 8, vec![0..3, 2..5]);
         let e = Trace::from_bytes(&overlap.to_bytes()).unwrap_err();
         assert!(e.to_string().contains("overlap"), "{e}");
     }

@@ -427,8 +427,8 @@ impl Pacer {
 pub(crate) struct Replay {
     /// Object pages to read, in order; disjoint, non-empty.
     steps: Box<[Range<u64>]>,
-    /// `starts[i]`: the pages of steps `0..i`.
-    starts: Box<[u64]>,
+    /// The pages of all steps.
+    pages: u64,
     /// `first_piece[i]`: the pieces of steps `0..i`.
     first_piece: Box<[u64]>,
     /// Step indices sorted by first page: a fault's window to its steps.
@@ -499,28 +499,22 @@ impl Replay {
                 _ => steps.push(read),
             }
         }
-        let prefix = |count: &dyn Fn(&Range<u64>) -> u64| -> Box<[u64]> {
-            steps
-                .iter()
-                .scan(0u64, |total, s| {
-                    let at = *total;
-                    *total += count(s);
-                    Some(at)
-                })
-                .collect()
-        };
-        let starts = prefix(&|s| s.end - s.start);
-        let first_piece = prefix(&|s| (s.end - s.start).div_ceil(piece));
-        let pieces = match (first_piece.last(), steps.last()) {
-            (Some(at), Some(s)) => at + (s.end - s.start).div_ceil(piece),
-            _ => 0,
-        };
+        let total = steps.iter().map(|s| s.end - s.start).sum();
+        let mut pieces = 0u64;
+        let first_piece = steps
+            .iter()
+            .map(|s| {
+                let at = pieces;
+                pieces += (s.end - s.start).div_ceil(piece);
+                at
+            })
+            .collect();
         let used = zeroed_atomics(usize::try_from(pieces.div_ceil(32)).ok()?)?;
         let mut by_page: Vec<usize> = (0..steps.len()).collect();
         by_page.sort_by_key(|&i| steps[i].start);
         Some(Replay {
             steps: steps.into_boxed_slice(),
-            starts,
+            pages: total,
             first_piece,
             by_page: by_page.into_boxed_slice(),
             used,
@@ -532,10 +526,7 @@ impl Replay {
 
     /// How many pages the schedule reads.
     pub(crate) fn pages(&self) -> u64 {
-        match (self.starts.last(), self.steps.last()) {
-            (Some(at), Some(step)) => at + (step.end - step.start),
-            _ => 0,
-        }
+        self.pages
     }
 
     /// The step that reads object page `page`, if any.
@@ -809,7 +800,8 @@ mod tests {
         let trace = Trace::from_pages(1 << 30, "o", None, [7, 8, 9, 2, 100, 3]);
         let replay = Replay::new(&trace, 0..1 << 18, 1, 256, 16).unwrap();
         assert_eq!(&*replay.steps, &[7..10, 2..3, 100..101, 3..4]);
-        assert_eq!(&*replay.starts, &[0, 3, 4, 5]);
+        assert_eq!(&*replay.first_piece, &[0, 1, 2, 3]);
+        assert_eq!(replay.pages(), 6);
         assert_eq!(replay.piece, 16, "never more than ahead");
         let steps: Vec<Option<usize>> = [7, 9, 2, 100, 3, 0, 4, 10, 99, 101]
             .iter()
