@@ -484,9 +484,8 @@ fn readahead_mode(arg: Option<&str>) -> PyResult<ReadaheadMode> {
 ///     program, in the order they were first touched, each widened to the
 ///     block read-around would read, at most 16 to 32 MiB (a quarter of
 ///     memory_budget at most) past what a program that follows the trace
-///     has used so far. A
-///     trace of an object of another length or version (for a file: its
-///     modification time) raises ValueError.
+///     has used so far. A trace of an object of another length or version
+///     (for a file: its modification time) raises ValueError.
 /// pager: the Pager to map with (None: a default one, made on first use).
 ///
 /// Raises FileNotFoundError, PermissionError, IsADirectoryError, ValueError
@@ -986,11 +985,11 @@ impl Mapping {
         // length: without the GIL.
         let saved = py.detach(|| {
             let trace = either!(map.mapping(), m => m.trace())?;
-            Some(trace.save(&path).map(|()| {
+            Some(trace.save(&path).map(|bytes| {
                 serde_json::json!({
                     "pages": trace.pages(),
                     "runs": trace.runs().len(),
-                    "bytes": trace.to_bytes().len(),
+                    "bytes": bytes,
                 })
             }))
         });

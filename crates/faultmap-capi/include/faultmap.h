@@ -199,9 +199,10 @@ struct fm_mapping *fm_map(struct fm_pager *pager,
  * program, in the order they were first touched, each widened to the
  * block read-around would read (one page with `FM_READAHEAD_OFF`), at
  * most 16 to 32 MiB (a quarter of a memory budget at most) past what a
- * program that follows the trace has used so far. A trace of an object of another length or
- * version (for a file: its modification time) fails: NULL, with
- * `fm_last_errno()` `EINVAL` and `fm_last_error()` saying why.
+ * program that follows the trace has used so far. A trace of an object
+ * of another length or version (for a file: its modification time)
+ * fails: NULL, with `fm_last_errno()` `EINVAL` and `fm_last_error()`
+ * saying why.
  *
  * # Safety
  *
@@ -222,8 +223,8 @@ struct fm_mapping *fm_map_replay(struct fm_pager *pager,
  *
  * # Safety
  *
- * `m` is NULL or a live mapping from `fm_map` or `fm_map_replay`; `path` is NULL or a
- * NUL-terminated string.
+ * `m` is NULL or a live mapping from `fm_map` or `fm_map_replay`; `path`
+ * is NULL or a NUL-terminated string.
  */
 int fm_save_trace(const struct fm_mapping *m, const char *path);
 

@@ -276,26 +276,18 @@ pub unsafe extern "C" fn fm_map(
     length: u64,
     flags: c_int,
 ) -> *mut fm_mapping {
-    guard(std::ptr::null_mut(), || {
-        // SAFETY: NULL or a live pager (this function's contract).
-        let Some(pager) = (unsafe { pager.as_ref() }) else {
-            fail(libc::EINVAL, "fm_map: the pager is NULL");
-            return std::ptr::null_mut();
-        };
-        if path_or_url.is_null() {
-            fail(libc::EINVAL, "fm_map: the path is NULL");
-            return std::ptr::null_mut();
-        }
-        // SAFETY: non-NULL and NUL-terminated (this function's contract).
-        let Ok(target) = unsafe { CStr::from_ptr(path_or_url) }.to_str() else {
-            fail(libc::EINVAL, "fm_map: the path is not UTF-8");
-            return std::ptr::null_mut();
-        };
-        match map(&pager.pager, target, offset, length, flags, None) {
-            Ok(map) => Box::into_raw(Box::new(fm_mapping { map })),
-            Err(_) => std::ptr::null_mut(),
-        }
-    })
+    // SAFETY: this function's contract, with no trace.
+    unsafe {
+        map_entry(
+            "fm_map",
+            pager,
+            path_or_url,
+            offset,
+            length,
+            flags,
+            std::ptr::null(),
+        )
+    }
 }
 
 /// [`fm_map`], replaying the access trace in the file `replay_trace`
@@ -304,9 +296,10 @@ pub unsafe extern "C" fn fm_map(
 /// program, in the order they were first touched, each widened to the
 /// block read-around would read (one page with `FM_READAHEAD_OFF`), at
 /// most 16 to 32 MiB (a quarter of a memory budget at most) past what a
-/// program that follows the trace has used so far. A trace of an object of another length or
-/// version (for a file: its modification time) fails: NULL, with
-/// `fm_last_errno()` `EINVAL` and `fm_last_error()` saying why.
+/// program that follows the trace has used so far. A trace of an object
+/// of another length or version (for a file: its modification time)
+/// fails: NULL, with `fm_last_errno()` `EINVAL` and `fm_last_error()`
+/// saying why.
 ///
 /// # Safety
 ///
@@ -320,23 +313,52 @@ pub unsafe extern "C" fn fm_map_replay(
     flags: c_int,
     replay_trace: *const c_char,
 ) -> *mut fm_mapping {
+    // SAFETY: this function's contract.
+    unsafe {
+        map_entry(
+            "fm_map_replay",
+            pager,
+            path_or_url,
+            offset,
+            length,
+            flags,
+            replay_trace,
+        )
+    }
+}
+
+/// The body of [`fm_map`] and [`fm_map_replay`] (`func` names the one
+/// called, in messages).
+///
+/// # Safety
+///
+/// As for [`fm_map_replay`].
+unsafe fn map_entry(
+    func: &str,
+    pager: *mut fm_pager,
+    path_or_url: *const c_char,
+    offset: u64,
+    length: u64,
+    flags: c_int,
+    replay_trace: *const c_char,
+) -> *mut fm_mapping {
     guard(std::ptr::null_mut(), || {
         // SAFETY: NULL or a live pager (this function's contract).
         let Some(pager) = (unsafe { pager.as_ref() }) else {
-            fail(libc::EINVAL, "fm_map_replay: the pager is NULL");
+            fail(libc::EINVAL, &format!("{func}: the pager is NULL"));
             return std::ptr::null_mut();
         };
         // SAFETY: NULL or NUL-terminated (this function's contract).
-        let Some(target) = (unsafe { c_str(path_or_url, "fm_map_replay: the path") }) else {
+        let Some(target) = (unsafe { c_str(path_or_url, &format!("{func}: the path")) }) else {
             return std::ptr::null_mut();
         };
         let trace = if replay_trace.is_null() {
             None
         } else {
+            let what = format!("{func}: the trace's path");
             // SAFETY: non-NULL and NUL-terminated (this function's
             // contract).
-            let Some(path) = (unsafe { c_str(replay_trace, "fm_map_replay: the trace's path") })
-            else {
+            let Some(path) = (unsafe { c_str(replay_trace, &what) }) else {
                 return std::ptr::null_mut();
             };
             match fm::Trace::load(path) {
@@ -379,8 +401,8 @@ unsafe fn c_str<'a>(ptr: *const c_char, what: &str) -> Option<&'a str> {
 ///
 /// # Safety
 ///
-/// `m` is NULL or a live mapping from `fm_map` or `fm_map_replay`; `path` is NULL or a
-/// NUL-terminated string.
+/// `m` is NULL or a live mapping from `fm_map` or `fm_map_replay`; `path`
+/// is NULL or a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn fm_save_trace(m: *const fm_mapping, path: *const c_char) -> c_int {
     guard(-libc::EIO, || {
@@ -403,7 +425,7 @@ pub unsafe extern "C" fn fm_save_trace(m: *const fm_mapping, path: *const c_char
             );
         };
         match trace.save(path) {
-            Ok(()) => 0,
+            Ok(_) => 0,
             Err(e) => fail_with(&e),
         }
     })

@@ -310,7 +310,7 @@ pub struct TraceWritten {
     file: String,
     pages: u64,
     runs: usize,
-    bytes: usize,
+    bytes: u64,
 }
 
 impl TraceWritten {
@@ -324,12 +324,12 @@ impl TraceWritten {
 }
 
 fn save(path: &std::path::Path, trace: &faultmap::Trace) -> anyhow::Result<TraceWritten> {
-    trace.save(path)?;
+    let bytes = trace.save(path)?;
     Ok(TraceWritten {
         file: path.display().to_string(),
         pages: trace.pages(),
         runs: trace.runs().len(),
-        bytes: trace.to_bytes().len(),
+        bytes,
     })
 }
 

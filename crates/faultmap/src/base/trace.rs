@@ -264,8 +264,9 @@ impl Trace {
     /// reader never sees half a trace and a crash leaves the old file or
     /// the new one. A trace whose file would be larger than [`Trace::load`]
     /// reads (16 MiB, about 5 million runs of a random read) is refused
-    /// with [`TraceError::Format`], and nothing is written.
-    pub fn save(&self, path: impl AsRef<Path>) -> Result<(), TraceError> {
+    /// with [`TraceError::Format`], and nothing is written. Returns the
+    /// file's size in bytes.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<u64, TraceError> {
         let path = path.as_ref();
         let io = |source| TraceError::Io {
             op: "writing",
@@ -310,10 +311,10 @@ impl Trace {
         };
         // The trace is in place: a directory this process may not open
         // (write and search permission only) just goes unsynced.
-        match std::fs::File::open(dir) {
-            Ok(d) => d.sync_all().map_err(io),
-            Err(_) => Ok(()),
+        if let Ok(d) = std::fs::File::open(dir) {
+            d.sync_all().map_err(io)?;
         }
+        Ok(bytes.len() as u64)
     }
 
     /// Reads the trace in `path`.
