@@ -104,8 +104,8 @@ pub use api::pager::{
     ReplayProgress,
 };
 pub use base::config::{
-    Config, ConfigError, Delivery, HandlerPlacement, MapOptions, RegionLookup, MAX_REPLAY_AHEAD,
-    MIN_BUDGET,
+    Config, ConfigError, Delivery, HandlerPlacement, MapOptions, PageSize, RegionLookup,
+    MAX_REPLAY_AHEAD, MIN_BUDGET,
 };
 pub use base::report::{error_text, IoErrorKind, IoErrorReport, LOG_CAPACITY};
 pub use base::stats::{RaRow, RaStats, Stats};
@@ -119,4 +119,4 @@ pub use store::{open_url, HttpStore, RemoteErrorKind, RemoteTuning, S3Options, S
 pub use store::{
     FileIo, FileStore, MemStore, ParseFileIoError, ReadBuf, ReadDone, Store, StoreError,
 };
-pub use sys::{fork_generation, PAGE_SIZE};
+pub use sys::{fork_generation, HUGE_PAGE_SIZE, PAGE_SIZE};

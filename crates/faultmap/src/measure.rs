@@ -11,7 +11,7 @@ pub use crate::sys::{mincore_resident, rusage_faults};
 /// A close-on-exec memfd of `len` bytes named `name`, as a file: the
 /// like-for-like kernel baseline (shmem pages, as faultmap's cache).
 pub fn memfd(name: &std::ffi::CStr, len: u64) -> io::Result<File> {
-    crate::sys::memfd_create(name, len).map(File::from)
+    crate::sys::memfd_create(name, len, false).map(File::from)
 }
 
 /// The device's sequential read rate for `path`: reads the whole file with

@@ -56,14 +56,17 @@ fn typed(e: &(dyn Error + 'static)) -> Option<i32> {
             _ => None,
         };
     }
-    if let Some(CacheError::TooLarge { .. }) = e.downcast_ref::<CacheError>() {
-        return Some(libc::EFBIG);
+    match e.downcast_ref::<CacheError>() {
+        Some(CacheError::TooLarge { .. }) => return Some(libc::EFBIG),
+        Some(CacheError::HugePages { .. }) => return Some(libc::ENOMEM),
+        _ => {}
     }
     if let Some(m) = e.downcast_ref::<MapError>() {
         return match m {
             MapError::ReadOnlyStore { .. } => Some(libc::EROFS),
             MapError::Options(_) => Some(libc::EINVAL),
             MapError::MissingIoctl { .. } => Some(libc::ENOSYS),
+            MapError::PageSize { .. } => Some(libc::EINVAL),
             MapError::Read { .. } => Some(libc::EIO),
             // Transparent: their `source` is the inner error's source,
             // which would skip the inner error itself.
@@ -150,7 +153,9 @@ mod tests {
         assert_eq!(errno_of(&io::Error::other("?")), libc::EIO);
         let config = crate::Pager::new(crate::Config::default().io_threads(100_000)).unwrap_err();
         assert_eq!(errno_of(&config), libc::EINVAL);
-        let huge = crate::cache::Cache::new("huge", u64::MAX).err().unwrap();
+        let huge = crate::cache::Cache::new("huge", u64::MAX, crate::PageSize::Base, None)
+            .err()
+            .unwrap();
         assert_eq!(errno_of(&huge), libc::EFBIG);
     }
 }

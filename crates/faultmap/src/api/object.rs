@@ -12,6 +12,7 @@ use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::base::config::PageSize;
 use crate::base::index::ObjectPage;
 use crate::base::report::IoErrorReport;
 use crate::base::stats::{RaStats, Stats};
@@ -123,10 +124,17 @@ impl Object {
     /// Bytes of the object that are in its cache and up to date (a multiple
     /// of the page size). O(pages): for reporting, not for hot paths.
     pub fn cached_bytes(&self) -> u64 {
-        self.0.cache.states.count_uptodate() * PAGE_SIZE as u64
+        self.0.cache.bytes(self.0.cache.states.count_uptodate())
     }
 
-    /// Whether page `page` (`page * PAGE_SIZE` bytes into the object) is in
+    /// The size of the object's pages: every page count of the object
+    /// (its statistics, [`Object::is_cached`]) counts pages of this size.
+    pub fn page_size(&self) -> PageSize {
+        self.0.cache.page_size()
+    }
+
+    /// Whether page `page` (`page` times [`Object::page_size`] bytes into
+    /// the object) is in
     /// the cache and up to date. Lock-free; for tests, tools and policies.
     pub fn is_cached(&self, page: u64) -> bool {
         self.0.cache.states.load(ObjectPage(page)).state()
@@ -158,8 +166,8 @@ impl Object {
         if range.is_empty() {
             return Ok(0);
         }
-        let first = range.start / PAGE_SIZE as u64;
-        let end = range.end.div_ceil(PAGE_SIZE as u64);
+        let page = self.page_size().bytes() as u64;
+        let (first, end) = (range.start / page, range.end.div_ceil(page));
         // A barrier: an unmap event already read is handled first (its
         // region leaves the list of mappings), see `crate::mm::events`.
         drop(crate::mm::space::RegionTable::get().settled());
@@ -207,7 +215,9 @@ impl Object {
     /// Bytes of the object written and not yet written back (a multiple of
     /// the page size; pages being written back are not counted).
     pub fn dirty_bytes(&self) -> u64 {
-        self.0.wb.dirty_pages.load(Ordering::Relaxed) * PAGE_SIZE as u64
+        self.0
+            .cache
+            .bytes(self.0.wb.dirty_pages.load(Ordering::Relaxed))
     }
 
     /// Counters summed over every mapping of this object.
@@ -231,24 +241,33 @@ impl Object {
 /// What [`crate::Pager::map`] accepts: an [`Object`] (shares its cache), or
 /// any [`Store`] (a new object with a cache of its own).
 pub trait IntoObject {
-    /// Turns `self` into an object of `pager`.
-    fn into_object(self, pager: &crate::Pager) -> Result<Object, crate::MapError>;
+    /// Turns `self` into an object of `pager`, with pages of `page_size`
+    /// if it opens one (an object has its page size already).
+    fn into_object(
+        self,
+        pager: &crate::Pager,
+        page_size: PageSize,
+    ) -> Result<Object, crate::MapError>;
 }
 
 impl IntoObject for Object {
-    fn into_object(self, _pager: &crate::Pager) -> Result<Object, crate::MapError> {
+    fn into_object(self, _: &crate::Pager, _: PageSize) -> Result<Object, crate::MapError> {
         Ok(self)
     }
 }
 
 impl IntoObject for &Object {
-    fn into_object(self, _pager: &crate::Pager) -> Result<Object, crate::MapError> {
+    fn into_object(self, _: &crate::Pager, _: PageSize) -> Result<Object, crate::MapError> {
         Ok(self.clone())
     }
 }
 
 impl<S: Store> IntoObject for S {
-    fn into_object(self, pager: &crate::Pager) -> Result<Object, crate::MapError> {
-        pager.open(self)
+    fn into_object(
+        self,
+        pager: &crate::Pager,
+        page_size: PageSize,
+    ) -> Result<Object, crate::MapError> {
+        pager.open_with_page_size(self, page_size)
     }
 }

@@ -78,7 +78,8 @@ use std::time::{Duration, Instant};
 
 use crate::api::object::{IntoObject, InvalidateError, Object};
 use crate::base::config::{
-    Config, ConfigError, Delivery, HandlerPlacement, MapOptions, RegionLookup, MAX_HANDLER_THREADS,
+    Config, ConfigError, Delivery, HandlerPlacement, MapOptions, PageSize, RegionLookup,
+    MAX_HANDLER_THREADS,
 };
 use crate::base::index::{HostAddr, ObjectPage, RegionPage};
 use crate::base::report::{IoErrorKind, IoErrorReport};
@@ -205,6 +206,16 @@ pub enum MapError {
     /// recorded.
     #[error(transparent)]
     Trace(#[from] TraceError),
+    /// The map options ask for another page size than the object has.
+    #[error("{name} has {object} pages; cannot map it with {asked} pages")]
+    PageSize {
+        /// The object's name.
+        name: String,
+        /// The object's page size.
+        object: PageSize,
+        /// The page size asked for.
+        asked: PageSize,
+    },
     /// [`Mapping::read_at`] met a page that cannot be read.
     #[error("cannot read byte {offset} of {name}: {why}")]
     Read {
@@ -420,6 +431,11 @@ impl Pager {
         if write_protect {
             wanted |= feature::WP_HUGETLBFS_SHMEM;
         }
+        let hugetlb_bits = feature::MINOR_HUGETLBFS | feature::MISSING_HUGETLBFS;
+        let hugetlb = have & hugetlb_bits == hugetlb_bits;
+        if hugetlb {
+            wanted |= hugetlb_bits;
+        }
         sys::uffd_api(&uffd, wanted).map_err(|source| PagerError::Sys {
             op: "UFFDIO_API",
             source,
@@ -466,6 +482,7 @@ impl Pager {
             budget: Budget::new(config.memory_budget, counters.clone()),
             io_shared,
             write_protect,
+            hugetlb,
         });
         let stop = sys::eventfd().map_err(|source| PagerError::Sys {
             op: "eventfd",
@@ -570,7 +587,20 @@ impl Pager {
     /// Opens `store` as an object with a cache of its own, to map once or
     /// many times ([`Pager::map`] with the [`Object`]).
     pub fn open(&self, store: impl Store) -> Result<Object, MapError> {
-        self.new_object(Box::new(store), self.core.budget.clone(), None)
+        self.open_with_page_size(store, self.config.page_size)
+    }
+
+    /// Opens `store` as an object with pages of `size` ([`PageSize`]; the
+    /// pager's [`Config::page_size`] is the default of [`Pager::open`]).
+    /// With 2 MiB pages the kernel's pool of huge pages must hold the
+    /// whole object, or as much of it as the pager's memory budget: else
+    /// [`CacheError::HugePages`], which says how to grow the pool.
+    pub fn open_with_page_size(
+        &self,
+        store: impl Store,
+        size: PageSize,
+    ) -> Result<Object, MapError> {
+        self.new_object(Box::new(store), self.core.budget.clone(), None, size)
     }
 
     /// Opens `store` as an object with a memory budget of its own (at
@@ -592,7 +622,12 @@ impl Pager {
                 source,
             })?;
         // The evictor ends with the object (not with the pager's workers).
-        self.new_object(Box::new(store), domain, Some(evictor))
+        self.new_object(
+            Box::new(store),
+            domain,
+            Some(evictor),
+            self.config.page_size,
+        )
     }
 
     /// An object over `store`, charged to `budget`, watched by this pager.
@@ -601,9 +636,16 @@ impl Pager {
         store: Box<dyn Store>,
         budget: Arc<Budget>,
         evictor: Option<Evictor>,
+        size: PageSize,
     ) -> Result<Object, MapError> {
         let len = store.len();
-        let cache = Cache::new(store.name(), len)?;
+        if size == PageSize::Huge && !self.core.hugetlb {
+            return Err(MapError::MissingIoctl {
+                name: store.name().to_string(),
+                ioctl: "UFFDIO_CONTINUE on hugetlb (UFFD_FEATURE_MINOR_HUGETLBFS)",
+            });
+        }
+        let cache = Cache::new(store.name(), len, size, budget.limit_bytes())?;
         let grace = shutdown_grace(&self.config);
         let object = Arc::new(ObjectCore::new(
             store,
@@ -691,15 +733,27 @@ impl Pager {
         source: impl IntoObject,
         opts: MapOptions,
     ) -> Result<Mapping<A>, MapError> {
-        let object = source.into_object(self)?;
+        let size = opts.page_size_override().unwrap_or(self.config.page_size);
+        let object = source.into_object(self, size)?;
+        if opts
+            .page_size_override()
+            .is_some_and(|s| s != object.page_size())
+        {
+            return Err(MapError::PageSize {
+                name: object.name().to_string(),
+                object: object.page_size(),
+                asked: size,
+            });
+        }
+        let size = object.page_size();
         // An object opened by another pager: its errors reach this pager's
         // log too, this pager's watchdog polls its length, and its flusher
         // writes it back.
         self.core.io_shared.watch(&object.0);
-        let extent = opts.resolve(object.len())?;
+        let extent = opts.resolve(object.len(), size)?;
         if let Some(trace) = opts.trace_to_replay() {
             let version = object.0.store.version();
-            trace.check(object.name(), object.len(), version.as_deref())?;
+            trace.check(object.name(), object.len(), version.as_deref(), size)?;
         }
         let mut mapping = Mapping {
             region: None,
@@ -767,7 +821,7 @@ impl Pager {
             let ra_pages = opts
                 .ra_pages_override()
                 .unwrap_or(object.0.ra_pages)
-                .min(budget.max_ra_pages());
+                .min(budget.max_ra_pages(&object.0));
             let unit = match opts.readahead_mode() {
                 ReadaheadMode::Off => 1,
                 ReadaheadMode::AroundOnly => ra_pages,
@@ -777,7 +831,7 @@ impl Pager {
                 .replay_ahead_pages()
                 .unwrap_or_else(|| trace::default_ahead(unit, self.config.io_depth));
             let ahead = if budget.is_limited() {
-                ahead.min(budget.max_replay_pages())
+                ahead.min(budget.max_replay_pages(&object.0))
             } else {
                 ahead
             };
@@ -797,11 +851,11 @@ impl Pager {
         let mut table = RegionTable::get().lock();
         // 1. Map the memfd (read-only unless writable), congruent to its
         //    offset modulo 2 MiB.
-        let bytes = extent.pages as usize * PAGE_SIZE;
+        let bytes = extent.pages as usize * size.bytes();
         let map = sys::mmap_shared_aligned(
             object.0.cache.memfd(),
             bytes,
-            extent.first_page * PAGE_SIZE as u64,
+            object.0.cache.offset(first_page),
             PTRS_PER_PTE * PAGE_SIZE,
             writable,
         )
@@ -859,6 +913,7 @@ impl Pager {
             object: object.0.clone(),
             first_page: ObjectPage(extent.first_page),
             pages: extent.pages,
+            page_shift: size.shift(),
             order: AtomicU8::new(opts.order()),
             seq: SeqCount::default(),
             owner: self.core.clone(),
@@ -881,7 +936,7 @@ impl Pager {
         table.insert(region.clone());
         drop(table);
         self.core.mappings.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: lead < PAGE_SIZE <= the mapping's length, so the pointer is
+        // SAFETY: lead < the page size <= the mapping's length, so the pointer is
         // inside the mapping.
         mapping.ptr = unsafe { NonNull::new_unchecked(region.map.as_ptr().add(extent.lead)) };
         mapping.len = extent.len;
@@ -1357,6 +1412,7 @@ impl<A: Access> Mapping<A> {
         let pages = self.region.as_ref().and_then(|r| r.trace.record.as_ref());
         Some(Trace::from_pages(
             self.object.len(),
+            self.object.page_size(),
             self.object.name(),
             self.object.0.store.version(),
             pages.into_iter().flat_map(|r| r.pages()),
@@ -1448,7 +1504,7 @@ impl<A: Access> Mapping<A> {
                 Advice::WillNeed => {}
                 Advice::DontNeed => {
                     let addr = live.addr_of(pages.start).get();
-                    let len = pages.end.since(pages.start) as usize * PAGE_SIZE;
+                    let len = (pages.end.since(pages.start) as usize) << live.page_shift;
                     // Cleared first: a bit set for an unmapped page would
                     // keep fault-around from mapping it.
                     live.mapped.mark(pages.clone(), false);
@@ -1587,7 +1643,8 @@ impl<A: Access> Mapping<A> {
     /// What the object's error log says of the byte at `offset` (its
     /// latest report of a request that held it).
     fn failure_at(&self, offset: u64) -> String {
-        let page = offset / PAGE_SIZE as u64 * PAGE_SIZE as u64;
+        let page = self.object.page_size().bytes() as u64;
+        let page = offset / page * page;
         let name = self.object.name();
         let reports = self.object.io_errors();
         let Some(r) = reports.iter().rev().find(|r| {

@@ -9,7 +9,7 @@ use crate::policy::readahead::Mode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::sys::PAGE_SIZE;
+use crate::sys::{HUGE_PAGE_SIZE, PAGE_SIZE};
 
 /// The most handler threads a pager may have.
 pub const MAX_HANDLER_THREADS: usize = 64;
@@ -120,6 +120,9 @@ pub enum ConfigError {
     /// `replay_ahead` is 0 or above the maximum.
     #[error("replay_ahead must be 1..={MAX_REPLAY_AHEAD} pages, got {0}")]
     ReplayAhead(u64),
+    /// A page size other than 4 KiB and 2 MiB.
+    #[error("page size must be 4K or 2M, got {0:?}")]
+    PageSize(String),
 }
 
 /// How faults reach the pager.
@@ -174,6 +177,76 @@ pub enum RegionLookup {
     /// comparison. With signal delivery the SIGBUS handler takes the lock
     /// itself (see `crate::mm::signal` for why that is safe there).
     Classic,
+}
+
+/// The size of the pages an object is cached, read and mapped in.
+///
+/// With [`PageSize::Huge`] the object's cache is a hugetlb memfd
+/// (`MFD_HUGETLB`), and a fault maps a whole 2 MiB page with one
+/// `UFFDIO_CONTINUE` (one PMD): 512 times fewer faults than 4 KiB pages,
+/// and the TLB reach that random access over a large object needs. Every
+/// page count of such an object (readahead windows, `ra_pages`, the
+/// statistics' pages) counts 2 MiB pages; memory budgets stay in bytes.
+/// The pages come from the kernel's pool of 2 MiB pages, which the
+/// administrator sizes (`vm.nr_hugepages`): opening an object fails with
+/// [`crate::MapError::HugePages`] when the pool cannot hold it (or its
+/// budget), and nothing falls back to 4 KiB pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PageSize {
+    /// 4 KiB pages (shmem): the default.
+    #[default]
+    Base,
+    /// 2 MiB pages (hugetlb).
+    Huge,
+}
+
+impl PageSize {
+    /// The page size in bytes.
+    pub const fn bytes(self) -> usize {
+        match self {
+            PageSize::Base => PAGE_SIZE,
+            PageSize::Huge => HUGE_PAGE_SIZE,
+        }
+    }
+
+    /// log2 of [`PageSize::bytes`].
+    pub const fn shift(self) -> u32 {
+        self.bytes().trailing_zeros()
+    }
+
+    /// How many 4 KiB pages one page holds (1 or 512).
+    pub(crate) const fn base_pages(self) -> u64 {
+        (self.bytes() / PAGE_SIZE) as u64
+    }
+
+    /// A page size from its bytes: 4096 or 2097152.
+    pub fn from_bytes(bytes: u64) -> Option<PageSize> {
+        [PageSize::Base, PageSize::Huge]
+            .into_iter()
+            .find(|p| p.bytes() as u64 == bytes)
+    }
+}
+
+impl std::fmt::Display for PageSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PageSize::Base => "4K",
+            PageSize::Huge => "2M",
+        })
+    }
+}
+
+impl std::str::FromStr for PageSize {
+    type Err = ConfigError;
+
+    /// `4K`, `4k`, `4096`; `2M`, `2m`, `2097152`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "4K" | "4k" | "4KiB" | "4096" => Ok(PageSize::Base),
+            "2M" | "2m" | "2MiB" | "2097152" => Ok(PageSize::Huge),
+            other => Err(ConfigError::PageSize(other.to_string())),
+        }
+    }
 }
 
 /// The configuration of a [`crate::Pager`].
@@ -236,6 +309,10 @@ pub struct Config {
     /// How long a page may stay dirty before the background flusher writes
     /// it back (default 30 s, the kernel's `dirty_expire_centisecs`).
     pub dirty_expire: Duration,
+    /// The page size of the objects the pager opens (default
+    /// [`PageSize::Base`], 4 KiB); [`MapOptions::page_size`] chooses per
+    /// object mapped from a store.
+    pub page_size: PageSize,
 }
 
 impl Default for Config {
@@ -253,11 +330,18 @@ impl Default for Config {
             io_retries: 2,
             io_timeout: DEFAULT_IO_TIMEOUT,
             dirty_expire: DEFAULT_DIRTY_EXPIRE,
+            page_size: PageSize::Base,
         }
     }
 }
 
 impl Config {
+    /// Sets the page size of the objects the pager opens.
+    pub fn page_size(mut self, size: PageSize) -> Self {
+        self.page_size = size;
+        self
+    }
+
     /// Sets the number of handler threads.
     pub fn handler_threads(mut self, n: usize) -> Self {
         self.handler_threads = n;
@@ -373,6 +457,8 @@ pub struct MapOptions {
     replay: Option<Arc<Trace>>,
     /// How far the replay reads ahead, in pages.
     replay_ahead: Option<u64>,
+    /// The page size asked for ([`MapOptions::page_size`]).
+    page_size: Option<PageSize>,
 }
 
 impl Default for MapOptions {
@@ -387,6 +473,7 @@ impl Default for MapOptions {
             record: false,
             replay: None,
             replay_ahead: None,
+            page_size: None,
         }
     }
 }
@@ -529,6 +616,22 @@ impl MapOptions {
         self
     }
 
+    /// The page size of the object: a store mapped with these options is
+    /// opened with pages of this size (default: the pager's,
+    /// [`Config::page_size`]); an [`crate::Object`] of another page size
+    /// is refused ([`crate::MapError::PageSize`]). With 2 MiB pages the
+    /// fault-around order is moot (a fault maps its 2 MiB page), and
+    /// `ra_pages` and `replay_ahead` count 2 MiB pages.
+    pub fn page_size(mut self, size: PageSize) -> Self {
+        self.page_size = Some(size);
+        self
+    }
+
+    /// The page size asked for, if any.
+    pub fn page_size_override(&self) -> Option<PageSize> {
+        self.page_size
+    }
+
     /// The replay's distance asked for, if any.
     pub fn replay_ahead_pages(&self) -> Option<u64> {
         self.replay_ahead
@@ -552,10 +655,15 @@ impl MapOptions {
         Ok(())
     }
 
-    /// Checks the options against an object of `object_len` bytes.
-    pub(crate) fn resolve(&self, object_len: u64) -> Result<Extent, ConfigError> {
+    /// Checks the options against an object of `object_len` bytes in
+    /// pages of `page_size`.
+    pub(crate) fn resolve(
+        &self,
+        object_len: u64,
+        page_size: PageSize,
+    ) -> Result<Extent, ConfigError> {
         self.validate()?;
-        let page = PAGE_SIZE as u64;
+        let page = page_size.bytes() as u64;
         if self.offset > object_len {
             return Err(ConfigError::OffsetPastEnd {
                 offset: self.offset,
@@ -600,30 +708,77 @@ mod tests {
     #[test]
     fn resolves_windows_and_refuses_bad_ones() {
         let o = MapOptions::new();
-        let e = o.resolve(10_000).unwrap();
+        let e = o.resolve(10_000, PageSize::Base).unwrap();
         assert_eq!((e.first_page, e.pages, e.lead, e.len), (0, 3, 0, 10_000));
-        let e = o.clone().offset(5000).len(4000).resolve(10_000).unwrap();
+        let e = o
+            .clone()
+            .offset(5000)
+            .len(4000)
+            .resolve(10_000, PageSize::Base)
+            .unwrap();
         assert_eq!((e.first_page, e.pages, e.lead, e.len), (1, 2, 904, 4000));
-        let e = o.clone().offset(4096).len(0).resolve(10_000).unwrap();
+        let e = o
+            .clone()
+            .offset(4096)
+            .len(0)
+            .resolve(10_000, PageSize::Base)
+            .unwrap();
         assert_eq!((e.pages, e.len), (0, 0));
-        assert_eq!(o.resolve(0).unwrap().pages, 0);
-        assert_eq!(o.clone().offset(10_000).resolve(10_000).unwrap().pages, 0);
+        assert_eq!(o.resolve(0, PageSize::Base).unwrap().pages, 0);
+        assert_eq!(
+            o.clone()
+                .offset(10_000)
+                .resolve(10_000, PageSize::Base)
+                .unwrap()
+                .pages,
+            0
+        );
         assert!(matches!(
-            o.clone().offset(10_001).resolve(10_000),
+            o.clone().offset(10_001).resolve(10_000, PageSize::Base),
             Err(ConfigError::OffsetPastEnd { .. })
         ));
         assert!(matches!(
-            o.clone().offset(1).len(10_000).resolve(10_000),
+            o.clone()
+                .offset(1)
+                .len(10_000)
+                .resolve(10_000, PageSize::Base),
             Err(ConfigError::LengthPastEnd { .. })
         ));
         assert!(matches!(
-            o.clone().offset(1).len(u64::MAX).resolve(10_000),
+            o.clone()
+                .offset(1)
+                .len(u64::MAX)
+                .resolve(10_000, PageSize::Base),
             Err(ConfigError::LengthPastEnd { .. })
         ));
         assert_eq!(
-            o.clone().fault_around_order(10).resolve(10_000),
+            o.clone()
+                .fault_around_order(10)
+                .resolve(10_000, PageSize::Base),
             Err(ConfigError::FaultAroundOrder(10))
         );
+        // 2 MiB pages: a mapping at an unaligned offset starts at its
+        // page, and the tail page is whole.
+        const M: u64 = HUGE_PAGE_SIZE as u64;
+        let e = o
+            .clone()
+            .offset(M + 5)
+            .len(M)
+            .resolve(3 * M + 1, PageSize::Huge)
+            .unwrap();
+        assert_eq!(
+            (e.first_page, e.pages, e.lead, e.len),
+            (1, 2, 5, M as usize)
+        );
+        assert_eq!(o.resolve(3 * M + 1, PageSize::Huge).unwrap().pages, 4);
+        assert_eq!("2M".parse(), Ok(PageSize::Huge));
+        assert_eq!("4096".parse(), Ok(PageSize::Base));
+        assert!(matches!(
+            "1G".parse::<PageSize>(),
+            Err(ConfigError::PageSize(_))
+        ));
+        assert_eq!(PageSize::from_bytes(2 << 20), Some(PageSize::Huge));
+        assert_eq!(PageSize::Huge.shift(), 21);
         assert_eq!(
             Config::default().handler_threads(0).validate(),
             Err(ConfigError::HandlerThreads(0))

@@ -7,7 +7,8 @@
 //! everything):
 //!
 //! - an **object page** ([`ObjectPage`]): page `i` of an object and of its
-//!   memfd, bytes `[i * PAGE_SIZE, (i + 1) * PAGE_SIZE)` of the store;
+//!   memfd, bytes `[i * P, (i + 1) * P)` of the store, `P` the object's
+//!   page size (`PAGE_SIZE`, or 2 MiB: `crate::PageSize`);
 //! - a **region page** ([`RegionPage`]): page `i` of one mapping (a
 //!   region), counted from its first page;
 //! - a **host address** ([`HostAddr`]): where a byte is mapped in this
@@ -35,10 +36,11 @@
 
 use std::ops::Range;
 
+use crate::base::config::PageSize;
 use crate::sys::{PAGE_SIZE, PTRS_PER_PTE};
 
 /// A page index in an object, and so in its memfd: page `i` covers bytes
-/// `[i * PAGE_SIZE, (i + 1) * PAGE_SIZE)`. Kept apart from region pages
+/// `[i * P, (i + 1) * P)`, `P` the object's page size. Kept apart from region pages
 /// ([`RegionPage`]) and from addresses ([`HostAddr`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct ObjectPage(pub(crate) u64);
@@ -49,9 +51,10 @@ impl ObjectPage {
         ObjectPage(self.0 + n)
     }
 
-    /// The object offset of the page's first byte.
-    pub(crate) fn offset(self) -> u64 {
-        self.0 * PAGE_SIZE as u64
+    /// The object offset of the page's first byte, in pages of `size`
+    /// (the object's: `Cache::offset` says which).
+    pub(crate) fn offset_in(self, size: PageSize) -> u64 {
+        self.0 << size.shift()
     }
 
     /// Object pages `pages`, given as raw numbers (as reclaim's page lists
@@ -62,7 +65,8 @@ impl ObjectPage {
 }
 
 /// A page index in one region (mapping): page `i` is the region's `i`-th
-/// page, at `start + i * PAGE_SIZE`, whatever object page it maps. Only the
+/// page, at `start + i * P` (`P` its object's page size), whatever object
+/// page it maps. Only the
 /// region relates it to an object page or an address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(transparent)]
@@ -93,7 +97,8 @@ impl HostAddr {
         self.0
     }
 
-    /// The address of the first byte of the page that holds this one.
+    /// The address of the first byte of the 4 KiB page that holds this
+    /// one (a region of 2 MiB pages rounds further: `Region::page_of`).
     pub(crate) fn page_down(self) -> HostAddr {
         HostAddr(self.0 & !(PAGE_SIZE - 1))
     }

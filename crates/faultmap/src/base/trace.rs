@@ -48,7 +48,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::sys::PAGE_SIZE;
+use crate::base::config::PageSize;
 
 /// The file's first bytes.
 const MAGIC: &[u8; 8] = b"FMTRACE\0";
@@ -114,6 +114,8 @@ pub enum TraceError {
 #[derive(Clone, PartialEq, Eq)]
 pub struct Trace {
     object_len: u64,
+    /// The size of the pages the runs count.
+    page_size: PageSize,
     name: String,
     version: Option<String>,
     /// Object pages, in first-touch order; non-empty, disjoint.
@@ -126,6 +128,7 @@ impl std::fmt::Debug for Trace {
         f.debug_struct("Trace")
             .field("object", &self.name)
             .field("object_len", &self.object_len)
+            .field("page_size", &self.page_size)
             .field("version", &self.version)
             .field("runs", &self.runs.len())
             .field("pages", &self.pages())
@@ -138,6 +141,7 @@ impl Trace {
     /// at most once: the recorder's bitmap sees to it), merged into runs.
     pub(crate) fn from_pages(
         object_len: u64,
+        page_size: PageSize,
         name: &str,
         version: Option<String>,
         pages: impl IntoIterator<Item = u64>,
@@ -151,6 +155,7 @@ impl Trace {
         }
         Trace {
             object_len,
+            page_size,
             name: truncated(name, MAX_NAME).to_string(),
             version,
             runs,
@@ -162,14 +167,16 @@ impl Trace {
     pub(crate) fn with_runs(object_len: u64, runs: Vec<Range<u64>>) -> Trace {
         Trace {
             object_len,
+            page_size: PageSize::Base,
             name: "test".into(),
             version: None,
             runs,
         }
     }
 
-    /// The runs of object pages (page `i`: bytes `[i * 4096, (i + 1) *
-    /// 4096)`), in the order they were first touched.
+    /// The runs of object pages (page `i`: bytes `[i * P, (i + 1) * P)`,
+    /// `P` the [`Trace::page_size`]), in the order they were first
+    /// touched.
     pub fn runs(&self) -> &[Range<u64>] {
         &self.runs
     }
@@ -177,6 +184,12 @@ impl Trace {
     /// How many pages the trace holds.
     pub fn pages(&self) -> u64 {
         self.runs.iter().map(|r| r.end - r.start).sum()
+    }
+
+    /// The size of the pages it counts: the page size of the object it
+    /// was recorded on.
+    pub fn page_size(&self) -> PageSize {
+        self.page_size
     }
 
     /// The length of the object it was recorded on, in bytes.
@@ -196,24 +209,40 @@ impl Trace {
     }
 
     /// Refuses to replay the trace on object `name` of `len` bytes at
-    /// `version`, unless that is the object it was recorded on: the same
-    /// length and the same version (a trace recorded without a version
-    /// matches only an object without one).
-    pub fn check(&self, name: &str, len: u64, version: Option<&str>) -> Result<(), TraceError> {
-        if self.object_len == len && self.version.as_deref() == version {
+    /// `version` in pages of `page_size`, unless that is the object it was
+    /// recorded on: the same length, the same version (a trace recorded
+    /// without a version matches only an object without one) and the
+    /// same page size.
+    pub fn check(
+        &self,
+        name: &str,
+        len: u64,
+        version: Option<&str>,
+        page_size: PageSize,
+    ) -> Result<(), TraceError> {
+        if self.object_len == len
+            && self.version.as_deref() == version
+            && self.page_size == page_size
+        {
             return Ok(());
         }
         // A trace file's text is shown escaped and cut: it is the file's,
         // whoever wrote it.
-        let describe = |len: u64, version: Option<&str>| match version {
-            Some(v) => format!("{len} bytes, version {}", shown(v)),
-            None => format!("{len} bytes, no version"),
+        let describe = |len: u64, version: Option<&str>, page: PageSize| {
+            let pages = match page {
+                PageSize::Base => String::new(),
+                PageSize::Huge => " in 2 MiB pages".to_string(),
+            };
+            match version {
+                Some(v) => format!("{len} bytes{pages}, version {}", shown(v)),
+                None => format!("{len} bytes{pages}, no version"),
+            }
         };
         Err(TraceError::Mismatch {
             recorded_name: shown(&self.name),
-            recorded: describe(self.object_len, self.version.as_deref()),
+            recorded: describe(self.object_len, self.version.as_deref(), self.page_size),
             name: name.to_string(),
-            current: describe(len, version),
+            current: describe(len, version, page_size),
         })
     }
 
@@ -226,7 +255,7 @@ impl Trace {
             // Writing to a Vec cannot fail.
             let _ = leb128::write::unsigned(out, v);
         };
-        put(PAGE_SIZE as u64, &mut out);
+        put(self.page_size.bytes() as u64, &mut out);
         put(self.object_len, &mut out);
         put(self.name.len() as u64, &mut out);
         out.extend_from_slice(self.name.as_bytes());
@@ -389,12 +418,10 @@ impl Trace {
             return Err("its checksum does not match: the file is damaged".into());
         }
         let mut r = &body[MAGIC.len() + 1..];
-        let page_size = uint(&mut r)?;
-        if page_size != PAGE_SIZE as u64 {
-            return Err(format!(
-                "its pages are {page_size} bytes (this build's are {PAGE_SIZE})"
-            ));
-        }
+        let page_bytes = uint(&mut r)?;
+        let page_size = PageSize::from_bytes(page_bytes).ok_or_else(|| {
+            format!("its pages are {page_bytes} bytes (this build's are 4096 or 2097152)")
+        })?;
         let object_len = uint(&mut r)?;
         let name_len = uint(&mut r)?;
         let name = text(&mut r, name_len)?;
@@ -408,7 +435,7 @@ impl Trace {
         if count > r.len() as u64 / 2 {
             return Err(format!("it says {count} runs but is too short for them"));
         }
-        let object_pages = object_len.div_ceil(PAGE_SIZE as u64);
+        let object_pages = object_len.div_ceil(page_bytes);
         let mut runs = Vec::new();
         runs.try_reserve_exact(count as usize)
             .map_err(|_| format!("{count} runs do not fit in memory"))?;
@@ -444,6 +471,7 @@ impl Trace {
         }
         Ok(Trace {
             object_len,
+            page_size,
             name,
             version,
             runs,
@@ -513,6 +541,7 @@ mod tests {
     fn trace(pages: &[u64]) -> Trace {
         Trace::from_pages(
             1 << 20,
+            PageSize::Base,
             "obj",
             Some("etag \"x\"".into()),
             pages.iter().copied(),
@@ -530,7 +559,7 @@ mod tests {
     fn a_random_trace_costs_a_few_bytes_per_run() {
         // 1000 scattered pages of a 1 GiB object.
         let pages: Vec<u64> = (0..1000u64).map(|i| (i * 7919) % 262_144).collect();
-        let t = Trace::from_pages(1 << 30, "o", None, pages);
+        let t = Trace::from_pages(1 << 30, PageSize::Base, "o", None, pages);
         assert_eq!(t.runs().len(), 1000);
         assert!(t.to_bytes().len() < 5 * 1000, "{}", t.to_bytes().len());
     }
@@ -566,24 +595,43 @@ mod tests {
     #[test]
     fn replay_is_refused_on_another_length_or_version() {
         let t = trace(&[1]);
-        t.check("obj", 1 << 20, Some("etag \"x\"")).unwrap();
-        let e = t.check("obj2", 1 << 21, Some("etag \"x\"")).unwrap_err();
+        t.check("obj", 1 << 20, Some("etag \"x\""), PageSize::Base)
+            .unwrap();
+        let e = t
+            .check("obj2", 1 << 21, Some("etag \"x\""), PageSize::Base)
+            .unwrap_err();
         let msg = e.to_string();
         assert!(
             msg.contains("1048576 bytes") && msg.contains("2097152 bytes"),
             "{msg}"
         );
-        let e = t.check("obj", 1 << 20, Some("etag \"y\"")).unwrap_err();
+        let e = t
+            .check("obj", 1 << 20, Some("etag \"y\""), PageSize::Base)
+            .unwrap_err();
         assert!(e.to_string().contains("etag \"y\""), "{e}");
-        let e = t.check("obj", 1 << 20, None).unwrap_err();
+        let e = t.check("obj", 1 << 20, None, PageSize::Base).unwrap_err();
         assert!(e.to_string().contains("no version"), "{e}");
         // A file's own text is shown escaped and cut.
-        let odd = Trace::from_pages(1, &format!("a\u{1b}[2J{}", "x".repeat(500)), None, []);
-        let e = odd.check("obj", 2, None).unwrap_err().to_string();
+        let odd = Trace::from_pages(
+            1,
+            PageSize::Base,
+            &format!("a\u{1b}[2J{}", "x".repeat(500)),
+            None,
+            [],
+        );
+        let e = odd
+            .check("obj", 2, None, PageSize::Base)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("a\\u{1b}[2J") && e.contains("...") && e.len() < 400,
             "{e}"
         );
+        // Another page size: the runs count other pages.
+        let e = t
+            .check("obj", 1 << 20, Some("etag \"x\""), PageSize::Huge)
+            .unwrap_err();
+        assert!(e.to_string().contains("in 2 MiB pages"), "{e}");
     }
 
     #[test]
@@ -622,7 +670,7 @@ mod tests {
                 .prop_shuffle(),
             version in proptest::option::of("[a-z0-9\" ]{0,20}"),
         ) {
-            let t = Trace::from_pages(4096 * 4096, "s3://b/k", version, pages.clone());
+            let t = Trace::from_pages(4096 * 4096, PageSize::Base, "s3://b/k", version, pages.clone());
             prop_assert_eq!(t.pages(), pages.len() as u64);
             let flat: Vec<u64> = t.runs().iter().flat_map(|r| r.clone()).collect();
             prop_assert_eq!(&flat, &pages);
@@ -648,7 +696,7 @@ mod tests {
             raw.extend_from_slice(&bytes);
             let mut header = MAGIC.to_vec();
             header.push(FORMAT);
-            for v in [PAGE_SIZE as u64, object_pages * 4096, 1] {
+            for v in [4096, object_pages * 4096, 1] {
                 leb128::write::unsigned(&mut header, v).unwrap();
             }
             header.push(b'n');

@@ -1,10 +1,18 @@
 //! The page cache of one object: a memfd, its alias mapping, and the
 //! page-state array.
 //!
-//! Page *i* of the object is page *i* of its memfd (shmem). The memfd is
-//! exactly the object's length rounded up to a page, so the kernel itself
+//! Page *i* of the object is page *i* of its memfd: shmem with 4 KiB
+//! pages, hugetlb (`MFD_HUGETLB`) with 2 MiB pages ([`PageSize`]). The memfd
+//! is exactly the object's length rounded up to a page, so the kernel itself
 //! refuses to map anything past the last page; bytes past the object's end in
 //! the last page are zero, as in a kernel file mapping.
+//!
+//! A hugetlb memfd takes its pages from the kernel's pool of huge pages
+//! (`vm.nr_hugepages`). Its mappings reserve nothing (`MAP_NORESERVE`):
+//! each fill first allocates its pages (`fallocate`), so a pool that ran dry
+//! fails that read (`ENOSPC`) instead of raising SIGBUS in the middle of a
+//! store's copy, and an object under a memory budget needs only as many
+//! huge pages as its budget holds.
 //!
 //! Pages are filled through the *alias*: a `MAP_SHARED` read-write mapping of
 //! the whole memfd that is never registered with userfaultfd. The store reads
@@ -26,11 +34,12 @@ use std::ffi::CString;
 use std::ops::Range;
 use std::os::fd::OwnedFd;
 
+use crate::base::config::PageSize;
 use crate::base::index::ObjectPage;
 use crate::cache::page_state::{PageState, Word};
 use crate::store::ReadBuf;
 use crate::sync::{AtomicPtr, Ordering};
-use crate::sys::{self, MappedRegion, PAGE_SIZE};
+use crate::sys::{self, MappedRegion};
 
 /// Pages per chunk of the page-state array: one PTE table's worth.
 #[cfg(not(loom))]
@@ -212,7 +221,7 @@ impl Drop for PageStates {
 
 /// The largest object faultmap caches: shmem's own limit (`MAX_LFS_FILESIZE`
 /// on 64-bit, 2^63 - 1 rounded down to a page).
-const MAX_OBJECT_BYTES: u64 = (i64::MAX as u64) & !(PAGE_SIZE as u64 - 1);
+const MAX_OBJECT_BYTES: u64 = (i64::MAX as u64) & !(crate::sys::HUGE_PAGE_SIZE as u64 - 1);
 
 /// The kernel's limit on a memfd name (`MFD_NAME_MAX_LEN`, 249 bytes), less
 /// the "faultmap:" prefix.
@@ -252,6 +261,26 @@ pub enum CacheError {
         /// The operating system's error.
         source: std::io::Error,
     },
+    /// The pool of 2 MiB huge pages cannot hold the object (or its memory
+    /// budget).
+    #[error(
+        "{name} needs {needed} huge pages of 2 MiB and {available} are free \
+         (vm.nr_hugepages is {pool}): raise it, e.g. \
+         `echo {want} > /proc/sys/vm/nr_hugepages` as root, or map with 4 KiB pages"
+    )]
+    HugePages {
+        /// The object's name.
+        name: String,
+        /// Huge pages the object (or its budget) needs.
+        needed: u64,
+        /// Huge pages free for it.
+        available: u64,
+        /// The pool's size (`vm.nr_hugepages`): 0 when the kernel has no
+        /// 2 MiB pool.
+        pool: u64,
+        /// The pool size that would do: `pool + needed - available`.
+        want: u64,
+    },
     /// The alias mapping could not be created.
     #[error("cannot map the cache of {name} ({len} bytes)")]
     Alias {
@@ -272,25 +301,49 @@ pub(crate) struct Cache {
     pub(crate) states: PageStates,
     len: u64,
     pages: u64,
+    size: PageSize,
 }
 
 impl Cache {
-    /// A cache for an object of `len` bytes named `name`.
-    pub(crate) fn new(name: &str, len: u64) -> Result<Self, CacheError> {
-        let pages = len.div_ceil(PAGE_SIZE as u64);
+    /// A cache for an object of `len` bytes named `name`, in pages of
+    /// `size`. With 2 MiB pages, the pool must have room for the object,
+    /// or for `budget` bytes of it if it has a memory budget: else
+    /// [`CacheError::HugePages`].
+    pub(crate) fn new(
+        name: &str,
+        len: u64,
+        size: PageSize,
+        budget: Option<u64>,
+    ) -> Result<Self, CacheError> {
+        let page = size.bytes() as u64;
+        let pages = len.div_ceil(page);
         let bytes = pages
-            .checked_mul(PAGE_SIZE as u64)
+            .checked_mul(page)
             .filter(|&b| b <= MAX_OBJECT_BYTES)
             .ok_or_else(|| CacheError::TooLarge {
                 name: name.to_string(),
                 len,
             })?;
-        let memfd =
-            sys::memfd_create(&memfd_name(name), bytes).map_err(|source| CacheError::Memfd {
+        if size == PageSize::Huge && pages > 0 {
+            let needed = budget.map_or(pages, |b| pages.min(b.div_ceil(page)));
+            let (available, pool) = sys::huge_pages_available().unwrap_or((0, 0));
+            if needed > available {
+                return Err(CacheError::HugePages {
+                    name: name.to_string(),
+                    needed,
+                    available,
+                    pool,
+                    want: pool + needed - available,
+                });
+            }
+        }
+        let memfd = sys::memfd_create(&memfd_name(name), bytes, size == PageSize::Huge).map_err(
+            |source| CacheError::Memfd {
                 name: name.to_string(),
                 len,
                 source,
-            })?;
+            },
+        )?;
         let alias = if bytes == 0 {
             None
         } else {
@@ -313,7 +366,23 @@ impl Cache {
             states: PageStates::new(pages),
             len,
             pages,
+            size,
         })
+    }
+
+    /// The size of the cache's pages.
+    pub(crate) fn page_size(&self) -> PageSize {
+        self.size
+    }
+
+    /// The object offset of page `page`'s first byte.
+    pub(crate) fn offset(&self, page: ObjectPage) -> u64 {
+        page.offset_in(self.size)
+    }
+
+    /// The bytes of `n` pages.
+    pub(crate) fn bytes(&self, n: u64) -> u64 {
+        n << self.size.shift()
     }
 
     /// The memfd that the mappings map.
@@ -336,6 +405,13 @@ impl Cache {
         let Some(target) = self.fill_target(pages) else {
             return Ok(0);
         };
+        self.allocate(&target)
+            .map_err(|source| crate::store::StoreError::Read {
+                name: store.name().to_string(),
+                offset: target.start as u64,
+                len: target.data_len,
+                source,
+            })?;
         // SAFETY: the caller owns the reads of `pages` (this function's
         // contract), and the buffer is dropped before this returns.
         let mut buf = unsafe { self.fill_buf(&target, std::sync::Arc::new(())) };
@@ -349,8 +425,8 @@ impl Cache {
     /// there is nothing to read (the pages lie past the object's end).
     pub(crate) fn fill_target(&self, pages: Range<ObjectPage>) -> Option<FillTarget> {
         let alias = self.alias.as_ref()?;
-        let start = pages.start.offset();
-        let end_pages = ObjectPage(pages.end.0.min(self.pages)).offset();
+        let start = self.offset(pages.start);
+        let end_pages = self.offset(ObjectPage(pages.end.0.min(self.pages)));
         let end_data = end_pages.min(self.len);
         if start >= end_data {
             return None;
@@ -362,6 +438,27 @@ impl Cache {
             start,
             data_len: end_data - start,
             pages_len: end_pages - start,
+        })
+    }
+
+    /// Allocates the memfd's pages under `target` before a read fills
+    /// them: with 2 MiB pages, so that an empty pool fails the read
+    /// (`ENOSPC`, reported as the read's error) instead of raising SIGBUS
+    /// in the store's copy (see the module's documentation). Nothing to do
+    /// with 4 KiB pages: shmem allocates as it is written.
+    pub(crate) fn allocate(&self, target: &FillTarget) -> std::io::Result<()> {
+        if self.size == PageSize::Base {
+            return Ok(());
+        }
+        sys::allocate(&self.memfd, target.start as u64, target.pages_len as u64).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENOSPC) {
+                std::io::Error::new(
+                    e.kind(),
+                    "the pool of 2 MiB huge pages is empty (vm.nr_hugepages): no page for this read",
+                )
+            } else {
+                e
+            }
         })
     }
 
@@ -425,9 +522,9 @@ impl Cache {
         let Some(alias) = &self.alias else {
             return;
         };
-        let start = pages.start.offset().min(alias.len() as u64) as usize;
-        let end = ObjectPage(pages.end.0.min(self.pages))
-            .offset()
+        let start = self.offset(pages.start).min(alias.len() as u64) as usize;
+        let end = self
+            .offset(ObjectPage(pages.end.0.min(self.pages)))
             .min(alias.len() as u64) as usize;
         if start < end {
             let _ = sys::madvise_dontneed(alias.as_ptr() as usize + start, end - start);
@@ -443,9 +540,9 @@ impl Cache {
         if self.alias.is_none() {
             return 0..0;
         }
-        let start = pages.start.offset().min(self.len);
-        let end = ObjectPage(pages.end.0.min(self.pages))
-            .offset()
+        let start = self.offset(pages.start).min(self.len);
+        let end = self
+            .offset(ObjectPage(pages.end.0.min(self.pages)))
             .min(self.len)
             .max(start);
         start..end
@@ -535,7 +632,7 @@ mod tests {
         assert!(name.to_str().unwrap().ends_with("/data.bin"));
         assert_eq!(memfd_name("a\0b").to_str().unwrap(), "faultmap:a?b");
         // The kernel accepts it.
-        assert!(Cache::new(&long, 4096).is_ok());
+        assert!(Cache::new(&long, 4096, PageSize::Base, None).is_ok());
     }
 
     #[test]
@@ -554,7 +651,7 @@ mod tests {
     #[test]
     fn copy_out_cuts_at_the_object_end() {
         let len = 2 * PAGE_SIZE as u64 + 100;
-        let cache = Cache::new("copy_out", len).unwrap();
+        let cache = Cache::new("copy_out", len, PageSize::Base, None).unwrap();
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         let store = crate::MemStore::new("m", data.clone());
         let pages = ObjectPage(0)..ObjectPage(3);
@@ -591,7 +688,10 @@ mod tests {
     fn absurd_lengths_are_refused() {
         for len in [u64::MAX, u64::MAX - 4095, 1 << 63] {
             assert!(
-                matches!(Cache::new("x", len), Err(CacheError::TooLarge { .. })),
+                matches!(
+                    Cache::new("x", len, PageSize::Base, None),
+                    Err(CacheError::TooLarge { .. })
+                ),
                 "{len}"
             );
         }

@@ -72,7 +72,7 @@ use crate::base::report::IoErrorKind;
 use crate::base::stats::Stats;
 use crate::mm::fault;
 use crate::mm::io::IoShared;
-use crate::sys::{self, PAGE_SIZE};
+use crate::sys;
 
 /// The first retry's delay.
 const BACKOFF_FIRST: Duration = Duration::from_millis(1);
@@ -130,8 +130,8 @@ fn stall_overdue(shared: &IoShared, timeout: Duration) {
         };
         object.counters.add(&tally);
         shared.counters.add(&tally);
-        let start = job.pages.start.offset().min(object.len);
-        let end = job.pages.end.offset().min(object.len);
+        let start = object.cache.offset(job.pages.start).min(object.len);
+        let end = object.cache.offset(job.pages.end).min(object.len);
         object.report(
             IoErrorKind::Timeout,
             start..end,
@@ -162,7 +162,7 @@ fn poll_lengths(shared: &IoShared) {
         // Pages wholly beyond the new end leave the cache and every
         // mapping. Invalidation waits for reads in flight, which may be
         // hung: a helper thread does it, so the watchdog keeps watching.
-        let first = ObjectPage(now.div_ceil(PAGE_SIZE as u64));
+        let first = ObjectPage(now.div_ceil(object.cache.page_size().bytes() as u64));
         let end = ObjectPage(object.cache.states.pages());
         if first >= end {
             continue;

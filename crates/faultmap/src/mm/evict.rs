@@ -105,8 +105,13 @@ pub struct Memory {
 
 /// One accounting domain: a limit, the charge against it, its objects, and
 /// the evictor that keeps the charge under the limit.
+///
+/// A domain counts 4 KiB pages ("base pages") whatever its objects' page
+/// sizes: an object of 2 MiB pages charges 512 for each
+/// (`ObjectCore::charged` counts base pages too). The methods take and
+/// return the object's own pages.
 pub(crate) struct Budget {
-    /// The limit in pages (`u64::MAX`: none).
+    /// The limit in base pages (`u64::MAX`: none).
     limit: u64,
     /// Pages charged now.
     cached: AtomicU64,
@@ -153,6 +158,11 @@ impl Budget {
         self.limit != u64::MAX
     }
 
+    /// The limit in bytes, if any.
+    pub(crate) fn limit_bytes(&self) -> Option<u64> {
+        self.is_limited().then(|| self.limit * PAGE_SIZE as u64)
+    }
+
     /// The free room between the evictor's wake-up mark and the limit.
     fn gap(&self) -> u64 {
         (self.limit / 32).clamp(64, 2048).min(self.limit / 4).max(1)
@@ -167,11 +177,12 @@ impl Budget {
 
     /// Charges one page a fault waits for: always succeeds.
     pub(crate) fn charge_demand(&self, object: &ObjectCore) {
-        self.charge(object, 1);
+        self.charge(object, base_pages(object));
     }
 
     /// Charges one readahead page if it fits under the limit.
     pub(crate) fn try_charge(&self, object: &ObjectCore) -> bool {
+        let n = base_pages(object);
         let mut cur = self.cached.load(Ordering::Relaxed);
         loop {
             // A budget whose evictor stopped (its pager is gone, another
@@ -183,13 +194,13 @@ impl Budget {
             }
             match self.cached.compare_exchange_weak(
                 cur,
-                cur + 1,
+                cur + n,
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    object.charged.fetch_add(1, Ordering::Relaxed);
-                    self.after_charge(cur + 1);
+                    object.charged.fetch_add(n, Ordering::Relaxed);
+                    self.after_charge(cur + n);
                     return true;
                 }
                 Err(now) => cur = now,
@@ -239,6 +250,12 @@ impl Budget {
 
     /// Uncharges `n` pages of `object` that left the cache.
     pub(crate) fn uncharge(&self, object: &ObjectCore, n: u64) {
+        self.uncharge_base(object, n * base_pages(object));
+    }
+
+    /// Uncharges `n` base pages of `object` (its whole charge, as
+    /// `ObjectCore::charged` counts it, when it goes).
+    pub(crate) fn uncharge_base(&self, object: &ObjectCore, n: u64) {
         if n == 0 {
             return;
         }
@@ -254,13 +271,16 @@ impl Budget {
             });
     }
 
-    /// A page entered the active set.
-    pub(crate) fn activated(&self, n: u64) {
-        self.active.fetch_add(n, Ordering::Relaxed);
+    /// `n` pages of `object` entered the active set.
+    pub(crate) fn activated(&self, object: &ObjectCore, n: u64) {
+        self.active
+            .fetch_add(n * base_pages(object), Ordering::Relaxed);
     }
 
-    /// Pages left the active set (deactivated, evicted or invalidated).
-    pub(crate) fn deactivated(&self, n: u64) {
+    /// `n` pages of `object` left the active set (deactivated, evicted or
+    /// invalidated).
+    pub(crate) fn deactivated(&self, object: &ObjectCore, n: u64) {
+        let n = n * base_pages(object);
         if n == 0 {
             return;
         }
@@ -280,16 +300,16 @@ impl Budget {
         }
     }
 
-    /// The largest readahead window the budget allows: an eighth of it
-    /// (unlimited without a budget).
-    pub(crate) fn max_ra_pages(&self) -> u64 {
-        (self.limit / 8).max(1)
+    /// The largest readahead window the budget allows, in `object`'s
+    /// pages: an eighth of it (unlimited without a budget).
+    pub(crate) fn max_ra_pages(&self, object: &ObjectCore) -> u64 {
+        (self.limit / 8 / base_pages(object)).max(1)
     }
 
-    /// The furthest a trace replay may read ahead: a quarter of the
-    /// budget (unlimited without a budget).
-    pub(crate) fn max_replay_pages(&self) -> u64 {
-        (self.limit / 4).max(1)
+    /// The furthest a trace replay may read ahead, in `object`'s pages: a
+    /// quarter of the budget (unlimited without a budget).
+    pub(crate) fn max_replay_pages(&self, object: &ObjectCore) -> u64 {
+        (self.limit / 4 / base_pages(object)).max(1)
     }
 
     /// A snapshot in bytes.
@@ -437,8 +457,8 @@ impl Budget {
                 Action::Evict => evict.push(p),
             }
         }
-        self.activated(activated);
-        self.deactivated(deactivated);
+        self.activated(object, activated);
+        self.deactivated(object, deactivated);
         // 1. Write back what is dirty (evicted on a later visit if still
         //    clean), before the table's lock: a store write may be slow. A
         //    failed write-back leaves the pages dirty; the next flush
@@ -497,6 +517,11 @@ impl Budget {
         self.wake.notify_all();
         self.room.notify_all();
     }
+}
+
+/// How many base pages one page of `object` is.
+fn base_pages(object: &ObjectCore) -> u64 {
+    object.cache.page_size().base_pages()
 }
 
 /// Where the hand is: an object of the domain and a page in it.

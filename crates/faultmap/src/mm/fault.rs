@@ -284,10 +284,15 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: HostAddr, origin: Origin<'_>) {
     };
     let table = RegionTable::get();
     let mut ending = None;
+    // The page the faulting thread waits on: 4 KiB until the region says
+    // otherwise (a region of 2 MiB pages; `UFFDIO_WAKE` and `POISON` then
+    // cover the whole page).
+    let mut span = (page_addr, PAGE_SIZE);
     // 1. Find the region: speculatively, then (on abort) under the lock.
     if env.speculative {
         match table.speculate(page_addr) {
             Speculated::Found(spec) => {
+                span = spec.region.span_of(page_addr);
                 ending = resolve(
                     env,
                     spec.region,
@@ -319,22 +324,25 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: HostAddr, origin: Origin<'_>) {
             lock = table.lock();
         }
         match lock.lookup(page_addr) {
-            Some(region) => resolve(
-                env,
-                region,
-                page_addr,
-                origin,
-                &mut progress,
-                &mut tally,
-                &mut ra,
-                None,
-            )
-            .unwrap_or(Ending::Resolved),
+            Some(region) => {
+                span = region.span_of(page_addr);
+                resolve(
+                    env,
+                    region,
+                    page_addr,
+                    origin,
+                    &mut progress,
+                    &mut tally,
+                    &mut ra,
+                    None,
+                )
+                .unwrap_or(Ending::Resolved)
+            }
             // The mapping is being dropped: let the kernel sort it out.
             None => Ending::Resolved,
         }
     });
-    finish(env, origin, page_addr, ending);
+    finish(env, origin, page_addr, span, ending);
     // The readahead counts first: a snapshot that sees this fault ended
     // (its in-flight count) sees them too.
     env.ra.add(&ra);
@@ -361,7 +369,8 @@ pub(crate) fn handle_wp(env: &FaultEnv<'_>, addr: HostAddr, tid: u32) {
             if done {
                 tally.pgfault = 1;
                 tally.spf_success = 1;
-                let _ = sys::uffd_wake(env.uffd, page_addr.get(), PAGE_SIZE);
+                let (at, len) = region.span_of(page_addr);
+                let _ = sys::uffd_wake(env.uffd, at.get(), len);
             }
             for c in [env.counters, &region.counters, &object.counters] {
                 c.end(&tally);
@@ -374,21 +383,30 @@ pub(crate) fn handle_wp(env: &FaultEnv<'_>, addr: HostAddr, tid: u32) {
     handle(env, addr, Origin::Uffd { tid });
 }
 
-/// Lets the faulting thread go as `ending` says.
-fn finish(env: &FaultEnv<'_>, origin: Origin<'_>, page_addr: HostAddr, ending: Ending) {
+/// Lets the faulting thread go as `ending` says: `page_addr` is its 4 KiB
+/// page (the key of its retry), `span` the page it waits on (address and
+/// length: 2 MiB in a region of 2 MiB pages).
+fn finish(
+    env: &FaultEnv<'_>,
+    origin: Origin<'_>,
+    page_addr: HostAddr,
+    span: (HostAddr, usize),
+    ending: Ending,
+) {
+    let (at, len) = (span.0.get(), span.1);
     match (origin, ending) {
         (_, Ending::Parked) | (Origin::Uffd { .. }, Ending::Woken) => {}
         (Origin::Uffd { .. }, Ending::Resolved) => {
-            let _ = sys::uffd_wake(env.uffd, page_addr.get(), PAGE_SIZE);
+            let _ = sys::uffd_wake(env.uffd, at, len);
         }
         (Origin::Uffd { tid }, Ending::Again) => {
             // Recorded before the wake: the retry may arrive at once.
             env.uffd.expect_retry(tid, page_addr);
-            let _ = sys::uffd_wake(env.uffd, page_addr.get(), PAGE_SIZE);
+            let _ = sys::uffd_wake(env.uffd, at, len);
         }
         (Origin::Uffd { .. }, Ending::Failed) => {
-            if sys::uffd_poison(env.uffd, page_addr.get(), PAGE_SIZE).is_err() {
-                let _ = sys::uffd_wake(env.uffd, page_addr.get(), PAGE_SIZE);
+            if sys::uffd_poison(env.uffd, at, len).is_err() {
+                let _ = sys::uffd_wake(env.uffd, at, len);
             }
         }
         // Again: the handler returns and the access faults anew, which
@@ -449,7 +467,7 @@ fn resolve(
                 ending = Some(Ending::Failed);
                 break;
             }
-            State::Absent if opage.offset() >= object.errors.end() => {
+            State::Absent if object.cache.offset(opage) >= object.errors.end() => {
                 // Wholly beyond the end of a truncated object: SIGBUS, as
                 // the kernel's shmem/filemap fault beyond EOF.
                 ending = Some(Ending::Failed);
@@ -537,6 +555,11 @@ fn resolve(
 /// Step 2: the fault-around window of a fault at `page_addr` (region page
 /// `page`), in region pages. The policy counts in plain numbers.
 fn fault_window(region: &Region, page_addr: HostAddr, page: RegionPage) -> Range<RegionPage> {
+    // A 2 MiB page is a whole PTE table's worth: the fault maps it alone
+    // (one PMD), as the kernel maps a huge page.
+    if region.page_shift != PAGE_SIZE.trailing_zeros() {
+        return page..page.add(1);
+    }
     let slot = page_addr.pte_index();
     // A recording region maps one page per fault, so that every first
     // touch faults (`crate::mm::trace`).
@@ -685,7 +708,7 @@ pub(crate) fn write_fault(
     // anyway: at worst an extra write-back.
     let clean = crate::mm::writeback::dirty_after_unprotect(state, || {
         let addr = region.addr_of(page).get();
-        let _ = sys::uffd_writeprotect(env.uffd, addr, PAGE_SIZE, false, true);
+        let _ = sys::uffd_writeprotect(env.uffd, addr, region.page_bytes(), false, true);
     });
     if clean {
         tally.write_faults += 1;
@@ -852,7 +875,7 @@ fn submit_window(
             state.mark_active();
         }
     }
-    budget.activated(refaults.len() as u64);
+    budget.activated(object, refaults.len() as u64);
     // 2. Cut them into requests; the demand page's first.
     // Whatever the store says, a request is 1..=MAX_RA_PAGES pages.
     let io_pages = object.io_pages;
@@ -998,8 +1021,8 @@ pub(crate) fn end_reads(
         // pages are still ours (READING), so a failed read holds no memory.
         let _ = sys::punch_hole(
             object.cache.memfd(),
-            pages.start.offset(),
-            (pages.end.0 - pages.start.0) * PAGE_SIZE as u64,
+            object.cache.offset(pages.start),
+            object.cache.bytes(pages.end.0 - pages.start.0),
         );
     }
     for p in pages.start.0..pages.end.0 {
@@ -1011,7 +1034,7 @@ pub(crate) fn end_reads(
                 ReadEnd::Dropped => state.drop_read(),
             };
             if end != ReadEnd::Read && old.is_active() {
-                object.budget.deactivated(1);
+                object.budget.deactivated(object, 1);
             }
             waiters |= old.has_waiters();
         }
@@ -1037,11 +1060,16 @@ pub(crate) fn settle_parked(object: &ObjectCore, poison: Option<ObjectPage>) {
         let failed = Some(w.page) == poison || stalled();
         match w.target {
             WakeTarget::Uffd { uffd, addr, tid } => {
-                let poisoned = failed && sys::uffd_poison(&uffd, addr.get(), PAGE_SIZE).is_ok();
+                // The whole page it waits on (`addr` is its 4 KiB page,
+                // the key of its retry; mappings of the object are aligned
+                // to its page size).
+                let len = object.cache.page_size().bytes();
+                let at = addr.get() & !(len - 1);
+                let poisoned = failed && sys::uffd_poison(&uffd, at, len).is_ok();
                 if !poisoned {
                     // Recorded before the wake: the retry may arrive at once.
                     uffd.expect_retry(tid, addr);
-                    let _ = sys::uffd_wake(&uffd, addr.get(), PAGE_SIZE);
+                    let _ = sys::uffd_wake(&uffd, at, len);
                 }
             }
             WakeTarget::Request(r) => r.complete(if failed { Reply::Failed } else { Reply::Retry }),
@@ -1269,13 +1297,13 @@ fn continue_run(
         let result = sys::uffd_continue(
             env.uffd,
             region.addr_of(base.add(cur as u64)).get(),
-            len * PAGE_SIZE,
+            len << region.page_shift,
             wake,
             region.writable,
         );
         let done = match result {
             ContinueResult::Done => len,
-            ContinueResult::Partial { bytes } => bytes / PAGE_SIZE,
+            ContinueResult::Partial { bytes } => bytes >> region.page_shift,
             ContinueResult::Failed { errno } => {
                 match errno {
                     libc::EAGAIN if eagain < MAX_EAGAIN => {

@@ -37,7 +37,7 @@ use crate::base::index::ObjectPage;
 use crate::cache::page_state::State;
 use crate::mm::object::ObjectCore;
 use crate::mm::space::Region;
-use crate::sys::{self, PAGE_SIZE, PTRS_PER_PTE};
+use crate::sys::{self, PTRS_PER_PTE};
 
 /// Pages frozen, unmapped and punched together.
 const BATCH: u64 = PTRS_PER_PTE as u64;
@@ -195,8 +195,8 @@ pub(crate) fn drop_frozen(object: &ObjectCore, frozen: &[u64]) -> std::io::Resul
                 result = Err(e);
             }
         }
-        let offset = run.start * PAGE_SIZE as u64;
-        let len = (run.end - run.start) * PAGE_SIZE as u64;
+        let offset = object.cache.offset(ObjectPage(run.start));
+        let len = object.cache.bytes(run.end - run.start);
         if let Err(e) = sys::punch_hole(object.cache.memfd(), offset, len) {
             result = Err(e);
         }
@@ -232,7 +232,7 @@ fn freeze(object: &ObjectCore, page: ObjectPage) -> Freeze {
         State::Absent => Freeze::Gone,
         State::UpToDate if state.begin_evict_seen(seen) => {
             if seen.is_active() {
-                object.budget.deactivated(1);
+                object.budget.deactivated(object, 1);
             }
             Freeze::Frozen
         }
@@ -253,7 +253,7 @@ pub(crate) fn zap(region: &Arc<Region>, pages: Range<ObjectPage>) -> std::io::Re
     // Cleared first: a set bit for an unmapped page would keep fault-around
     // from mapping it later.
     region.mapped.mark(pages.clone(), false);
-    let len = pages.end.since(pages.start) as usize * PAGE_SIZE;
+    let len = (pages.end.since(pages.start) as usize) << region.page_shift;
     sys::madvise_dontneed(region.addr_of(pages.start).get(), len)
 }
 

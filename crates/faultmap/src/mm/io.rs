@@ -511,6 +511,17 @@ fn start(
     let Some(target) = object.cache.fill_target(job.pages.clone()) else {
         return finish(job, &shared, id, Ok(0), attempt);
     };
+    // 2 MiB pages are allocated before the store writes them (see
+    // `Cache::allocate`); an empty pool fails the read.
+    if let Err(source) = object.cache.allocate(&target) {
+        let error = StoreError::Read {
+            name: object.store.name().to_string(),
+            offset: target.start as u64,
+            len: target.data_len,
+            source,
+        };
+        return finish(job, &shared, id, Err(error), attempt);
+    }
     shared.depth.acquire(urgent, service);
     // The store call starts now: the watchdog's clock runs.
     shared.inflight.start_clock(id);
@@ -672,8 +683,8 @@ fn finish(
         }
         Err(e) => {
             tally.io_errors = 1;
-            let start = job.pages.start.offset().min(object.len);
-            let end = job.pages.end.offset().min(object.len);
+            let start = object.cache.offset(job.pages.start).min(object.len);
+            let end = object.cache.offset(job.pages.end).min(object.len);
             object.report(IoErrorKind::Read, start..end, error_chain(&e));
             ReadEnd::Failed
         }

@@ -112,8 +112,9 @@ impl Drop for ObjectCore {
         }
         crate::mm::writeback::on_drop(self);
         let n = self.charged.load(Ordering::Relaxed);
-        self.budget.uncharge(self, n);
-        self.budget.deactivated(self.cache.states.count_active());
+        self.budget.uncharge_base(self, n);
+        self.budget
+            .deactivated(self, self.cache.states.count_active());
         // SAFETY: dropped once, here, the last use of the store (the
         // object goes with this drop).
         unsafe { std::mem::ManuallyDrop::drop(&mut self.store) };
@@ -146,6 +147,14 @@ impl ObjectCore {
         let around_pages =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| store.around_pages()))
                 .unwrap_or(None);
+        // The store counts 4 KiB pages; the object counts its own (a
+        // window of some 4 KiB pages is at least one 2 MiB page).
+        let scale = cache.page_size().base_pages();
+        let (io_pages, ra_pages, around_pages) = (
+            io_pages.div_ceil(scale),
+            ra_pages.div_ceil(scale),
+            around_pages.map(|p| p.div_ceil(scale)),
+        );
         Self {
             born: crate::sys::fork_generation(),
             handles: std::sync::atomic::AtomicUsize::new(0),

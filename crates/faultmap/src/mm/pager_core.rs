@@ -47,6 +47,9 @@ pub(crate) struct Core {
     /// The userfaultfd has `UFFD_FEATURE_WP_HUGETLBFS_SHMEM`: mappings can
     /// be writable.
     pub(crate) write_protect: bool,
+    /// The userfaultfd has `UFFD_FEATURE_MINOR_HUGETLBFS` and
+    /// `UFFD_FEATURE_MISSING_HUGETLBFS`: objects can have 2 MiB pages.
+    pub(crate) hugetlb: bool,
 }
 
 impl Core {

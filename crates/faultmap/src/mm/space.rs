@@ -37,7 +37,7 @@ use crate::sync;
 use crate::sync::gate::{Closed, Gate, Passage};
 use crate::sync::seqcount::SeqCount;
 use crate::sync::srcu::{ReadGuard, Srcu};
-use crate::sys::{self, MappedRegion, PAGE_SIZE};
+use crate::sys::{self, MappedRegion};
 
 /// One registered mapping of (part of) an object.
 pub(crate) struct Region {
@@ -49,6 +49,8 @@ pub(crate) struct Region {
     pub(crate) first_page: ObjectPage,
     /// The region's length in pages.
     pub(crate) pages: u64,
+    /// log2 of its object's page size (`crate::PageSize`): 12 or 21.
+    pub(crate) page_shift: u32,
     /// Fault-around order (changed under the table's lock, see
     /// [`TableLock::change`]).
     pub(crate) order: AtomicU8,
@@ -161,14 +163,25 @@ impl Region {
         self.start().add(self.map.len())
     }
 
+    /// The size of the region's pages, in bytes.
+    pub(crate) fn page_bytes(&self) -> usize {
+        1 << self.page_shift
+    }
+
+    /// The page that holds address `addr` (inside the region): its first
+    /// byte and its length, what `UFFDIO_WAKE` and `UFFDIO_POISON` cover.
+    pub(crate) fn span_of(&self, addr: HostAddr) -> (HostAddr, usize) {
+        (self.addr_of(self.page_of(addr)), self.page_bytes())
+    }
+
     /// The address of page `page` of the region.
     pub(crate) fn addr_of(&self, page: RegionPage) -> HostAddr {
-        self.start().add(page.0 as usize * PAGE_SIZE)
+        self.start().add((page.0 as usize) << self.page_shift)
     }
 
     /// The region page that holds address `addr` (inside the region).
     pub(crate) fn page_of(&self, addr: HostAddr) -> RegionPage {
-        RegionPage((addr.since(self.start()) / PAGE_SIZE) as u64)
+        RegionPage((addr.since(self.start()) >> self.page_shift) as u64)
     }
 
     /// The region pages that hold bytes `bytes` (inside the region, not
@@ -179,12 +192,13 @@ impl Region {
             bytes.start.since(self.start()),
             bytes.end.since(self.start()),
         );
-        RegionPage((lead / PAGE_SIZE) as u64)..RegionPage(end.div_ceil(PAGE_SIZE) as u64)
+        let page = self.page_bytes();
+        RegionPage((lead / page) as u64)..RegionPage(end.div_ceil(page) as u64)
     }
 
     /// The object offset of the byte mapped at `addr` (inside the region).
     pub(crate) fn object_offset(&self, addr: HostAddr) -> u64 {
-        self.first_page.offset() + addr.since(self.start()) as u64
+        (self.first_page.0 << self.page_shift) + addr.since(self.start()) as u64
     }
 
     /// The object pages this region maps.
@@ -219,7 +233,9 @@ impl Region {
         // Under a budget, a window never takes more than a fraction of
         // it (the kernel's old `max_sane_readahead`): a read-around
         // larger than the budget evicts itself before it is used.
-        let ra_pages = self.ra_pages.min(self.object.budget.max_ra_pages());
+        let ra_pages = self
+            .ra_pages
+            .min(self.object.budget.max_ra_pages(&self.object));
         Params {
             ra_pages,
             around_pages: self.object.around_pages.unwrap_or(ra_pages).min(ra_pages),
@@ -257,7 +273,7 @@ impl Region {
             return None;
         }
         let skip = self.page_of(part.start);
-        let pages = (part.end.since(part.start) / PAGE_SIZE) as u64;
+        let pages = (part.end.since(part.start) >> self.page_shift) as u64;
         // SAFETY: `part` is mapped at `at` (the application left it there or
         // moved it there, and the kernel told us so), and only this
         // successor will own it: this region is disowned before the table's
@@ -290,6 +306,7 @@ impl Region {
             object: self.object.clone(),
             first_page: self.object_page(skip),
             pages,
+            page_shift: self.page_shift,
             order: AtomicU8::new(self.order()),
             seq: SeqCount::default(),
             owner: self.owner.clone(),

@@ -784,6 +784,7 @@ impl Drop for ReplayThread {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::base::config::PageSize;
     use proptest::prelude::Strategy;
 
     #[test]
@@ -797,7 +798,7 @@ mod tests {
 
     #[test]
     fn page_by_page_the_schedule_is_the_trace() {
-        let trace = Trace::from_pages(1 << 30, "o", None, [7, 8, 9, 2, 100, 3]);
+        let trace = Trace::from_pages(1 << 30, PageSize::Base, "o", None, [7, 8, 9, 2, 100, 3]);
         let replay = Replay::new(&trace, 0..1 << 18, 1, 256, 16).unwrap();
         assert_eq!(&*replay.steps, &[7..10, 2..3, 100..101, 3..4]);
         assert_eq!(&*replay.first_piece, &[0, 1, 2, 3]);
@@ -834,7 +835,13 @@ mod tests {
     fn units_are_read_once_in_first_touch_order() {
         // Units of 32 pages on a 200-page object: 5 is unit 0, 100 unit 3,
         // 7 unit 0 again, 33 unit 1, 64 unit 2, 199 unit 6 (cut at 200).
-        let trace = Trace::from_pages(200 * 4096, "o", None, [5, 100, 7, 33, 64, 199]);
+        let trace = Trace::from_pages(
+            200 * 4096,
+            PageSize::Base,
+            "o",
+            None,
+            [5, 100, 7, 33, 64, 199],
+        );
         let replay = Replay::new(&trace, 0..200, 32, 64, 1000).unwrap();
         assert_eq!(&*replay.steps, &[0..32, 96..128, 32..96, 192..200]);
         assert_eq!(replay.pages(), 32 + 32 + 64 + 8);
@@ -880,7 +887,7 @@ mod tests {
         // Units of 64 pages cut into pieces of 16: a fault on one page
         // uses its unit's four pieces.
         let pages: Vec<u64> = (0..16).map(|i| i * 64 + 5).collect();
-        let trace = Trace::from_pages(1024 * 4096, "o", None, pages);
+        let trace = Trace::from_pages(1024 * 4096, PageSize::Base, "o", None, pages);
         let replay = Replay::new(&trace, 0..1024, 64, 256, 16).unwrap();
         assert_eq!(replay.piece, 16);
         replay.touch(ObjectPage(5)..ObjectPage(6));
@@ -890,7 +897,7 @@ mod tests {
         // A mapping that starts inside a unit: its first step starts
         // there, and its pieces straddle units; the units' faults still
         // use them all.
-        let trace = Trace::from_pages(1024 * 4096, "o", None, [130, 300, 301]);
+        let trace = Trace::from_pages(1024 * 4096, PageSize::Base, "o", None, [130, 300, 301]);
         let replay = Replay::new(&trace, 100..1024, 256, 256, 1000).unwrap();
         assert_eq!(replay.steps.to_vec(), vec![100..512]);
         replay.touch(ObjectPage(130)..ObjectPage(131));
@@ -913,7 +920,7 @@ mod tests {
             map in (0u64..300, 300u64..=600),
             windows in proptest::collection::vec((0u64..600, 1u64..40), 0..60),
         ) {
-            let trace = Trace::from_pages(600 * 4096, "o", None, pages.clone());
+            let trace = Trace::from_pages(600 * 4096, PageSize::Base, "o", None, pages.clone());
             let mapped = map.0..map.1;
             let replay = Replay::new(&trace, mapped.clone(), unit, piece, ahead).unwrap();
             proptest::prop_assert!(replay.piece <= ahead);

@@ -150,7 +150,7 @@ use crate::mm::object::ObjectCore;
 use crate::mm::pager_core::Core;
 use crate::mm::space::Region;
 use crate::sync::srcu::{ReadGuard, Srcu};
-use crate::sys::{self, PAGE_SIZE};
+use crate::sys;
 
 /// Pages claimed, protected and copied together: 8 MiB.
 pub(crate) const BATCH: u64 = 2048;
@@ -510,7 +510,7 @@ impl WbIo for ObjectIo<'_> {
         let object = self.0;
         copy_run(object, run.clone()).map_err(|e| {
             let failure = Failure::Write {
-                offset: run.start * PAGE_SIZE as u64,
+                offset: object.cache.offset(ObjectPage(run.start)),
                 len: {
                     let bytes = object
                         .cache
@@ -561,9 +561,10 @@ fn protect(object: &ObjectCore, runs: &[Range<u64>]) -> Result<(), Failure> {
                 continue;
             };
             let addr = region.addr_of(pages.start);
-            let len = pages.end.since(pages.start) as usize * PAGE_SIZE;
-            protect_range(env.uffd, addr, len, true).map_err(|e| Failure::Protect {
-                offset: region.object_page(pages.start).offset(),
+            let len = (pages.end.since(pages.start) as usize) << region.page_shift;
+            let page = region.page_bytes();
+            protect_range(env.uffd, addr, len, page, true).map_err(|e| Failure::Protect {
+                offset: object.cache.offset(region.object_page(pages.start)),
                 kind: e.kind(),
                 message: e.to_string(),
             })?;
@@ -581,7 +582,8 @@ fn protect(object: &ObjectCore, runs: &[Range<u64>]) -> Result<(), Failure> {
 /// no VMA at all), leaving the VMAs after it unprotected: a range that the
 /// application partly unmapped, or that another mapping now partly
 /// covers. So on `ENOENT` the range is split in halves and each is
-/// protected on its own, down to single pages: a page that still answers
+/// protected on its own, down to single pages of `page` bytes (the
+/// region's page size): a page that still answers
 /// `ENOENT` is not ours (nobody writes it through a faultmap mapping), and
 /// every page that is gets protected.
 ///
@@ -595,6 +597,7 @@ fn protect_range(
     uffd: &std::os::fd::OwnedFd,
     addr: HostAddr,
     len: usize,
+    page: usize,
     patient: bool,
 ) -> io::Result<()> {
     let mut eagain = 0;
@@ -603,12 +606,12 @@ fn protect_range(
         match sys::uffd_writeprotect(uffd, addr.get(), len, true, false) {
             Ok(()) => return Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                if len <= PAGE_SIZE {
+                if len <= page {
                     return Ok(());
                 }
-                let half = (len / PAGE_SIZE).div_ceil(2) * PAGE_SIZE;
-                protect_range(uffd, addr, half, patient)?;
-                return protect_range(uffd, addr.add(half), len - half, patient);
+                let half = (len / page).div_ceil(2) * page;
+                protect_range(uffd, addr, half, page, patient)?;
+                return protect_range(uffd, addr.add(half), len - half, page, patient);
             }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && eagain < MAX_EAGAIN => {
                 eagain += 1;
@@ -637,7 +640,15 @@ fn protect_range(
 /// whatever was written, at worst a page that was clean).
 pub(crate) fn adopt_moved(region: &Region) {
     let env = region.owner.env();
-    if protect_range(env.uffd, region.start(), region.map.len(), false).is_err() {
+    if protect_range(
+        env.uffd,
+        region.start(),
+        region.map.len(),
+        region.page_bytes(),
+        false,
+    )
+    .is_err()
+    {
         // The protection failed (the range is going away again): the
         // pages are still marked dirty below, and any later write-back
         // protects them again.
@@ -685,8 +696,10 @@ const COPY_CHUNK_PAGES: u64 = 512;
 fn copy_run(object: &ObjectCore, run: Range<u64>) -> Result<(), crate::StoreError> {
     let mut buf = Vec::new();
     let mut first = run.start;
+    // 2 MiB at a time whatever the page size (one page of 2 MiB).
+    let chunk = (COPY_CHUNK_PAGES / object.cache.page_size().base_pages()).max(1);
     while first < run.end {
-        let end = run.end.min(first + COPY_CHUNK_PAGES);
+        let end = run.end.min(first + chunk);
         let pages = ObjectPage(first)..ObjectPage(end);
         object.cache.copy_out(pages.clone(), &mut buf);
         // The copy mapped the alias's PTEs: drop them (see `Cache::fill`).
@@ -694,7 +707,7 @@ fn copy_run(object: &ObjectCore, run: Range<u64>) -> Result<(), crate::StoreErro
         if buf.is_empty() {
             break;
         }
-        let offset = first * PAGE_SIZE as u64;
+        let offset = object.cache.offset(ObjectPage(first));
         // A store that panics must not take the flusher (or the
         // application's flush) down: the panic is a failed write, and the
         // pages stay dirty.

@@ -27,6 +27,12 @@ pub const PAGE_SIZE: usize = 4096;
 /// One PTE table maps this many pages (2 MiB on x86-64 with 4 KiB pages).
 pub(crate) const PTRS_PER_PTE: usize = 512;
 
+/// The huge page size faultmap uses: one PMD, 2 MiB on x86-64.
+pub const HUGE_PAGE_SIZE: usize = PTRS_PER_PTE * PAGE_SIZE;
+
+/// Where the kernel counts 2 MiB huge pages.
+const HUGEPAGES_2M: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB";
+
 // ---------------------------------------------------------------------------
 // The userfaultfd ABI.
 // ---------------------------------------------------------------------------
@@ -39,10 +45,12 @@ pub(crate) mod feature {
     pub const EVENT_FORK: u64 = 1 << 1;
     pub const EVENT_REMAP: u64 = 1 << 2;
     pub const EVENT_REMOVE: u64 = 1 << 3;
+    pub const MISSING_HUGETLBFS: u64 = 1 << 4;
     pub const MISSING_SHMEM: u64 = 1 << 5;
     pub const EVENT_UNMAP: u64 = 1 << 6;
     pub const SIGBUS: u64 = 1 << 7;
     pub const THREAD_ID: u64 = 1 << 8;
+    pub const MINOR_HUGETLBFS: u64 = 1 << 9;
     pub const MINOR_SHMEM: u64 = 1 << 10;
     pub const EXACT_ADDRESS: u64 = 1 << 11;
     pub const WP_HUGETLBFS_SHMEM: u64 = 1 << 12;
@@ -56,10 +64,12 @@ pub(crate) mod feature {
             EVENT_FORK => "UFFD_FEATURE_EVENT_FORK",
             EVENT_REMAP => "UFFD_FEATURE_EVENT_REMAP",
             EVENT_REMOVE => "UFFD_FEATURE_EVENT_REMOVE",
+            MISSING_HUGETLBFS => "UFFD_FEATURE_MISSING_HUGETLBFS",
             MISSING_SHMEM => "UFFD_FEATURE_MISSING_SHMEM",
             EVENT_UNMAP => "UFFD_FEATURE_EVENT_UNMAP",
             SIGBUS => "UFFD_FEATURE_SIGBUS",
             THREAD_ID => "UFFD_FEATURE_THREAD_ID",
+            MINOR_HUGETLBFS => "UFFD_FEATURE_MINOR_HUGETLBFS",
             MINOR_SHMEM => "UFFD_FEATURE_MINOR_SHMEM",
             EXACT_ADDRESS => "UFFD_FEATURE_EXACT_ADDRESS",
             WP_HUGETLBFS_SHMEM => "UFFD_FEATURE_WP_HUGETLBFS_SHMEM",
@@ -487,9 +497,14 @@ pub(crate) fn uffd_read(uffd: &OwnedFd, buf: &mut [UffdMsg]) -> io::Result<usize
 // ---------------------------------------------------------------------------
 
 /// Creates a close-on-exec memfd of `len` bytes named `name`.
-pub(crate) fn memfd_create(name: &CStr, len: u64) -> io::Result<OwnedFd> {
+pub(crate) fn memfd_create(name: &CStr, len: u64, huge: bool) -> io::Result<OwnedFd> {
+    let flags = if huge {
+        libc::MFD_CLOEXEC | libc::MFD_HUGETLB | libc::MFD_HUGE_2MB
+    } else {
+        libc::MFD_CLOEXEC
+    };
     // SAFETY: `name` is a valid NUL-terminated string for the whole call.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), flags) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -501,6 +516,40 @@ pub(crate) fn memfd_create(name: &CStr, len: u64) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     Ok(fd)
+}
+
+/// The 2 MiB huge pages free for a new reservation: the pool's free pages
+/// less those already reserved (`free_hugepages - resv_hugepages`), and
+/// the pool's size (`nr_hugepages`). `None` if the kernel has no 2 MiB
+/// pool.
+pub(crate) fn huge_pages_available() -> Option<(u64, u64)> {
+    let read = |name: &str| -> Option<u64> {
+        std::fs::read_to_string(format!("{HUGEPAGES_2M}/{name}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let free = read("free_hugepages")?;
+    let reserved = read("resv_hugepages")?;
+    Some((free.saturating_sub(reserved), read("nr_hugepages")?))
+}
+
+/// Allocates the pages of `[offset, offset+len)` of a memfd (`fallocate`,
+/// mode 0): a hugetlb memfd's pages are then in its page cache, zeroed, so
+/// a store that copies into them through a mapping never meets an empty
+/// pool (which would be SIGBUS in the middle of a copy); here that is
+/// `ENOSPC`.
+pub(crate) fn allocate(fd: &OwnedFd, offset: u64, len: u64) -> io::Result<()> {
+    let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    // SAFETY: fallocate on an fd we own; no memory is passed.
+    let rc = unsafe { libc::fallocate(fd.as_raw_fd(), 0, offset, len) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Creates a non-blocking, close-on-exec eventfd.
@@ -704,7 +753,11 @@ pub(crate) fn mmap_shared_aligned(
         len,
         offset,
         prot,
-        libc::MAP_SHARED | libc::MAP_FIXED,
+        // No reservation: a hugetlb memfd's pages are allocated when they
+        // are filled (`allocate`), and a fault here never allocates (the
+        // range is registered MISSING, so a hole goes to the pager). For
+        // shmem the flag changes nothing (the memfd is accounted whole).
+        libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
     );
     // 4. Give back the unused head and tail of the reservation.
     let end = start + len;
