@@ -516,6 +516,16 @@ struct BenchArgs {
     /// --cold one order, default 4. (--parts and --churn run at order 0.)
     #[arg(long, value_delimiter = ',', value_name = "LIST", value_parser = parse_order)]
     orders: Vec<u8>,
+    /// faultmap's page sizes, comma-separated: 4K (default) and 2M (warm
+    /// table only). 2M adds a column per delivery mode, page=2M: the data
+    /// with 2 MiB pages (a hugetlb cache, one fault per 2 MiB; the
+    /// fault-around order is moot). As root the benchmark reserves the huge
+    /// pages it needs through /proc/sys/vm/nr_hugepages and gives them back
+    /// at the end; without root the column is left out, with a line saying
+    /// why. The `pages` workload measures the fault path itself.
+    #[arg(long, value_delimiter = ',', value_name = "LIST", value_parser = parse_page_size,
+          conflicts_with_all = ["cold", "parts", "churn", "budget", "remote"])]
+    page_size: Vec<faultmap::PageSize>,
     /// Thread counts, comma-separated. Default: 1,2. Warm: each thread maps
     /// and walks the whole file. With --cold: they apply to seq, whose
     /// threads share one mapping and each read a contiguous 1/T of it (rand
@@ -669,6 +679,12 @@ pub fn order_options(order: u8) -> faultmap::MapOptions {
     } else {
         faultmap::MapOptions::new().fault_around_order(order)
     }
+}
+
+/// A page size: `4K` or `2M` (or their bytes).
+fn parse_page_size(text: &str) -> Result<faultmap::PageSize, String> {
+    text.parse()
+        .map_err(|e: faultmap::ConfigError| e.to_string())
 }
 
 /// A fault-around order: 0..=9, or `auto` (the library's

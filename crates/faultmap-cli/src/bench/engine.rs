@@ -10,6 +10,8 @@
 //! |                | (`cross-cpu`)                               |                               |
 //! | `faultmap`     | a faultmap mapping at fault-around order N, | the mappings' `pgfault`       |
 //! |                | through the pager of its delivery mode      |                               |
+//! | `faultmap`     | the same with 2 MiB pages (`page=2M`): a    | the mappings' `pgfault`       |
+//! | (`page=2M`)    | hugetlb cache, one fault per 2 MiB          |                               |
 //!
 //! All measure *warm* minor faults: the data is in memory and only the page
 //! tables are empty.
@@ -24,6 +26,9 @@
 //! - faultmap's data is opened as one [`Object`] whose cache (a memfd) is
 //!   filled once, before any measurement, through an order-9 mapping. Each
 //!   delivery mode has its own pager; all of them map that one object.
+//!   With `--page-size 2M`, a second object over the same file has 2 MiB
+//!   pages (its huge pages reserved by [`super::hugepages`]), filled the
+//!   same way.
 //!
 //! # One measurement ([`Engines::measure`])
 //!
@@ -43,7 +48,9 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use faultmap::policy::fault_around::{AUTO, MAX_ORDER};
-use faultmap::{Delivery, FileStore, MapOptions, Mapping, Object, Pager, Stats, PAGE_SIZE};
+use faultmap::{
+    Delivery, FileStore, MapOptions, Mapping, Object, PageSize, Pager, Stats, PAGE_SIZE,
+};
 use memmap2::Mmap;
 
 use super::data::Data;
@@ -65,30 +72,57 @@ pub enum Engine {
     /// That memfd through a bare userfaultfd handler, the walking thread
     /// on the handler's CPU or another.
     UffdProbe(ProbeCpu),
-    /// faultmap at a fault-around order, with a delivery mode.
+    /// faultmap at a fault-around order, with a delivery mode, in pages
+    /// of a size.
     Faultmap {
-        /// The fault-around order (windows of `2^order` pages).
+        /// The fault-around order (windows of `2^order` pages; moot with
+        /// 2 MiB pages, where it is 0).
         order: u8,
         /// How faults reach the pager.
         delivery: Delivery,
+        /// The object's page size.
+        page: PageSize,
     },
 }
 
 impl Engine {
     /// The engines of a run: the two kernel baselines, the uffd-probe at
-    /// each placement of `probes`, then faultmap at each order, in each
-    /// delivery mode.
-    pub fn all(orders: &[u8], deliveries: &[Delivery], probes: &[ProbeCpu]) -> Vec<Engine> {
+    /// each placement of `probes`, then faultmap with 4 KiB pages (if
+    /// `pages` has them) at each order, in each delivery mode, then with
+    /// 2 MiB pages (if `pages` has them) in each delivery mode.
+    pub fn all(
+        orders: &[u8],
+        deliveries: &[Delivery],
+        probes: &[ProbeCpu],
+        pages: &[PageSize],
+    ) -> Vec<Engine> {
         let mut engines = vec![Engine::KernelFile, Engine::KernelMemfd];
         engines.extend(probes.iter().map(|&cpu| Engine::UffdProbe(cpu)));
-        for &order in orders {
-            engines.extend(
-                deliveries
-                    .iter()
-                    .map(|&delivery| Engine::Faultmap { order, delivery }),
-            );
+        if pages.contains(&PageSize::Base) {
+            for &order in orders {
+                engines.extend(deliveries.iter().map(|&delivery| Engine::Faultmap {
+                    order,
+                    delivery,
+                    page: PageSize::Base,
+                }));
+            }
+        }
+        if pages.contains(&PageSize::Huge) {
+            engines.extend(deliveries.iter().map(|&delivery| Engine::Faultmap {
+                order: 0,
+                delivery,
+                page: PageSize::Huge,
+            }));
         }
         engines
+    }
+
+    /// The page size of faultmap's object (`None` for the other engines).
+    pub fn page_size(self) -> Option<PageSize> {
+        match self {
+            Engine::Faultmap { page, .. } => Some(page),
+            Engine::KernelFile | Engine::KernelMemfd | Engine::UffdProbe(_) => None,
+        }
     }
 
     /// The `engine` field of a JSON row.
@@ -106,7 +140,11 @@ impl Engine {
     /// variant).
     pub fn order(self) -> Option<u8> {
         match self {
-            Engine::Faultmap { order, .. } if order != AUTO => Some(order),
+            Engine::Faultmap {
+                order,
+                page: PageSize::Base,
+                ..
+            } if order != AUTO => Some(order),
             Engine::Faultmap { .. }
             | Engine::KernelFile
             | Engine::KernelMemfd
@@ -130,6 +168,10 @@ impl Column for Engine {
     fn heading(self) -> String {
         match self {
             Engine::KernelFile | Engine::KernelMemfd | Engine::UffdProbe(_) => self.name().into(),
+            Engine::Faultmap {
+                page: PageSize::Huge,
+                ..
+            } => "page=2M".into(),
             Engine::Faultmap { order, .. } => format!("order={}", order_name(order)),
         }
     }
@@ -146,21 +188,26 @@ impl Column for Engine {
         self.name()
     }
 
-    /// `order=N`, and `,delivery=handler` when the delivery is not the
-    /// library's default; `cpu=same` or `cpu=cross` for the uffd-probe.
+    /// `order=N` (`page=2M` with 2 MiB pages), and `,delivery=handler`
+    /// when the delivery is not the library's default; `cpu=same` or
+    /// `cpu=cross` for the uffd-probe.
     fn variant(self) -> String {
         match self {
             Engine::KernelFile | Engine::KernelMemfd => "default".into(),
             Engine::UffdProbe(cpu) => format!("cpu={}", cpu.name()),
-            Engine::Faultmap { order, delivery } if delivery == Delivery::default() => {
-                format!("order={}", order_name(order))
-            }
-            Engine::Faultmap { order, delivery } => {
-                format!(
-                    "order={},delivery={}",
-                    order_name(order),
-                    crate::delivery_name(delivery)
-                )
+            Engine::Faultmap {
+                order,
+                delivery,
+                page,
+            } => {
+                let mut v = match page {
+                    PageSize::Base => format!("order={}", order_name(order)),
+                    PageSize::Huge => "page=2M".into(),
+                };
+                if delivery != Delivery::default() {
+                    v += &format!(",delivery={}", crate::delivery_name(delivery));
+                }
+                v
             }
         }
     }
@@ -209,7 +256,11 @@ pub struct Engines {
     /// One pager per delivery mode measured.
     pagers: Vec<(Delivery, Pager)>,
     object: Object,
+    /// The same file with 2 MiB pages (`--page-size 2M`).
+    huge: Option<Object>,
     warm_up: WarmUp,
+    /// How `huge`'s cache was filled.
+    huge_warm_up: Option<WarmUp>,
     /// The uffd-probe's handlers, over `memfd`.
     probes: Probes,
     rewarm_buf: Vec<u8>,
@@ -220,8 +271,14 @@ impl Engines {
     /// memfd, starts the uffd-probes over that memfd for walks of up to
     /// `threads` threads, opens the file as a faultmap object and fills
     /// that object's cache (through the first pager; `pagers` must not be
-    /// empty).
-    pub fn new(data: &Data, pagers: Vec<(Delivery, Pager)>, threads: usize) -> Result<Engines> {
+    /// empty), and with `huge` a second object of 2 MiB pages over the
+    /// file, filled too (its huge pages reserved by the caller).
+    pub fn new(
+        data: &Data,
+        pagers: Vec<(Delivery, Pager)>,
+        threads: usize,
+        huge: bool,
+    ) -> Result<Engines> {
         let len = usize::try_from(data.len()).context("the file does not fit the address space")?;
         let file = data.open()?;
         let memfd = data.memfd_copy()?;
@@ -229,13 +286,24 @@ impl Engines {
         let (_, first) = pagers.first().context("no pager to measure")?;
         let object = first.open(FileStore::open(data.path())?)?;
         let warm_up = warm_object(first, &object)?;
+        let (huge, huge_warm_up) = if huge {
+            let object = first
+                .open_with_page_size(FileStore::open(data.path())?, PageSize::Huge)
+                .context("opening the data with 2 MiB pages")?;
+            let warm_up = warm_object(first, &object)?;
+            (Some(object), Some(warm_up))
+        } else {
+            (None, None)
+        };
         Ok(Engines {
             len,
             file,
             memfd,
             pagers,
             object,
+            huge,
             warm_up,
+            huge_warm_up,
             probes,
             rewarm_buf: vec![0; REWARM_CHUNK],
         })
@@ -244,6 +312,11 @@ impl Engines {
     /// How faultmap's cache was filled.
     pub fn warm_up(&self) -> WarmUp {
         self.warm_up
+    }
+
+    /// How the cache of 2 MiB pages was filled, if there is one.
+    pub fn huge_warm_up(&self) -> Option<WarmUp> {
+        self.huge_warm_up
     }
 
     /// The uffd-probe's handlers.
@@ -292,13 +365,28 @@ impl Engines {
                 Engine::KernelFile => kernel_map(&self.file).map(View::Kernel),
                 Engine::KernelMemfd => kernel_map(&self.memfd).map(View::Kernel),
                 Engine::UffdProbe(_) => bail!("the uffd-probe maps its own views"),
-                Engine::Faultmap { order, delivery } => crate::map_readonly(
+                Engine::Faultmap {
+                    order,
+                    delivery,
+                    page: PageSize::Base,
+                } => crate::map_readonly(
                     self.pager(delivery)?,
                     &self.object,
                     crate::order_options(order),
                 )
                 .map(View::Faultmap)
                 .context("mapping the data through faultmap"),
+                Engine::Faultmap {
+                    delivery,
+                    page: PageSize::Huge,
+                    ..
+                } => crate::map_readonly(
+                    self.pager(delivery)?,
+                    self.huge.as_ref().context("no object of 2 MiB pages")?,
+                    MapOptions::new(),
+                )
+                .map(View::Faultmap)
+                .context("mapping the data through faultmap with 2 MiB pages"),
             })
             .collect()
     }
@@ -371,11 +459,12 @@ pub(super) fn warm_object(pager: &Pager, object: &Object) -> Result<WarmUp> {
     }
     black_box(x);
     drop(map);
-    let pages = object.len().div_ceil(PAGE_SIZE as u64).max(1);
+    let page = object.page_size().bytes() as u64;
+    let pages = object.len().div_ceil(page).max(1);
     Ok(WarmUp {
         seconds: start.elapsed().as_secs_f64(),
         stats: object.stats(),
-        cached_pct: 100.0 * object.cached_bytes() as f64 / (pages * PAGE_SIZE as u64) as f64,
+        cached_pct: 100.0 * object.cached_bytes() as f64 / (pages * page) as f64,
     })
 }
 
@@ -406,7 +495,7 @@ mod tests {
     #[test]
     fn columns_and_variants() {
         let deliveries = [Delivery::Signal, Delivery::Handler];
-        let engines = Engine::all(&[0, 4], &deliveries, &ProbeCpu::ALL);
+        let engines = Engine::all(&[0, 4], &deliveries, &ProbeCpu::ALL, &[PageSize::Base]);
         let v: Vec<String> = engines.iter().map(|e| e.variant()).collect();
         assert_eq!(
             v,
@@ -432,8 +521,20 @@ mod tests {
         assert_eq!((probe.order(), probe.delivery()), (None, None));
         assert_eq!(engines[5].subheading(), "");
         // Without cross-cpu (one CPU), the probe has one column.
-        let one = Engine::all(&[0], &deliveries, &[ProbeCpu::Same]);
+        let one = Engine::all(&[0], &deliveries, &[ProbeCpu::Same], &[PageSize::Base]);
         assert_eq!(one.len(), 2 + 1 + 2);
+        // 2 MiB pages: one column per delivery, whatever the orders.
+        let both = Engine::all(&[0, 4], &deliveries, &[], &[PageSize::Base, PageSize::Huge]);
+        let v: Vec<String> = both[6..].iter().map(|e| e.variant()).collect();
+        assert_eq!(v, ["page=2M", "page=2M,delivery=handler"]);
+        assert_eq!(both[6].heading(), "page=2M");
+        assert_eq!(
+            (both[6].order(), both[6].page_size()),
+            (None, Some(PageSize::Huge))
+        );
+        assert_eq!(both[2].page_size(), Some(PageSize::Base));
+        let huge_only = Engine::all(&[0, 4], &deliveries, &[], &[PageSize::Huge]);
+        assert_eq!(huge_only.len(), 2 + 2);
     }
 
     #[test]
@@ -441,6 +542,7 @@ mod tests {
         let auto = Engine::Faultmap {
             order: AUTO,
             delivery: Delivery::Signal,
+            page: PageSize::Base,
         };
         assert_eq!(auto.heading(), "order=auto");
         assert_eq!(auto.variant(), "order=auto");
@@ -448,6 +550,7 @@ mod tests {
         let handler = Engine::Faultmap {
             order: AUTO,
             delivery: Delivery::Handler,
+            page: PageSize::Base,
         };
         assert_eq!(handler.variant(), "order=auto,delivery=handler");
     }

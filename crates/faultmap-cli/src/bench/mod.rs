@@ -25,6 +25,7 @@ mod cold;
 mod data;
 mod engine;
 mod grid;
+mod hugepages;
 mod plot;
 mod probe;
 mod remote;
@@ -92,8 +93,8 @@ fn remote_options(args: &BenchArgs) -> Result<remote::RemoteOptions> {
                 workload::Workload::Seq => Ok(Access::Seq),
                 workload::Workload::Rand => Ok(Access::Rand),
                 workload::Workload::Clustered => Ok(Access::Clustered),
-                workload::Workload::Sparse => {
-                    anyhow::bail!("--remote runs seq, rand and clustered, not sparse")
+                workload::Workload::Sparse | workload::Workload::Pages => {
+                    anyhow::bail!("--remote runs seq, rand and clustered, not {}", w.name())
                 }
             })
             .collect::<Result<_>>()?

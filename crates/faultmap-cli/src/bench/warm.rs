@@ -76,7 +76,7 @@
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use faultmap::Delivery;
+use faultmap::{Delivery, PageSize};
 use serde_json::{json, Value};
 
 use super::engine::{Engine, Engines, WarmUp};
@@ -118,6 +118,10 @@ pub struct Warm {
     handler_threads: u16,
     /// How faultmap's cache was filled.
     warm_up: WarmUp,
+    /// How the cache of 2 MiB pages was filled (`--page-size 2M`).
+    huge_warm_up: Option<WarmUp>,
+    /// Why the 2 MiB columns were not measured, if asked and not.
+    huge_skipped: Option<String>,
     /// The CPUs of the uffd-probe's handlers.
     probe_cpus: Vec<usize>,
     /// Why `uffd-probe cross-cpu` was not measured, if it was not.
@@ -160,6 +164,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         );
     }
     let deliveries = deliveries(&args.delivery, &DELIVERIES);
+    let mut pages = dedup(or_default(&args.page_size, &[PageSize::Base]));
     let reps = match (args.repetitions, args.full) {
         (Some(n), _) => Repetitions::Fixed(n),
         (None, true) => Repetitions::Budget,
@@ -174,10 +179,30 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .iter()
         .map(|&d| super::start_pager(config.clone().delivery(d)).map(|p| (d, p)))
         .collect::<Result<Vec<_>>>()?;
-    // 3. The data and the engines.
+    // 3. The data and the engines; with 2 MiB pages, their huge pages
+    //    (given back when the run ends).
     let data = super::open_data(args, super::DEFAULT_SIZE)?;
+    let mut huge_skipped = None;
+    let _reservation = if pages.contains(&PageSize::Huge) {
+        match super::hugepages::Reservation::for_bytes(data.len()) {
+            Ok(r) => Some(r),
+            Err(why) => {
+                let why = format!("page=2M skipped: {why}");
+                super::note(&why);
+                huge_skipped = Some(why);
+                pages.retain(|&p| p != PageSize::Huge);
+                None
+            }
+        }
+    } else {
+        None
+    };
+    if pages.is_empty() {
+        bail!("no page size left to measure");
+    }
     super::note("copying it into a memfd and filling faultmap's cache");
-    let mut engines = Engines::new(&data, pagers, max_threads)?;
+    let huge = pages.contains(&PageSize::Huge);
+    let mut engines = Engines::new(&data, pagers, max_threads, huge)?;
     // cross-cpu costs about 70 µs per fault here: minutes per run at
     // 1 GiB, so only `--full` measures it.
     let probe_skipped = engines.probes().cross_cpu_skipped().or_else(|| {
@@ -194,7 +219,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if probe_skipped.is_some() {
         probe_columns.retain(|&c| c != ProbeCpu::Cross);
     }
-    let columns = Engine::all(&orders, &deliveries, &probe_columns);
+    let columns = Engine::all(&orders, &deliveries, &probe_columns, &pages);
     // 4. The workloads' inputs.
     let len = usize::try_from(data.len()).context("the file does not fit the address space")?;
     let plans = workloads
@@ -227,6 +252,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             repetitions: (passes, reps.from()),
             handler_threads: args.handler_threads,
             warm_up: engines.warm_up(),
+            huge_warm_up: engines.huge_warm_up(),
+            huge_skipped,
             probe_cpus: engines.probes().handler_cpus().to_vec(),
             probe_skipped,
         },
@@ -297,6 +324,9 @@ impl grid::Mode for Warm {
             "faultmap_warm_io_count": w.stats.io_count,
             "faultmap_warm_io_bytes": w.stats.io_bytes,
             "faultmap_cached_pct": w.cached_pct,
+            "faultmap_2m_warm_seconds": run.mode.huge_warm_up.map(|w| w.seconds),
+            "faultmap_2m_cached_pct": run.mode.huge_warm_up.map(|w| w.cached_pct),
+            "page_size_skipped": run.mode.huge_skipped,
             "wall_seconds": run.wall_seconds,
         })
     }
@@ -309,6 +339,7 @@ impl grid::Mode for Warm {
         let mut row = Row::new(run, cell);
         row.order = engine.order();
         row.with("delivery", engine.delivery().map(crate::delivery_name))
+            .with("page_size", engine.page_size().map(|p| p.bytes() as u64))
             .with(
                 "fault_around_pages",
                 cell.median_u64(|s| s.fault_around_pages),
@@ -417,6 +448,7 @@ fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
             ),
         ),
         ("uffd-probe", probe_text(run)),
+        ("page=2M", huge_text(run)),
         (
             "faultmap",
             format!(
@@ -431,6 +463,23 @@ fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
             ),
         ),
     ]
+}
+
+/// The header line of the 2 MiB columns: how their cache was filled, or
+/// why they were not measured.
+fn huge_text(run: &Run) -> String {
+    match (&run.mode.huge_warm_up, &run.mode.huge_skipped) {
+        (Some(w), _) => format!(
+            "faultmap with 2 MiB pages: a hugetlb cache (huge pages reserved through \
+             /proc/sys/vm/nr_hugepages for the run, then given back), one UFFDIO_CONTINUE per \
+             2 MiB page; cache filled once in {:.2} s ({} store reads), {:.1}% cached",
+            w.seconds,
+            units::count(w.stats.io_count),
+            w.cached_pct
+        ),
+        (None, Some(why)) => why.clone(),
+        (None, None) => "not measured (--page-size 2M)".into(),
+    }
 }
 
 /// The uffd-probe's header line: what it is, where its threads ran.
@@ -525,9 +574,55 @@ fn headline(run: &Run) -> String {
     }
     format!(
         "\nheadline: faultmap's fastest order, its time over kernel mmap's (below 1: faultmap \
-         was faster)\n{}{}",
+         was faster)\n{}{}{}",
         t.render(),
-        per_fault(run)
+        per_fault(run),
+        huge_headline(run)
+    )
+}
+
+/// Per workload, delivery and thread count: the 2 MiB pages' time, and
+/// kernel-file's time over it (above 1: faultmap was faster); empty
+/// without 2 MiB columns.
+fn huge_headline(run: &Run) -> String {
+    let mut t = crate::table::Table::new(3);
+    let mut rows = 0;
+    for &w in &run.workloads {
+        for &d in &run.deliveries {
+            for &threads in &run.threads {
+                let huge = Engine::Faultmap {
+                    order: 0,
+                    delivery: d,
+                    page: PageSize::Huge,
+                };
+                let Some(seconds) = run.seconds(w, threads, huge) else {
+                    continue;
+                };
+                let over = |k: Engine| {
+                    let r = run
+                        .seconds(w, threads, k)
+                        .and_then(|k| grid::ratio(k, seconds));
+                    format!("{} ÷ page=2M {}x", k.name(), grid::two(r))
+                };
+                rows += 1;
+                t.row([
+                    w.name().to_string(),
+                    crate::delivery_name(d).to_string(),
+                    threads_label(threads),
+                    format!("page=2M {seconds:.6} s"),
+                    over(Engine::KernelFile),
+                    over(Engine::KernelMemfd),
+                ]);
+            }
+        }
+    }
+    if rows == 0 {
+        return String::new();
+    }
+    format!(
+        "\n2 MiB pages: kernel mmap's time over faultmap's with 2 MiB pages (above 1: faultmap \
+         was faster)\n{}",
+        t.render()
     )
 }
 
@@ -538,10 +633,12 @@ fn per_fault(run: &Run) -> String {
     let handler = Engine::Faultmap {
         order: 0,
         delivery: Delivery::Handler,
+        page: PageSize::Base,
     };
     let signal = Engine::Faultmap {
         order: 0,
         delivery: Delivery::Signal,
+        page: PageSize::Base,
     };
     let mut t = crate::table::Table::new(2);
     for &w in &run.workloads {
@@ -632,6 +729,8 @@ mod tests {
                     stats: faultmap::Stats::default(),
                     cached_pct: 100.0,
                 },
+                huge_warm_up: None,
+                huge_skipped: None,
                 probe_cpus: vec![0],
                 probe_skipped,
             },
@@ -639,7 +738,11 @@ mod tests {
     }
 
     fn order0(delivery: Delivery) -> Engine {
-        Engine::Faultmap { order: 0, delivery }
+        Engine::Faultmap {
+            order: 0,
+            delivery,
+            page: PageSize::Base,
+        }
     }
 
     #[test]

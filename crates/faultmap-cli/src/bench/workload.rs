@@ -59,6 +59,9 @@ pub enum Workload {
     Sparse,
     /// Cold only: random 64 KiB clusters, the pages of a cluster in order.
     Clustered,
+    /// One byte per 4 KiB page, in order: the fault path itself (how UMap
+    /// and fault microbenchmarks measure it).
+    Pages,
 }
 
 impl Workload {
@@ -69,6 +72,7 @@ impl Workload {
             Workload::Rand => "rand",
             Workload::Sparse => "sparse",
             Workload::Clustered => "clustered",
+            Workload::Pages => "pages",
         }
     }
 
@@ -85,6 +89,7 @@ impl Workload {
                 "clustered random access: random 64 KiB clusters, \
                  the pages of a cluster in order"
             }
+            Workload::Pages => "the fault path: one byte per 4 KiB page, in order",
         }
     }
 
@@ -110,7 +115,7 @@ impl Plan {
             Workload::Rand => (0..threads)
                 .map(|t| permutation(len.div_ceil(PAGE_SIZE), RAND_SEED + t as u64))
                 .collect::<Result<_>>()?,
-            Workload::Seq | Workload::Sparse => Vec::new(),
+            Workload::Seq | Workload::Sparse | Workload::Pages => Vec::new(),
             Workload::Clustered => bail!("clustered is a workload of the cold benchmark (--cold)"),
         };
         Ok(Plan { workload, perms })
@@ -125,7 +130,7 @@ impl Plan {
     pub fn max_threads(&self) -> usize {
         match self.workload {
             Workload::Rand => self.perms.len(),
-            Workload::Seq | Workload::Sparse => usize::MAX,
+            Workload::Seq | Workload::Sparse | Workload::Pages => usize::MAX,
             Workload::Clustered => 0,
         }
     }
@@ -136,6 +141,7 @@ impl Plan {
             Workload::Seq => sum_words(data),
             Workload::Rand => walk_pages(data, &self.perms[thread]),
             Workload::Sparse => walk_sparse(data),
+            Workload::Pages => walk_page_bytes(data),
             Workload::Clustered => 0,
         }
     }
@@ -169,6 +175,15 @@ fn walk_sparse(data: &[u8]) -> u64 {
     for start in (0..data.len()).step_by(SPARSE_STRIDE) {
         let end = (start + WORD).min(data.len());
         sum = sum.wrapping_add(sum_words(&data[start..end]));
+    }
+    sum
+}
+
+/// The first byte of every 4 KiB page, in order.
+fn walk_page_bytes(data: &[u8]) -> u64 {
+    let mut sum = 0u64;
+    for start in (0..data.len()).step_by(PAGE_SIZE) {
+        sum = sum.wrapping_add(u64::from(std::hint::black_box(data[start])));
     }
     sum
 }
@@ -273,6 +288,18 @@ mod tests {
         d[SPARSE_STRIDE + 4096] = 100;
         let plan = Plan::new(Workload::Sparse, d.len(), 1).unwrap();
         assert_eq!(plan.walk(0, &d), 10);
+    }
+
+    #[test]
+    fn pages_reads_the_first_byte_of_each_page() {
+        let mut d = vec![0u8; 3 * PAGE_SIZE + 1];
+        d[0] = 1;
+        d[PAGE_SIZE] = 2;
+        d[3 * PAGE_SIZE] = 4;
+        d[5] = 100;
+        let plan = Plan::new(Workload::Pages, d.len(), 1).unwrap();
+        assert_eq!(plan.walk(0, &d), 7);
+        assert!(Workload::Pages.is_warm());
     }
 
     #[test]
