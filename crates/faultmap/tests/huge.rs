@@ -179,3 +179,193 @@ fn an_object_is_mapped_with_its_own_page_size_only() {
         assert_bytes(&map, &file.data, "the pager's page size");
     });
 }
+
+#[test]
+fn a_budget_evicts_whole_2_mib_pages_and_what_comes_back_reads_right() {
+    watchdog(WATCHDOG, || {
+        // A budget of 4 huge pages over an object of 16: the pool needs
+        // only the budget's pages (and a few in flight).
+        const BUDGET: u64 = 4 * HUGE as u64;
+        let _pool = Pool::grow(8);
+        let len = 16 * HUGE;
+        let file = TestFile::new(len, 15);
+        for delivery in [Delivery::Signal, Delivery::Handler] {
+            let config = Config::default()
+                .delivery(delivery)
+                .memory_budget(BUDGET)
+                .page_size(PageSize::Huge);
+            let pager = Pager::new(config).unwrap();
+            let map = pager.map_trusted(file.store(), MapOptions::new()).unwrap();
+            for round in 0..2 {
+                for page in 0..16 {
+                    let r = page * HUGE..(page + 1) * HUGE;
+                    assert_bytes(&map[r.clone()], &file.data[r], &format!("round {round}"));
+                }
+            }
+            let mem = pager.memory();
+            // A page a fault waits for is charged over the limit until the
+            // evictor catches up: one per fault in flight.
+            assert!(
+                mem.peak <= BUDGET + 2 * HUGE as u64,
+                "{delivery:?}: {mem:?}"
+            );
+            assert_eq!(mem.budget, Some(BUDGET));
+            let stats = pager.stats();
+            assert!(stats.evicted >= 16, "{delivery:?}: {stats:?}");
+            // Charges count bytes: a huge page is 2 MiB of the budget.
+            assert_eq!(mem.cached % HUGE as u64, 0, "{mem:?}");
+        }
+    });
+}
+
+#[test]
+fn writes_to_2_mib_pages_reach_the_file_on_flush() {
+    watchdog(WATCHDOG, || {
+        let _pool = Pool::grow(3);
+        let len = 2 * HUGE + 777;
+        let file = TestFile::new(len, 16);
+        let pager = Pager::new(Config::default().delivery(Delivery::Handler)).unwrap();
+        let store = faultmap::FileStore::open_rw(&file.path).unwrap();
+        let mut map = pager.map_mut_trusted(store, huge()).unwrap();
+        let mut expected = file.data.clone();
+        // Read the first page (mapped write-protected), then write to it
+        // and to the tail page, never read.
+        assert_bytes(&map[..HUGE], &expected[..HUGE], "before writing");
+        for at in [5, HUGE - 1, 2 * HUGE + 776] {
+            map[at] ^= 0xFF;
+            expected[at] ^= 0xFF;
+        }
+        assert_bytes(&map, &expected, "the mapping reads its writes");
+        // Two pages are dirty, each whole.
+        assert_eq!(map.object().dirty_bytes(), 2 * HUGE as u64);
+        let written = map.flush(0..map.len()).unwrap();
+        assert_eq!(written, 2);
+        assert_eq!(map.object().dirty_bytes(), 0);
+        // The file keeps its length: the tail page is cut at the end.
+        assert_bytes(
+            &std::fs::read(&file.path).unwrap(),
+            &expected,
+            "the file after flush",
+        );
+        // Protected again by the flush: a second write is seen again.
+        map[HUGE + 3] ^= 0x0F;
+        expected[HUGE + 3] ^= 0x0F;
+        assert_eq!(map.object().dirty_bytes(), HUGE as u64);
+        map.object().flush().unwrap();
+        assert_bytes(&std::fs::read(&file.path).unwrap(), &expected, "round 2");
+    });
+}
+
+#[test]
+fn invalidation_drops_whole_2_mib_pages_and_the_next_touch_reads_them_again() {
+    watchdog(WATCHDOG, || {
+        let _pool = Pool::grow(4);
+        let len = 4 * HUGE;
+        let file = TestFile::new(len, 17);
+        let pager = Pager::new(Config::default()).unwrap();
+        let map = pager.map_trusted(file.store(), huge()).unwrap();
+        assert_bytes(&map, &file.data, "first read");
+        let object = map.object();
+        assert_eq!(object.cached_bytes(), len as u64);
+        // One byte of page 1 drops all of page 1.
+        assert_eq!(
+            object
+                .invalidate(HUGE as u64 + 10..HUGE as u64 + 11)
+                .unwrap(),
+            1
+        );
+        assert_eq!(object.cached_bytes(), 3 * HUGE as u64);
+        assert!(!object.is_cached(1) && object.is_cached(0) && object.is_cached(2));
+        let before = map.stats();
+        assert_bytes(&map, &file.data, "after invalidating");
+        let after = map.stats();
+        assert_eq!(after.pgmajfault - before.pgmajfault, 1, "{after:?}");
+        assert_eq!(object.cached_bytes(), len as u64);
+    });
+}
+
+#[test]
+fn a_trace_of_2_mib_pages_replays_and_refuses_4_kib_objects() {
+    watchdog(WATCHDOG, || {
+        // Two objects of 8 pages: the recording one's pages go back to
+        // the pool only once its last mapping is gone.
+        let _pool = Pool::grow(16);
+        let len = 8 * HUGE;
+        let file = TestFile::new(len, 18);
+        let pager = Pager::new(Config::default()).unwrap();
+        let map = pager
+            .map_trusted(file.store(), huge().record_trace())
+            .unwrap();
+        for page in [5usize, 1, 6] {
+            assert_eq!(map[page * HUGE + 9], file.data[page * HUGE + 9]);
+        }
+        let trace = map.trace().unwrap();
+        drop(map);
+        assert_eq!(trace.page_size(), PageSize::Huge);
+        assert_eq!(trace.runs(), &[5..6, 1..2, 6..7]);
+        // Saved and loaded: the file keeps the page size.
+        let path = file.dir.path().join("trace");
+        trace.save(&path).unwrap();
+        let trace = faultmap::Trace::load(&path).unwrap();
+        assert_eq!(trace.page_size(), PageSize::Huge);
+        // Replayed on a fresh object of 2 MiB pages: its pages are read
+        // before they are touched.
+        let map = pager
+            .map_trusted(file.store(), huge().replay_trace(trace.clone()))
+            .unwrap();
+        assert!(common::wait_until(
+            std::time::Duration::from_secs(20),
+            || map.replay_progress().is_some_and(|p| p.done)
+        ));
+        // Its reads end in their own time.
+        let cached = |p| map.object().is_cached(p);
+        assert!(common::wait_until(
+            std::time::Duration::from_secs(20),
+            || [5, 1, 6].into_iter().all(cached)
+        ));
+        assert!(
+            map.object().io_errors().is_empty(),
+            "{:?}",
+            map.object().io_errors()
+        );
+        assert_eq!(map.stats().pgfault, 0, "nothing touched yet");
+        assert_bytes(&map, &file.data, "after the replay");
+        // On 4 KiB pages the runs would name other bytes: refused.
+        let err = pager
+            .map_trusted(file.store(), MapOptions::new().replay_trace(trace))
+            .unwrap_err();
+        assert!(matches!(err, MapError::Trace(_)), "{err:?}");
+        assert!(err.to_string().contains("2 MiB pages"), "{err}");
+    });
+}
+
+#[test]
+fn a_2_mib_page_that_fails_to_read_is_an_error_and_the_others_read_right() {
+    // With handler delivery `Mapping::read_at` copies with the kernel's
+    // access: the failed page is poisoned whole (2 MiB), which `read_at`
+    // reports as `MapError::Read`; no byte of it is ever served, and the
+    // pages around it read right.
+    watchdog(WATCHDOG, || {
+        let _pool = Pool::grow(4);
+        let data = common::pattern(4 * HUGE, 19);
+        // One bad 4 KiB page inside huge page 2.
+        let bad = (2 * HUGE / PAGE + 77) as u64;
+        let store = common::Instrumented::mem(&data, common::Faults::bad([bad]));
+        let pager = Pager::new(Config::default().delivery(Delivery::Handler)).unwrap();
+        let map = pager.map_trusted(store, huge()).unwrap();
+        let mut buf = vec![0u8; 2 * HUGE];
+        map.read_at(0, &mut buf).unwrap();
+        assert_bytes(&buf, &data[..2 * HUGE], "the pages before the bad one");
+        match map.read_at(2 * HUGE + 5, &mut [0u8; 10]) {
+            Err(MapError::Read { offset, .. }) => assert_eq!(offset, 2 * HUGE as u64 + 5),
+            other => panic!("expected MapError::Read, got {other:?}"),
+        }
+        map.read_at(3 * HUGE, &mut buf[..HUGE]).unwrap();
+        assert_bytes(
+            &buf[..HUGE],
+            &data[3 * HUGE..],
+            "the page after the bad one",
+        );
+        assert!(!map.object().is_cached(2));
+    });
+}
