@@ -277,11 +277,27 @@ struct MapArgs {
     /// length or version (a file's modification time) is refused.
     #[arg(long, value_name = "FILE")]
     replay_trace: Option<PathBuf>,
+    /// The page size of faultmap's cache: 4K (default) or 2M. 2M caches
+    /// the object in 2 MiB huge pages (hugetlb) and maps each with one
+    /// fault; the kernel's pool must hold the object
+    /// (/proc/sys/vm/nr_hugepages: the error says how many pages are
+    /// needed). Page counts in the report are then 2 MiB pages.
+    #[arg(long, value_name = "SIZE", value_parser = parse_page_size)]
+    page_size: Option<faultmap::PageSize>,
 }
 
 impl MapArgs {
-    /// `opts` with the trace options asked for (the replayed trace read).
+    /// The page size asked for (4 KiB by default).
+    fn page_size(&self) -> faultmap::PageSize {
+        self.page_size.unwrap_or_default()
+    }
+
+    /// `opts` with the page size and the trace options asked for (the
+    /// replayed trace read).
     fn with_trace(&self, mut opts: faultmap::MapOptions) -> anyhow::Result<faultmap::MapOptions> {
+        if let Some(size) = self.page_size {
+            opts = opts.page_size(size);
+        }
         if self.record_trace.is_some() {
             opts = opts.record_trace();
         }

@@ -58,7 +58,7 @@ pub fn run(args: &ScanArgs) -> Result<()> {
     let pager =
         Pager::new(Config::default().handler_threads(usize::from(args.map.handler_threads)))
             .context("cannot start the pager")?;
-    let object = pager.open(open_url(&args.map.file)?)?;
+    let object = pager.open_with_page_size(open_url(&args.map.file)?, args.map.page_size())?;
     let map = crate::map_readonly(&pager, &object, opts)
         .with_context(|| format!("cannot map {}", args.map.file))?;
     let start = Instant::now();

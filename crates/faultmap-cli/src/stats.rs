@@ -85,7 +85,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
         (Box::new(store), io)
     };
     let ra_pages = args.map.ra_pages.unwrap_or_else(|| store.ra_pages());
-    let object = pager.open(store)?;
+    let object = pager.open_with_page_size(store, args.map.page_size())?;
     let map = crate::map_readonly(&pager, &object, opts)
         .with_context(|| format!("cannot map {}", args.map.file))?;
     // 3. The plan.

@@ -1588,3 +1588,96 @@ fn bench_remote_json_has_every_engine_and_the_goals() {
         );
     }
 }
+
+/// The pool of 2 MiB huge pages (`/proc/sys/vm/nr_hugepages`), held by
+/// one test at a time; set to `pages` for the test and restored after.
+struct HugePool {
+    old: String,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
+}
+
+static HUGE_POOL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
+
+impl HugePool {
+    fn set(pages: u64) -> HugePool {
+        let guard = HUGE_POOL.lock().unwrap_or_else(|e| e.into_inner());
+        let old = std::fs::read_to_string(NR_HUGEPAGES).expect("the kernel has a huge page pool");
+        std::fs::write(NR_HUGEPAGES, pages.to_string()).expect("these tests run as root");
+        HugePool {
+            old: old.trim().to_string(),
+            _one_at_a_time: guard,
+        }
+    }
+
+    fn now() -> String {
+        std::fs::read_to_string(NR_HUGEPAGES)
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+}
+
+impl Drop for HugePool {
+    fn drop(&mut self) {
+        let _ = std::fs::write(NR_HUGEPAGES, &self.old);
+    }
+}
+
+#[test]
+fn scan_with_2_mib_pages_gives_the_files_crc_or_says_how_many_pages_it_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = random_bytes((5 << 20) + 123, 77);
+    let path = write(dir.path(), "huge", &data);
+    let p = path.to_str().unwrap();
+    {
+        let _pool = HugePool::set(3);
+        let v = stdout_json(&faultmap(&["scan", p, "--page-size", "2M", "--json"]));
+        assert_eq!(v["crc32"], crc32fast::hash(&data));
+        // Three 2 MiB pages, one fault each.
+        assert_eq!(v["stats"]["pgfault"], 3, "{v}");
+    }
+    {
+        let _pool = HugePool::set(0);
+        let out = faultmap(&["scan", p, "--page-size", "2M"]);
+        assert_fails_cleanly(&out, "needs 3 huge pages of 2 MiB");
+        assert_fails_cleanly(&out, "vm.nr_hugepages");
+    }
+    assert_fails_cleanly(&faultmap(&["scan", p, "--page-size", "1G"]), "4K or 2M");
+}
+
+#[test]
+fn bench_page_size_2m_adds_columns_and_gives_the_pool_back() {
+    let _pool = HugePool::set(0);
+    let doc = stdout_json(&faultmap(&[
+        "bench",
+        "--page-size",
+        "4K,2M",
+        "--workload",
+        "pages",
+        "--orders",
+        "0",
+        "--threads",
+        "1",
+        "--size",
+        "5M",
+        "--repetitions",
+        "1",
+        "--json",
+    ]));
+    // Given back: the pool is as the benchmark found it.
+    assert_eq!(HugePool::now(), "0");
+    assert!(doc["machine"]["page_size_skipped"].is_null(), "{doc}");
+    for (delivery_variant, faults) in [("page=2M", 3), ("page=2M,delivery=handler", 3)] {
+        let rows = rows(&doc, "faultmap", delivery_variant);
+        assert_eq!(rows.len(), 1, "{delivery_variant}");
+        assert_eq!(rows[0]["page_size"], 2 << 20);
+        assert_eq!(rows[0]["workload"], "pages");
+        assert_eq!(rows[0]["faults"], faults, "{}", rows[0]);
+    }
+    let base = rows(&doc, "faultmap", "order=0");
+    assert_eq!(base[0]["page_size"], 4096);
+    // One fault per 4 KiB page at order 0.
+    assert_eq!(base[0]["faults"], 5 * 256);
+    assert!(rows(&doc, "kernel-file", "default")[0]["page_size"].is_null());
+}
