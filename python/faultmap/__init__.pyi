@@ -14,11 +14,12 @@ __all__ = ["open", "Mapping", "Pager", "PAGE_SIZE", "__version__"]
 
 __version__: str
 PAGE_SIZE: int
-"""The page size faultmap works in: 4096."""
+"""The default page size: 4096 (page_size="2M" maps in 2 MiB pages)."""
 
 _Readahead = Literal["full", "around", "off"]
 _Delivery = Literal["handler", "signal"]
 _Advice = int | Literal["normal", "random", "sequential", "willneed", "dontneed"]
+_PageSize = Literal["4K", "2M", 4096, 2097152]
 
 def open(
     path_or_url: str | os.PathLike[str],
@@ -31,9 +32,14 @@ def open(
     memory_budget: int | None = None,
     record_trace: bool = False,
     replay_trace: str | os.PathLike[str] | None = None,
+    page_size: _PageSize | None = None,
     pager: Pager | None = None,
 ) -> Mapping:
     """Maps an object: a local path, an http(s):// URL or an s3:// URL.
+
+    page_size="2M" caches and maps it in 2 MiB pages from the kernel's
+    pool (vm.nr_hugepages): OSError (errno ENOMEM) when the pool cannot
+    hold it.
 
     Raises FileNotFoundError, PermissionError, IsADirectoryError,
     ValueError (a bad argument) or OSError (with errno) for the rest.
@@ -49,6 +55,7 @@ class Pager:
         memory_budget: int | None = None,
         io_threads: int | None = None,
         delivery: _Delivery | None = None,
+        page_size: _PageSize | None = None,
     ) -> None: ...
     def open(
         self,
@@ -62,6 +69,7 @@ class Pager:
         memory_budget: int | None = None,
         record_trace: bool = False,
         replay_trace: str | os.PathLike[str] | None = None,
+        page_size: _PageSize | None = None,
     ) -> Mapping:
         """Maps an object with this pager."""
     def stats(self) -> dict[str, int]:
@@ -78,6 +86,9 @@ class Pager:
     @property
     def delivery(self) -> _Delivery:
         """"handler" or "signal"."""
+    @property
+    def page_size(self) -> int:
+        """The page size of objects opened without one: 4096 or 2097152."""
 
 class Mapping(Buffer):
     """A mapped object: reads (and, if writable, writes) like memory.
@@ -129,6 +140,9 @@ class Mapping(Buffer):
     def writable(self) -> bool: ...
     @property
     def name(self) -> str: ...
+    @property
+    def page_size(self) -> int:
+        """The object's page size in bytes: 4096 or 2097152."""
     @property
     def fault_around_order(self) -> int | Literal["auto"]: ...
     @fault_around_order.setter

@@ -56,7 +56,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PySlice, PyTuple};
 
-use fm::{Advice, Config, Delivery, FileStore, MapOptions, ReadaheadMode};
+use fm::{Advice, Config, Delivery, FileStore, MapOptions, PageSize, ReadaheadMode};
 
 /// The delivery of a pager made without one: handler threads, so that the
 /// kernel's own reads of a mapping (`f.write(m)`, `sock.sendall(m)`,
@@ -101,10 +101,15 @@ fn generation() -> u64 {
 ///     f.write(m)) or "signal" (the faulting thread serves a cached page
 ///     itself, in a SIGBUS handler: faster for warm scans, but a system
 ///     call reading a page not yet mapped fails with EFAULT).
+/// page_size: the page size of the objects its open() maps without a
+///     page_size of their own: "4K" or 4096 (None: the default), "2M" or
+///     2097152 (2 MiB pages from the kernel's pool, vm.nr_hugepages; see
+///     faultmap.open).
 #[pyclass(module = "faultmap", frozen)]
 struct Pager {
     inner: Arc<fm::Pager>,
     delivery: Delivery,
+    page_size: PageSize,
     /// The process that made it; its threads exist there alone.
     born: u64,
 }
@@ -114,6 +119,7 @@ impl Pager {
         memory_budget: Option<u64>,
         io_threads: Option<usize>,
         delivery: Option<&str>,
+        page_size: Option<PageSize>,
     ) -> PyResult<Pager> {
         let delivery = match delivery {
             None => DEFAULT_DELIVERY,
@@ -125,7 +131,8 @@ impl Pager {
                 )))
             }
         };
-        let mut config = Config::default().delivery(delivery);
+        let page_size = page_size.unwrap_or_default();
+        let mut config = Config::default().delivery(delivery).page_size(page_size);
         if let Some(bytes) = memory_budget {
             config = config.memory_budget(bytes);
         }
@@ -136,6 +143,7 @@ impl Pager {
         Ok(Pager {
             inner: Arc::new(inner),
             delivery,
+            page_size,
             born: generation(),
         })
     }
@@ -156,21 +164,23 @@ impl Pager {
 #[pymethods]
 impl Pager {
     #[new]
-    #[pyo3(signature = (*, memory_budget=None, io_threads=None, delivery=None))]
+    #[pyo3(signature = (*, memory_budget=None, io_threads=None, delivery=None, page_size=None))]
     fn new(
         py: Python<'_>,
         memory_budget: Option<u64>,
         io_threads: Option<usize>,
         delivery: Option<String>,
+        page_size: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Pager> {
-        py.detach(|| Pager::make(memory_budget, io_threads, delivery.as_deref()))
+        let page_size = page_size.as_ref().map(page_size_of).transpose()?;
+        py.detach(|| Pager::make(memory_budget, io_threads, delivery.as_deref(), page_size))
     }
 
     /// Maps an object with this pager; the same as faultmap.open(...,
     /// pager=self).
     #[pyo3(signature = (path_or_url, *, offset=0, length=None, writable=false,
                         fault_around_order=None, readahead=None, memory_budget=None,
-                        record_trace=false, replay_trace=None))]
+                        record_trace=false, replay_trace=None, page_size=None))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         slf: Bound<'_, Self>,
@@ -183,7 +193,24 @@ impl Pager {
         memory_budget: Option<u64>,
         record_trace: bool,
         replay_trace: Option<Bound<'_, PyAny>>,
+        page_size: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Mapping> {
+        let page_size = match &page_size {
+            Some(size) => page_size_of(size)?,
+            None => slf.get().page_size,
+        };
+        if memory_budget.is_some() && page_size != slf.get().page_size {
+            // The library opens an object with a budget of its own in its
+            // pager's page size only (`fm::Pager::open_with_budget`).
+            return Err(PyValueError::new_err(format!(
+                "memory_budget= opens the object in its pager's page size ({}), not \
+                 page_size={:?}: give the page size to the pager instead \
+                 (faultmap.Pager(page_size={:?}))",
+                slf.get().page_size,
+                page_size.to_string(),
+                page_size.to_string(),
+            )));
+        }
         let request = Request {
             target: target_of(path_or_url)?,
             offset,
@@ -194,6 +221,7 @@ impl Pager {
             memory_budget,
             record_trace,
             replay_trace: replay_trace.as_ref().map(path_of).transpose()?,
+            page_size,
         };
         let pager = slf.get().live()?.clone();
         let mapping = slf.py().detach(move || request.map(&pager))?;
@@ -243,6 +271,13 @@ impl Pager {
         delivery_name(self.delivery)
     }
 
+    /// The page size in bytes of the objects its open() maps without a
+    /// page_size of their own: 4096 or 2097152.
+    #[getter]
+    fn page_size(&self) -> usize {
+        self.page_size.bytes()
+    }
+
     fn __repr__(&self) -> String {
         match self.live() {
             Ok(p) => format!(
@@ -277,7 +312,7 @@ fn default_pager(py: Python<'_>) -> PyResult<Py<Pager>> {
     // Made with the GIL held: Pager::new does not wait on stores (it
     // creates a userfaultfd and starts threads), and holding the GIL keeps
     // two threads from making two default pagers.
-    let made = Py::new(py, Pager::make(None, None, None)?)?;
+    let made = Py::new(py, Pager::make(None, None, None, None)?)?;
     *slot = Some(made.clone_ref(py));
     Ok(made)
 }
@@ -331,6 +366,8 @@ struct Request {
     record_trace: bool,
     /// The file of the access trace to replay.
     replay_trace: Option<String>,
+    /// The page size of the object opened.
+    page_size: PageSize,
 }
 
 impl Request {
@@ -339,7 +376,8 @@ impl Request {
     fn map(self, pager: &fm::Pager) -> PyResult<Mapping> {
         let mut opts = MapOptions::new()
             .offset(self.offset)
-            .readahead(self.readahead);
+            .readahead(self.readahead)
+            .page_size(self.page_size);
         if let Some(len) = self.length {
             opts = opts.len(len);
         }
@@ -373,7 +411,7 @@ impl Request {
                 });
             }
             let store = FileStore::open_rw(&self.target).map_err(|e| py_err(&e))?;
-            let object = open_object(pager, store, self.memory_budget)?;
+            let object = open_object(pager, store, self.memory_budget, self.page_size)?;
             // SAFETY: `Pager::map_mut`'s contract is the Python user's, as
             // with mmap.mmap: nothing else changes the file while it is
             // mapped, and no other mapping writes bytes this one exports.
@@ -385,19 +423,24 @@ impl Request {
             Map::Write(unsafe { pager.map_mut(object, opts) }.map_err(|e| py_err(&e))?)
         } else {
             let store = fm::open_url(&self.target).map_err(|e| py_err(&e))?;
-            let object = open_object(pager, store, self.memory_budget)?;
+            let object = open_object(pager, store, self.memory_budget, self.page_size)?;
             // SAFETY: as for `map_mut` above: the store's bytes do not
             // change while mapped (a remote object's version is pinned at
             // open), which the user promises as for mmap.mmap.
             Map::Read(unsafe { pager.map(object, opts) }.map_err(|e| py_err(&e))?)
         };
         let len = map.len();
+        let page_size = match &map {
+            Map::Read(m) => m.object().page_size(),
+            Map::Write(m) => m.object().page_size(),
+        };
         Ok(Mapping {
             state: Mutex::new(State {
                 map: Some(Arc::new(map)),
                 exports: 0,
             }),
             len,
+            page_size,
             writable: self.writable,
             name,
             born: generation(),
@@ -405,18 +448,47 @@ impl Request {
     }
 }
 
-/// `store` opened as an object of `pager`, with a budget of its own if
-/// `budget` is set.
+/// `store` opened as an object of `pager` in pages of `page_size`, with a
+/// budget of its own if `budget` is set (then `page_size` is the pager's:
+/// `Pager.open` checks it).
 fn open_object(
     pager: &fm::Pager,
     store: impl fm::Store,
     budget: Option<u64>,
+    page_size: PageSize,
 ) -> PyResult<fm::Object> {
     match budget {
         Some(b) => pager.open_with_budget(store, b),
-        None => pager.open(store),
+        None => pager.open_with_page_size(store, page_size),
     }
     .map_err(|e| py_err(&e))
+}
+
+/// A page size from Python: "4K" or 4096, "2M" or 2097152 (the library's
+/// spellings: "4k", "4KiB", "2m", "2MiB" too).
+fn page_size_of(value: &Bound<'_, PyAny>) -> PyResult<PageSize> {
+    let bad = |got: String| {
+        PyValueError::new_err(format!(
+            "page_size must be \"4K\" or 4096, \"2M\" or 2097152, got {got}"
+        ))
+    };
+    if let Ok(text) = value.cast::<pyo3::types::PyString>() {
+        let text = text.to_cow()?;
+        return text.parse().map_err(|_| bad(format!("{text:?}")));
+    }
+    if value.is_instance_of::<pyo3::types::PyInt>() {
+        // An int of any size: one that is not a page size (negative, or
+        // too large for u64) is a ValueError, as a wrong size is.
+        return value
+            .extract::<u64>()
+            .ok()
+            .and_then(PageSize::from_bytes)
+            .ok_or_else(|| bad(value.to_string()));
+    }
+    Err(PyTypeError::new_err(format!(
+        "page_size must be a str (\"4K\", \"2M\") or an int (4096, 2097152), not {}",
+        value.get_type().name()?
+    )))
 }
 
 /// A trace file's path (str or os.PathLike) as a string.
@@ -485,7 +557,16 @@ fn readahead_mode(arg: Option<&str>) -> PyResult<ReadaheadMode> {
 ///     block read-around would read, at most 16 to 32 MiB (a quarter of
 ///     memory_budget at most) past what a program that follows the trace
 ///     has used so far. A trace of an object of another length or version
-///     (for a file: its modification time) raises ValueError.
+///     (for a file: its modification time), or recorded in pages of
+///     another size, raises ValueError.
+/// page_size: the size of the pages the object is cached, read and mapped
+///     in: "4K" or 4096, "2M" or 2097152 (None: the pager's, 4 KiB unless
+///     Pager(page_size=...) says otherwise). 2 MiB pages (hugetlb) take
+///     512 times fewer faults; they come from the kernel's pool of 2 MiB
+///     pages, which must hold the whole object (or its memory_budget):
+///     else OSError (errno ENOMEM) saying how far to raise
+///     vm.nr_hugepages. Nothing falls back to 4 KiB pages. With
+///     memory_budget, the page size must be the pager's.
 /// pager: the Pager to map with (None: a default one, made on first use).
 ///
 /// Raises FileNotFoundError, PermissionError, IsADirectoryError, ValueError
@@ -494,7 +575,7 @@ fn readahead_mode(arg: Option<&str>) -> PyResult<ReadaheadMode> {
 #[pyfunction]
 #[pyo3(signature = (path_or_url, *, offset=0, length=None, writable=false,
                     fault_around_order=None, readahead=None, memory_budget=None,
-                    record_trace=false, replay_trace=None, pager=None))]
+                    record_trace=false, replay_trace=None, page_size=None, pager=None))]
 #[allow(clippy::too_many_arguments)]
 fn open(
     py: Python<'_>,
@@ -507,6 +588,7 @@ fn open(
     memory_budget: Option<u64>,
     record_trace: bool,
     replay_trace: Option<Bound<'_, PyAny>>,
+    page_size: Option<Bound<'_, PyAny>>,
     pager: Option<Bound<'_, Pager>>,
 ) -> PyResult<Mapping> {
     let pager = match pager {
@@ -524,6 +606,7 @@ fn open(
         memory_budget,
         record_trace,
         replay_trace,
+        page_size,
     )
 }
 
@@ -618,6 +701,8 @@ struct State {
 struct Mapping {
     state: Mutex<State>,
     len: usize,
+    /// The object's page size.
+    page_size: PageSize,
     writable: bool,
     name: String,
     /// The process that mapped it: a forked child has no such range.
@@ -1081,6 +1166,13 @@ impl Mapping {
     #[getter]
     fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The size in bytes of the pages its object is cached and mapped in:
+    /// 4096, or 2097152 (page_size="2M").
+    #[getter]
+    fn page_size(&self) -> usize {
+        self.page_size.bytes()
     }
 
     /// The pages mapped around each fault, as a power of two (0..=9), or

@@ -35,6 +35,37 @@ def small_file(tmp_path: pathlib.Path):
     return path, data
 
 
+NR_HUGEPAGES = pathlib.Path("/proc/sys/vm/nr_hugepages")
+FREE_HUGEPAGES = pathlib.Path("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+HUGE = 2 * 1024 * 1024
+
+
+@pytest.fixture
+def huge_pages():
+    """grow(extra): grows the kernel's pool of 2 MiB pages by `extra`
+    pages, through /proc/sys/vm/nr_hugepages (as root, which CI is); the
+    pool is given back when the test ends. A machine where it cannot be
+    grown fails the test, loudly: it is not skipped."""
+    old = int(NR_HUGEPAGES.read_text())
+    grown = False
+
+    def grow(extra: int) -> None:
+        nonlocal grown
+        try:
+            NR_HUGEPAGES.write_text(f"{old + extra}\n")
+        except OSError as e:
+            pytest.fail(f"cannot grow the pool of huge pages ({NR_HUGEPAGES}: {e}); "
+                        "these tests need root")
+        grown = True
+        now = int(NR_HUGEPAGES.read_text())
+        if now < old + extra:
+            pytest.fail(f"the kernel gave {now} huge pages of {old + extra} asked")
+
+    yield grow
+    if grown:
+        NR_HUGEPAGES.write_text(f"{old}\n")
+
+
 def server_env(name: str) -> str:
     """A variable of the project's servers; a test that needs them fails
     (never skips) without them."""

@@ -15,7 +15,7 @@ import numpy
 import pytest
 
 import faultmap
-from conftest import pattern, run_python, server_env
+from conftest import FREE_HUGEPAGES, HUGE, pattern, run_python, server_env
 
 
 # ---------------------------------------------------------------------------
@@ -725,3 +725,80 @@ def test_access_trace_record_and_replay(small_file, tmp_path):
         faultmap.open(path, replay_trace=tmp_path / "missing.trace")
     with pytest.raises(TypeError):
         faultmap.open(path, replay_trace=b"bytes.trace")
+
+
+# ---------------------------------------------------------------------------
+# 2 MiB pages.
+
+
+def test_2m_pages_read_like_the_file(tmp_path, huge_pages):
+    # 3 pages and a tail of 100 bytes: 4 huge pages per object; three
+    # objects at once (the pool must hold each whole).
+    data = pattern(3 * HUGE + 100, 19)
+    path = tmp_path / "huge.bin"
+    path.write_bytes(data)
+    huge_pages(12)
+    with faultmap.open(path, page_size="2M") as m:
+        assert m.page_size == HUGE == 2097152
+        # A byte of every 4 KiB page through numpy, in place: one fault
+        # per 2 MiB page.
+        a = m.array(numpy.uint8)
+        assert numpy.array_equal(a[::4096], numpy.frombuffer(data, numpy.uint8)[::4096])
+        assert m.stats()["pgfault"] == 4
+        assert numpy.array_equal(a, numpy.fromfile(path, dtype=numpy.uint8))
+        del a
+        assert m[:] == data
+        assert bytes(memoryview(m)[HUGE - 3:HUGE + 3]) == data[HUGE - 3:HUGE + 3]
+    # The int spelling, an unaligned part, and a pager whose objects are
+    # in 2 MiB pages unless told otherwise.
+    start = HUGE + 4097
+    with faultmap.open(path, page_size=2097152, offset=start, length=10_000) as m:
+        assert m.page_size == HUGE
+        assert m[:] == data[start:start + 10_000]
+    pager = faultmap.Pager(page_size="2M", memory_budget=4 << 20)
+    assert pager.page_size == HUGE
+    with pager.open(path) as m, pager.open(path, page_size="4K") as small:
+        assert (m.page_size, small.page_size) == (HUGE, 4096)
+        assert m[:] == data and small[:] == data
+        # The budget (2 huge pages) is kept: the rest was evicted.
+        assert pager.memory()["cached"] <= 4 << 20
+    assert faultmap.Pager().page_size == 4096
+    with faultmap.open(path) as m:
+        assert m.page_size == faultmap.PAGE_SIZE == 4096
+
+
+def test_2m_pages_refused_when_the_pool_is_too_small(tmp_path, huge_pages):
+    # Nothing added: the pool as it was (empty on a fresh machine) cannot
+    # hold an object 3 huge pages larger than it has free. A sparse file:
+    # nothing is read before the refusal.
+    huge_pages(0)
+    pages = int(FREE_HUGEPAGES.read_text()) + 3
+    path = tmp_path / "big.bin"
+    with open(path, "wb") as f:
+        f.truncate(pages * HUGE)
+    with pytest.raises(OSError) as e:
+        faultmap.open(path, page_size="2M")
+    assert e.value.errno == errno.ENOMEM
+    assert "vm.nr_hugepages" in str(e.value)
+    assert f"needs {pages} huge pages" in str(e.value)
+    # Nothing falls back to 4 KiB pages: without page_size they are used.
+    with faultmap.open(path) as m:
+        assert m.page_size == 4096 and m[-1] == 0
+
+
+def test_bad_page_sizes_are_value_or_type_errors(small_file):
+    path, _ = small_file
+    for bad in ["1G", "2", "", "4K4", 8192, 0, -4096, 2**70, True]:
+        with pytest.raises(ValueError, match="page_size"):
+            faultmap.open(path, page_size=bad)
+        with pytest.raises(ValueError, match="page_size"):
+            faultmap.Pager(page_size=bad)
+    for bad in [4096.0, b"4K", [4096]]:
+        with pytest.raises(TypeError, match="page_size"):
+            faultmap.open(path, page_size=bad)
+    # A budget of its own is in the pager's page size only: said before
+    # anything is opened.
+    with pytest.raises(ValueError, match="memory_budget.*Pager\\(page_size="):
+        faultmap.open(path, page_size="2M", memory_budget=4 << 20)
+    with faultmap.open(path, page_size="4K", memory_budget=4 << 20) as m:
+        assert m.page_size == 4096

@@ -33,6 +33,18 @@
 #define FM_RECORD_TRACE 8
 
 /**
+ * `fm_map` flag: cache, read and map the object in 2 MiB pages (hugetlb)
+ * instead of 4 KiB ones: a fault maps a whole 2 MiB page, 512 times fewer
+ * faults. The pages come from the kernel's pool of 2 MiB pages
+ * (`vm.nr_hugepages`, which the administrator sizes): when it cannot hold
+ * the object (or the pager's memory budget), `fm_map` fails with
+ * `ENOMEM` and a message that says how far to raise it; nothing falls
+ * back to 4 KiB pages. Readahead windows then count 2 MiB pages; a trace
+ * replayed must have been recorded with 2 MiB pages too.
+ */
+#define FM_HUGE_PAGES 16
+
+/**
  * `fm_config.delivery`: faultmap's default (the faulting thread's own
  * SIGBUS handler serves its fault).
  */
@@ -174,8 +186,8 @@ struct fm_pager *fm_pager_new(const struct fm_config *config);
 /**
  * Maps `length` bytes (0: to the end) of the object at `path_or_url` (a
  * local path, `http(s)://` or `s3://`) from byte `offset`, with `flags`
- * (`FM_WRITABLE`, `FM_READAHEAD_*`); NULL on failure (see
- * `fm_last_error`). Free it with `fm_unmap`.
+ * (`FM_WRITABLE`, `FM_READAHEAD_*`, `FM_RECORD_TRACE`, `FM_HUGE_PAGES`);
+ * NULL on failure (see `fm_last_error`). Free it with `fm_unmap`.
  *
  * # Safety
  *
@@ -200,9 +212,9 @@ struct fm_mapping *fm_map(struct fm_pager *pager,
  * block read-around would read (one page with `FM_READAHEAD_OFF`), at
  * most 16 to 32 MiB (a quarter of a memory budget at most) past what a
  * program that follows the trace has used so far. A trace of an object
- * of another length or version (for a file: its modification time)
- * fails: NULL, with `fm_last_errno()` `EINVAL` and `fm_last_error()`
- * saying why.
+ * of another length or version (for a file: its modification time), or
+ * recorded in pages of another size (`FM_HUGE_PAGES`), fails: NULL, with
+ * `fm_last_errno()` `EINVAL` and `fm_last_error()` saying why.
  *
  * # Safety
  *
@@ -246,6 +258,16 @@ const uint8_t *fm_mapping_ptr(const struct fm_mapping *m);
  * `m` is NULL or a live mapping from `fm_map`.
  */
 size_t fm_mapping_len(const struct fm_mapping *m);
+
+/**
+ * The size in bytes of the pages the mapping's object is cached and
+ * mapped in: 4096, or 2097152 with `FM_HUGE_PAGES` (0 if `m` is NULL).
+ *
+ * # Safety
+ *
+ * `m` is NULL or a live mapping from `fm_map`.
+ */
+size_t fm_mapping_page_size(const struct fm_mapping *m);
 
 /**
  * Fills `out` with the mapping's counters; 0, or `-EINVAL` for a NULL

@@ -41,8 +41,8 @@ use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use fm::{
-    Advice, Config, Delivery, FileStore, MapOptions, Mapping, MappingMut, Pager, ReadaheadMode,
-    Stats,
+    Advice, Config, Delivery, FileStore, MapOptions, Mapping, MappingMut, PageSize, Pager,
+    ReadaheadMode, Stats,
 };
 
 /// `fm_map` flag: map read-write (a local file only); writes go back to
@@ -56,6 +56,15 @@ pub const FM_READAHEAD_OFF: c_int = 4;
 /// touched (an access trace), for `fm_save_trace`. The mapping then maps
 /// one page per fault, so that every first touch is seen.
 pub const FM_RECORD_TRACE: c_int = 8;
+/// `fm_map` flag: cache, read and map the object in 2 MiB pages (hugetlb)
+/// instead of 4 KiB ones: a fault maps a whole 2 MiB page, 512 times fewer
+/// faults. The pages come from the kernel's pool of 2 MiB pages
+/// (`vm.nr_hugepages`, which the administrator sizes): when it cannot hold
+/// the object (or the pager's memory budget), `fm_map` fails with
+/// `ENOMEM` and a message that says how far to raise it; nothing falls
+/// back to 4 KiB pages. Readahead windows then count 2 MiB pages; a trace
+/// replayed must have been recorded with 2 MiB pages too.
+pub const FM_HUGE_PAGES: c_int = 16;
 
 /// `fm_config.delivery`: faultmap's default (the faulting thread's own
 /// SIGBUS handler serves its fault).
@@ -257,8 +266,8 @@ pub unsafe extern "C" fn fm_pager_new(config: *const fm_config) -> *mut fm_pager
 
 /// Maps `length` bytes (0: to the end) of the object at `path_or_url` (a
 /// local path, `http(s)://` or `s3://`) from byte `offset`, with `flags`
-/// (`FM_WRITABLE`, `FM_READAHEAD_*`); NULL on failure (see
-/// `fm_last_error`). Free it with `fm_unmap`.
+/// (`FM_WRITABLE`, `FM_READAHEAD_*`, `FM_RECORD_TRACE`, `FM_HUGE_PAGES`);
+/// NULL on failure (see `fm_last_error`). Free it with `fm_unmap`.
 ///
 /// # Safety
 ///
@@ -297,9 +306,9 @@ pub unsafe extern "C" fn fm_map(
 /// block read-around would read (one page with `FM_READAHEAD_OFF`), at
 /// most 16 to 32 MiB (a quarter of a memory budget at most) past what a
 /// program that follows the trace has used so far. A trace of an object
-/// of another length or version (for a file: its modification time)
-/// fails: NULL, with `fm_last_errno()` `EINVAL` and `fm_last_error()`
-/// saying why.
+/// of another length or version (for a file: its modification time), or
+/// recorded in pages of another size (`FM_HUGE_PAGES`), fails: NULL, with
+/// `fm_last_errno()` `EINVAL` and `fm_last_error()` saying why.
 ///
 /// # Safety
 ///
@@ -440,7 +449,8 @@ fn map(
     flags: c_int,
     replay: Option<fm::Trace>,
 ) -> Result<Map, c_int> {
-    let known = FM_WRITABLE | FM_READAHEAD_AROUND | FM_READAHEAD_OFF | FM_RECORD_TRACE;
+    let known =
+        FM_WRITABLE | FM_READAHEAD_AROUND | FM_READAHEAD_OFF | FM_RECORD_TRACE | FM_HUGE_PAGES;
     if flags & !known != 0 {
         return Err(fail(
             libc::EINVAL,
@@ -467,6 +477,9 @@ fn map(
     }
     if flags & FM_RECORD_TRACE != 0 {
         opts = opts.record_trace();
+    }
+    if flags & FM_HUGE_PAGES != 0 {
+        opts = opts.page_size(PageSize::Huge);
     }
     if let Some(trace) = replay {
         opts = opts.replay_trace(trace);
@@ -530,6 +543,27 @@ pub unsafe extern "C" fn fm_mapping_len(m: *const fm_mapping) -> usize {
         },
         None => {
             fail(libc::EINVAL, "fm_mapping_len: the mapping is NULL");
+            0
+        }
+    }
+}
+
+/// The size in bytes of the pages the mapping's object is cached and
+/// mapped in: 4096, or 2097152 with `FM_HUGE_PAGES` (0 if `m` is NULL).
+///
+/// # Safety
+///
+/// `m` is NULL or a live mapping from `fm_map`.
+#[no_mangle]
+pub unsafe extern "C" fn fm_mapping_page_size(m: *const fm_mapping) -> usize {
+    // SAFETY: NULL or a live mapping (this function's contract).
+    match unsafe { m.as_ref() } {
+        Some(m) => match &m.map {
+            Map::Read(map) => map.object().page_size().bytes(),
+            Map::Write(map) => map.object().page_size().bytes(),
+        },
+        None => {
+            fail(libc::EINVAL, "fm_mapping_page_size: the mapping is NULL");
             0
         }
     }

@@ -1,10 +1,15 @@
 /* The C API from C: maps a file and checks its bytes against read(2),
- * writes through a writable mapping and reads the file back, and checks
- * that every misuse is an error code with a message, never a crash.
+ * writes through a writable mapping and reads the file back, maps a file
+ * in 2 MiB pages (FM_HUGE_PAGES), and checks that every misuse is an
+ * error code with a message, never a crash.
  * Built and run by scripts/test-all (see scripts/c-tests):
  *
  *   capi_test SCRATCH_DIR
- */
+ *
+ * The 2 MiB pages come from the kernel's pool, which the test grows
+ * through /proc/sys/vm/nr_hugepages (as root, which CI is) and gives back
+ * when it ends; where the pool cannot be grown the test fails, loudly: it
+ * is not skipped. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -42,6 +47,152 @@ static uint8_t *make_file(const char *path, size_t len) {
     }
     close(fd);
     return data;
+}
+
+#define NR_HUGEPAGES "/proc/sys/vm/nr_hugepages"
+#define FREE_HUGEPAGES "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
+#define HUGE ((size_t)2 * 1024 * 1024)
+
+/* The number in the file `path`; exits (the test fails) if there is none. */
+static long read_number(const char *path) {
+    FILE *f = fopen(path, "r");
+    long n = -1;
+    if (!f || fscanf(f, "%ld", &n) != 1 || n < 0) {
+        fprintf(stderr, "FAILED: cannot read a number from %s\n", path);
+        exit(1);
+    }
+    fclose(f);
+    return n;
+}
+
+/* Writes `n` to `path`; 0, or -1 with errno set. */
+static int write_number(const char *path, long n) {
+    char text[32];
+    int len = snprintf(text, sizeof text, "%ld\n", n);
+    int fd = open(path, O_WRONLY);
+    if (fd < 0)
+        return -1;
+    ssize_t done = write(fd, text, (size_t)len);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return done == len ? 0 : -1;
+}
+
+/* The size of the pool of huge pages before the test grew it (-1: not
+ * grown), given back at exit whichever way the test ends. */
+static long pool_before = -1;
+
+static void restore_pool(void) {
+    if (pool_before < 0)
+        return;
+    if (write_number(NR_HUGEPAGES, pool_before) != 0) {
+        failures++;
+        fprintf(stderr, "FAILED: cannot give the pool of huge pages back (%s = %ld): %s\n",
+                NR_HUGEPAGES, pool_before, strerror(errno));
+    }
+    pool_before = -1;
+}
+
+/* Grows the pool by `extra` huge pages; exits (the test fails) if it
+ * cannot. */
+static void grow_pool(long extra) {
+    long old = read_number(NR_HUGEPAGES);
+    if (write_number(NR_HUGEPAGES, old + extra) != 0) {
+        fprintf(stderr,
+                "FAILED: cannot grow the pool of huge pages (%s to %ld: %s); "
+                "this test needs root\n",
+                NR_HUGEPAGES, old + extra, strerror(errno));
+        exit(1);
+    }
+    /* Grown (perhaps less than asked): given back from here on. */
+    pool_before = old;
+    atexit(restore_pool);
+    long now = read_number(NR_HUGEPAGES);
+    if (now < old + extra) {
+        fprintf(stderr, "FAILED: the kernel gave %ld huge pages of %ld asked\n", now,
+                old + extra);
+        exit(1);
+    }
+}
+
+/* 2 MiB pages: a mapping in huge pages reads as the file, one fault per
+ * 2 MiB page; a trace of 4 KiB pages (`trace`, recorded on `traced`) is
+ * not replayed in 2 MiB ones; an empty pool refuses with ENOMEM and says
+ * how to grow it; nothing falls back to 4 KiB pages. */
+static void huge_pages(const char *dir, const char *traced, const char *trace) {
+    char path[4096], big[4096];
+    snprintf(path, sizeof path, "%s/capi-huge.bin", dir);
+    snprintf(big, sizeof big, "%s/capi-huge-big.bin", dir);
+    /* 3 pages and a tail of 100 bytes: 4 huge pages, 4 more for the part
+     * mapped beside it (an object of its own, whose cache is the whole
+     * file's), and 2 for the traced file (3 MiB and a bit), opened before
+     * its trace is refused. */
+    const size_t len = 3 * HUGE + 100;
+    uint8_t *data = make_file(path, len);
+    grow_pool(10);
+
+    fm_pager *pager = fm_pager_new(NULL);
+    CHECK(pager != NULL, "fm_pager_new");
+    if (!pager)
+        exit(1);
+    fm_mapping *m = fm_map(pager, path, 0, 0, FM_HUGE_PAGES);
+    CHECK(m != NULL, "fm_map FM_HUGE_PAGES");
+    if (m) {
+        CHECK(fm_mapping_page_size(m) == HUGE, "page size %zu", fm_mapping_page_size(m));
+        CHECK(fm_mapping_len(m) == len, "len %zu", fm_mapping_len(m));
+        /* One byte of every 4 KiB page first: 4 faults map it all. */
+        const uint8_t *p = fm_mapping_ptr(m);
+        for (size_t i = 0; i < len; i += 4096)
+            CHECK(p[i] == data[i], "byte %zu", i);
+        fm_stats stats;
+        CHECK(fm_mapping_stats(m, &stats) == 0 && stats.pgfault == 4,
+              "one fault per 2 MiB page: pgfault %llu", (unsigned long long)stats.pgfault);
+        CHECK(memcmp(p, data, len) == 0, "the bytes of 2 MiB pages differ");
+    }
+    /* An unaligned part: it maps from its page, and reads as the file. */
+    const size_t start = HUGE + 4097;
+    fm_mapping *part = fm_map(pager, path, start, 10000, FM_HUGE_PAGES | FM_READAHEAD_OFF);
+    CHECK(part != NULL && fm_mapping_len(part) == 10000, "a part in 2 MiB pages");
+    if (part) {
+        CHECK(fm_mapping_page_size(part) == HUGE, "the part's page size");
+        CHECK(memcmp(fm_mapping_ptr(part), data + start, 10000) == 0,
+              "the part's bytes differ");
+        fm_unmap(part);
+    }
+    fm_unmap(m);
+    CHECK(fm_map_replay(pager, traced, 0, 0, FM_HUGE_PAGES, trace) == NULL &&
+              fm_last_errno() == EINVAL && strstr(fm_last_error(), "2 MiB pages") != NULL,
+          "a trace of 4 KiB pages replayed in 2 MiB ones: errno %d", fm_last_errno());
+    restore_pool();
+
+    /* The pool as it was (empty on a fresh machine) cannot hold an object
+     * of 3 more huge pages than it has free (a sparse file: nothing is
+     * read before the refusal). */
+    long pages = read_number(FREE_HUGEPAGES) + 3;
+    int fd = open(big, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    if (fd < 0 || ftruncate(fd, (off_t)pages * (off_t)HUGE) != 0) {
+        perror(big);
+        exit(2);
+    }
+    close(fd);
+    CHECK(fm_map(pager, big, 0, 0, FM_HUGE_PAGES) == NULL && fm_last_errno() == ENOMEM,
+          "a pool too small: errno %d", fm_last_errno());
+    char needs[64];
+    snprintf(needs, sizeof needs, "needs %ld huge pages", pages);
+    CHECK(strstr(fm_last_error(), "vm.nr_hugepages") != NULL &&
+              strstr(fm_last_error(), needs) != NULL,
+          "says how many, and what to raise");
+    /* Without the flag: 4 KiB pages, as before. */
+    fm_mapping *base = fm_map(pager, big, 0, 0, 0);
+    CHECK(base != NULL && fm_mapping_page_size(base) == 4096, "4 KiB pages without the flag");
+    fm_unmap(base);
+    CHECK(fm_mapping_page_size(NULL) == 0 && fm_last_errno() == EINVAL,
+          "fm_mapping_page_size(NULL)");
+    fm_pager_free(pager);
+    unlink(big);
+    unlink(path);
+    free(data);
 }
 
 static void read_file(const char *path, uint8_t *out, size_t len) {
@@ -84,6 +235,7 @@ int main(int argc, char **argv) {
     CHECK(m != NULL, "fm_map %s", path);
     if (m) {
         CHECK(fm_mapping_len(m) == len, "len %zu", fm_mapping_len(m));
+        CHECK(fm_mapping_page_size(m) == 4096, "page size %zu", fm_mapping_page_size(m));
         CHECK(memcmp(fm_mapping_ptr(m), data, len) == 0, "the bytes differ");
         fm_stats stats;
         CHECK(fm_mapping_stats(m, &stats) == 0, "fm_mapping_stats");
@@ -176,6 +328,8 @@ int main(int argc, char **argv) {
     CHECK(none != NULL, "fm_map_replay without a trace is fm_map");
     fm_unmap(none);
     fm_pager_free(cold);
+
+    huge_pages(argv[1], path, trace);
 
     /* Errors: codes and messages, never a crash. */
     CHECK(fm_map(pager, missing, 0, 0, 0) == NULL && fm_last_errno() == ENOENT,

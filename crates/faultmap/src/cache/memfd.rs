@@ -623,6 +623,7 @@ pub(crate) struct FillTarget {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::sys::PAGE_SIZE;
 
     #[test]
     fn memfd_names_fit_the_kernel_limit() {
