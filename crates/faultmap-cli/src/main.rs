@@ -281,7 +281,8 @@ struct MapArgs {
     /// the object in 2 MiB huge pages (hugetlb) and maps each with one
     /// fault; the kernel's pool must hold the object
     /// (/proc/sys/vm/nr_hugepages: the error says how many pages are
-    /// needed). Page counts in the report are then 2 MiB pages.
+    /// needed). The statistics then count 2 MiB pages (pgfault: one per
+    /// 2 MiB page); --ra-pages counts 2 MiB pages too.
     #[arg(long, value_name = "SIZE", value_parser = parse_page_size)]
     page_size: Option<faultmap::PageSize>,
 }

@@ -547,7 +547,12 @@ fn headline(run: &Run) -> String {
     for &w in &run.workloads {
         for &d in &run.deliveries {
             for &threads in &run.threads {
-                let faultmap = run.columns.iter().filter(|e| e.delivery() == Some(d));
+                // Fault-around orders only: the 2 MiB pages have their own
+                // headline.
+                let faultmap = run
+                    .columns
+                    .iter()
+                    .filter(|e| e.delivery() == Some(d) && e.page_size() == Some(PageSize::Base));
                 let best = faultmap
                     .filter_map(|&e| Some((e, run.seconds(w, threads, e)?)))
                     .min_by(|a, b| a.1.total_cmp(&b.1));

@@ -827,9 +827,9 @@ impl Pager {
                 ReadaheadMode::AroundOnly => ra_pages,
                 ReadaheadMode::Full => object.0.around_pages.unwrap_or(ra_pages).min(ra_pages),
             };
-            let ahead = opts
-                .replay_ahead_pages()
-                .unwrap_or_else(|| trace::default_ahead(unit, self.config.io_depth));
+            let ahead = opts.replay_ahead_pages().unwrap_or_else(|| {
+                trace::default_ahead(unit, self.config.io_depth, size.base_pages())
+            });
             let ahead = if budget.is_limited() {
                 ahead.min(budget.max_replay_pages(&object.0))
             } else {

@@ -189,7 +189,7 @@ pub enum RegionLookup {
 /// statistics' pages) counts 2 MiB pages; memory budgets stay in bytes.
 /// The pages come from the kernel's pool of 2 MiB pages, which the
 /// administrator sizes (`vm.nr_hugepages`): opening an object fails with
-/// [`crate::MapError::HugePages`] when the pool cannot hold it (or its
+/// [`crate::CacheError::HugePages`] when the pool cannot hold it (or its
 /// budget), and nothing falls back to 4 KiB pages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum PageSize {

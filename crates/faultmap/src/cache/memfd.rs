@@ -11,8 +11,11 @@
 //! (`vm.nr_hugepages`). Its mappings reserve nothing (`MAP_NORESERVE`):
 //! each fill first allocates its pages (`fallocate`), so a pool that ran dry
 //! fails that read (`ENOSPC`) instead of raising SIGBUS in the middle of a
-//! store's copy, and an object under a memory budget needs only as many
-//! huge pages as its budget holds.
+//! store's copy, and an object under a memory budget needs only about as
+//! many huge pages as its budget holds. The check when the cache is made
+//! ([`CacheError::HugePages`]) is a check, not a reservation: another
+//! object or process can take the pool's pages later, and then reads fail
+//! (the faults that wait for them get SIGBUS, as for any failed read).
 //!
 //! Pages are filled through the *alias*: a `MAP_SHARED` read-write mapping of
 //! the whole memfd that is never registered with userfaultfd. The store reads
@@ -223,6 +226,10 @@ impl Drop for PageStates {
 /// on 64-bit, 2^63 - 1 rounded down to a page).
 const MAX_OBJECT_BYTES: u64 = (i64::MAX as u64) & !(crate::sys::HUGE_PAGE_SIZE as u64 - 1);
 
+/// Huge pages a budgeted object of 2 MiB pages needs beyond its budget:
+/// reads in flight while the evictor catches up.
+const BUDGET_HEADROOM: u64 = 4;
+
 /// The kernel's limit on a memfd name (`MFD_NAME_MAX_LEN`, 249 bytes), less
 /// the "faultmap:" prefix.
 const MEMFD_NAME_MAX: usize = 249 - "faultmap:".len();
@@ -325,7 +332,9 @@ impl Cache {
                 len,
             })?;
         if size == PageSize::Huge && pages > 0 {
-            let needed = budget.map_or(pages, |b| pages.min(b.div_ceil(page)));
+            // Under a budget, the pages in flight may pass it for a moment
+            // (a page a fault waits for is always read): a few more.
+            let needed = budget.map_or(pages, |b| pages.min(b.div_ceil(page) + BUDGET_HEADROOM));
             let (available, pool) = sys::huge_pages_available().unwrap_or((0, 0));
             if needed > available {
                 return Err(CacheError::HugePages {

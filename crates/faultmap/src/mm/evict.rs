@@ -497,7 +497,8 @@ impl Budget {
             // Counted as freed even if a syscall failed: the pages are
             // ABSENT and will be read again (see `drop_frozen`).
             let _ = crate::mm::invalidate::drop_frozen(object, &frozen);
-            let first_age = self.age.advance(freed);
+            // The age counts 4 KiB pages, as the refault threshold does.
+            let first_age = self.age.advance(freed * base_pages(object));
             object
                 .shadows
                 .record(&frozen, first_age, self.refault_threshold());

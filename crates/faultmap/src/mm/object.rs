@@ -18,6 +18,10 @@ use crate::cache::shadow::Shadows;
 use crate::cache::wait::WaitList;
 use crate::cache::Cache;
 use crate::mm::evict::Budget;
+
+/// The smallest readahead window of an object of 2 MiB pages (unless
+/// readahead is off): 4 pages, so that a window has an async part.
+const HUGE_MIN_RA_PAGES: u64 = 4;
 use crate::mm::fault::Waiter;
 use crate::mm::rmap::Rmap;
 use crate::mm::space::Region;
@@ -149,11 +153,17 @@ impl ObjectCore {
                 .unwrap_or(None);
         // The store counts 4 KiB pages; the object counts its own (a
         // window of some 4 KiB pages is at least one 2 MiB page).
+        // Readahead needs a window of a few pages to run ahead at all (one
+        // page leaves no async part): 4 pages, 8 MiB, at least.
         let scale = cache.page_size().base_pages();
+        let window = |p: u64| match (p, scale) {
+            (0, _) | (_, 1) => p,
+            _ => p.div_ceil(scale).max(HUGE_MIN_RA_PAGES),
+        };
         let (io_pages, ra_pages, around_pages) = (
             io_pages.div_ceil(scale),
-            ra_pages.div_ceil(scale),
-            around_pages.map(|p| p.div_ceil(scale)),
+            window(ra_pages),
+            around_pages.map(window),
         );
         Self {
             born: crate::sys::fork_generation(),

@@ -225,10 +225,17 @@ pub(crate) const DEFAULT_AHEAD_MAX: u64 = 8192;
 /// How far a replay in units of `unit` pages reads ahead by default:
 /// `io_depth` units, so that a trace of scattered touches keeps every
 /// request slot busy (a remote store's 1 MiB units and 32 requests: 32
-/// MiB), within [`DEFAULT_AHEAD`]..=[`DEFAULT_AHEAD_MAX`].
-pub(crate) fn default_ahead(unit: u64, io_depth: usize) -> u64 {
-    unit.saturating_mul(io_depth as u64)
+/// MiB), within [`DEFAULT_AHEAD`]..=[`DEFAULT_AHEAD_MAX`] 4 KiB pages;
+/// in the object's pages, each `base` 4 KiB pages (512 for 2 MiB pages: 8
+/// to 16 of them).
+pub(crate) fn default_ahead(unit: u64, io_depth: usize, base: u64) -> u64 {
+    let base = base.max(1);
+    (unit
+        .saturating_mul(io_depth as u64)
+        .saturating_mul(base)
         .clamp(DEFAULT_AHEAD, DEFAULT_AHEAD_MAX)
+        / base)
+        .max(1)
 }
 
 /// How much of the schedule the application has used and how far the
