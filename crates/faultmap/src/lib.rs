@@ -105,7 +105,7 @@ pub use api::pager::{
 };
 pub use base::config::{
     Config, ConfigError, Delivery, HandlerPlacement, MapOptions, PageSize, RegionLookup,
-    MAX_REPLAY_AHEAD, MIN_BUDGET,
+    MAX_REPLAY_AHEAD, MIN_BUDGET, MIN_HUGE_BUDGET_PAGES,
 };
 pub use base::report::{error_text, IoErrorKind, IoErrorReport, LOG_CAPACITY};
 pub use base::stats::{RaRow, RaStats, Stats};

@@ -4,36 +4,41 @@
 //! the refusals (an empty pool of huge pages, a page size that does not
 //! match the object).
 //!
-//! The tests reserve the huge pages they need through
-//! `/proc/sys/vm/nr_hugepages` (as root, which CI is) and give them back
-//! when they end; one test at a time holds the pool. A machine where the
-//! pool cannot be grown fails these tests, loudly: they are not skipped.
+//! The tests grow the kernel's pool of huge pages by what they need
+//! (`/proc/sys/vm/nr_hugepages`, as root, which CI is) and shrink it by as
+//! much when they end, holding the lock file that every suite of this
+//! project and `faultmap bench` take to change the pool, so that tests in
+//! other processes never change it under them. A machine where the pool
+//! cannot be grown fails these tests, loudly: they are not skipped.
 
 mod common;
 use common::MapTrusted;
 
-use std::sync::{Mutex, MutexGuard};
+use std::fs::File;
+use std::os::fd::AsRawFd;
 
 use common::{assert_bytes, watchdog, TestFile, PAGE, WATCHDOG};
 use faultmap::{
-    CacheError, Config, Delivery, MapError, MapOptions, PageSize, Pager, HUGE_PAGE_SIZE,
+    CacheError, Config, ConfigError, Delivery, MapError, MapOptions, PageSize, Pager,
+    HUGE_PAGE_SIZE,
 };
 
 const HUGE: usize = HUGE_PAGE_SIZE;
 const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
+const FREE_HUGEPAGES: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages";
+/// The lock file of the pool, shared with the other suites and the bench.
+const POOL_LOCK: &str = "/tmp/faultmap-hugepages.lock";
 
-/// The pool of huge pages, grown by `extra` pages for one test and given
-/// back on drop. Tests take it one at a time.
+/// The pool of huge pages, grown by `extra` pages for one test and shrunk
+/// by as much on drop, under the pool's lock file (held until then).
 struct Pool {
-    old: u64,
-    _one_at_a_time: MutexGuard<'static, ()>,
+    extra: u64,
+    _lock: File,
 }
 
-static POOL: Mutex<()> = Mutex::new(());
-
-fn read_pool() -> u64 {
-    std::fs::read_to_string(NR_HUGEPAGES)
-        .expect("read /proc/sys/vm/nr_hugepages")
+fn read_number(path: &str) -> u64 {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("read {path}: {e}"))
         .trim()
         .parse()
         .expect("a number of huge pages")
@@ -41,19 +46,24 @@ fn read_pool() -> u64 {
 
 impl Pool {
     fn grow(extra: u64) -> Pool {
-        let guard = POOL.lock().unwrap_or_else(|e| e.into_inner());
-        let old = read_pool();
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(POOL_LOCK)
+            .expect("the pool's lock file");
+        // SAFETY: flock on a descriptor this File owns, for the call.
+        let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(rc, 0, "flock {POOL_LOCK}");
+        let old = read_number(NR_HUGEPAGES);
         std::fs::write(NR_HUGEPAGES, (old + extra).to_string()).unwrap_or_else(|e| {
             panic!(
                 "cannot grow the pool of huge pages ({NR_HUGEPAGES}: {e}); \
                  these tests need root"
             )
         });
-        let now = read_pool();
-        let pool = Pool {
-            old,
-            _one_at_a_time: guard,
-        };
+        let pool = Pool { extra, _lock: lock };
+        let now = read_number(NR_HUGEPAGES);
         assert!(
             now >= old + extra,
             "the kernel gave {now} huge pages of {} asked",
@@ -65,7 +75,8 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        let _ = std::fs::write(NR_HUGEPAGES, self.old.to_string());
+        let now = read_number(NR_HUGEPAGES);
+        let _ = std::fs::write(NR_HUGEPAGES, now.saturating_sub(self.extra).to_string());
     }
 }
 
@@ -133,19 +144,19 @@ fn an_unaligned_offset_maps_from_its_page_and_the_tail_reads_as_the_file() {
 #[test]
 fn without_enough_huge_pages_mapping_fails_and_says_how_many() {
     watchdog(WATCHDOG, || {
-        // Nothing added: the pool has what it had (none on a fresh
-        // machine), and the test holds it, so no other test adds any.
+        // The pool as it is, held: no other test changes it meanwhile.
         let _pool = Pool::grow(0);
-        let free =
-            std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
-                .unwrap()
-                .trim()
-                .parse::<u64>()
-                .unwrap();
-        let pages = free + 3;
-        let file = TestFile::new(pages as usize * HUGE, 13);
+        let pages = read_number(FREE_HUGEPAGES) + 3;
+        // A sparse file: nothing is read before the refusal.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big");
+        File::create(&path)
+            .unwrap()
+            .set_len(pages * HUGE as u64)
+            .unwrap();
         let pager = Pager::new(Config::default()).unwrap();
-        let err = pager.map_trusted(file.store(), huge()).unwrap_err();
+        let store = || faultmap::FileStore::open(&path).unwrap();
+        let err = pager.map_trusted(store(), huge()).unwrap_err();
         let text = err.to_string();
         assert!(
             matches!(err, MapError::Cache(CacheError::HugePages { needed, .. }) if needed == pages),
@@ -155,9 +166,22 @@ fn without_enough_huge_pages_mapping_fails_and_says_how_many() {
             text.contains("vm.nr_hugepages") && text.contains(&format!("needs {pages} huge pages")),
             "{text}"
         );
+        assert_eq!(faultmap::errno_of(&err), libc::ENOMEM);
         // Nothing fell back to 4 KiB pages: the same map with 4 KiB works.
-        let map = pager.map_trusted(file.store(), MapOptions::new()).unwrap();
+        let map = pager.map_trusted(store(), MapOptions::new()).unwrap();
         assert_eq!(map.object().page_size(), PageSize::Base);
+        // A budget of fewer than 4 huge pages is refused before anything.
+        let small = Pager::new(
+            Config::default()
+                .page_size(PageSize::Huge)
+                .memory_budget(3 * HUGE as u64),
+        )
+        .unwrap();
+        let err = small.map_trusted(store(), MapOptions::new()).unwrap_err();
+        assert!(
+            matches!(err, MapError::Options(ConfigError::HugeBudget(b)) if b == 3 * HUGE as u64),
+            "{err:?}"
+        );
     });
 }
 
@@ -367,5 +391,57 @@ fn a_2_mib_page_that_fails_to_read_is_an_error_and_the_others_read_right() {
             "the page after the bad one",
         );
         assert!(!map.object().is_cached(2));
+    });
+}
+
+#[test]
+fn threads_reading_one_2_mib_page_of_a_writable_mapping_do_not_dirty_it() {
+    // Several threads fault on different 4 KiB offsets of one huge page
+    // at once: one fault maps it, the others find it mapped. Reads they
+    // are, so nothing is dirty; a write after them is, in both deliveries.
+    watchdog(WATCHDOG, || {
+        let _pool = Pool::grow(4);
+        let len = 4 * HUGE;
+        let file = TestFile::new(len, 20);
+        for delivery in [Delivery::Handler, Delivery::Signal] {
+            let pager = Pager::new(Config::default().delivery(delivery)).unwrap();
+            let store = faultmap::FileStore::open_rw(&file.path).unwrap();
+            let mut map = pager.map_mut_trusted(store, huge()).unwrap();
+            for page in 0..4 {
+                let barrier = std::sync::Barrier::new(4);
+                let base = map.as_ptr() as usize + page * HUGE;
+                std::thread::scope(|s| {
+                    for t in 0..4usize {
+                        let barrier = &barrier;
+                        s.spawn(move || {
+                            barrier.wait();
+                            let at = base + t * 97 * PAGE + 13;
+                            // SAFETY: inside the mapping, which outlives the
+                            // scope; nothing writes it meanwhile.
+                            unsafe { std::ptr::read_volatile(at as *const u8) }
+                        });
+                    }
+                });
+            }
+            assert_bytes(&map, &file.data, "read by threads");
+            assert_eq!(
+                map.object().dirty_bytes(),
+                0,
+                "{delivery:?}: reads dirtied pages"
+            );
+            map[HUGE + 1] ^= 1;
+            assert_eq!(map.object().dirty_bytes(), HUGE as u64, "{delivery:?}");
+            map.flush(0..map.len()).unwrap();
+            let mut expected = file.data.clone();
+            expected[HUGE + 1] ^= 1;
+            assert_bytes(
+                &std::fs::read(&file.path).unwrap(),
+                &expected,
+                "{delivery:?}",
+            );
+            // Put the byte back for the next delivery mode.
+            map[HUGE + 1] ^= 1;
+            map.flush(0..map.len()).unwrap();
+        }
     });
 }

@@ -645,6 +645,12 @@ impl Pager {
                 ioctl: "UFFDIO_CONTINUE on hugetlb (UFFD_FEATURE_MINOR_HUGETLBFS)",
             });
         }
+        if let Some(limit) = budget.limit_bytes().filter(|&b| {
+            size == PageSize::Huge
+                && b < crate::base::config::MIN_HUGE_BUDGET_PAGES * size.bytes() as u64
+        }) {
+            return Err(MapError::Options(ConfigError::HugeBudget(limit)));
+        }
         let cache = Cache::new(store.name(), len, size, budget.limit_bytes())?;
         let grace = shutdown_grace(&self.config);
         let object = Arc::new(ObjectCore::new(
@@ -1066,7 +1072,7 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, spin_us: u32) {
                 fault::handle_wp(&env, HostAddr(msg.address as usize), tid);
             } else {
                 let addr = HostAddr(msg.address as usize);
-                fault::handle(&env, addr, fault::Origin::Uffd { tid });
+                fault::handle(&env, addr, fault::Origin::Uffd { tid, wp: false });
             }
         }
         n

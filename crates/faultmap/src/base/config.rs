@@ -30,6 +30,10 @@ pub const MAX_RA_PAGES: u64 = 16_384;
 /// windows to make progress).
 pub const MIN_BUDGET: u64 = 1 << 20;
 
+/// The fewest 2 MiB pages a memory budget over objects of 2 MiB pages
+/// holds: one page read while others are mapped and the evictor works.
+pub const MIN_HUGE_BUDGET_PAGES: u64 = 4;
+
 /// The most times a failed store request is tried again before its pages
 /// fail.
 pub const MAX_IO_RETRIES: u32 = 16;
@@ -120,6 +124,13 @@ pub enum ConfigError {
     /// `replay_ahead` is 0 or above the maximum.
     #[error("replay_ahead must be 1..={MAX_REPLAY_AHEAD} pages, got {0}")]
     ReplayAhead(u64),
+    /// A memory budget too small for 2 MiB pages: it must hold
+    /// [`MIN_HUGE_BUDGET_PAGES`] of them.
+    #[error(
+        "a memory budget for 2 MiB pages must hold at least {MIN_HUGE_BUDGET_PAGES} of them, \
+         got {0} bytes"
+    )]
+    HugeBudget(u64),
     /// A page size other than 4 KiB and 2 MiB.
     #[error("page size must be 4K or 2M, got {0:?}")]
     PageSize(String),

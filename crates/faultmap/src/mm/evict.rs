@@ -248,6 +248,23 @@ impl Budget {
         }
     }
 
+    /// Asks the evictor to free pages now and waits until it has freed
+    /// some, or [`THROTTLE_LIMIT`] at most: for a read whose huge pages
+    /// the kernel's pool could not give (the pool holds about the budget,
+    /// and the budget is full). Returns at once without a limit.
+    pub(crate) fn make_room(&self) {
+        if !self.is_limited() || self.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let mut kicked = self.kick.lock().unwrap_or_else(|e| e.into_inner());
+        *kicked = true;
+        self.wake.notify_one();
+        let _ = self
+            .room
+            .wait_timeout(kicked, THROTTLE_LIMIT)
+            .unwrap_or_else(|e| e.into_inner());
+    }
+
     /// Uncharges `n` pages of `object` that left the cache.
     pub(crate) fn uncharge(&self, object: &ObjectCore, n: u64) {
         self.uncharge_base(object, n * base_pages(object));

@@ -152,11 +152,24 @@ pub(crate) struct FaultEnv<'a> {
 pub(crate) enum Origin<'a> {
     /// A userfaultfd message from thread `tid` (handler-thread delivery):
     /// the thread sleeps in the kernel until woken (`UFFDIO_WAKE`, or a
-    /// `UFFDIO_CONTINUE` that maps its page).
-    Uffd { tid: u32 },
+    /// `UFFDIO_CONTINUE` that maps its page). `wp`: a write-protect fault
+    /// (`UFFD_PAGEFAULT_FLAG_WP`) that [`handle_wp`] could not finish.
+    Uffd { tid: u32, wp: bool },
     /// A fault forwarded from a SIGBUS handler (signal delivery): the
     /// thread waits on the request until it is completed.
     Request(&'a RequestRef),
+}
+
+impl Origin<'_> {
+    /// Whether the fault may be a write to a write-protected page: a
+    /// write-protect message, or a forwarded SIGBUS whose error code does
+    /// not say it was a read.
+    fn may_write(&self) -> bool {
+        match self {
+            Origin::Uffd { wp, .. } => *wp,
+            Origin::Request(r) => r.may_write(),
+        }
+    }
 }
 
 /// A fault parked until a read in flight ends (see [`crate::cache::wait`]).
@@ -272,7 +285,7 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: HostAddr, origin: Origin<'_>) {
     // The retry of a fault that was parked and woken: counted with it, and
     // no readahead bookkeeping (FAULT_FLAG_TRIED).
     let retry = match origin {
-        Origin::Uffd { tid } => env.uffd.take_retry(tid, page_addr),
+        Origin::Uffd { tid, .. } => env.uffd.take_retry(tid, page_addr),
         Origin::Request(r) => r.is_retry(),
     };
     let mut progress = Progress {
@@ -380,7 +393,7 @@ pub(crate) fn handle_wp(env: &FaultEnv<'_>, addr: HostAddr, tid: u32) {
             }
         }
     }
-    handle(env, addr, Origin::Uffd { tid });
+    handle(env, addr, Origin::Uffd { tid, wp: true });
 }
 
 /// Lets the faulting thread go as `ending` says: `page_addr` is its 4 KiB
@@ -399,7 +412,7 @@ fn finish(
         (Origin::Uffd { .. }, Ending::Resolved) => {
             let _ = sys::uffd_wake(env.uffd, at, len);
         }
-        (Origin::Uffd { tid }, Ending::Again) => {
+        (Origin::Uffd { tid, .. }, Ending::Again) => {
             // Recorded before the wake: the retry may arrive at once.
             env.uffd.expect_retry(tid, page_addr);
             let _ = sys::uffd_wake(env.uffd, at, len);
@@ -524,8 +537,12 @@ fn resolve(
         match map_window(env, region, &window, page, &mut tally, &mut ra, spec) {
             MapOutcome::Woken => ending = Some(Ending::Woken),
             // The page was mapped already: in a writable region, a write
-            // to a write-protected page. Let go after it (`Resolved`).
-            MapOutcome::NotWoken if region.writable => {
+            // to a write-protected page, if the fault may be a write (a
+            // SIGBUS does not say; a userfaultfd message does: a read, or a
+            // write to a page not mapped yet, that lost the race to map it
+            // is woken and faults again, as a write-protect fault if it
+            // writes). Let go after it (`Resolved`).
+            MapOutcome::NotWoken if region.writable && origin.may_write() => {
                 // A failed speculative attempt goes to the classic path.
                 if !write_fault(env, region, page, &mut tally, spec) && spec.is_some() {
                     ending = None;
@@ -605,6 +622,7 @@ pub(crate) fn fast(
     spec: Option<&Speculation<'_>>,
     page_addr: HostAddr,
     retry: bool,
+    write: bool,
 ) -> Fast {
     let object = &*region.object;
     let page = region.page_of(page_addr);
@@ -624,6 +642,7 @@ pub(crate) fn fast(
     // write-back). A page that cannot be pinned goes to a pager thread.
     if matches!(outcome, MapOutcome::NotWoken)
         && region.writable
+        && write
         && !write_fault(env, region, page, &mut tally, spec)
     {
         outcome = MapOutcome::PageGone;
@@ -975,7 +994,7 @@ fn park(
         return false;
     };
     let target = match origin {
-        Origin::Uffd { tid } => WakeTarget::Uffd {
+        Origin::Uffd { tid, .. } => WakeTarget::Uffd {
             uffd: env.uffd.clone(),
             addr,
             tid,

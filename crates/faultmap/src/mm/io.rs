@@ -493,6 +493,11 @@ fn run(
     start(job, shared.clone(), id, 0, urgent, service);
 }
 
+/// How many times a read whose huge pages the pool could not give waits
+/// for the budget's evictor before it fails (each wait at most the
+/// throttle's limit, 100 ms).
+const ALLOCATE_RETRIES: usize = 5;
+
 /// Starts attempt `attempt` of `job`'s read: takes a slot of the pager's
 /// depth (not for an urgent read: a fault waits for it, or it is a retry;
 /// `service` runs other work while it waits, see [`Depth::acquire`]),
@@ -512,8 +517,19 @@ fn start(
         return finish(job, &shared, id, Ok(0), attempt);
     };
     // 2 MiB pages are allocated before the store writes them (see
-    // `Cache::allocate`); an empty pool fails the read.
-    if let Err(source) = object.cache.allocate(&target) {
+    // `Cache::allocate`); an empty pool fails the read, unless the budget's
+    // evictor can give some back.
+    let mut allocated = object.cache.allocate(&target);
+    for _ in 0..ALLOCATE_RETRIES {
+        match &allocated {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && object.budget.is_limited() => {
+                object.budget.make_room();
+                allocated = object.cache.allocate(&target);
+            }
+            _ => break,
+        }
+    }
+    if let Err(source) = allocated {
         let error = StoreError::Read {
             name: object.store.name().to_string(),
             offset: target.start as u64,

@@ -116,6 +116,8 @@ struct Slot {
     /// The faulting page's address ([`HostAddr`], stored raw).
     addr: AtomicUsize,
     retry: AtomicBool,
+    /// The access may be a write (see [`RequestRef::may_write`]).
+    write: AtomicBool,
 }
 
 /// A pager's request slots and its doorbell.
@@ -150,6 +152,16 @@ impl RequestRef {
     /// Whether the forwarding handler already counted this fault.
     pub(crate) fn is_retry(&self) -> bool {
         self.slot().is_some_and(|s| s.retry.load(Ordering::Relaxed))
+    }
+
+    /// Whether the faulting access may be a write: the page-fault error
+    /// code the kernel gave the SIGBUS says so (x86-64; elsewhere every
+    /// access may be). A read that finds its page mapped already by
+    /// another fault must not be taken for a write to a write-protected
+    /// page (which would mark the page dirty).
+    pub(crate) fn may_write(&self) -> bool {
+        self.slot()
+            .map_or(true, |s| s.write.load(Ordering::Relaxed))
     }
 
     /// Completes the request; the waiting handler returns or looks again.
@@ -213,6 +225,7 @@ impl Requests {
                     state: AtomicU32::new(FREE),
                     addr: AtomicUsize::new(0),
                     retry: AtomicBool::new(false),
+                    write: AtomicBool::new(true),
                 })
                 .collect(),
             doorbell: sys::eventfd()?,
@@ -250,8 +263,8 @@ impl Requests {
     /// Forwards the fault at `addr` and waits for its completion (in a
     /// SIGBUS handler: async-signal-safe). `None`: no slot was free; the
     /// caller returns and the access faults again.
-    fn forward(&self, addr: HostAddr, retry: bool) -> Option<Reply> {
-        let Some(slot) = self.post(addr, retry) else {
+    fn forward(&self, addr: HostAddr, retry: bool, write: bool) -> Option<Reply> {
+        let Some(slot) = self.post(addr, retry, write) else {
             // Every slot is busy: back off a little (a futex wait on a word
             // that never changes is an async-signal-safe sleep).
             #[cfg(not(loom))]
@@ -263,9 +276,9 @@ impl Requests {
     }
 
     /// Claims a free slot (FREE → CLAIMED) and posts the request in it
-    /// (→ POSTED, Release: a pager thread that takes it sees `addr` and
-    /// `retry`). `None` if no slot is free.
-    fn post(&self, addr: HostAddr, retry: bool) -> Option<&Slot> {
+    /// (→ POSTED, Release: a pager thread that takes it sees `addr`,
+    /// `retry` and `write`). `None` if no slot is free.
+    fn post(&self, addr: HostAddr, retry: bool, write: bool) -> Option<&Slot> {
         let slot = self.slots.iter().find(|s| {
             s.state.load(Ordering::Relaxed) == FREE
                 && s.state
@@ -274,6 +287,7 @@ impl Requests {
         })?;
         slot.addr.store(addr.get(), Ordering::Relaxed);
         slot.retry.store(retry, Ordering::Relaxed);
+        slot.write.store(write, Ordering::Relaxed);
         slot.state.store(POSTED, Ordering::Release);
         Some(slot)
     }
@@ -328,7 +342,10 @@ fn handle_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c
     // Only a userfaultfd's SIGBUS (BUS_ADRERR); a sent SIGBUS, a machine
     // check (BUS_MCEERR_*) or an alignment fault is never ours.
     if let Some((addr, libc::BUS_ADRERR)) = fault {
-        if let Outcome::Resolved = resolve(HostAddr(addr)) {
+        // SAFETY: `ctx` is the kernel's ucontext for this SA_SIGINFO
+        // handler (or null).
+        let write = unsafe { sys::sigbus_may_write(ctx) };
+        if let Outcome::Resolved = resolve(HostAddr(addr), write) {
             return;
         }
     }
@@ -371,21 +388,28 @@ fn count_forwarded(pager: &crate::base::stats::Counters, region: &crate::mm::spa
 /// mapping's memory, and this handler runs only on such a touch; async
 /// signals are blocked while it runs. They are futex locks: no
 /// allocation.
-fn classic(table: &RegionTable, core: &Core, page_addr: HostAddr, retry: bool) -> bool {
+fn classic(
+    table: &RegionTable,
+    core: &Core,
+    page_addr: HostAddr,
+    retry: bool,
+    write: bool,
+) -> bool {
     let env = core.env();
     let lock = table.lock();
     let Some(region) = lock.lookup(page_addr) else {
         return false;
     };
-    if let Fast::Mapped = fault::fast(&env, region, None, page_addr, retry) {
+    if let Fast::Mapped = fault::fast(&env, region, None, page_addr, retry, write) {
         return true;
     }
     count_forwarded(env.counters, region);
     false
 }
 
-/// Steps 1 to 3 of the module documentation.
-fn resolve(addr: HostAddr) -> Outcome {
+/// Steps 1 to 3 of the module documentation, for an access at `addr`
+/// that may be a write (`write`).
+fn resolve(addr: HostAddr, write: bool) -> Outcome {
     let Some(table) = RegionTable::get_if_ready() else {
         return Outcome::NotOurs;
     };
@@ -409,13 +433,13 @@ fn resolve(addr: HostAddr) -> Outcome {
                     // SAFETY: as for `requests` below: the Core outlives
                     // every access to its mappings.
                     let core = unsafe { &*core };
-                    if classic(table, core, page_addr, retry) {
+                    if classic(table, core, page_addr, retry, write) {
                         return Outcome::Resolved;
                     }
                     Arc::as_ptr(requests)
                 } else {
                     if let Fast::Mapped =
-                        fault::fast(&env, spec.region, Some(&spec), page_addr, retry)
+                        fault::fast(&env, spec.region, Some(&spec), page_addr, retry, write)
                     {
                         return Outcome::Resolved;
                     }
@@ -449,7 +473,7 @@ fn resolve(addr: HostAddr) -> Outcome {
         // SAFETY: see above: the Core that owns the requests outlives every
         // access to its mappings, this one included.
         let requests = unsafe { &*requests };
-        match requests.forward(page_addr, retry) {
+        match requests.forward(page_addr, retry, write) {
             Some(Reply::Mapped) | None => return Outcome::Resolved,
             Some(Reply::Retry) => retry = true,
             Some(Reply::Failed) => return Outcome::NotOurs,
@@ -480,7 +504,7 @@ mod loom_models {
                 for (addr, want) in [(4096, Reply::Mapped), (8192, Reply::Retry)] {
                     let slot = loop {
                         // The slot is not free yet: the access faults again.
-                        match r.post(HostAddr(addr), false) {
+                        match r.post(HostAddr(addr), false, false) {
                             Some(slot) => break slot,
                             None => thread::yield_now(),
                         }

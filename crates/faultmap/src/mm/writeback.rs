@@ -367,8 +367,10 @@ fn write_back_tally(
     let end = pages.end.min(object.cache.states.pages());
     let mut first_err = None;
     let mut start = pages.start;
+    // 8 MiB a batch whatever the page size (4 pages of 2 MiB).
+    let batch_pages = (BATCH / object.cache.page_size().base_pages()).max(1);
     while start < end {
-        let batch = start..end.min(start.saturating_add(BATCH));
+        let batch = start..end.min(start.saturating_add(batch_pages));
         if let Err(e) = write_back_batch(object, batch.clone(), tally) {
             first_err.get_or_insert(e);
         }

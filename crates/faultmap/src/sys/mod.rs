@@ -1159,6 +1159,34 @@ pub(crate) unsafe fn siginfo_fault(info: *const libc::siginfo_t) -> Option<(usiz
     unsafe { Some(((*info).si_addr() as usize, (*info).si_code)) }
 }
 
+/// Whether the access that raised a SIGBUS may be a write: on x86-64 the
+/// page-fault error code the kernel saved in the signal frame (`REG_ERR`,
+/// bit 1: a write); elsewhere, or without a frame, it may be.
+///
+/// # Safety
+///
+/// `ctx` must be the `ucontext_t` the kernel passed to an `SA_SIGINFO`
+/// handler (or null).
+pub(crate) unsafe fn sigbus_may_write(ctx: *const libc::c_void) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if ctx.is_null() {
+            return true;
+        }
+        const PF_WRITE: libc::greg_t = 1 << 1;
+        // SAFETY: the caller passes the kernel's ucontext, readable for the
+        // handler's duration; REG_ERR is inside `gregs`.
+        let err =
+            unsafe { (*ctx.cast::<libc::ucontext_t>()).uc_mcontext.gregs[libc::REG_ERR as usize] };
+        err & PF_WRITE != 0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = ctx;
+        true
+    }
+}
+
 /// Hands a SIGBUS to the disposition `prev` as if it had been delivered
 /// there (`sent`: by kill/raise, not by a fault): its handler is called
 /// with the same arguments; an ignored sent signal is dropped; the default
