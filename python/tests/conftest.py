@@ -1,5 +1,6 @@
 """Fixtures for faultmap's Python tests: data files, the project's servers."""
 
+import fcntl
 import os
 import pathlib
 import subprocess
@@ -40,30 +41,43 @@ FREE_HUGEPAGES = pathlib.Path("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hu
 HUGE = 2 * 1024 * 1024
 
 
+POOL_LOCK = pathlib.Path("/tmp/faultmap-hugepages.lock")
+
+
 @pytest.fixture
 def huge_pages():
     """grow(extra): grows the kernel's pool of 2 MiB pages by `extra`
-    pages, through /proc/sys/vm/nr_hugepages (as root, which CI is); the
-    pool is given back when the test ends. A machine where it cannot be
+    pages, through /proc/sys/vm/nr_hugepages (as root, which CI is), and
+    takes as many out again when the test ends. It holds the lock file
+    that every suite of the project and `faultmap bench` take to change
+    the pool, from the first grow to the end of the test, so that no other
+    process changes the pool meanwhile. A machine where the pool cannot be
     grown fails the test, loudly: it is not skipped."""
-    old = int(NR_HUGEPAGES.read_text())
-    grown = False
+    lock = None
+    added = 0
 
     def grow(extra: int) -> None:
-        nonlocal grown
+        nonlocal lock, added
+        if lock is None:
+            lock = open(POOL_LOCK, "a")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        old = int(NR_HUGEPAGES.read_text())
         try:
             NR_HUGEPAGES.write_text(f"{old + extra}\n")
         except OSError as e:
             pytest.fail(f"cannot grow the pool of huge pages ({NR_HUGEPAGES}: {e}); "
                         "these tests need root")
-        grown = True
         now = int(NR_HUGEPAGES.read_text())
+        added += max(0, now - old)
         if now < old + extra:
             pytest.fail(f"the kernel gave {now} huge pages of {old + extra} asked")
 
     yield grow
-    if grown:
-        NR_HUGEPAGES.write_text(f"{old}\n")
+    if added:
+        now = int(NR_HUGEPAGES.read_text())
+        NR_HUGEPAGES.write_text(f"{max(0, now - added)}\n")
+    if lock is not None:
+        lock.close()
 
 
 def server_env(name: str) -> str:

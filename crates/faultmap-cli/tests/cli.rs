@@ -1589,38 +1589,55 @@ fn bench_remote_json_has_every_engine_and_the_goals() {
     }
 }
 
-/// The pool of 2 MiB huge pages (`/proc/sys/vm/nr_hugepages`), held by
-/// one test at a time; set to `pages` for the test and restored after.
+/// The pool of 2 MiB huge pages (`/proc/sys/vm/nr_hugepages`), grown by
+/// `extra` pages for a test and shrunk by as much after, under the lock
+/// file that every suite of this project and `faultmap bench` take to
+/// change the pool (held until the drop).
 struct HugePool {
-    old: String,
-    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
+    extra: u64,
+    _lock: std::fs::File,
 }
 
-static HUGE_POOL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
+const FREE_HUGEPAGES: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages";
+const POOL_LOCK: &str = "/tmp/faultmap-hugepages.lock";
+
+fn read_number(path: &str) -> u64 {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("read {path}: {e}"))
+        .trim()
+        .parse()
+        .expect("a number")
+}
 
 impl HugePool {
-    fn set(pages: u64) -> HugePool {
-        let guard = HUGE_POOL.lock().unwrap_or_else(|e| e.into_inner());
-        let old = std::fs::read_to_string(NR_HUGEPAGES).expect("the kernel has a huge page pool");
-        std::fs::write(NR_HUGEPAGES, pages.to_string()).expect("these tests run as root");
-        HugePool {
-            old: old.trim().to_string(),
-            _one_at_a_time: guard,
-        }
-    }
-
-    fn now() -> String {
-        std::fs::read_to_string(NR_HUGEPAGES)
-            .unwrap()
-            .trim()
-            .to_string()
+    fn grow(extra: u64) -> HugePool {
+        use std::os::fd::AsRawFd;
+        let lock = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(POOL_LOCK)
+            .expect("the pool's lock file");
+        // SAFETY: flock on a descriptor this File owns, for the call.
+        assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+        let old = read_number(NR_HUGEPAGES);
+        std::fs::write(NR_HUGEPAGES, (old + extra).to_string()).expect("these tests run as root");
+        // What the kernel added (perhaps less) is what the drop takes out.
+        let now = read_number(NR_HUGEPAGES);
+        let pool = HugePool {
+            extra: now.saturating_sub(old),
+            _lock: lock,
+        };
+        assert!(now >= old + extra, "the kernel gave fewer pages");
+        pool
     }
 }
 
 impl Drop for HugePool {
     fn drop(&mut self) {
-        let _ = std::fs::write(NR_HUGEPAGES, &self.old);
+        let now = read_number(NR_HUGEPAGES);
+        let _ = std::fs::write(NR_HUGEPAGES, now.saturating_sub(self.extra).to_string());
     }
 }
 
@@ -1631,16 +1648,24 @@ fn scan_with_2_mib_pages_gives_the_files_crc_or_says_how_many_pages_it_needs() {
     let path = write(dir.path(), "huge", &data);
     let p = path.to_str().unwrap();
     {
-        let _pool = HugePool::set(3);
+        let _pool = HugePool::grow(3);
         let v = stdout_json(&faultmap(&["scan", p, "--page-size", "2M", "--json"]));
         assert_eq!(v["crc32"], crc32fast::hash(&data));
         // Three 2 MiB pages, one fault each.
         assert_eq!(v["stats"]["pgfault"], 3, "{v}");
     }
     {
-        let _pool = HugePool::set(0);
-        let out = faultmap(&["scan", p, "--page-size", "2M"]);
-        assert_fails_cleanly(&out, "needs 3 huge pages of 2 MiB");
+        // The pool as it is, held: a sparse file 3 pages larger than it
+        // has free.
+        let _pool = HugePool::grow(0);
+        let pages = read_number(FREE_HUGEPAGES) + 3;
+        let big = dir.path().join("big");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(pages << 21)
+            .unwrap();
+        let out = faultmap(&["scan", big.to_str().unwrap(), "--page-size", "2M"]);
+        assert_fails_cleanly(&out, &format!("needs {pages} huge pages of 2 MiB"));
         assert_fails_cleanly(&out, "vm.nr_hugepages");
     }
     assert_fails_cleanly(&faultmap(&["scan", p, "--page-size", "1G"]), "4K or 2M");
@@ -1648,7 +1673,8 @@ fn scan_with_2_mib_pages_gives_the_files_crc_or_says_how_many_pages_it_needs() {
 
 #[test]
 fn bench_page_size_2m_adds_columns_and_gives_the_pool_back() {
-    let _pool = HugePool::set(0);
+    // Not under the pool's lock: the benchmark takes it itself.
+    let before = read_number(NR_HUGEPAGES);
     let doc = stdout_json(&faultmap(&[
         "bench",
         "--page-size",
@@ -1666,7 +1692,7 @@ fn bench_page_size_2m_adds_columns_and_gives_the_pool_back() {
         "--json",
     ]));
     // Given back: the pool is as the benchmark found it.
-    assert_eq!(HugePool::now(), "0");
+    assert_eq!(read_number(NR_HUGEPAGES), before);
     assert!(doc["machine"]["page_size_skipped"].is_null(), "{doc}");
     for (delivery_variant, faults) in [("page=2M", 3), ("page=2M,delivery=handler", 3)] {
         let rows = rows(&doc, "faultmap", delivery_variant);

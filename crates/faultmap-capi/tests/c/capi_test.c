@@ -12,6 +12,7 @@
  * is not skipped. */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,24 +80,41 @@ static int write_number(const char *path, long n) {
     return done == len ? 0 : -1;
 }
 
-/* The size of the pool of huge pages before the test grew it (-1: not
- * grown), given back at exit whichever way the test ends. */
-static long pool_before = -1;
+/* The lock file that every suite of the project and `faultmap bench`
+ * hold while they change the pool: each grows it by what it needs and
+ * takes as much out again, never writing back a size read earlier. Held
+ * from the first grow to the end of the process. */
+#define POOL_LOCK "/tmp/faultmap-hugepages.lock"
+static int pool_lock = -1;
+
+/* Huge pages this test added to the pool, taken out again at exit
+ * whichever way the test ends. */
+static long pool_added = 0;
 
 static void restore_pool(void) {
-    if (pool_before < 0)
+    if (pool_added == 0)
         return;
-    if (write_number(NR_HUGEPAGES, pool_before) != 0) {
+    long now = read_number(NR_HUGEPAGES);
+    long back = now > pool_added ? now - pool_added : 0;
+    if (write_number(NR_HUGEPAGES, back) != 0) {
         failures++;
-        fprintf(stderr, "FAILED: cannot give the pool of huge pages back (%s = %ld): %s\n",
-                NR_HUGEPAGES, pool_before, strerror(errno));
+        fprintf(stderr, "FAILED: cannot give the huge pages back (%s = %ld): %s\n",
+                NR_HUGEPAGES, back, strerror(errno));
     }
-    pool_before = -1;
+    pool_added = 0;
 }
 
-/* Grows the pool by `extra` huge pages; exits (the test fails) if it
- * cannot. */
+/* Grows the pool by `extra` huge pages, under the pool's lock; exits (the
+ * test fails) if it cannot. */
 static void grow_pool(long extra) {
+    if (pool_lock < 0) {
+        pool_lock = open(POOL_LOCK, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+        if (pool_lock < 0 || flock(pool_lock, LOCK_EX) != 0) {
+            fprintf(stderr, "FAILED: cannot lock %s: %s\n", POOL_LOCK, strerror(errno));
+            exit(1);
+        }
+        atexit(restore_pool);
+    }
     long old = read_number(NR_HUGEPAGES);
     if (write_number(NR_HUGEPAGES, old + extra) != 0) {
         fprintf(stderr,
@@ -105,10 +123,9 @@ static void grow_pool(long extra) {
                 NR_HUGEPAGES, old + extra, strerror(errno));
         exit(1);
     }
-    /* Grown (perhaps less than asked): given back from here on. */
-    pool_before = old;
-    atexit(restore_pool);
+    /* What the kernel added (perhaps less than asked) goes back. */
     long now = read_number(NR_HUGEPAGES);
+    pool_added += now > old ? now - old : 0;
     if (now < old + extra) {
         fprintf(stderr, "FAILED: the kernel gave %ld huge pages of %ld asked\n", now,
                 old + extra);
