@@ -38,7 +38,10 @@ struct ScanReport<'a> {
     crc32: u32,
     crc32_hex: String,
     bytes: u64,
+    /// In pages of `page_size` bytes.
     pages: u64,
+    /// faultmap's page size in bytes (--page-size).
+    page_size: u64,
     seconds: f64,
     bytes_per_second: Option<f64>,
     order: u8,
@@ -75,7 +78,8 @@ pub fn run(args: &ScanArgs) -> Result<()> {
         crc32: crc,
         crc32_hex: format!("{crc:08x}"),
         bytes,
-        pages: bytes.div_ceil(PAGE_SIZE as u64),
+        pages: bytes.div_ceil(object.page_size().bytes() as u64),
+        page_size: object.page_size().bytes() as u64,
         seconds: elapsed.as_secs_f64(),
         bytes_per_second: rate(bytes, elapsed),
         order: args.map.order,

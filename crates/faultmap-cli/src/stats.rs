@@ -25,7 +25,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use faultmap::{open_url, Config, FileStore, MapOptions, Pager, RaStats, Stats, Store, PAGE_SIZE};
+use faultmap::{open_url, Config, FileStore, MapOptions, Pager, RaStats, Stats, Store};
 use serde::Serialize;
 
 use crate::access::{Access, AccessPlan, Coverage};
@@ -41,8 +41,12 @@ struct StatsReport<'a> {
     file: &'a str,
     access: Access,
     order: u8,
+    /// In pages of `page_size` bytes.
     ra_pages: u64,
     ra_pages_from: &'static str,
+    /// faultmap's page size in bytes (--page-size): what `pages` and
+    /// `ra_pages` count.
+    page_size: u64,
     readahead: Readahead,
     file_io: &'static str,
     seconds: f64,
@@ -84,8 +88,9 @@ pub fn run(args: &StatsArgs) -> Result<()> {
         let io = store.io().as_str();
         (Box::new(store), io)
     };
-    let ra_pages = args.map.ra_pages.unwrap_or_else(|| store.ra_pages());
     let object = pager.open_with_page_size(store, args.map.page_size())?;
+    let ra_pages = args.map.ra_pages.unwrap_or_else(|| object.ra_pages());
+    let page_size = object.page_size().bytes() as u64;
     let map = crate::map_readonly(&pager, &object, opts)
         .with_context(|| format!("cannot map {}", args.map.file))?;
     // 3. The plan.
@@ -118,7 +123,8 @@ pub fn run(args: &StatsArgs) -> Result<()> {
         handler_threads: args.map.handler_threads,
         io_threads,
         bytes,
-        pages: bytes.div_ceil(PAGE_SIZE as u64),
+        page_size,
+        pages: bytes.div_ceil(page_size),
         pages_touched: plan.pages_touched(),
         cold: args.cold,
         kernel_cache_dropped,
@@ -217,7 +223,7 @@ fn settings_line(r: &StatsReport<'_>) -> String {
         r.order,
         r.readahead.name(),
         units::count(r.ra_pages),
-        units::bytes(r.ra_pages * PAGE_SIZE as u64),
+        units::bytes(r.ra_pages * r.page_size),
         r.file_io,
         r.handler_threads,
         r.io_threads

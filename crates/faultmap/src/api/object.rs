@@ -133,6 +133,14 @@ impl Object {
         self.0.cache.page_size()
     }
 
+    /// The object's largest readahead window in its pages: the store's
+    /// ([`crate::Store::ra_pages`]), in 2 MiB pages at least 4 for an
+    /// object of 2 MiB pages. A mapping may ask for another
+    /// ([`crate::MapOptions::ra_pages`]).
+    pub fn ra_pages(&self) -> u64 {
+        self.0.ra_pages
+    }
+
     /// Whether page `page` (`page` times [`Object::page_size`] bytes into
     /// the object) is in
     /// the cache and up to date. Lock-free; for tests, tools and policies.
