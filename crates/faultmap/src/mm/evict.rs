@@ -115,6 +115,9 @@ pub(crate) struct Budget {
     limit: u64,
     /// Pages charged now.
     cached: AtomicU64,
+    /// The largest page of the domain's objects, in base pages (1, or
+    /// 512 once an object of 2 MiB pages joined).
+    unit: AtomicU64,
     /// The highest charge seen.
     peak: AtomicU64,
     /// Pages in the active set (approximate: kept by the hand and the
@@ -141,6 +144,7 @@ impl Budget {
         Arc::new(Budget {
             limit: limit.map_or(u64::MAX, |b| (b / PAGE_SIZE as u64).max(1)),
             cached: AtomicU64::new(0),
+            unit: AtomicU64::new(1),
             peak: AtomicU64::new(0),
             active: AtomicU64::new(0),
             age: Age::default(),
@@ -163,32 +167,55 @@ impl Budget {
         self.is_limited().then(|| self.limit * PAGE_SIZE as u64)
     }
 
-    /// The free room between the evictor's wake-up mark and the limit.
+    /// The free room between the evictor's wake-up mark and the limit:
+    /// at least two of the domain's largest pages, so that the page a
+    /// fault waits for (charged whatever the limit) finds room.
     fn gap(&self) -> u64 {
-        (self.limit / 32).clamp(64, 2048).min(self.limit / 4).max(1)
+        let unit = self.unit.load(Ordering::Relaxed);
+        (self.limit / 32)
+            .clamp(64, 2048)
+            .min(self.limit / 4)
+            .max(2 * unit)
+            .min(self.limit / 2)
+            .max(1)
     }
 
     /// Adds `object` to the domain.
     pub(crate) fn add_object(&self, object: &Arc<ObjectCore>) {
+        self.unit.fetch_max(base_pages(object), Ordering::Relaxed);
         let mut list = self.objects.lock().unwrap_or_else(|e| e.into_inner());
         list.retain(|w| w.strong_count() > 0);
         list.push(Arc::downgrade(object));
     }
 
-    /// Charges one page a fault waits for: always succeeds.
+    /// Charges one page a fault waits for: always succeeds. A page of
+    /// 2 MiB that would take the charge over the limit first waits for the
+    /// evictor to make room ([`Budget::make_room`], at most
+    /// [`THROTTLE_LIMIT`]), as the kernel's direct reclaim does: one page
+    /// over the limit is 2 MiB, not 4 KiB.
     pub(crate) fn charge_demand(&self, object: &ObjectCore) {
-        self.charge(object, base_pages(object));
+        let n = base_pages(object);
+        if n > 1 && self.cached.load(Ordering::Relaxed) + n > self.limit {
+            self.make_room();
+        }
+        self.charge(object, n);
     }
 
-    /// Charges one readahead page if it fits under the limit.
+    /// Charges one readahead page if it fits under the limit, leaving
+    /// room for one of the domain's largest pages: the page the next fault
+    /// waits for is charged whatever the limit, and should find it.
     pub(crate) fn try_charge(&self, object: &ObjectCore) -> bool {
         let n = base_pages(object);
+        // With 4 KiB pages only, none is kept (one page over the limit is
+        // the documented slack).
+        let unit = self.unit.load(Ordering::Relaxed);
+        let reserve = if unit > 1 { unit } else { 0 };
         let mut cur = self.cached.load(Ordering::Relaxed);
         loop {
             // A budget whose evictor stopped (its pager is gone, another
             // pager still maps the object) is no longer enforced: nothing
             // would ever make room, and readahead would stop for good.
-            if cur >= self.limit && !self.stop.load(Ordering::Acquire) {
+            if cur + n + reserve > self.limit && !self.stop.load(Ordering::Acquire) {
                 self.kick_if_needed(cur);
                 return false;
             }

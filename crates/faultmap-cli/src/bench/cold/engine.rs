@@ -6,6 +6,7 @@
 //! | `kernel`    | `kernel-file`  | `cold`             | kernel `mmap` of the file, page cache dropped first |
 //! | `around`    | `faultmap`     | `readahead=around` | a new object, read-around only  |
 //! | `readahead` | `faultmap`     | `readahead=full`   | a new object, the kernel's full readahead  |
+//! | `page=2M`   | `faultmap`     | `readahead=full,page=2M` | the same with 2 MiB pages (`--page-size 2M`) |
 //!
 //! # One measurement ([`Bench::measure`])
 //!
@@ -36,7 +37,7 @@ use std::fs::File;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use faultmap::{Config, FileIo, FileStore, Pager, RaStats, Stats, PAGE_SIZE};
+use faultmap::{Config, FileIo, FileStore, PageSize, Pager, RaStats, Stats, PAGE_SIZE};
 
 use super::super::engine::kernel_map;
 use super::super::grid::{Column, Sample};
@@ -59,17 +60,25 @@ pub enum ColdEngine {
     Around,
     /// faultmap, full readahead.
     Readahead,
+    /// faultmap, full readahead, 2 MiB pages.
+    Huge,
 }
 
 impl ColdEngine {
     /// The columns, in order; `kernel` only if the page cache can be
-    /// dropped.
-    pub fn columns(kernel: bool) -> Vec<ColdEngine> {
+    /// dropped, `around` and `readahead` with 4 KiB pages (`base`),
+    /// `page=2M` with 2 MiB pages (`huge`).
+    pub fn columns(kernel: bool, base: bool, huge: bool) -> Vec<ColdEngine> {
         let mut v = vec![ColdEngine::Device];
         if kernel {
             v.push(ColdEngine::Kernel);
         }
-        v.extend([ColdEngine::Around, ColdEngine::Readahead]);
+        if base {
+            v.extend([ColdEngine::Around, ColdEngine::Readahead]);
+        }
+        if huge {
+            v.push(ColdEngine::Huge);
+        }
         v
     }
 
@@ -79,6 +88,7 @@ impl ColdEngine {
             ColdEngine::Device | ColdEngine::Kernel => "cold",
             ColdEngine::Around => "readahead=around",
             ColdEngine::Readahead => "readahead=full",
+            ColdEngine::Huge => "readahead=full,page=2M",
         }
     }
 
@@ -86,7 +96,7 @@ impl ColdEngine {
     pub fn readahead(self) -> Option<Readahead> {
         match self {
             ColdEngine::Around => Some(Readahead::Around),
-            ColdEngine::Readahead => Some(Readahead::Full),
+            ColdEngine::Readahead | ColdEngine::Huge => Some(Readahead::Full),
             ColdEngine::Device | ColdEngine::Kernel => None,
         }
     }
@@ -99,6 +109,7 @@ impl Column for ColdEngine {
             ColdEngine::Kernel => "kernel",
             ColdEngine::Around => "around",
             ColdEngine::Readahead => "readahead",
+            ColdEngine::Huge => "page=2M",
         };
         heading.into()
     }
@@ -107,7 +118,7 @@ impl Column for ColdEngine {
         match self {
             ColdEngine::Device => "device",
             ColdEngine::Kernel => "kernel-file",
-            ColdEngine::Around | ColdEngine::Readahead => "faultmap",
+            ColdEngine::Around | ColdEngine::Readahead | ColdEngine::Huge => "faultmap",
         }
     }
 
@@ -147,8 +158,9 @@ impl Bench<'_> {
         match engine {
             ColdEngine::Device => self.device(),
             ColdEngine::Kernel => self.kernel(plan()?),
-            ColdEngine::Around => self.faultmap(Readahead::Around, plan()?),
-            ColdEngine::Readahead => self.faultmap(Readahead::Full, plan()?),
+            ColdEngine::Around => self.faultmap(Readahead::Around, PageSize::Base, plan()?),
+            ColdEngine::Readahead => self.faultmap(Readahead::Full, PageSize::Base, plan()?),
+            ColdEngine::Huge => self.faultmap(Readahead::Full, PageSize::Huge, plan()?),
         }
     }
 
@@ -186,11 +198,13 @@ impl Bench<'_> {
         })
     }
 
-    /// faultmap with `readahead`, on a new pager and object.
-    fn faultmap(&self, readahead: Readahead, plan: &AccessPlan) -> Result<Sample> {
+    /// faultmap with `readahead` in pages of `page`, on a new pager and
+    /// object.
+    fn faultmap(&self, readahead: Readahead, page: PageSize, plan: &AccessPlan) -> Result<Sample> {
         let opts = crate::stats::map_options(self.order, self.ra_pages, readahead);
         let pager = Pager::new(self.config.clone()).context("cannot start the pager")?;
-        let object = pager.open(FileStore::open_with(self.path, self.file_io)?)?;
+        let store = FileStore::open_with(self.path, self.file_io)?;
+        let object = pager.open_with_page_size(store, page)?;
         let map = crate::map_readonly(&pager, &object, opts)
             .context("mapping the data through faultmap")?;
         let (timed, block) = self.timed_walk(plan, &map)?;
@@ -258,10 +272,14 @@ mod tests {
 
     #[test]
     fn columns_and_names() {
-        let all = ColdEngine::columns(true);
+        let all = ColdEngine::columns(true, true, false);
         let names: Vec<_> = all.iter().map(|e| e.heading()).collect();
         assert_eq!(names, ["device", "kernel", "around", "readahead"]);
-        assert_eq!(ColdEngine::columns(false).len(), 3);
+        assert_eq!(ColdEngine::columns(false, true, false).len(), 3);
+        let huge = ColdEngine::columns(true, true, true);
+        assert_eq!(huge[4].heading(), "page=2M");
+        assert_eq!(huge[4].variant(), "readahead=full,page=2M");
+        assert_eq!(ColdEngine::columns(true, false, true).len(), 3);
         assert_eq!(ColdEngine::Kernel.engine(), "kernel-file");
         assert_eq!(ColdEngine::Around.variant(), "readahead=around");
         assert_eq!(ColdEngine::Readahead.readahead(), Some(Readahead::Full));

@@ -68,7 +68,7 @@ mod engine;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use faultmap::{FileIo, FileStore, Pager, RaStats, Stats, Store, PAGE_SIZE};
+use faultmap::{FileIo, FileStore, PageSize, Pager, RaStats, Stats, Store, PAGE_SIZE};
 use serde_json::{json, Value};
 
 use self::engine::{Bench, ColdEngine};
@@ -197,7 +197,26 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let len = usize::try_from(data.len()).context("the file does not fit the address space")?;
     let sample = sample_pages(data.len().div_ceil(PAGE_SIZE as u64));
     let plans = plans(&workloads, &threads, len, sample)?;
-    let columns = ColdEngine::columns(dropper.is_some());
+    let pages = dedup(or_default(&args.page_size, &[PageSize::Base]));
+    // 2 MiB pages: their huge pages, for the run.
+    let mut huge = pages.contains(&PageSize::Huge);
+    let _reservation = if huge {
+        match super::hugepages::Reservation::for_bytes(data.len()) {
+            Ok(r) => Some(r),
+            Err(why) => {
+                note(&format!("page=2M skipped: {why}"));
+                huge = false;
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let base = pages.contains(&PageSize::Base);
+    if !base && !huge {
+        bail!("no page size left to measure");
+    }
+    let columns = ColdEngine::columns(dropper.is_some(), base, huge);
     let mut cells = grid::cells(&workloads, |w| threads_of(w, &threads), &columns);
     // 6. The measurements.
     let bench = Bench {
@@ -394,6 +413,23 @@ fn goals(run: &Run) -> Vec<(Access, u16, Goal)> {
                     };
                     goals.push((w, t, goal));
                 }
+            }
+            // 2 MiB pages: seq at the kernel's rate at least.
+            let key = Key {
+                workload: w,
+                threads: t,
+                column: ColdEngine::Huge,
+            };
+            let huge = seconds_ratio(run, key, ColdEngine::Kernel, ColdEngine::Huge);
+            if let Some(value) = huge.filter(|_| w == Access::Seq) {
+                let goal = Goal {
+                    place: format!("{}, {}", w.name(), threads_label(t)),
+                    what: "page=2M's rate / kernel mmap's".to_string(),
+                    value,
+                    bound: 1.0,
+                    at_least: true,
+                };
+                goals.push((w, t, goal));
             }
         }
     }
@@ -632,7 +668,10 @@ const LINES: [Line<Cold>; 10] = [
         })
     }),
     ("major faults / around", |r, k| {
-        let applies = matches!(k.column, ColdEngine::Kernel | ColdEngine::Readahead);
+        let applies = matches!(
+            k.column,
+            ColdEngine::Kernel | ColdEngine::Readahead | ColdEngine::Huge
+        );
         let major: Count = |s| s.major_faults;
         shown(applies, || {
             count_ratio(r, k, major, k.column, ColdEngine::Around)
@@ -670,6 +709,7 @@ fn ra_tables(run: &Run) -> String {
         (Access::Rand, 1, ColdEngine::Readahead),
         (Access::Clustered, 1, ColdEngine::Around),
         (Access::Clustered, 1, ColdEngine::Readahead),
+        (Access::Seq, seq_threads, ColdEngine::Huge),
     ];
     let mut out = String::new();
     for (w, threads, e) in wanted {
@@ -731,7 +771,7 @@ mod tests {
         let workloads = [Seq, Rand];
         let plans = plans(&workloads, &[1, 2], 64 * PAGE_SIZE, 8).unwrap();
         assert_eq!(plans.len(), 3);
-        let columns = ColdEngine::columns(true);
+        let columns = ColdEngine::columns(true, true, false);
         let cells = grid::cells(&workloads, |w| threads_of(w, &[1, 2]), &columns);
         let shape: Vec<(Access, u16, String)> = cells
             .iter()
@@ -782,7 +822,7 @@ mod tests {
             workloads: vec![Access::Seq, Access::Rand, Access::Clustered],
             threads: vec![1],
             deliveries: Vec::new(),
-            columns: ColdEngine::columns(true),
+            columns: ColdEngine::columns(true, true, false),
             cells,
             wall_seconds: 1.0,
             mode: Cold {
@@ -855,7 +895,7 @@ mod tests {
         }
         // Without a kernel column, its ratios are left out.
         r.cells.retain(|c| c.key.column != ColdEngine::Kernel);
-        r.columns = ColdEngine::columns(false);
+        r.columns = ColdEngine::columns(false, true, false);
         let text = <Cold as grid::Mode>::render(&r);
         assert!(!text.contains("vs kernel"), "{text}");
     }
