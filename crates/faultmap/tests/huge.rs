@@ -231,10 +231,11 @@ fn a_budget_evicts_whole_2_mib_pages_and_what_comes_back_reads_right() {
                 }
             }
             let mem = pager.memory();
-            // A page a fault waits for is charged over the limit until the
-            // evictor catches up: one per fault in flight.
+            // A page a fault waits for first waits for the evictor to make
+            // room (at most 100 ms), then is charged anyway: one scanning
+            // thread is one page over at worst.
             assert!(
-                mem.peak <= BUDGET + 2 * HUGE as u64,
+                mem.peak <= BUDGET + HUGE as u64,
                 "{delivery:?}: {mem:?}"
             );
             assert_eq!(mem.budget, Some(BUDGET));
