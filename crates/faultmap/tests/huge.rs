@@ -234,10 +234,7 @@ fn a_budget_evicts_whole_2_mib_pages_and_what_comes_back_reads_right() {
             // A page a fault waits for first waits for the evictor to make
             // room (at most 100 ms), then is charged anyway: one scanning
             // thread is one page over at worst.
-            assert!(
-                mem.peak <= BUDGET + HUGE as u64,
-                "{delivery:?}: {mem:?}"
-            );
+            assert!(mem.peak <= BUDGET + HUGE as u64, "{delivery:?}: {mem:?}");
             assert_eq!(mem.budget, Some(BUDGET));
             let stats = pager.stats();
             assert!(stats.evicted >= 16, "{delivery:?}: {stats:?}");
