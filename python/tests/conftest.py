@@ -59,7 +59,12 @@ def huge_pages():
     def grow(extra: int) -> None:
         nonlocal lock, added
         if lock is None:
-            lock = open(POOL_LOCK, "a")
+            # Read-only if it exists (flock needs no more, and a file
+            # another user made stays usable), else made.
+            try:
+                lock = open(POOL_LOCK, "r")
+            except FileNotFoundError:
+                lock = open(POOL_LOCK, "a")
             fcntl.flock(lock, fcntl.LOCK_EX)
         old = int(NR_HUGEPAGES.read_text())
         try:

@@ -1596,6 +1596,26 @@ fn bench_remote_json_has_every_engine_and_the_goals() {
 struct HugePool {
     extra: u64,
     _lock: std::fs::File,
+    _in_process: std::sync::MutexGuard<'static, ()>,
+}
+
+/// Held by every test of this binary that changes or checks the pool
+/// (`flock` on the lock file keeps other processes out; this keeps the
+/// bench test's unlocked reads apart from this binary's other tests).
+static POOL_USERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Opens the pool's lock file: read-only if it exists (flock needs no
+/// more, and a file another user made stays usable), else made.
+fn open_pool_lock() -> std::fs::File {
+    std::fs::File::open(POOL_LOCK)
+        .or_else(|_| {
+            std::fs::File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(POOL_LOCK)
+        })
+        .expect("the pool's lock file")
 }
 
 const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
@@ -1613,12 +1633,8 @@ fn read_number(path: &str) -> u64 {
 impl HugePool {
     fn grow(extra: u64) -> HugePool {
         use std::os::fd::AsRawFd;
-        let lock = std::fs::File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(POOL_LOCK)
-            .expect("the pool's lock file");
+        let in_process = POOL_USERS.lock().unwrap_or_else(|e| e.into_inner());
+        let lock = open_pool_lock();
         // SAFETY: flock on a descriptor this File owns, for the call.
         assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
         let old = read_number(NR_HUGEPAGES);
@@ -1628,6 +1644,7 @@ impl HugePool {
         let pool = HugePool {
             extra: now.saturating_sub(old),
             _lock: lock,
+            _in_process: in_process,
         };
         assert!(now >= old + extra, "the kernel gave fewer pages");
         pool
@@ -1673,7 +1690,8 @@ fn scan_with_2_mib_pages_gives_the_files_crc_or_says_how_many_pages_it_needs() {
 
 #[test]
 fn bench_page_size_2m_adds_columns_and_gives_the_pool_back() {
-    // Not under the pool's lock: the benchmark takes it itself.
+    // Not under the pool's lock file: the benchmark takes it itself.
+    let _in_process = POOL_USERS.lock().unwrap_or_else(|e| e.into_inner());
     let before = read_number(NR_HUGEPAGES);
     let doc = stdout_json(&faultmap(&[
         "bench",

@@ -108,7 +108,11 @@ static void restore_pool(void) {
  * test fails) if it cannot. */
 static void grow_pool(long extra) {
     if (pool_lock < 0) {
-        pool_lock = open(POOL_LOCK, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+        /* Read-only if it exists (flock needs no more, and a file another
+         * user made stays usable), else made. */
+        pool_lock = open(POOL_LOCK, O_RDONLY | O_CLOEXEC);
+        if (pool_lock < 0 && errno == ENOENT)
+            pool_lock = open(POOL_LOCK, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
         if (pool_lock < 0 || flock(pool_lock, LOCK_EX) != 0) {
             fprintf(stderr, "FAILED: cannot lock %s: %s\n", POOL_LOCK, strerror(errno));
             exit(1);

@@ -32,11 +32,16 @@ impl Reservation {
     /// more, for the tail), less those it has free already.
     pub fn for_bytes(bytes: u64) -> Result<Reservation, String> {
         let need = bytes.div_ceil(HUGE_PAGE_SIZE as u64) + 1;
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(POOL_LOCK)
+        // Read-only if it exists (flock needs no more, and a file another
+        // user made stays usable), else made.
+        let lock = File::open(POOL_LOCK)
+            .or_else(|_| {
+                File::options()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(POOL_LOCK)
+            })
             .map_err(|e| format!("cannot open {POOL_LOCK} ({e})"))?;
         // SAFETY: flock on a descriptor this File owns, for the call.
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {

@@ -31,8 +31,9 @@ pub const MAX_RA_PAGES: u64 = 16_384;
 pub const MIN_BUDGET: u64 = 1 << 20;
 
 /// The fewest 2 MiB pages a memory budget over objects of 2 MiB pages
-/// holds: one page read while others are mapped and the evictor works.
-pub const MIN_HUGE_BUDGET_PAGES: u64 = 4;
+/// holds (16 MiB): the evictor keeps two pages free below its limit and
+/// frees down to four below, and a working set needs the rest.
+pub const MIN_HUGE_BUDGET_PAGES: u64 = 8;
 
 /// The most times a failed store request is tried again before its pages
 /// fail.
@@ -424,6 +425,10 @@ impl Config {
         if let Some(b) = self.memory_budget {
             if b < MIN_BUDGET {
                 return Err(ConfigError::Budget(b));
+            }
+            if self.page_size == PageSize::Huge && b < MIN_HUGE_BUDGET_PAGES * HUGE_PAGE_SIZE as u64
+            {
+                return Err(ConfigError::HugeBudget(b));
             }
         }
         if self.io_retries > MAX_IO_RETRIES {

@@ -23,17 +23,19 @@ pub(crate) struct Shadows {
 }
 
 impl Shadows {
-    /// Records that pages `pages` were evicted at ages `first_age..`; then
-    /// prunes shadows older than `threshold` if the map grew too large.
-    pub(crate) fn record(&self, pages: &[u64], first_age: u64, threshold: u64) {
+    /// Records that pages `pages` were evicted at ages `first_age`,
+    /// `first_age + step`, ... (`step`: the age one page counts for, in
+    /// 4 KiB pages: 512 for a page of 2 MiB); then prunes shadows older
+    /// than `threshold` if the map grew too large.
+    pub(crate) fn record(&self, pages: &[u64], first_age: u64, step: u64, threshold: u64) {
         if pages.is_empty() {
             return;
         }
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         for (i, &p) in pages.iter().enumerate() {
-            map.insert(p, first_age + i as u64);
+            map.insert(p, first_age + i as u64 * step);
         }
-        let now = first_age + pages.len() as u64;
+        let now = first_age + pages.len() as u64 * step;
         if map.len() as u64 > threshold.saturating_add(1024) {
             map.retain(|_, &mut age| is_refault(now, age, threshold));
         }
@@ -104,7 +106,7 @@ mod tests {
     #[test]
     fn a_page_back_within_the_threshold_is_a_refault() {
         let s = Shadows::default();
-        s.record(&[7, 8], 100, 512);
+        s.record(&[7, 8], 100, 1, 512);
         assert_eq!(s.take_refaults([7].into_iter(), 260, 512), vec![7]);
         assert!(
             s.take_refaults([7].into_iter(), 260, 512).is_empty(),
@@ -123,7 +125,7 @@ mod tests {
     #[test]
     fn invalidated_pages_are_not_refaults() {
         let s = Shadows::default();
-        s.record(&[1, 2, 3], 0, 100);
+        s.record(&[1, 2, 3], 0, 1, 100);
         s.forget(2..3);
         assert_eq!(s.take_refaults(1..4, 5, 100), vec![1, 3]);
     }
@@ -139,7 +141,7 @@ mod tests {
             let s = Shadows::default();
             let mut age = 0;
             for chunk in pages.chunks(7) {
-                s.record(chunk, age, threshold);
+                s.record(chunk, age, 1, threshold);
                 age += chunk.len() as u64;
             }
             let len = s.map.lock().unwrap().len() as u64;

@@ -176,7 +176,7 @@ impl Budget {
             .clamp(64, 2048)
             .min(self.limit / 4)
             .max(2 * unit)
-            .min(self.limit / 2)
+            .min(self.limit / 4)
             .max(1)
     }
 
@@ -188,17 +188,11 @@ impl Budget {
         list.push(Arc::downgrade(object));
     }
 
-    /// Charges one page a fault waits for: always succeeds. A page of
-    /// 2 MiB that would take the charge over the limit first waits for the
-    /// evictor to make room ([`Budget::make_room`], at most
-    /// [`THROTTLE_LIMIT`]), as the kernel's direct reclaim does: one page
-    /// over the limit is 2 MiB, not 4 KiB.
+    /// Charges one page a fault waits for: always succeeds, never waits
+    /// (the fault path may hold the region table's lock or a read section;
+    /// the read itself is throttled on its I/O thread, [`Budget::throttle`]).
     pub(crate) fn charge_demand(&self, object: &ObjectCore) {
-        let n = base_pages(object);
-        if n > 1 && self.cached.load(Ordering::Relaxed) + n > self.limit {
-            self.make_room();
-        }
-        self.charge(object, n);
+        self.charge(object, base_pages(object));
     }
 
     /// Charges one readahead page if it fits under the limit, leaving
@@ -278,10 +272,15 @@ impl Budget {
     /// Asks the evictor to free pages now and waits until it has freed
     /// some, or [`THROTTLE_LIMIT`] at most: for a read whose huge pages
     /// the kernel's pool could not give (the pool holds about the budget,
-    /// and the budget is full). Returns at once without a limit.
-    pub(crate) fn make_room(&self) {
+    /// and the budget is full). Returns false at once, without waiting,
+    /// when there is no limit or the charge is not near it (the evictor
+    /// would free nothing: the pool was emptied by others).
+    pub(crate) fn make_room(&self) -> bool {
         if !self.is_limited() || self.stop.load(Ordering::Acquire) {
-            return;
+            return false;
+        }
+        if self.cached.load(Ordering::Relaxed) + self.gap() < self.limit {
+            return false;
         }
         let mut kicked = self.kick.lock().unwrap_or_else(|e| e.into_inner());
         *kicked = true;
@@ -290,6 +289,7 @@ impl Budget {
             .room
             .wait_timeout(kicked, THROTTLE_LIMIT)
             .unwrap_or_else(|e| e.into_inner());
+        true
     }
 
     /// Uncharges `n` pages of `object` that left the cache.
@@ -543,9 +543,12 @@ impl Budget {
             let _ = crate::mm::invalidate::drop_frozen(object, &frozen);
             // The age counts 4 KiB pages, as the refault threshold does.
             let first_age = self.age.advance(freed * base_pages(object));
-            object
-                .shadows
-                .record(&frozen, first_age, self.refault_threshold());
+            object.shadows.record(
+                &frozen,
+                first_age,
+                base_pages(object),
+                self.refault_threshold(),
+            );
             tally.evicted = freed;
         }
         drop(table);

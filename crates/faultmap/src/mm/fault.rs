@@ -64,8 +64,10 @@
 //! (`UFFDIO_CONTINUE_MODE_WP`), so the first write to a page after it was
 //! mapped (or written back) raises a write-protect fault. With handler
 //! delivery the message says so (`UFFD_PAGEFAULT_FLAG_WP`: [`handle_wp`]);
-//! with signal delivery the SIGBUS does not, and a fault whose page is
-//! already mapped (`EEXIST` on the faulting page) is taken as one. Either
+//! with signal delivery a fault whose page is already mapped (`EEXIST` on
+//! the faulting page) is taken as one if the access may be a write (the
+//! page-fault error code in the signal frame says so on x86-64:
+//! `sys::sigbus_may_write`; elsewhere every access may be). Either
 //! way [`write_fault`] pins the page, unprotects it, *then* sets DIRTY
 //! (the order `crate::mm::writeback` proves correct), and lets the thread go.
 //!
@@ -537,11 +539,11 @@ fn resolve(
         match map_window(env, region, &window, page, &mut tally, &mut ra, spec) {
             MapOutcome::Woken => ending = Some(Ending::Woken),
             // The page was mapped already: in a writable region, a write
-            // to a write-protected page, if the fault may be a write (a
-            // SIGBUS does not say; a userfaultfd message does: a read, or a
-            // write to a page not mapped yet, that lost the race to map it
-            // is woken and faults again, as a write-protect fault if it
-            // writes). Let go after it (`Resolved`).
+            // to a write-protected page, if the fault may be a write
+            // (`Origin::may_write`: a read, or a write to a page not mapped
+            // yet, that lost the race to map it is woken and faults again,
+            // as a write-protect fault if it writes). Let go after it
+            // (`Resolved`).
             MapOutcome::NotWoken if region.writable && origin.may_write() => {
                 // A failed speculative attempt goes to the classic path.
                 if !write_fault(env, region, page, &mut tally, spec) && spec.is_some() {
@@ -638,8 +640,9 @@ pub(crate) fn fast(
     object.counters.begin();
     let mut outcome = map_window(env, region, &window, page, &mut tally, &mut ra, spec);
     // Mapped already, in a writable region: a write to a write-protected
-    // page (SIGBUS gives no reason; a spurious one only costs a
-    // write-back). A page that cannot be pinned goes to a pager thread.
+    // page, if the access may be a write (`write`: the SIGBUS's error
+    // code; a spurious one only costs a write-back). A page that cannot be
+    // pinned goes to a pager thread.
     if matches!(outcome, MapOutcome::NotWoken)
         && region.writable
         && write

@@ -521,13 +521,12 @@ fn start(
     // evictor can give some back.
     let mut allocated = object.cache.allocate(&target);
     for _ in 0..ALLOCATE_RETRIES {
-        match &allocated {
-            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) && object.budget.is_limited() => {
-                object.budget.make_room();
-                allocated = object.cache.allocate(&target);
-            }
-            _ => break,
+        // `Cache::allocate` words an empty pool's ENOSPC as StorageFull.
+        let full = matches!(&allocated, Err(e) if e.kind() == std::io::ErrorKind::StorageFull);
+        if !full || !object.budget.make_room() {
+            break;
         }
+        allocated = object.cache.allocate(&target);
     }
     if let Err(source) = allocated {
         let error = StoreError::Read {

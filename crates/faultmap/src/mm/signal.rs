@@ -493,7 +493,9 @@ mod loom_models {
     /// the production slot protocol (`post`, `wait_done`, `finish`) over
     /// one slot, while a pager thread serves them (`serve`,
     /// `RequestRef::complete`): each request is served once, with the
-    /// address it was posted with, the handler gets the reply the server
+    /// address and write flag it was posted with (the second flips the
+    /// first's, so a reused slot never shows a stale one), the handler gets
+    /// the reply the server
     /// gave it, and the slot is reused only once it is free again.
     #[test]
     fn loom_models_signal_slots() {
@@ -502,9 +504,10 @@ mod loom_models {
             let r = requests.clone();
             let handler = thread::spawn(move || {
                 for (addr, want) in [(4096, Reply::Mapped), (8192, Reply::Retry)] {
+                    let write = addr == 4096;
                     let slot = loop {
                         // The slot is not free yet: the access faults again.
-                        match r.post(HostAddr(addr), false, false) {
+                        match r.post(HostAddr(addr), false, write) {
                             Some(slot) => break slot,
                             None => thread::yield_now(),
                         }
@@ -517,6 +520,7 @@ mod loom_models {
             while served.len() < 2 {
                 requests.serve(|addr, req| {
                     let addr = addr.get();
+                    assert_eq!(req.may_write(), addr == 4096, "the write flag of {addr:#x}");
                     served.push(addr);
                     req.complete(if addr == 4096 {
                         Reply::Mapped

@@ -20,8 +20,9 @@
 //! Every `UFFDIO_CONTINUE` in a writable region uses
 //! `UFFDIO_CONTINUE_MODE_WP`, so every page starts mapped write-protected.
 //! The first write to it raises a WP fault (a uffd message with
-//! `UFFD_PAGEFAULT_FLAG_WP`, or, with signal delivery, a SIGBUS on a page
-//! that `UFFDIO_CONTINUE` finds already mapped: `EEXIST`). The fault path
+//! `UFFD_PAGEFAULT_FLAG_WP`, or, with signal delivery, a SIGBUS of a write
+//! access on a page that `UFFDIO_CONTINUE` finds already mapped: `EEXIST`).
+//! The fault path
 //! (`crate::mm::fault::write_fault`), in an SRCU read section of
 //! [`write_faults`]:
 //!

@@ -29,7 +29,7 @@
 //! (faultmap's `evicted`; the kernel's are not counted per cgroup), refaults
 //! (faultmap's `refault`; the cgroup's `workingset_refault_file`), the peak
 //! memory (faultmap's `Pager::memory().peak`; the cgroup's
-//! `memory.max_usage_in_bytes`), the peak sampled RSS (RssFile + RssShmem
+//! `memory.max_usage_in_bytes`), the peak sampled RSS (RssFile + RssShmem + HugetlbPages
 //! every 5 ms) and whether the peak stayed within the budget + 1%.
 
 mod cgroup;
@@ -214,6 +214,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         &[faultmap::PageSize::Base],
     ));
     let mut huge = pages.contains(&faultmap::PageSize::Huge);
+    let min_huge = faultmap::MIN_HUGE_BUDGET_PAGES * faultmap::HUGE_PAGE_SIZE as u64;
+    if huge && budget < min_huge {
+        note(&format!(
+            "faultmap page=2M skipped: a budget over 2 MiB pages must hold {} of them, {}",
+            faultmap::MIN_HUGE_BUDGET_PAGES,
+            units::bytes(min_huge)
+        ));
+        huge = false;
+    }
     let _reservation = if huge {
         match super::hugepages::Reservation::for_bytes(budget + HUGE_HEADROOM) {
             Ok(r) => Some(r),
@@ -243,7 +252,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         format!(
             "{} on {}",
             k.workload.name(),
-            grid::Column::engine(k.column)
+            grid::Column::heading(k.column)
         )
     };
     let reps = Repetitions::Fixed(repetitions);
@@ -566,7 +575,7 @@ impl grid::Mode for Budget {
          majflt). evictions/s: faultmap's evicted over the time (not counted per cgroup by the \
          kernel: -). refaults: faultmap's refault; the cgroup's workingset_refault_file. peak \
          cached: faultmap's Pager::memory().peak; the cgroup's memory.max_usage_in_bytes. peak \
-         RSS: the largest RssFile + RssShmem sampled every 5 ms.\n",
+         RSS: the largest RssFile + RssShmem + HugetlbPages sampled every 5 ms.\n",
     );
         out
     }

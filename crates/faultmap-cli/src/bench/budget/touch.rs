@@ -111,8 +111,8 @@ pub fn walk(view: &[u8], plan: &[u32]) -> u64 {
     sum
 }
 
-/// The process's file-backed and shmem resident bytes (`RssFile` +
-/// `RssShmem` of `/proc/self/status`).
+/// The process's file-backed, shmem and hugetlb resident bytes (`RssFile`
+/// + `RssShmem` + `HugetlbPages` of `/proc/self/status`).
 pub fn rss_file_shmem() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/status").ok()?;
     let mut total = 0;
@@ -121,7 +121,7 @@ pub fn rss_file_shmem() -> Option<u64> {
         let Some((key, value)) = line.split_once(':') else {
             continue;
         };
-        if key == "RssFile" || key == "RssShmem" {
+        if key == "RssFile" || key == "RssShmem" || key == "HugetlbPages" {
             let kib: u64 = value.trim().trim_end_matches("kB").trim().parse().ok()?;
             total += kib * 1024;
             found = true;

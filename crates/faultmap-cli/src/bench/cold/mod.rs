@@ -504,6 +504,14 @@ impl grid::Mode for Cold {
                 cell.median_u64(|x| x.block.map(|b| b.bytes)),
             )
             .with("ra_pages", faultmap.then_some(run.mode.ra_pages.0))
+            .with(
+                "page_size",
+                match cell.key.column {
+                    ColdEngine::Huge => Some(faultmap::HUGE_PAGE_SIZE as u64),
+                    ColdEngine::Around | ColdEngine::Readahead => Some(PAGE_SIZE as u64),
+                    ColdEngine::Device | ColdEngine::Kernel => None,
+                },
+            )
             .with("stats", median.map(|m| m.0))
             .with("readahead_stats", median.map(|m| m.1))
     }
