@@ -247,6 +247,19 @@ fn memfd_name(name: &str) -> CString {
         .unwrap_or_else(|_| CString::from(c"faultmap"))
 }
 
+/// The error of [`Cache::allocate`] when the pool of huge pages has none
+/// left (`ENOSPC`), inside an `io::Error`: [`PoolEmpty::is`] tells it.
+#[derive(Debug, thiserror::Error)]
+#[error("the pool of 2 MiB huge pages is empty (vm.nr_hugepages): no page for this read")]
+pub(crate) struct PoolEmpty;
+
+impl PoolEmpty {
+    /// Whether `e` is an empty pool's error.
+    pub(crate) fn is(e: &std::io::Error) -> bool {
+        e.get_ref().is_some_and(|inner| inner.is::<PoolEmpty>())
+    }
+}
+
 /// Why a cache could not be created.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -461,10 +474,7 @@ impl Cache {
         }
         sys::allocate(&self.memfd, target.start as u64, target.pages_len as u64).map_err(|e| {
             if e.raw_os_error() == Some(libc::ENOSPC) {
-                std::io::Error::new(
-                    e.kind(),
-                    "the pool of 2 MiB huge pages is empty (vm.nr_hugepages): no page for this read",
-                )
+                std::io::Error::other(PoolEmpty)
             } else {
                 e
             }

@@ -521,8 +521,7 @@ fn start(
     // evictor can give some back.
     let mut allocated = object.cache.allocate(&target);
     for _ in 0..ALLOCATE_RETRIES {
-        // `Cache::allocate` words an empty pool's ENOSPC as StorageFull.
-        let full = matches!(&allocated, Err(e) if e.kind() == std::io::ErrorKind::StorageFull);
+        let full = matches!(&allocated, Err(e) if crate::cache::memfd::PoolEmpty::is(e));
         if !full || !object.budget.make_room() {
             break;
         }
