@@ -134,9 +134,10 @@ impl Object {
     }
 
     /// The object's largest readahead window in its pages: the store's
-    /// ([`crate::Store::ra_pages`]), in 2 MiB pages at least 4 for an
-    /// object of 2 MiB pages. A mapping may ask for another
-    /// ([`crate::MapOptions::ra_pages`]).
+    /// ([`crate::Store::ra_pages`]; for an object of 2 MiB pages, in those
+    /// pages and at least 4 unless the store's is 0). A mapping may ask
+    /// for another ([`crate::MapOptions::ra_pages`]); a memory budget caps
+    /// the window at an eighth of it.
     pub fn ra_pages(&self) -> u64 {
         self.0.ra_pages
     }

@@ -82,7 +82,8 @@ impl Shadows {
     }
 }
 
-/// The nonresident age: a counter of evictions (`lruvec->nonresident_age`).
+/// The nonresident age: a counter of evictions, in 4 KiB pages (a page of
+/// 2 MiB counts 512; `lruvec->nonresident_age`).
 #[derive(Default)]
 pub(crate) struct Age(AtomicU64);
 
@@ -92,7 +93,8 @@ impl Age {
         self.0.load(Ordering::Relaxed)
     }
 
-    /// Advances the age by `n` evictions; returns the age of the first.
+    /// Advances the age by `n` evicted 4 KiB pages; returns the age of the
+    /// first.
     pub(crate) fn advance(&self, n: u64) -> u64 {
         self.0.fetch_add(n, Ordering::Relaxed)
     }

@@ -15,13 +15,18 @@
 //!                                                        up here         never goes past
 //! ```
 //!
-//! `gap` is 1/32 of the budget, within [64 pages, 2048 pages]: room for a
-//! few readahead windows. A window is at most 1/8 of the budget (the
-//! kernel's old `max_sane_readahead`), and a readahead page is claimed only
-//! if it fits under the limit (the window shrinks, as the kernel's
-//! readahead gives up pages its allocation could not get); the page a
-//! fault waits for is always claimed, so the cache may exceed the limit by
-//! at most one page per fault in flight. While it is over the limit, an
+//! `gap` is 1/32 of the budget, within [64 pages, 2048 pages], and at least
+//! two of the domain's largest pages (1024 4 KiB pages once an object of
+//! 2 MiB pages joined), at most a quarter of the budget: room for a few
+//! readahead windows. Pages here are 4 KiB pages: a domain counts its
+//! objects' pages of 2 MiB as 512 each. A window is at most 1/8 of the
+//! budget (the kernel's old `max_sane_readahead`), and a readahead page is
+//! claimed only if it fits under the limit (the window shrinks, as the
+//! kernel's readahead gives up pages its allocation could not get; with
+//! objects of 2 MiB pages, readahead stops one such page short of the
+//! limit, room for the next fault's); the page a fault waits for is always
+//! claimed, so the cache may exceed the limit by at most one page per
+//! fault in flight. While it is over the limit, an
 //! I/O thread waits (at most 100 ms) for the hand before it fills pages
 //! ([`Budget::throttle`], the kernel's direct reclaim). When the charge crosses `limit - gap` the evictor thread wakes
 //! and runs the hand until the charge is back under `limit - 2*gap`.
@@ -123,7 +128,7 @@ pub(crate) struct Budget {
     /// Pages in the active set (approximate: kept by the hand and the
     /// refault path, never below zero).
     active: AtomicU64,
-    /// The nonresident age (evictions), for refault distances.
+    /// The nonresident age (evicted 4 KiB pages), for refault distances.
     pub(crate) age: Age,
     /// The objects of the domain.
     objects: Mutex<Vec<Weak<ObjectCore>>>,
@@ -174,7 +179,6 @@ impl Budget {
         let unit = self.unit.load(Ordering::Relaxed);
         (self.limit / 32)
             .clamp(64, 2048)
-            .min(self.limit / 4)
             .max(2 * unit)
             .min(self.limit / 4)
             .max(1)
@@ -335,7 +339,8 @@ impl Budget {
             });
     }
 
-    /// The refault threshold (`crate::policy::workingset`), in evictions.
+    /// The refault threshold (`crate::policy::workingset`), in evicted 4 KiB
+    /// pages.
     pub(crate) fn refault_threshold(&self) -> u64 {
         if self.is_limited() {
             workingset::threshold(self.limit)
@@ -458,7 +463,11 @@ impl Budget {
                 }
                 continue;
             }
-            let batch = hand.page..(hand.page + BATCH).min(pages);
+            // BATCH 4 KiB pages' worth: one page of 2 MiB at a time, so
+            // that the hand stops near its target rather than a batch of
+            // 1 GiB past it.
+            let step = (BATCH / base_pages(object)).max(1);
+            let batch = hand.page..(hand.page + step).min(pages);
             hand.page = batch.end;
             let freed = self.visit_batch(object, batch);
             if freed > 0 {
