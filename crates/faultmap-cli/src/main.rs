@@ -533,14 +533,15 @@ struct BenchArgs {
     /// --cold one order, default 4. (--parts and --churn run at order 0.)
     #[arg(long, value_delimiter = ',', value_name = "LIST", value_parser = parse_order)]
     orders: Vec<u8>,
-    /// faultmap's page sizes, comma-separated: 4K (default) and 2M. 2M
-    /// adds a column per delivery mode to the warm table (with --cold, a
-    /// column page=2M: full readahead in 2 MiB pages), page=2M: the data
-    /// with 2 MiB pages (a hugetlb cache, one fault per 2 MiB; the
-    /// fault-around order is moot). As root the benchmark reserves the huge
-    /// pages it needs through /proc/sys/vm/nr_hugepages and gives them back
-    /// at the end; without root the column is left out, with a line saying
-    /// why. The `pages` workload measures the fault path itself.
+    /// faultmap's page sizes, comma-separated: 4K (default) and 2M (the
+    /// data in 2 MiB pages: a hugetlb cache, one fault per 2 MiB, the
+    /// fault-around order moot). 2M adds a column page=2M per delivery
+    /// mode to the warm table, a column page=2M (full readahead) with
+    /// --cold, a row "faultmap page=2M" with --budget. As root the
+    /// benchmark grows /proc/sys/vm/nr_hugepages by the huge pages it needs
+    /// and takes them out again at the end; without root those columns are
+    /// left out, with a line saying why. The `pages` workload measures the
+    /// fault path itself.
     #[arg(long, value_delimiter = ',', value_name = "LIST", value_parser = parse_page_size,
           conflicts_with_all = ["parts", "churn", "remote"])]
     page_size: Vec<faultmap::PageSize>,

@@ -11,6 +11,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use faultmap::measure::HugePagePool;
 use rand::rngs::StdRng;
 use rand::{RngCore, SeedableRng};
 use serde_json::Value;
@@ -1589,73 +1590,13 @@ fn bench_remote_json_has_every_engine_and_the_goals() {
     }
 }
 
-/// The pool of 2 MiB huge pages (`/proc/sys/vm/nr_hugepages`), grown by
-/// `extra` pages for a test and shrunk by as much after, under the lock
-/// file that every suite of this project and `faultmap bench` take to
-/// change the pool (held until the drop).
-struct HugePool {
-    extra: u64,
-    _lock: std::fs::File,
-    _in_process: std::sync::MutexGuard<'static, ()>,
-}
-
-/// Held by every test of this binary that changes or checks the pool
-/// (`flock` on the lock file keeps other processes out; this keeps the
-/// bench test's unlocked reads apart from this binary's other tests).
-static POOL_USERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Opens the pool's lock file: read-only if it exists (flock needs no
-/// more, and a file another user made stays usable), else made.
-fn open_pool_lock() -> std::fs::File {
-    std::fs::File::open(POOL_LOCK)
-        .or_else(|_| {
-            std::fs::File::options()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(POOL_LOCK)
-        })
-        .expect("the pool's lock file")
-}
-
-const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
-const FREE_HUGEPAGES: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages";
-const POOL_LOCK: &str = "/tmp/faultmap-hugepages.lock";
-
-fn read_number(path: &str) -> u64 {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("read {path}: {e}"))
-        .trim()
-        .parse()
-        .expect("a number")
-}
-
-impl HugePool {
-    fn grow(extra: u64) -> HugePool {
-        use std::os::fd::AsRawFd;
-        let in_process = POOL_USERS.lock().unwrap_or_else(|e| e.into_inner());
-        let lock = open_pool_lock();
-        // SAFETY: flock on a descriptor this File owns, for the call.
-        assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
-        let old = read_number(NR_HUGEPAGES);
-        std::fs::write(NR_HUGEPAGES, (old + extra).to_string()).expect("these tests run as root");
-        // What the kernel added (perhaps less) is what the drop takes out.
-        let now = read_number(NR_HUGEPAGES);
-        let pool = HugePool {
-            extra: now.saturating_sub(old),
-            _lock: lock,
-            _in_process: in_process,
-        };
-        assert!(now >= old + extra, "the kernel gave fewer pages");
-        pool
-    }
-}
-
-impl Drop for HugePool {
-    fn drop(&mut self) {
-        let now = read_number(NR_HUGEPAGES);
-        let _ = std::fs::write(NR_HUGEPAGES, now.saturating_sub(self.extra).to_string());
-    }
+/// Holds the pool of 2 MiB huge pages for a test, grown by `extra` pages
+/// (taken out again, and the pool's lock file let go, on drop): the lock
+/// file keeps every other holder out, in this process and in others.
+fn huge_pool(extra: u64) -> HugePagePool {
+    let mut pool = HugePagePool::lock().expect("the pool's lock file");
+    pool.grow(extra).expect("these tests run as root");
+    pool
 }
 
 #[test]
@@ -1665,7 +1606,7 @@ fn scan_with_2_mib_pages_gives_the_files_crc_or_says_how_many_pages_it_needs() {
     let path = write(dir.path(), "huge", &data);
     let p = path.to_str().unwrap();
     {
-        let _pool = HugePool::grow(3);
+        let _pool = huge_pool(3);
         let v = stdout_json(&faultmap(&["scan", p, "--page-size", "2M", "--json"]));
         assert_eq!(v["crc32"], crc32fast::hash(&data));
         // Three 2 MiB pages, one fault each.
@@ -1674,8 +1615,8 @@ fn scan_with_2_mib_pages_gives_the_files_crc_or_says_how_many_pages_it_needs() {
     {
         // The pool as it is, held: a sparse file 3 pages larger than it
         // has free.
-        let _pool = HugePool::grow(0);
-        let pages = read_number(FREE_HUGEPAGES) + 3;
+        let _pool = huge_pool(0);
+        let pages = HugePagePool::free().unwrap() + 3;
         let big = dir.path().join("big");
         std::fs::File::create(&big)
             .unwrap()
@@ -1694,8 +1635,8 @@ fn bench_page_size_2m_adds_columns_and_gives_the_pool_back() {
     // user has given its pages back), but not during the benchmark, which
     // takes the lock file itself.
     let pool_now = || {
-        let _pool = HugePool::grow(0);
-        read_number(NR_HUGEPAGES)
+        let _pool = huge_pool(0);
+        HugePagePool::size().unwrap()
     };
     let before = pool_now();
     let doc = stdout_json(&faultmap(&[

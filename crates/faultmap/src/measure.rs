@@ -8,6 +8,111 @@ use std::path::Path;
 
 pub use crate::sys::{mincore_resident, rusage_faults};
 
+/// Where the kernel sizes its pool of 2 MiB huge pages (root only).
+const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
+
+/// Where it counts the pool's free pages.
+const FREE_HUGEPAGES: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages";
+
+/// The lock file that everything of this project that changes the pool
+/// holds meanwhile: `faultmap bench` and the Rust, C and Python tests
+/// (the C and Python tests take it themselves, by this same name).
+pub const HUGE_POOL_LOCK: &str = "/tmp/faultmap-hugepages.lock";
+
+/// The kernel's pool of 2 MiB huge pages, held for a benchmark or a test:
+/// [`HugePagePool::lock`] takes [`HUGE_POOL_LOCK`] (waiting for whoever
+/// holds it), [`HugePagePool::grow`] adds pages, and the drop takes out
+/// as many as were added, then lets the lock go. The pool is only ever
+/// changed relatively, so holders in other processes never undo each
+/// other's pages.
+#[derive(Debug)]
+pub struct HugePagePool {
+    added: u64,
+    _lock: File,
+}
+
+impl HugePagePool {
+    /// Takes the pool's lock file: read-only if it exists (`flock` needs
+    /// no more, and a file another user made stays usable), else made.
+    pub fn lock() -> io::Result<HugePagePool> {
+        let lock = File::open(HUGE_POOL_LOCK).or_else(|_| {
+            File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(HUGE_POOL_LOCK)
+        })?;
+        crate::sys::flock_exclusive(&lock)?;
+        Ok(HugePagePool {
+            added: 0,
+            _lock: lock,
+        })
+    }
+
+    /// Grows the pool by `extra` pages (root only). What the kernel added
+    /// is taken out again on drop, even when it found memory for fewer
+    /// (then the error says how many).
+    pub fn grow(&mut self, extra: u64) -> io::Result<()> {
+        if extra == 0 {
+            return Ok(());
+        }
+        let old = Self::size()?;
+        std::fs::write(NR_HUGEPAGES, (old + extra).to_string())?;
+        let now = Self::size()?;
+        self.added += now.saturating_sub(old);
+        if now < old + extra {
+            return Err(io::Error::other(format!(
+                "the kernel found memory for {} of {extra} huge pages asked",
+                now.saturating_sub(old)
+            )));
+        }
+        Ok(())
+    }
+
+    /// The pages this holder added.
+    pub fn added(&self) -> u64 {
+        self.added
+    }
+
+    /// The pool's size (`vm.nr_hugepages`).
+    pub fn size() -> io::Result<u64> {
+        read_number(NR_HUGEPAGES)
+    }
+
+    /// The pool's free pages, reserved ones included (`free_hugepages`).
+    pub fn free() -> io::Result<u64> {
+        read_number(FREE_HUGEPAGES)
+    }
+
+    /// The pool's pages free for a new object: free less reserved
+    /// (`None` if the kernel has no 2 MiB pool).
+    pub fn available() -> Option<u64> {
+        crate::sys::huge_pages_available().map(|(available, _)| available)
+    }
+}
+
+impl Drop for HugePagePool {
+    fn drop(&mut self) {
+        if self.added == 0 {
+            return;
+        }
+        if let Ok(now) = Self::size() {
+            let _ = std::fs::write(NR_HUGEPAGES, now.saturating_sub(self.added).to_string());
+        }
+    }
+}
+
+/// The number in the file at `path`.
+fn read_number(path: &str) -> io::Result<u64> {
+    let text = std::fs::read_to_string(path)?;
+    text.trim().parse().map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{path} says {text:?}, not a number"),
+        )
+    })
+}
+
 /// A close-on-exec memfd of `len` bytes named `name`, as a file: the
 /// like-for-like kernel baseline (shmem pages, as faultmap's cache).
 pub fn memfd(name: &std::ffi::CStr, len: u64) -> io::Result<File> {

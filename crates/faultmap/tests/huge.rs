@@ -18,75 +18,27 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 
 use common::{assert_bytes, watchdog, TestFile, PAGE, WATCHDOG};
+use faultmap::measure::HugePagePool;
 use faultmap::{
     CacheError, Config, ConfigError, Delivery, MapError, MapOptions, PageSize, Pager,
     HUGE_PAGE_SIZE,
 };
 
 const HUGE: usize = HUGE_PAGE_SIZE;
-const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
-const FREE_HUGEPAGES: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages";
-/// The lock file of the pool, shared with the other suites and the bench.
-const POOL_LOCK: &str = "/tmp/faultmap-hugepages.lock";
 
-/// The pool of huge pages, grown by `extra` pages for one test and shrunk
-/// by as much on drop, under the pool's lock file (held until then).
-struct Pool {
-    extra: u64,
-    _lock: File,
+/// Holds the pool of huge pages for one test, grown by `extra` pages
+/// (taken out again, and the pool's lock file let go, on drop). A machine
+/// where the pool cannot be grown fails the test.
+fn pool(extra: u64) -> HugePagePool {
+    let mut pool = HugePagePool::lock().expect("the pool's lock file");
+    pool.grow(extra).unwrap_or_else(|e| {
+        panic!("cannot grow the pool of huge pages by {extra} ({e}); these tests need root")
+    });
+    pool
 }
 
-fn read_number(path: &str) -> u64 {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("read {path}: {e}"))
-        .trim()
-        .parse()
-        .expect("a number of huge pages")
-}
-
-impl Pool {
-    fn grow(extra: u64) -> Pool {
-        // Read-only if it exists (flock needs no more, and a file another
-        // user made stays usable), else made.
-        let lock = File::open(POOL_LOCK)
-            .or_else(|_| {
-                File::options()
-                    .create(true)
-                    .truncate(false)
-                    .write(true)
-                    .open(POOL_LOCK)
-            })
-            .expect("the pool's lock file");
-        // SAFETY: flock on a descriptor this File owns, for the call.
-        let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
-        assert_eq!(rc, 0, "flock {POOL_LOCK}");
-        let old = read_number(NR_HUGEPAGES);
-        std::fs::write(NR_HUGEPAGES, (old + extra).to_string()).unwrap_or_else(|e| {
-            panic!(
-                "cannot grow the pool of huge pages ({NR_HUGEPAGES}: {e}); \
-                 these tests need root"
-            )
-        });
-        // What the kernel added (perhaps less) is what the drop takes out.
-        let now = read_number(NR_HUGEPAGES);
-        let pool = Pool {
-            extra: now.saturating_sub(old),
-            _lock: lock,
-        };
-        assert!(
-            now >= old + extra,
-            "the kernel gave {now} huge pages of {} asked",
-            old + extra
-        );
-        pool
-    }
-}
-
-impl Drop for Pool {
-    fn drop(&mut self) {
-        let now = read_number(NR_HUGEPAGES);
-        let _ = std::fs::write(NR_HUGEPAGES, now.saturating_sub(self.extra).to_string());
-    }
+fn free_pages() -> u64 {
+    HugePagePool::free().expect("free_hugepages")
 }
 
 /// A hugetlb memfd holding `pages` huge pages of the pool (allocated with
@@ -117,7 +69,7 @@ fn huge() -> MapOptions {
 #[test]
 fn every_byte_reads_right_with_one_fault_per_2_mib_page_in_both_deliveries() {
     watchdog(WATCHDOG, || {
-        let _pool = Pool::grow(4);
+        let _pool = pool(4);
         // 3 pages and a tail of 100 bytes: 4 huge pages.
         let len = 3 * HUGE + 100;
         let file = TestFile::new(len, 11);
@@ -156,7 +108,7 @@ fn every_byte_reads_right_with_one_fault_per_2_mib_page_in_both_deliveries() {
 #[test]
 fn an_unaligned_offset_maps_from_its_page_and_the_tail_reads_as_the_file() {
     watchdog(WATCHDOG, || {
-        let _pool = Pool::grow(3);
+        let _pool = pool(3);
         let len = 2 * HUGE + 12_345;
         let file = TestFile::new(len, 12);
         let pager = Pager::new(Config::default()).unwrap();
@@ -175,8 +127,8 @@ fn an_unaligned_offset_maps_from_its_page_and_the_tail_reads_as_the_file() {
 fn without_enough_huge_pages_mapping_fails_and_says_how_many() {
     watchdog(WATCHDOG, || {
         // The pool as it is, held: no other test changes it meanwhile.
-        let _pool = Pool::grow(0);
-        let pages = read_number(FREE_HUGEPAGES) + 3;
+        let _pool = pool(0);
+        let pages = free_pages() + 3;
         // A sparse file: nothing is read before the refusal.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("big");
@@ -225,7 +177,7 @@ fn without_enough_huge_pages_mapping_fails_and_says_how_many() {
 #[test]
 fn an_object_is_mapped_with_its_own_page_size_only() {
     watchdog(WATCHDOG, || {
-        let _pool = Pool::grow(1);
+        let _pool = pool(1);
         let file = TestFile::new(HUGE, 14);
         let pager = Pager::new(Config::default()).unwrap();
         let object = pager.open(file.store()).unwrap();
@@ -247,7 +199,7 @@ fn a_budget_evicts_whole_2_mib_pages_and_what_comes_back_reads_right() {
         // A budget of 8 huge pages over an object of 32: the pool needs
         // only the budget's pages (and a few in flight).
         const BUDGET: u64 = 8 * HUGE as u64;
-        let _pool = Pool::grow(12);
+        let _pool = pool(12);
         let len = 32 * HUGE;
         let file = TestFile::new(len, 15);
         for delivery in [Delivery::Signal, Delivery::Handler] {
@@ -282,7 +234,7 @@ fn a_budget_evicts_whole_2_mib_pages_and_what_comes_back_reads_right() {
 #[test]
 fn writes_to_2_mib_pages_reach_the_file_on_flush() {
     watchdog(WATCHDOG, || {
-        let _pool = Pool::grow(3);
+        let _pool = pool(3);
         let len = 2 * HUGE + 777;
         let file = TestFile::new(len, 16);
         let pager = Pager::new(Config::default().delivery(Delivery::Handler)).unwrap();
@@ -320,7 +272,7 @@ fn writes_to_2_mib_pages_reach_the_file_on_flush() {
 #[test]
 fn invalidation_drops_whole_2_mib_pages_and_the_next_touch_reads_them_again() {
     watchdog(WATCHDOG, || {
-        let _pool = Pool::grow(4);
+        let _pool = pool(4);
         let len = 4 * HUGE;
         let file = TestFile::new(len, 17);
         let pager = Pager::new(Config::default()).unwrap();
@@ -350,7 +302,7 @@ fn a_trace_of_2_mib_pages_replays_and_refuses_4_kib_objects() {
     watchdog(WATCHDOG, || {
         // Two objects of 8 pages: the recording one's pages go back to
         // the pool only once its last mapping is gone.
-        let _pool = Pool::grow(16);
+        let _pool = pool(16);
         let len = 8 * HUGE;
         let file = TestFile::new(len, 18);
         let pager = Pager::new(Config::default()).unwrap();
@@ -407,7 +359,7 @@ fn a_2_mib_page_that_fails_to_read_is_an_error_and_the_others_read_right() {
     // reports as `MapError::Read`; no byte of it is ever served, and the
     // pages around it read right.
     watchdog(WATCHDOG, || {
-        let _pool = Pool::grow(4);
+        let _pool = pool(4);
         let data = common::pattern(4 * HUGE, 19);
         // One bad 4 KiB page inside huge page 2.
         let bad = (2 * HUGE / PAGE + 77) as u64;
@@ -437,7 +389,7 @@ fn threads_reading_one_2_mib_page_of_a_writable_mapping_do_not_dirty_it() {
     // at once: one fault maps it, the others find it mapped. Reads they
     // are, so nothing is dirty; a write after them is, in both deliveries.
     watchdog(WATCHDOG, || {
-        let _pool = Pool::grow(4);
+        let _pool = pool(4);
         let len = 4 * HUGE;
         let file = TestFile::new(len, 20);
         for delivery in [Delivery::Handler, Delivery::Signal] {
@@ -492,7 +444,7 @@ fn a_pool_that_holds_only_the_budget_waits_for_the_evictor_instead_of_failing() 
     // (Which of the two saves a read depends on the evictor's timing.)
     watchdog(WATCHDOG, || {
         const BUDGET: u64 = 8 * HUGE as u64;
-        let _pool = Pool::grow(12);
+        let _pool = pool(12);
         let len = 32 * HUGE;
         let file = TestFile::new(len, 21);
         let config = Config::default()
@@ -505,14 +457,16 @@ fn a_pool_that_holds_only_the_budget_waits_for_the_evictor_instead_of_failing() 
         // Then pages leave the pool until it has 6 free, less than the
         // budget (no surplus pages to fall back on).
         assert_eq!(
-            read_number("/proc/sys/vm/nr_overcommit_hugepages"),
-            0,
+            std::fs::read_to_string("/proc/sys/vm/nr_overcommit_hugepages")
+                .unwrap()
+                .trim(),
+            "0",
             "surplus huge pages would hide an empty pool"
         );
         // Another holder of huge pages takes all but 6 (whatever the pool
         // had free before the test).
-        let _hog = hold_huge_pages(read_number(FREE_HUGEPAGES) - 6);
-        assert_eq!(read_number(FREE_HUGEPAGES), 6);
+        let _hog = hold_huge_pages(free_pages() - 6);
+        assert_eq!(free_pages(), 6);
         let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
         let mut buf = vec![0u8; HUGE];
         for round in 0..2 {

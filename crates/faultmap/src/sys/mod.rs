@@ -14,6 +14,7 @@
 //! which the fault path needs.
 
 use std::ffi::CStr;
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
@@ -533,6 +534,17 @@ pub(crate) fn huge_pages_available() -> Option<(u64, u64)> {
     let free = read("free_hugepages")?;
     let reserved = read("resv_hugepages")?;
     Some((free.saturating_sub(reserved), read("nr_hugepages")?))
+}
+
+/// Takes an exclusive `flock` on `file`, waiting for it (released when the
+/// file is closed).
+pub(crate) fn flock_exclusive(file: &File) -> io::Result<()> {
+    // SAFETY: flock on a descriptor `file` owns, for the call; no memory
+    // is passed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Allocates the pages of `[offset, offset+len)` of a memfd (`fallocate`,
