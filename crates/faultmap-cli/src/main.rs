@@ -98,17 +98,20 @@ enum Command {
     /// The fault-around benchmark (default): faultmap at each fault-around
     /// order against the kernel's mmap of the same data, one after
     /// another. Plain `faultmap bench` measures seq, rand and sparse at
-    /// orders 0, 4 and 9, both delivery modes, 1 and 2 threads, 3 samples
-    /// per cell, and the bare uffd-probe on the handler's CPU (about two
-    /// minutes on 2 cores); --full measures orders 0,1,3,4,5,7,9 with up
-    /// to 11 samples for cheap cells, and the uffd-probe across CPUs too
+    /// orders 0, 4, 9 and auto, both delivery modes, 1 and 2 threads, 3
+    /// samples per cell (up to 21 for cells under 20 ms), and the bare
+    /// uffd-probe on the handler's CPU (about three minutes on 2 cores);
+    /// --full measures orders 0,1,3,4,5,7,9,auto with up to 11 samples for
+    /// cheap cells, and the uffd-probe across CPUs too
     /// (about 4.5 minutes, plus about 18 s per cross-cpu walk of 1 GiB). --orders, --workload, --threads, --delivery and
     /// --repetitions narrow or widen either. After the tables, the
     /// headline: per workload, delivery and thread count, faultmap's
     /// fastest order and its time over kernel-file's and kernel-memfd's;
     /// then per workload and thread count, handler delivery's time per
     /// fault (time / faults) at order 0 over signal delivery's and over
-    /// uffd-probe same-cpu's (handler/signal, handler/probe-same).
+    /// uffd-probe same-cpu's (handler/signal, handler/probe-same); then
+    /// per workload, delivery and thread count, order=auto's time over the
+    /// fastest fixed order's.
     /// --plot FILE.svg draws the results (every mode).
     ///
     /// The fault-around table: for each workload, the
@@ -241,9 +244,12 @@ struct MapArgs {
     /// runs; a remote object that changes fails the reads after the change.
     #[arg(value_name = "FILE|URL")]
     file: String,
-    /// Fault-around order: each fault maps a window of 2^N pages (0..=9).
-    #[arg(long, short, default_value_t = 4, value_name = "N",
-          value_parser = clap::value_parser!(u8).range(0..=9))]
+    /// Fault-around order: each fault maps a window of 2^N pages (0..=9),
+    /// or auto (the default): adaptive fault-around, whose windows follow
+    /// the access pattern, from one page for isolated touches to whole
+    /// page tables (512 pages) for walks.
+    #[arg(long, short, default_value = "auto", value_name = "N|auto",
+          value_parser = parse_order)]
     order: u8,
     /// The largest readahead window, in pages (0 disables readahead; at
     /// most 16384, 64 MiB). Default: the store's, for a file the device's
@@ -529,7 +535,7 @@ struct BenchArgs {
     workload: Vec<Workload>,
     /// faultmap fault-around orders to measure (windows of 2^N pages, 0..=9,
     /// or auto: adaptive fault-around, column order=auto; warm table
-    /// only), comma-separated. Default: 0,4,9 (--full 0,1,3,4,5,7,9); with
+    /// only), comma-separated. Default: 0,4,9,auto (--full 0,1,3,4,5,7,9,auto); with
     /// --cold one order, default 4. (--parts and --churn run at order 0.)
     #[arg(long, value_delimiter = ',', value_name = "LIST", value_parser = parse_order)]
     orders: Vec<u8>,
@@ -673,12 +679,14 @@ struct BenchArgs {
     /// on stdout (progress and notes still go to stderr).
     #[arg(long)]
     json: bool,
-    /// The fault-around benchmark's whole table: orders 0,1,3,4,5,7,9 and
-    /// the budget repetition policy (3 samples per cell, up to 11 for
-    /// cheap cells within a 150 s run), and the uffd-probe's cross-cpu
-    /// column, about 4.5 minutes here plus about 18 s per cross-cpu walk of
-    /// 1 GiB. Without it, plain `faultmap bench` measures orders 0,4,9, 3
-    /// samples per cell, and only the same-cpu probe, in about two minutes.
+    /// The fault-around benchmark's whole table: orders 0,1,3,4,5,7,9,auto
+    /// and the budget repetition policy (3 samples per cell, up to 21 for
+    /// cells under 20 ms and up to 11 for cheap cells within a 150 s run),
+    /// and the uffd-probe's cross-cpu column, about 5 minutes here plus
+    /// about 18 s per cross-cpu walk of 1 GiB. Without it, plain `faultmap
+    /// bench` measures orders 0,4,9,auto, 3 samples per cell (up to 21 for
+    /// cells under 20 ms), and only the same-cpu probe, in about three
+    /// minutes.
     #[arg(long, conflicts_with_all = ["cold", "parts", "churn", "budget"])]
     full: bool,
     /// Also draw the results into this SVG file: time and faults against
@@ -697,6 +705,24 @@ pub fn order_options(order: u8) -> faultmap::MapOptions {
         faultmap::MapOptions::new().fault_around_auto()
     } else {
         faultmap::MapOptions::new().fault_around_order(order)
+    }
+}
+
+/// An order as reports name it: `0`..`9`, or `auto`.
+pub fn order_name(order: u8) -> String {
+    if order == faultmap::policy::fault_around::AUTO {
+        "auto".into()
+    } else {
+        order.to_string()
+    }
+}
+
+/// Serialises an order as JSON: its number, or `"auto"`.
+pub fn serialize_order<S: serde::Serializer>(order: &u8, s: S) -> Result<S::Ok, S::Error> {
+    if *order == faultmap::policy::fault_around::AUTO {
+        s.serialize_str("auto")
+    } else {
+        s.serialize_u8(*order)
     }
 }
 

@@ -44,6 +44,7 @@ struct ScanReport<'a> {
     page_size: u64,
     seconds: f64,
     bytes_per_second: Option<f64>,
+    #[serde(serialize_with = "crate::serialize_order")]
     order: u8,
     readahead: Readahead,
     threads: u16,
@@ -170,7 +171,7 @@ fn human(r: &ScanReport<'_>) -> String {
         "settings".to_string(),
         format!(
             "fault-around order {}, readahead {}, {} reading thread(s), {} handler thread(s)",
-            r.order,
+            crate::order_name(r.order),
             r.readahead.name(),
             r.threads,
             r.handler_threads

@@ -40,6 +40,7 @@ use crate::{Readahead, StatsArgs};
 struct StatsReport<'a> {
     file: &'a str,
     access: Access,
+    #[serde(serialize_with = "crate::serialize_order")]
     order: u8,
     /// In pages of `page_size` bytes.
     ra_pages: u64,
@@ -141,9 +142,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
 
 /// The mapping options of the command line (validated by the caller).
 pub fn map_options(order: u8, ra_pages: Option<u64>, readahead: Readahead) -> MapOptions {
-    let opts = MapOptions::new()
-        .fault_around_order(order)
-        .readahead(readahead.mode());
+    let opts = crate::order_options(order).readahead(readahead.mode());
     match ra_pages {
         Some(pages) => opts.ra_pages(pages),
         None => opts,
@@ -220,7 +219,7 @@ fn settings_line(r: &StatsReport<'_>) -> String {
     format!(
         "fault-around order {}, readahead {}, ra_pages {} ({from}, {}), \
          file reads {}, {} handler thread(s), {} I/O thread(s)",
-        r.order,
+        crate::order_name(r.order),
         r.readahead.name(),
         units::count(r.ra_pages),
         units::bytes(r.ra_pages * r.page_size),

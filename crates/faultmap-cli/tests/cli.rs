@@ -190,6 +190,23 @@ fn scan_human_output_shows_the_crc_in_decimal_and_hex() {
     assert!(text.contains(&crc.to_string()), "{text}");
     assert!(text.contains(&format!("0x{crc:08x}")), "{text}");
     assert!(text.contains("pgfault"), "{text}");
+    // Adaptive fault-around is the default, and named.
+    assert!(text.contains("fault-around order auto"), "{text}");
+    let path = path.to_str().unwrap();
+    let v = stdout_json(&faultmap(&["scan", path, "--json"]));
+    assert_eq!(v["order"], "auto", "{v}");
+    assert_eq!(v["crc32"], crc, "{v}");
+    assert!(
+        v["stats"]["fault_around_auto"].as_u64().unwrap() >= 1,
+        "{v}"
+    );
+    let v = stdout_json(&faultmap(&["stats", path, "--order", "auto", "--json"]));
+    assert_eq!(v["order"], "auto", "{v}");
+    let v = stdout_json(&faultmap(&["scan", path, "--order", "4", "--json"]));
+    assert_eq!(
+        (&v["order"], &v["stats"]["fault_around_auto"]),
+        (&4.into(), &0.into())
+    );
 }
 
 #[test]
@@ -370,9 +387,9 @@ fn bench_json_has_a_row_per_cell_with_exact_faultmap_faults() {
 
     let results = doc["results"].as_array().unwrap();
     // 3 workloads x 2 thread counts x (2 kernel engines + the uffd-probe's
-    // placements + 7 orders x 2 delivery modes).
+    // placements + 8 orders (7 fixed and auto) x 2 delivery modes).
     let placements = probe_placements(machine);
-    assert_eq!(results.len(), 3 * 2 * (2 + placements.len() + 7 * 2));
+    assert_eq!(results.len(), 3 * 2 * (2 + placements.len() + 8 * 2));
     let fields = [
         "workload",
         "threads",
@@ -504,13 +521,22 @@ fn plain_bench_measures_the_subset_and_full_the_whole_table() {
     assert_eq!(doc["machine"]["full"], false);
     let results = doc["results"].as_array().unwrap();
     // 3 workloads x 2 thread counts x (2 kernel engines + the uffd-probe's
-    // placements + 3 orders x 2 delivery modes).
+    // placements + 4 orders (0, 4, 9, auto) x 2 delivery modes).
     let placements = probe_placements(&doc["machine"]).len();
-    assert_eq!(results.len(), 3 * 2 * (2 + placements + 3 * 2));
+    assert_eq!(results.len(), 3 * 2 * (2 + placements + 4 * 2));
     let mut orders: Vec<u64> = results.iter().filter_map(|r| r["order"].as_u64()).collect();
     orders.sort_unstable();
     orders.dedup();
     assert_eq!(orders, [0, 4, 9]);
+    let auto = results
+        .iter()
+        .filter(|r| {
+            r["variant"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("order=auto"))
+        })
+        .count();
+    assert_eq!(auto, 3 * 2 * 2, "an order=auto column per delivery mode");
     let help = String::from_utf8(faultmap(&["bench", "--help"]).stdout).unwrap();
     let summary = &help[..help.find("Usage").unwrap()];
     for mode in [
@@ -541,6 +567,9 @@ fn plain_bench_measures_the_subset_and_full_the_whole_table() {
         "same-cpu",
         "handler/signal",
         "handler/probe-same",
+        "order=auto",
+        "adaptive fault-around",
+        "auto ÷ best",
     ] {
         assert!(text.contains(needle), "report lacks {needle:?}:\n{text}");
     }

@@ -266,13 +266,14 @@ fn a_failed_window_read_is_retried_for_the_faulting_page() {
 }
 
 /// Adaptive fault-around (`MapOptions::fault_around_auto`) on a cached
-/// object: isolated touches (one page per 2 MiB) get the smallest window,
-/// a sequential walk soon gets whole page tables, and every fault's window
-/// is counted.
+/// object: isolated touches (one page per 2 MiB) get ever smaller windows,
+/// down to one page; a sequential walk soon gets whole page tables; a
+/// random walk over every page takes about two faults per table; every
+/// fault's window is counted.
 #[test]
 fn adaptive_windows_follow_the_access_pattern() {
     watchdog(WATCHDOG, || {
-        let tables = 16;
+        let tables = 48;
         let pages = tables * 512;
         let data = pattern(pages * PAGE, 710);
         let pager = pager(1);
@@ -294,21 +295,28 @@ fn adaptive_windows_follow_the_access_pattern() {
             sparse.fault_around_order(),
             faultmap::policy::fault_around::AUTO
         );
+        let mut windows = Vec::new();
         for t in 0..tables {
+            let before = sparse.stats().fault_around_auto_pages;
             assert_eq!(touch(&sparse, t * 512), data[t * 512 * PAGE]);
+            windows.push(sparse.stats().fault_around_auto_pages - before);
         }
         let s = sparse.stats();
         assert_eq!(s.pgfault, tables as u64, "one fault per touch");
         assert_eq!(s.fault_around_auto, s.pgfault, "every window sized by auto");
-        let smallest = 1u64 << faultmap::policy::fault_around::AUTO_MIN_ORDER;
-        assert_eq!(
-            s.fault_around_auto_pages,
-            tables as u64 * smallest,
-            "isolated touches get the smallest window"
+        assert_eq!(s.fault_around_auto_revisits, 0, "no table touched twice");
+        assert_eq!(windows[0], 16, "the kernel's window first");
+        assert!(
+            windows.windows(2).all(|w| w[1] <= w[0]),
+            "windows only shrink: {windows:?}"
+        );
+        assert!(
+            windows[tables - 8..].iter().all(|&w| w == 1),
+            "one page a touch once decayed: {windows:?}"
         );
         assert_eq!(
-            present_set(&sparse, pages).len(),
-            tables * smallest as usize
+            present_set(&sparse, pages).len() as u64,
+            s.fault_around_auto_pages
         );
 
         // Sequential: every page, in order.
@@ -317,11 +325,34 @@ fn adaptive_windows_follow_the_access_pattern() {
             .unwrap();
         assert_bytes(&walk, &data, "sequential walk");
         let w = walk.stats();
-        // The first table grows its window from 4 pages; every later one
+        // The first table grows its window from 16 pages; every later one
         // comes in from a full table below and is mapped whole at once.
-        assert!(w.pgfault <= 8 + (tables as u64 - 1), "{} faults", w.pgfault);
+        assert!(w.pgfault <= 4 + (tables as u64 - 1), "{} faults", w.pgfault);
         assert_eq!(w.fault_around_auto, w.pgfault);
+        assert_eq!(w.fault_around_auto_revisits, w.pgfault - 1);
         assert_eq!(present_set(&walk, pages).len(), pages);
+
+        // Random: every page once, in a random order. Once a few tables
+        // were touched again, a fresh table is mapped whole but for one
+        // page, which faults once more.
+        let random = pager
+            .map_trusted(&object, MapOptions::new().fault_around_auto())
+            .unwrap();
+        let mut order: Vec<usize> = (0..pages).collect();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for i in (1..pages).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        for &p in &order {
+            assert_eq!(touch(&random, p), data[p * PAGE], "page {p}");
+        }
+        let r = random.stats();
+        assert!(r.pgfault <= 3 * tables as u64, "{} faults", r.pgfault);
+        assert!(r.fault_around_auto_revisits >= tables as u64 - 8, "{r:?}");
+        assert_eq!(present_set(&random, pages).len(), pages);
 
         // Fixed orders are unchanged by it.
         let fixed = pager

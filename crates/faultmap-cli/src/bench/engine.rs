@@ -153,15 +153,6 @@ impl Engine {
     }
 }
 
-/// An order as the columns name it: `0`..`9`, or `auto`.
-fn order_name(order: u8) -> String {
-    if order == AUTO {
-        "auto".into()
-    } else {
-        order.to_string()
-    }
-}
-
 impl Column for Engine {
     /// `order=N` for faultmap (the delivery mode goes on a second heading
     /// line, as the uffd-probe's placement does).
@@ -172,7 +163,7 @@ impl Column for Engine {
                 page: PageSize::Huge,
                 ..
             } => "page=2M".into(),
-            Engine::Faultmap { order, .. } => format!("order={}", order_name(order)),
+            Engine::Faultmap { order, .. } => format!("order={}", crate::order_name(order)),
         }
     }
 
@@ -201,7 +192,7 @@ impl Column for Engine {
                 page,
             } => {
                 let mut v = match page {
-                    PageSize::Base => format!("order={}", order_name(order)),
+                    PageSize::Base => format!("order={}", crate::order_name(order)),
                     PageSize::Huge => "page=2M".into(),
                 };
                 if delivery != Delivery::default() {

@@ -3,8 +3,17 @@
 //! A *pass* measures every cell that still wants a sample, in the same
 //! order each time, so the engines of one row are measured seconds apart
 //! and the machine's noise hits them alike. With `--repetitions N`, every
-//! cell gets exactly N samples. Otherwise every cell gets [`MIN_REPS`], and
-//! then a cell gets another pass while both of these hold:
+//! cell gets exactly N samples.
+//!
+//! Plain `faultmap bench` gives every cell 3 samples, and a *short* cell
+//! (its samples under [`SHORT_CELL`] on average: the sparse walks, a few
+//! milliseconds each) up to [`SHORT_REPS`]: at that length a
+//! millisecond of the machine's noise is tens of percent, and 21 samples
+//! cost less than one sample of a slow cell.
+//!
+//! With `--full`, every cell gets [`MIN_REPS`], short cells up to
+//! [`SHORT_REPS`] as above, and then a cell gets another pass while both of
+//! these hold:
 //!
 //! ```text
 //!   its samples so far + one more average  <=  CELL_BUDGET   (cheap cells repeat)
@@ -32,14 +41,24 @@ pub const MAX_REPS: u32 = 11;
 /// given more than [`MIN_REPS`].
 pub const CELL_BUDGET: Duration = Duration::from_secs(2);
 
-/// The measuring time after which no pass beyond [`MIN_REPS`] starts.
+/// The measuring time after which no pass beyond [`MIN_REPS`] starts
+/// (but for short cells).
 pub const BUDGET: Duration = Duration::from_secs(150);
+
+/// A cell whose samples take less than this on average is short.
+pub const SHORT_CELL: Duration = Duration::from_millis(20);
+
+/// The samples a short cell gets without `--repetitions` (at most 0.42 s
+/// of measuring per cell).
+pub const SHORT_REPS: u32 = 21;
 
 /// How the number of repetitions was chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RepsFrom {
-    /// `--repetitions`, or the fixed count of the default run.
+    /// `--repetitions`.
     Argument,
+    /// The default run's count, more for short cells.
+    Short,
     /// To fit the time budget (`--full`).
     Budget,
 }
@@ -47,8 +66,11 @@ pub enum RepsFrom {
 /// The repetition policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Repetitions {
-    /// Exactly this many samples per cell.
+    /// Exactly this many samples per cell (`--repetitions`).
     Fixed(u32),
+    /// This many samples per cell, and up to [`SHORT_REPS`] for short
+    /// cells.
+    AtLeast(u32),
     /// Per cell, as the budgets allow (see the module documentation).
     Budget,
 }
@@ -58,7 +80,8 @@ impl Repetitions {
     pub fn max_passes(self) -> u32 {
         match self {
             Repetitions::Fixed(n) => n,
-            Repetitions::Budget => MAX_REPS,
+            Repetitions::AtLeast(n) => n.max(SHORT_REPS),
+            Repetitions::Budget => MAX_REPS.max(SHORT_REPS),
         }
     }
 
@@ -66,7 +89,7 @@ impl Repetitions {
     /// before the first sample.
     pub fn sure_passes(self) -> u32 {
         match self {
-            Repetitions::Fixed(n) => n,
+            Repetitions::Fixed(n) | Repetitions::AtLeast(n) => n,
             Repetitions::Budget => MIN_REPS,
         }
     }
@@ -74,11 +97,13 @@ impl Repetitions {
     /// Whether a cell that has `samples` samples, which took `spent` in
     /// all, gets one more, `elapsed` into the measurements.
     pub fn wants(self, samples: u32, spent: Duration, elapsed: Duration) -> bool {
+        let next = spent / samples.max(1);
+        let short = samples < SHORT_REPS && next < SHORT_CELL;
         match self {
             Repetitions::Fixed(n) => samples < n,
-            Repetitions::Budget if samples < MIN_REPS => true,
+            Repetitions::AtLeast(n) => samples < n || short,
+            Repetitions::Budget if samples < MIN_REPS || short => true,
             Repetitions::Budget => {
-                let next = spent / samples.max(1);
                 samples < MAX_REPS && spent + next <= CELL_BUDGET && elapsed < BUDGET
             }
         }
@@ -88,6 +113,7 @@ impl Repetitions {
     pub fn from(self) -> RepsFrom {
         match self {
             Repetitions::Fixed(_) => RepsFrom::Argument,
+            Repetitions::AtLeast(_) => RepsFrom::Short,
             Repetitions::Budget => RepsFrom::Budget,
         }
     }
@@ -119,8 +145,25 @@ mod tests {
         // ... a 0.5 s cell until its 2 s are spent...
         assert!(r.wants(3, S(1.5), S(10.0)));
         assert!(!r.wants(4, S(2.0), S(10.0)));
-        // ... a 1 s cell never, and no one once the run is over budget.
+        // ... a 1 s cell never, and no one once the run is over budget...
         assert!(!r.wants(3, S(3.0), S(10.0)));
         assert!(!r.wants(3, S(0.3), BUDGET));
+        // ... but short cells, up to their own count.
+        assert!(r.wants(3, S(0.015), BUDGET));
+        assert!(r.wants(SHORT_REPS - 1, S(0.1), BUDGET));
+        assert!(!r.wants(SHORT_REPS, S(0.1), BUDGET));
+    }
+
+    #[test]
+    fn the_default_run_repeats_short_cells() {
+        let r = Repetitions::AtLeast(3);
+        assert!(r.wants(2, S(20.0), S(1000.0)));
+        assert!(!r.wants(3, S(0.3), S(0.0)), "a 0.1 s cell has its 3");
+        assert!(r.wants(3, S(0.015), S(1000.0)), "a 5 ms cell wants more");
+        assert!(!r.wants(SHORT_REPS, S(0.1), S(0.0)));
+        assert_eq!(r.max_passes(), SHORT_REPS);
+        assert_eq!(r.sure_passes(), 3);
+        // --repetitions is exact, short or not.
+        assert!(!Repetitions::Fixed(3).wants(3, S(0.001), S(0.0)));
     }
 }

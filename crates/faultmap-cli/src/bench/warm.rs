@@ -76,6 +76,7 @@
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use faultmap::policy::fault_around::AUTO;
 use faultmap::{Delivery, PageSize};
 use serde_json::{json, Value};
 
@@ -83,7 +84,9 @@ use super::engine::{Engine, Engines, WarmUp};
 use super::grid::{self, threads_label, Checksums, Column, Line, Row};
 use super::plot::{Figure, Panel, Series};
 use super::probe::FolioSample;
-use super::reps::{Repetitions, RepsFrom, BUDGET, CELL_BUDGET, MIN_REPS};
+use super::reps::{
+    Repetitions, RepsFrom, BUDGET, CELL_BUDGET, MAX_REPS, MIN_REPS, SHORT_CELL, SHORT_REPS,
+};
 use super::uffd_probe::ProbeCpu;
 use super::workload::{Plan, Workload};
 use super::{dedup, deliveries, or_default};
@@ -93,12 +96,13 @@ use crate::{units, BenchArgs, DeliveryArg};
 const WORKLOADS: [Workload; 3] = [Workload::Seq, Workload::Rand, Workload::Sparse];
 
 /// The orders of `--full` without `--orders`: the kernel's fault-around
-/// series.
-const FULL_ORDERS: [u8; 7] = [0, 1, 3, 4, 5, 7, 9];
+/// series, and adaptive fault-around (the library's default).
+const FULL_ORDERS: [u8; 8] = [0, 1, 3, 4, 5, 7, 9, AUTO];
 
 /// The orders of plain `faultmap bench` without `--orders`: one page, the
-/// kernel's default (64 KiB) and a whole page table (2 MiB).
-const MAIN_ORDERS: [u8; 3] = [0, 4, 9];
+/// kernel's default (64 KiB), a whole page table (2 MiB), and adaptive
+/// fault-around (the library's default).
+const MAIN_ORDERS: [u8; 4] = [0, 4, 9, AUTO];
 
 /// Samples per cell of plain `faultmap bench` without `--repetitions`: the
 /// median of 3, and the whole run (1 GiB) in about 90 s here.
@@ -168,7 +172,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let reps = match (args.repetitions, args.full) {
         (Some(n), _) => Repetitions::Fixed(n),
         (None, true) => Repetitions::Budget,
-        (None, false) => Repetitions::Fixed(MAIN_REPETITIONS),
+        (None, false) => Repetitions::AtLeast(MAIN_REPETITIONS),
     };
     let threads = dedup(or_default(&args.threads, &super::DEFAULT_THREADS));
     let max_threads = threads.iter().copied().max().map_or(1, usize::from);
@@ -310,6 +314,7 @@ impl grid::Mode for Warm {
             "repetitions": passes,
             "repetitions_from": match from {
                 RepsFrom::Argument => "argument",
+                RepsFrom::Short => "short",
                 RepsFrom::Budget => "budget",
             },
             "repetitions_budget_seconds": (from == RepsFrom::Budget).then(|| BUDGET.as_secs()),
@@ -403,10 +408,11 @@ impl grid::Mode for Warm {
 }
 
 /// A reference column's name in the plot: `kernel-memfd`,
-/// `uffd-probe same-cpu`.
+/// `uffd-probe same-cpu`, `faultmap order=auto,delivery=handler`.
 fn reference_name(engine: Engine) -> String {
     match engine {
         Engine::UffdProbe(cpu) => format!("{} {}", engine.name(), cpu.heading()),
+        Engine::Faultmap { .. } => format!("{} {}", engine.name(), engine.variant()),
         _ => engine.name().into(),
     }
 }
@@ -415,8 +421,14 @@ fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
     let (passes, from) = run.mode.repetitions;
     let how = match from {
         RepsFrom::Argument => format!("{passes} per cell"),
+        RepsFrom::Short => format!(
+            "{MAIN_REPETITIONS} per cell, up to {SHORT_REPS} for cells under {} ms a sample",
+            SHORT_CELL.as_millis()
+        ),
         RepsFrom::Budget => format!(
-            "{MIN_REPS} per cell, up to {passes} for cells that fit {} s in all",
+            "{MIN_REPS} per cell, up to {SHORT_REPS} for cells under {} ms a sample and up to \
+             {MAX_REPS} for cells that fit {} s in all",
+            SHORT_CELL.as_millis(),
             CELL_BUDGET.as_secs()
         ),
     };
@@ -579,10 +591,62 @@ fn headline(run: &Run) -> String {
     }
     format!(
         "\nheadline: faultmap's fastest order, its time over kernel mmap's (below 1: faultmap \
-         was faster)\n{}{}{}",
+         was faster)\n{}{}{}{}",
         t.render(),
         per_fault(run),
+        auto_headline(run),
         huge_headline(run)
+    )
+}
+
+/// Per workload, delivery and thread count: adaptive fault-around's time
+/// over the best fixed order's (empty without an `order=auto` column and a
+/// fixed one).
+fn auto_headline(run: &Run) -> String {
+    let mut t = crate::table::Table::new(3);
+    for &w in &run.workloads {
+        for &d in &run.deliveries {
+            for &threads in &run.threads {
+                let auto = Engine::Faultmap {
+                    order: AUTO,
+                    delivery: d,
+                    page: PageSize::Base,
+                };
+                let Some(auto_s) = run.seconds(w, threads, auto) else {
+                    continue;
+                };
+                let best = run
+                    .columns
+                    .iter()
+                    .filter(|e| {
+                        e.delivery() == Some(d)
+                            && e.page_size() == Some(PageSize::Base)
+                            && e.order().is_some()
+                    })
+                    .filter_map(|&e| Some((e, run.seconds(w, threads, e)?)))
+                    .min_by(|a, b| a.1.total_cmp(&b.1));
+                let Some((best, best_s)) = best else {
+                    continue;
+                };
+                let ratio = grid::ratio(auto_s, best_s);
+                t.row([
+                    w.name().to_string(),
+                    crate::delivery_name(d).to_string(),
+                    threads_label(threads),
+                    format!("order=auto {auto_s:.6} s"),
+                    format!("best fixed {} {best_s:.6} s", best.heading()),
+                    format!("auto ÷ best {}x", grid::two(ratio)),
+                ]);
+            }
+        }
+    }
+    let text = t.render();
+    if text.is_empty() {
+        return text;
+    }
+    format!(
+        "\nadaptive fault-around: order=auto's time over the fastest fixed order's in the same \
+         run (at most 1.10: within 10 %)\n{text}"
     )
 }
 
@@ -776,6 +840,38 @@ mod tests {
         // Without handler delivery at order 0 there is nothing to compare.
         let run = report_of(&[(order0(Delivery::Signal), 0.004, 2000)], None);
         assert_eq!(per_fault(&run), "");
+    }
+
+    #[test]
+    fn the_headline_compares_auto_with_the_fastest_fixed_order() {
+        let order = |order| Engine::Faultmap {
+            order,
+            delivery: Delivery::Signal,
+            page: PageSize::Base,
+        };
+        let run = report_of(
+            &[
+                (order(0), 0.9, 1000),
+                (order(9), 0.2, 10),
+                (order(AUTO), 0.21, 20),
+                (order0(Delivery::Handler), 0.1, 1000),
+            ],
+            None,
+        );
+        let text = auto_headline(&run);
+        for needle in [
+            "seq  signal  1 thread",
+            "order=auto 0.210000 s",
+            "best fixed order=9 0.200000 s",
+            "auto ÷ best 1.05x",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in {text}");
+        }
+        // Handler delivery has no auto column: no row.
+        assert!(!text.contains("handler"), "{text}");
+        assert!(grid::Mode::render(&run).contains("adaptive fault-around"));
+        // Nothing to compare without an auto column.
+        assert_eq!(auto_headline(&report_of(&[(order(9), 0.2, 10)], None)), "");
     }
 
     #[test]

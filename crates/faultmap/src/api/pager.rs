@@ -72,7 +72,7 @@ use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
-use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -921,6 +921,7 @@ impl Pager {
             pages: extent.pages,
             page_shift: size.shift(),
             order: AtomicU8::new(opts.order()),
+            density: AtomicU32::new(crate::policy::fault_around::DENSITY_START),
             seq: SeqCount::default(),
             owner: self.core.clone(),
             counters: Counters::default(),

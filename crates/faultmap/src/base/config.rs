@@ -483,7 +483,7 @@ impl Default for MapOptions {
             offset: 0,
             len: None,
             order: DEFAULT_ORDER,
-            auto: false,
+            auto: true,
             ra_pages: None,
             readahead: Mode::Full,
             record: false,
@@ -508,7 +508,8 @@ pub(crate) struct Extent {
 }
 
 impl MapOptions {
-    /// The whole object, fault-around order 4.
+    /// The whole object, adaptive fault-around
+    /// ([`MapOptions::fault_around_auto`]).
     pub fn new() -> Self {
         Self::default()
     }
@@ -526,17 +527,20 @@ impl MapOptions {
         self
     }
 
-    /// Sets the fault-around order: windows of `2^order` pages, 0..=9.
+    /// Sets a fixed fault-around order: windows of `2^order` pages, 0..=9
+    /// (4 is the kernel's `fault_around_bytes`, 64 KiB), instead of
+    /// adaptive fault-around.
     pub fn fault_around_order(mut self, order: u8) -> Self {
         self.order = order;
         self.auto = false;
         self
     }
 
-    /// Adaptive fault-around: each fault's window follows how much of its
-    /// PTE table is mapped already, from 4 pages for isolated accesses to
-    /// 512 for a walk ([`crate::policy::fault_around::auto_order`], whose
-    /// documentation says where it overshoots).
+    /// Adaptive fault-around (the default): each fault's window follows
+    /// the access pattern, from one page for isolated accesses to a whole
+    /// page table (512 pages) for walks and dense random access
+    /// ([`crate::policy::fault_around::auto`], whose documentation says
+    /// how, and where it overshoots).
     pub fn fault_around_auto(mut self) -> Self {
         self.auto = true;
         self

@@ -33,6 +33,7 @@
 //! | `io_timeouts`    | (none)             | store calls that outlived the timeout       |
 //! | `fault_around_auto` | (none)          | windows adaptive fault-around sized (one per attempt to map a fault's window) |
 //! | `fault_around_auto_pages` | (none)    | the pages of those windows (their sum)      |
+//! | `fault_around_auto_revisits` | (none) | faults in a page table it had mapped pages of, or walking in from one: its density goes up on these, down on the rest |
 //! | `trace_recorded` | (none)             | first touches a recording mapping noted     |
 //! | `trace_replayed` | (none)             | schedule pages a replay asked for (read, cached, or no room) |
 
@@ -182,6 +183,12 @@ counters! {
     /// The pages of those windows: over `fault_around_auto`, the mean
     /// window it chose.
     fault_around_auto_pages,
+    /// Faults adaptive fault-around took as use of what it had mapped (a
+    /// fault in a page table with pages mapped, or a walk in from the
+    /// table below), which raise the mapping's density; the other faults
+    /// of an adaptive mapping lower it
+    /// (`crate::policy::fault_around::auto`).
+    fault_around_auto_revisits,
     /// Pages a recording mapping noted at their first fault
     /// (`MapOptions::record_trace`): the trace's length.
     trace_recorded,

@@ -124,14 +124,10 @@ pub(crate) fn watchdog_loop(shared: &IoShared, stop: &OwnedFd, timeout: Duration
 fn stall_overdue(shared: &IoShared, timeout: Duration) {
     for job in shared.inflight.stall_overdue(timeout) {
         let object = &*job.object;
-        let tally = Stats {
-            io_timeouts: 1,
-            ..Stats::default()
-        };
-        object.counters.add(&tally);
-        shared.counters.add(&tally);
         let start = object.cache.offset(job.pages.start).min(object.len);
         let end = object.cache.offset(job.pages.end).min(object.len);
+        // The report before the count: whoever sees the count finds the
+        // report.
         object.report(
             IoErrorKind::Timeout,
             start..end,
@@ -141,6 +137,12 @@ fn stall_overdue(shared: &IoShared, timeout: Duration) {
                 timeout.as_millis()
             ),
         );
+        let tally = Stats {
+            io_timeouts: 1,
+            ..Stats::default()
+        };
+        object.counters.add(&tally);
+        shared.counters.add(&tally);
         // The faults parked on stalled pages fail; the others look again.
         fault::settle_parked(object, None);
     }

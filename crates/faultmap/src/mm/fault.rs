@@ -123,6 +123,7 @@
 //! SIGBUS on to the application).
 
 use std::ops::Range;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::base::index::{HostAddr, ObjectPage, RegionPage};
@@ -458,7 +459,7 @@ fn resolve(
     //    once what the application uses (a miss parks before it maps
     //    anything; `crate::mm::trace`).
     let page = region.page_of(page_addr);
-    let window = fault_window(region, page_addr, page);
+    let window = fault_window(region, page_addr, page, &mut tally);
     region
         .trace
         .reached(region.object_page(window.start)..region.object_page(window.end));
@@ -573,7 +574,12 @@ fn resolve(
 
 /// Step 2: the fault-around window of a fault at `page_addr` (region page
 /// `page`), in region pages. The policy counts in plain numbers.
-fn fault_window(region: &Region, page_addr: HostAddr, page: RegionPage) -> Range<RegionPage> {
+fn fault_window(
+    region: &Region,
+    page_addr: HostAddr,
+    page: RegionPage,
+    tally: &mut Stats,
+) -> Range<RegionPage> {
     // A 2 MiB page is a whole PTE table's worth: the fault maps it alone
     // (one PMD), as the kernel maps a huge page.
     if region.page_shift != PAGE_SIZE.trailing_zeros() {
@@ -582,21 +588,26 @@ fn fault_window(region: &Region, page_addr: HostAddr, page: RegionPage) -> Range
     let slot = page_addr.pte_index();
     // A recording region maps one page per fault, so that every first
     // touch faults (`crate::mm::trace`).
-    let mut order = if region.trace.records() {
+    let order = if region.trace.records() {
         0
     } else {
         region.order()
     };
     if order == fault_around::AUTO {
         let (table, below) = fault_around::auto_neighbourhood(slot, page.0, region.pages);
-        let block = region.mapped.count(table);
+        let block = region.mapped.count(table.start..table.end);
         let before = match below {
             Some(below) if region.mapped.contains(RegionPage(page.0 - 1)) => {
                 region.mapped.count(below)
             }
             _ => 0,
         };
-        order = fault_around::auto_order(block, before);
+        let density = region.density.load(Ordering::Relaxed);
+        let decision = fault_around::auto(density, block, before);
+        region.density.store(decision.density, Ordering::Relaxed);
+        tally.fault_around_auto_revisits += u64::from(decision.touch != fault_around::Touch::Fresh);
+        let w = fault_around::auto_window(slot, page.0, region.pages, &table, decision);
+        return RegionPage(w.start)..RegionPage(w.end);
     }
     let w = fault_around::window(slot, page.0, region.pages, order);
     RegionPage(w.start)..RegionPage(w.end)
@@ -632,8 +643,8 @@ pub(crate) fn fast(
     if word.state() != State::UpToDate || word.is_marker() {
         return Fast::Forward;
     }
-    let window = fault_window(region, page_addr, page);
     let mut tally = Stats::default();
+    let window = fault_window(region, page_addr, page, &mut tally);
     let mut ra = RaTally::default();
     env.counters.begin();
     region.counters.begin();

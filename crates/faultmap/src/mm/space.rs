@@ -24,7 +24,7 @@
 //! the writer's side.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::base::index::{HostAddr, ObjectPage, RegionPage};
@@ -54,6 +54,12 @@ pub(crate) struct Region {
     /// Fault-around order (changed under the table's lock, see
     /// [`TableLock::change`]).
     pub(crate) order: AtomicU8,
+    /// Adaptive fault-around's density estimate
+    /// ([`crate::policy::fault_around::auto`]), used while `order` is
+    /// `AUTO`. Faults of several threads load and store it without a lock:
+    /// an update lost between two of them is one observation less for a
+    /// heuristic that the next faults correct.
+    pub(crate) density: AtomicU32,
     /// The sequence count: odd while a writer changes the region, and for
     /// good once it is unmapped (the speculative page fault series' `vm_sequence`).
     pub(crate) seq: SeqCount,
@@ -308,6 +314,7 @@ impl Region {
             pages,
             page_shift: self.page_shift,
             order: AtomicU8::new(self.order()),
+            density: AtomicU32::new(self.density.load(Ordering::Relaxed)),
             seq: SeqCount::default(),
             owner: self.owner.clone(),
             counters: Counters::default(),
