@@ -333,8 +333,8 @@ fn adaptive_windows_follow_the_access_pattern() {
         assert_eq!(present_set(&walk, pages).len(), pages);
 
         // Random: every page once, in a random order. Once a few tables
-        // were touched again, a fresh table is mapped whole but for one
-        // page, which faults once more.
+        // were touched again, fresh tables are mapped whole (or in halves,
+        // which fault once more, when the density has decayed).
         let random = pager
             .map_trusted(&object, MapOptions::new().fault_around_auto())
             .unwrap();
@@ -350,8 +350,8 @@ fn adaptive_windows_follow_the_access_pattern() {
             assert_eq!(touch(&random, p), data[p * PAGE], "page {p}");
         }
         let r = random.stats();
-        assert!(r.pgfault <= 3 * tables as u64, "{} faults", r.pgfault);
-        assert!(r.fault_around_auto_revisits >= tables as u64 - 8, "{r:?}");
+        assert!(r.pgfault <= 2 * tables as u64, "{} faults", r.pgfault);
+        assert!(r.fault_around_auto_revisits > 0, "{r:?}");
         assert_eq!(present_set(&random, pages).len(), pages);
 
         // Fixed orders are unchanged by it.

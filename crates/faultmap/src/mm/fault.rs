@@ -588,7 +588,7 @@ fn fault_window(
     let slot = page_addr.pte_index();
     // A recording region maps one page per fault, so that every first
     // touch faults (`crate::mm::trace`).
-    let order = if region.trace.records() {
+    let mut order = if region.trace.records() {
         0
     } else {
         region.order()
@@ -606,8 +606,7 @@ fn fault_window(
         let decision = fault_around::auto(density, block, before);
         region.density.store(decision.density, Ordering::Relaxed);
         tally.fault_around_auto_revisits += u64::from(decision.touch != fault_around::Touch::Fresh);
-        let w = fault_around::auto_window(slot, page.0, region.pages, &table, decision);
-        return RegionPage(w.start)..RegionPage(w.end);
+        order = decision.order;
     }
     let w = fault_around::window(slot, page.0, region.pages, order);
     RegionPage(w.start)..RegionPage(w.end)
