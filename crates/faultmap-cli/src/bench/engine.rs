@@ -32,6 +32,9 @@
 //!
 //! # One measurement ([`Engines::measure`])
 //!
+//! 0. Sleep [`SETTLE`], so that the previous measurement's teardown (the
+//!    kernel frees a walked gigabyte's page tables after an RCU grace
+//!    period, in the background) does not run during this one's walk.
 //! 1. Map one fresh view per thread (so each faults again), and for
 //!    `kernel-file` re-warm the page cache. Untimed.
 //! 2. Run the workload on the views ([`run_timed`]). Timed.
@@ -61,6 +64,13 @@ use super::workload::{run_timed, Plan};
 
 /// Bytes read per `pread` when re-warming the file's page cache.
 const REWARM_CHUNK: usize = 8 << 20;
+
+/// The pause before every measurement. Measured on sparse (0.5 % of the
+/// walks' pages, 3 to 5 ms a walk) without it: a column measured right
+/// after order 9 with handler delivery (a whole gigabyte mapped, then
+/// unmapped, twice with 2 threads) ran 20 to 40 % slower than the same
+/// order elsewhere in the row.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// One way of serving the data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -318,6 +328,8 @@ impl Engines {
     /// Measures `engine` running `plan` with `threads` threads (see the
     /// module documentation for the steps).
     pub fn measure(&mut self, engine: Engine, plan: &Plan, threads: usize) -> Result<Sample> {
+        // 0. Let the previous sample's teardown end (SETTLE).
+        std::thread::sleep(SETTLE);
         if let Engine::UffdProbe(cpu) = engine {
             return self.probes.measure(cpu, plan, threads);
         }
