@@ -15,7 +15,7 @@ it in memory and mapped), without the open:
 - ``numpy.fromfile``: read the whole file into memory, then compute;
 - ``numpy.memmap``: kernel mmap;
 - ``faultmap``: ``faultmap.open(path).array(...)`` with its defaults
-  (handler delivery, adaptive fault-around), and ``faultmap-signal`` with
+  (handler delivery, fault-around order 4), and ``faultmap-signal`` with
   ``delivery="signal"``; for ``sum`` also ``faultmap-o9``
   (``fault_around_order=9``), for ``rows`` ``faultmap+random`` (after
   ``m.advise("random")``).

@@ -540,10 +540,10 @@ fn readahead_mode(arg: Option<&str>) -> PyResult<ReadaheadMode> {
 /// writable: map a local file read-write; writes reach the file on
 ///     flush(), close() and in the background. Remote objects are
 ///     read-only (OSError EROFS).
-/// fault_around_order: pages mapped around each fault: "auto" (None, the
-///     default: adaptive, each fault's window follows the access pattern,
-///     from one page for isolated reads to 512 for scans), or a power of
-///     two 0..=9 (4: the kernel's 64 KiB).
+/// fault_around_order: pages mapped around each fault, as a power of two
+///     (0..=9; None: 4, the kernel's 64 KiB), or "auto": adaptive, each
+///     fault's window follows the access pattern, from one page for
+///     isolated reads to 512 for scans.
 /// readahead: "full" (the default: read-around, then windows that grow on
 ///     sequential access), "around" (read-around only) or "off" (each miss
 ///     reads its page alone).

@@ -245,10 +245,10 @@ struct MapArgs {
     #[arg(value_name = "FILE|URL")]
     file: String,
     /// Fault-around order: each fault maps a window of 2^N pages (0..=9),
-    /// or auto (the default): adaptive fault-around, whose windows follow
-    /// the access pattern, from one page for isolated touches to whole
-    /// page tables (512 pages) for walks.
-    #[arg(long, short, default_value = "auto", value_name = "N|auto",
+    /// or auto: adaptive fault-around, whose windows follow the access
+    /// pattern, from one page for isolated touches to whole page tables
+    /// (512 pages) for walks and dense random access.
+    #[arg(long, short, default_value = "4", value_name = "N|auto",
           value_parser = parse_order)]
     order: u8,
     /// The largest readahead window, in pages (0 disables readahead; at

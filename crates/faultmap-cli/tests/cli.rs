@@ -190,10 +190,10 @@ fn scan_human_output_shows_the_crc_in_decimal_and_hex() {
     assert!(text.contains(&crc.to_string()), "{text}");
     assert!(text.contains(&format!("0x{crc:08x}")), "{text}");
     assert!(text.contains("pgfault"), "{text}");
-    // Adaptive fault-around is the default, and named.
-    assert!(text.contains("fault-around order auto"), "{text}");
+    assert!(text.contains("fault-around order 4"), "the default: {text}");
+    // Adaptive fault-around is asked for and named.
     let path = path.to_str().unwrap();
-    let v = stdout_json(&faultmap(&["scan", path, "--json"]));
+    let v = stdout_json(&faultmap(&["scan", path, "--order", "auto", "--json"]));
     assert_eq!(v["order"], "auto", "{v}");
     assert_eq!(v["crc32"], crc, "{v}");
     assert!(
@@ -202,7 +202,7 @@ fn scan_human_output_shows_the_crc_in_decimal_and_hex() {
     );
     let v = stdout_json(&faultmap(&["stats", path, "--order", "auto", "--json"]));
     assert_eq!(v["order"], "auto", "{v}");
-    let v = stdout_json(&faultmap(&["scan", path, "--order", "4", "--json"]));
+    let v = stdout_json(&faultmap(&["scan", path, "--json"]));
     assert_eq!(
         (&v["order"], &v["stats"]["fault_around_auto"]),
         (&4.into(), &0.into())

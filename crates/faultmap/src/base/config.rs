@@ -483,7 +483,7 @@ impl Default for MapOptions {
             offset: 0,
             len: None,
             order: DEFAULT_ORDER,
-            auto: true,
+            auto: false,
             ra_pages: None,
             readahead: Mode::Full,
             record: false,
@@ -508,8 +508,7 @@ pub(crate) struct Extent {
 }
 
 impl MapOptions {
-    /// The whole object, adaptive fault-around
-    /// ([`MapOptions::fault_around_auto`]).
+    /// The whole object, fault-around order 4 (the kernel's 64 KiB).
     pub fn new() -> Self {
         Self::default()
     }
@@ -527,20 +526,19 @@ impl MapOptions {
         self
     }
 
-    /// Sets a fixed fault-around order: windows of `2^order` pages, 0..=9
-    /// (4 is the kernel's `fault_around_bytes`, 64 KiB), instead of
-    /// adaptive fault-around.
+    /// Sets the fault-around order: windows of `2^order` pages, 0..=9
+    /// (default 4, the kernel's `fault_around_bytes`, 64 KiB).
     pub fn fault_around_order(mut self, order: u8) -> Self {
         self.order = order;
         self.auto = false;
         self
     }
 
-    /// Adaptive fault-around (the default): each fault's window follows
-    /// the access pattern, from one page for isolated accesses to a whole
-    /// page table (512 pages) for walks and dense random access
+    /// Adaptive fault-around: each fault's window follows the access
+    /// pattern, from one page for isolated accesses to a whole page table
+    /// (512 pages) for walks and dense random access
     /// ([`crate::policy::fault_around::auto`], whose documentation says
-    /// how, and where it overshoots).
+    /// how, and where it overshoots: a few random pages per 2 MiB).
     pub fn fault_around_auto(mut self) -> Self {
         self.auto = true;
         self

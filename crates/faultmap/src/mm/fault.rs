@@ -459,7 +459,7 @@ fn resolve(
     //    once what the application uses (a miss parks before it maps
     //    anything; `crate::mm::trace`).
     let page = region.page_of(page_addr);
-    let window = fault_window(region, page_addr, page, &mut tally);
+    let (window, decision) = fault_window(region, page_addr, page);
     region
         .trace
         .reached(region.object_page(window.start)..region.object_page(window.end));
@@ -561,6 +561,9 @@ fn resolve(
     }
     if ending.is_some() {
         tally.pgfault = u64::from(!progress.retry);
+        if !progress.retry {
+            learn(region, decision, &mut tally);
+        }
         tally.pgmajfault = u64::from(progress.major);
     }
     region.ra.add(&ra);
@@ -573,17 +576,22 @@ fn resolve(
 }
 
 /// Step 2: the fault-around window of a fault at `page_addr` (region page
-/// `page`), in region pages. The policy counts in plain numbers.
+/// `page`), in region pages. The policy counts in plain numbers. With
+/// adaptive fault-around, also its decision, which the caller hands to
+/// [`learn`] once the fault counts (so that a fault retried, forwarded or
+/// redone on the classic path teaches it once); `None` for a fixed order,
+/// and for a faulting page already mapped here (a write to a
+/// write-protected page, or a race lost to another fault), which tells
+/// nothing about the use of the windows.
 fn fault_window(
     region: &Region,
     page_addr: HostAddr,
     page: RegionPage,
-    tally: &mut Stats,
-) -> Range<RegionPage> {
+) -> (Range<RegionPage>, Option<fault_around::Auto>) {
     // A 2 MiB page is a whole PTE table's worth: the fault maps it alone
     // (one PMD), as the kernel maps a huge page.
     if region.page_shift != PAGE_SIZE.trailing_zeros() {
-        return page..page.add(1);
+        return (page..page.add(1), None);
     }
     let slot = page_addr.pte_index();
     // A recording region maps one page per fault, so that every first
@@ -593,6 +601,7 @@ fn fault_window(
     } else {
         region.order()
     };
+    let mut decision = None;
     if order == fault_around::AUTO {
         let (table, below) = fault_around::auto_neighbourhood(slot, page.0, region.pages);
         let block = region.mapped.count(table.start..table.end);
@@ -603,13 +612,28 @@ fn fault_window(
             _ => 0,
         };
         let density = region.density.load(Ordering::Relaxed);
-        let decision = fault_around::auto(density, block, before);
-        region.density.store(decision.density, Ordering::Relaxed);
-        tally.fault_around_auto_revisits += u64::from(decision.touch != fault_around::Touch::Fresh);
-        order = decision.order;
+        if region.mapped.contains(page) {
+            // Nothing to learn, nor to grow.
+            order = fault_around::density_order(density);
+        } else {
+            let d = fault_around::auto(density, block, before);
+            order = d.order;
+            decision = Some(d);
+        }
     }
     let w = fault_around::window(slot, page.0, region.pages, order);
-    RegionPage(w.start)..RegionPage(w.end)
+    (RegionPage(w.start)..RegionPage(w.end), decision)
+}
+
+/// Adaptive fault-around learns from a fault that counts (`pgfault`): the
+/// region's density becomes the decision's. A store, not a read-modify-
+/// write: an update lost to another thread's fault is one observation less
+/// for a heuristic that the next faults correct. Async-signal-safe.
+fn learn(region: &Region, decision: Option<fault_around::Auto>, tally: &mut Stats) {
+    if let Some(d) = decision {
+        region.density.store(d.density, Ordering::Relaxed);
+        tally.fault_around_auto_revisits += u64::from(d.touch == fault_around::Touch::Revisit);
+    }
 }
 
 /// What [`fast`] did.
@@ -642,8 +666,8 @@ pub(crate) fn fast(
     if word.state() != State::UpToDate || word.is_marker() {
         return Fast::Forward;
     }
+    let (window, decision) = fault_window(region, page_addr, page);
     let mut tally = Stats::default();
-    let window = fault_window(region, page_addr, page, &mut tally);
     let mut ra = RaTally::default();
     env.counters.begin();
     region.counters.begin();
@@ -666,6 +690,7 @@ pub(crate) fn fast(
                 // No marker here, so this hit submits nothing.
                 hit(env, region, page, word, &mut tally, &mut ra);
                 tally.pgfault = 1;
+                learn(region, decision, &mut tally);
             }
             tally.spf_success = u64::from(spec.is_some());
             Fast::Mapped
@@ -1179,7 +1204,10 @@ fn map_window(
     }
     tally.pgfault_around += around;
     // A recording region's windows are one page, whatever its order.
-    if region.order() == crate::policy::fault_around::AUTO && !region.trace.records() {
+    if region.order() == crate::policy::fault_around::AUTO
+        && !region.trace.records()
+        && region.page_shift == PAGE_SIZE.trailing_zeros()
+    {
         tally.fault_around_auto += 1;
         tally.fault_around_auto_pages += n as u64;
     }
