@@ -102,8 +102,9 @@ enum Command {
     /// samples per cell (up to 21 for cells under 20 ms), and the bare
     /// uffd-probe on the handler's CPU (about three minutes on 2 cores);
     /// --full measures orders 0,1,3,4,5,7,9,auto with up to 11 samples for
-    /// cheap cells, and the uffd-probe across CPUs too
-    /// (about 4.5 minutes, plus about 18 s per cross-cpu walk of 1 GiB). --orders, --workload, --threads, --delivery and
+    /// cheap cells (21 for cells under 20 ms), and the uffd-probe across
+    /// CPUs too (about 5 minutes, plus about 18 s per cross-cpu walk of 1
+    /// GiB). --orders, --workload, --threads, --delivery and
     /// --repetitions narrow or widen either. After the tables, the
     /// headline: per workload, delivery and thread count, faultmap's
     /// fastest order and its time over kernel-file's and kernel-memfd's;
@@ -130,8 +131,8 @@ enum Command {
     /// during its walk: `same-cpu` (on its handler's CPU) or `cross-cpu`
     /// (on another; skipped, with one line saying so, when the process may
     /// use one CPU only); its faults are getrusage minor faults, one per
-    /// page. `order=N` is faultmap with fault-around windows of 2^N pages;
-    /// its cache is filled once before the runs, so like the kernel's they
+    /// page. `order=N` is faultmap with fault-around windows of 2^N pages
+    /// (`order=auto`: adaptive fault-around); its cache is filled once before the runs, so like the kernel's they
     /// measure warm minor faults.
     ///
     /// Each thread has its own mapping of the same data and walks the whole

@@ -309,9 +309,9 @@ pub fn rate(n: u64, seconds: f64) -> f64 {
 /// `measure` measures one key (it may note things through the bar's
 /// `suspend`), and returns `None` when that key has no sample this time
 /// (a skipped engine). The bar's total is every pass every cell is sure
-/// to get, known before the first sample; only the budget policy's extra
-/// passes for cheap cells (`--full` without `--repetitions`) add to it,
-/// and their message says so.
+/// to get, known before the first sample; only the extra passes for
+/// short and cheap cells (without `--repetitions`) add to it, and their
+/// message says so.
 pub fn measure<W: Named, C: Column>(
     cells: &mut [Cell<W, C>],
     reps: Repetitions,

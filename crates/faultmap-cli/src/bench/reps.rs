@@ -8,8 +8,12 @@
 //! Plain `faultmap bench` gives every cell 3 samples, and a *short* cell
 //! (its samples under [`SHORT_CELL`] on average: the sparse walks, a few
 //! milliseconds each) up to [`SHORT_REPS`]: at that length a
-//! millisecond of the machine's noise is tens of percent, and 21 samples
-//! cost less than one sample of a slow cell.
+//! millisecond of the machine's noise is tens of percent, and 21 walks
+//! cost less than one of a slow cell. (Each sample also pays its untimed
+//! set-up: the 20 ms pause, a fresh mapping, and for `kernel-file` a
+//! re-read of the data file, about 0.3 s for 1 GiB here: the sparse
+//! kernel-file cells cost about 7 s each. A small `--size` makes more
+//! cells short.)
 //!
 //! With `--full`, every cell gets [`MIN_REPS`], short cells up to
 //! [`SHORT_REPS`] as above, and then a cell gets another pass while both of
@@ -49,7 +53,7 @@ pub const BUDGET: Duration = Duration::from_secs(150);
 pub const SHORT_CELL: Duration = Duration::from_millis(20);
 
 /// The samples a short cell gets without `--repetitions` (at most 0.42 s
-/// of measuring per cell).
+/// of timed walks per cell, besides each sample's set-up).
 pub const SHORT_REPS: u32 = 21;
 
 /// How the number of repetitions was chosen.

@@ -883,7 +883,10 @@ mod tests {
         assert!(grid::Mode::render(&run).contains("adaptive fault-around"));
         let slow = report_of(&[(order(9), 0.2, 10), (order(AUTO), 0.25, 20)], None);
         let text = auto_headline(&slow);
-        assert!(text.contains("auto ÷ best 1.25x  not within 10 %"), "{text}");
+        assert!(
+            text.contains("auto ÷ best 1.25x  not within 10 %"),
+            "{text}"
+        );
         // Nothing to compare without an auto column.
         assert_eq!(auto_headline(&report_of(&[(order(9), 0.2, 10)], None)), "");
     }

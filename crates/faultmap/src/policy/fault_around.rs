@@ -83,7 +83,7 @@ pub const MAX_ORDER: u8 = 9;
 pub const DEFAULT_ORDER: u8 = 4;
 
 /// The order value of a mapping whose window size follows its accesses
-/// ([`auto_order`]); not an order itself.
+/// ([`auto`]); not an order itself.
 pub const AUTO: u8 = u8::MAX;
 
 /// The smallest window [`auto_order`] picks, in a page table the
