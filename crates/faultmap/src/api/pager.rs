@@ -1685,7 +1685,9 @@ impl<A: Access> Mapping<A> {
     }
 
     /// Switches this mapping to adaptive fault-around
-    /// ([`MapOptions::fault_around_auto`]).
+    /// ([`MapOptions::fault_around_auto`]). Its density estimate is the one
+    /// it had when it last ran adaptive (or the start's, 16 pages): a fixed
+    /// order in between neither uses nor changes it.
     pub fn set_fault_around_auto(&self) {
         self.set_order(crate::policy::fault_around::AUTO);
     }

@@ -569,7 +569,7 @@ mod tests {
         /// A dense access (every page of a block touched, in any order)
         /// takes few faults per block from the growth alone.
         #[test]
-        fn auto_on_dense_and_sparse_blocks(seed in any::<u64>()) {
+        fn auto_order_on_dense_blocks(seed in any::<u64>()) {
             // Dense: a random page order over one 512-page block.
             let mut order: Vec<u64> = (0..512).collect();
             let mut x = seed | 1;
