@@ -633,8 +633,9 @@ fn auto_headline(run: &Run) -> String {
                     continue;
                 };
                 let ratio = grid::ratio(auto_s, best_s);
+                // Judged as printed, to two decimals.
                 let within = match ratio {
-                    Some(r) if r <= AUTO_WITHIN => "within 10 %",
+                    Some(r) if (r * 100.0).round() <= AUTO_WITHIN * 100.0 => "within 10 %",
                     Some(_) => "not within 10 %",
                     None => "",
                 };
@@ -878,6 +879,7 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle:?} not in {text}");
         }
+        assert!(!text.contains("not within"), "{text}");
         // Handler delivery has no auto column: no row.
         assert!(!text.contains("handler"), "{text}");
         assert!(grid::Mode::render(&run).contains("adaptive fault-around"));

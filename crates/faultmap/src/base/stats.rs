@@ -33,7 +33,7 @@
 //! | `io_timeouts`    | (none)             | store calls that outlived the timeout       |
 //! | `fault_around_auto` | (none)          | windows adaptive fault-around sized (one per attempt to map a fault's window) |
 //! | `fault_around_auto_pages` | (none)    | the pages of those windows (their sum)      |
-//! | `fault_around_auto_revisits` | (none) | faults in a page table it had mapped pages of, or walking in from one: its density goes up on these, down on the rest |
+//! | `fault_around_auto_revisits` | (none) | faults in a page table it had mapped pages of: its density goes up on these, down on first faults in a table |
 //! | `trace_recorded` | (none)             | first touches a recording mapping noted     |
 //! | `trace_replayed` | (none)             | schedule pages a replay asked for (read, cached, or no room) |
 
@@ -184,9 +184,9 @@ counters! {
     /// window it chose.
     fault_around_auto_pages,
     /// Faults adaptive fault-around took as use of what it had mapped (a
-    /// fault in a page table with pages mapped, or a walk in from the
-    /// table below), which raise the mapping's density; the other faults
-    /// of an adaptive mapping lower it
+    /// fault in a page table with pages mapped), which raise the
+    /// mapping's density; a first fault in a page table lowers it, and a
+    /// fault on a page mapped already, a race lost or a failure do neither
     /// (`crate::policy::fault_around::auto`).
     fault_around_auto_revisits,
     /// Pages a recording mapping noted at their first fault

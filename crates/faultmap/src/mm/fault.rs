@@ -561,7 +561,8 @@ fn resolve(
     }
     if ending.is_some() {
         tally.pgfault = u64::from(!progress.retry);
-        if !progress.retry {
+        // Not from a race lost (Resolved), a retry (Again) or a failure.
+        if !progress.retry && matches!(ending, Some(Ending::Woken | Ending::Parked)) {
             learn(region, decision, &mut tally);
         }
         tally.pgmajfault = u64::from(progress.major);
@@ -578,11 +579,18 @@ fn resolve(
 /// Step 2: the fault-around window of a fault at `page_addr` (region page
 /// `page`), in region pages. The policy counts in plain numbers. With
 /// adaptive fault-around, also its decision, which the caller hands to
-/// [`learn`] once the fault counts (so that a fault retried, forwarded or
-/// redone on the classic path teaches it once); `None` for a fixed order,
-/// and for a faulting page already mapped here (a write to a
-/// write-protected page, or a race lost to another fault), which tells
-/// nothing about the use of the windows.
+/// [`learn`] where the fault is counted, if it mapped its page or parked
+/// on its read (so that a parked fault's retry, or a speculative attempt
+/// redone on the classic path, teaches it once, and a race lost teaches
+/// nothing); `None` for a fixed order, and for a faulting page already
+/// mapped here (a write to a write-protected page), which gets no window.
+///
+/// Known limit: with signal delivery, a hit whose own page could not be
+/// mapped (`EAGAIN` while the address space changes) still maps the rest
+/// of its window and is forwarded; the pager thread then sees those
+/// neighbours mapped and learns a revisit that the fault made itself. It
+/// is rare (an unmap or remap in flight) and costs one step of the
+/// density.
 fn fault_window(
     region: &Region,
     page_addr: HostAddr,
@@ -613,8 +621,9 @@ fn fault_window(
         };
         let density = region.density.load(Ordering::Relaxed);
         if region.mapped.contains(page) {
-            // Nothing to learn, nor to grow.
-            order = fault_around::density_order(density);
+            // A write-protect fault (or a race lost): nothing to learn,
+            // and nothing to map around, as for the kernel's.
+            order = 0;
         } else {
             let d = fault_around::auto(density, block, before);
             order = d.order;
@@ -625,13 +634,17 @@ fn fault_window(
     (RegionPage(w.start)..RegionPage(w.end), decision)
 }
 
-/// Adaptive fault-around learns from a fault that counts (`pgfault`): the
-/// region's density becomes the decision's. A store, not a read-modify-
-/// write: an update lost to another thread's fault is one observation less
-/// for a heuristic that the next faults correct. Async-signal-safe.
+/// Adaptive fault-around learns from a fault that counts (`pgfault`) and
+/// either mapped its page (woke its thread) or parked on its read: the
+/// decision's step is applied to the region's density as it is now (a CAS
+/// loop: concurrent faults' steps add up). Lock-free and async-signal-safe.
 fn learn(region: &Region, decision: Option<fault_around::Auto>, tally: &mut Stats) {
     if let Some(d) = decision {
-        region.density.store(d.density, Ordering::Relaxed);
+        let _ = region
+            .density
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+                Some(fault_around::density_step(now, d.touch))
+            });
         tally.fault_around_auto_revisits += u64::from(d.touch == fault_around::Touch::Revisit);
     }
 }
@@ -684,13 +697,17 @@ pub(crate) fn fast(
     {
         outcome = MapOutcome::PageGone;
     }
+    let woken = matches!(outcome, MapOutcome::Woken);
     let out = match outcome {
         MapOutcome::Woken | MapOutcome::NotWoken => {
             if !retry {
                 // No marker here, so this hit submits nothing.
                 hit(env, region, page, word, &mut tally, &mut ra);
                 tally.pgfault = 1;
-                learn(region, decision, &mut tally);
+                // Not from a race lost (`NotWoken`).
+                if woken {
+                    learn(region, decision, &mut tally);
+                }
             }
             tally.spf_success = u64::from(spec.is_some());
             Fast::Mapped

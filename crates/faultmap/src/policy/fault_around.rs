@@ -109,6 +109,10 @@ pub const AUTO_MIN_ORDER: u8 = 2;
 ///   walk     the block below is full, its last page too -> 512 pages at once
 /// ```
 ///
+/// [`auto`] uses it for faults in a block with pages mapped (`block > 0`),
+/// so the walk's case only applies to a fault at a block's first page
+/// whose block has pages mapped already.
+///
 /// The mapped bits are faultmap's own (`MappedPages`), so the policy sees
 /// what fault-around and earlier faults mapped, and what eviction's
 /// sampling unmapped: a neighbourhood that stops being used shrinks the
@@ -230,8 +234,9 @@ pub fn density_order(density: u32) -> u8 {
 ///   moves the density a quarter of the way to whole tables and a fresh
 ///   table only a sixteenth down, so with 2 to 8 touches per table it
 ///   settles near whole tables, which map hundreds of pages for a few
-///   used: in the model 6, 4.4, 2.7 and 1.7 times the time of the best
-///   fixed order (order 0) for 2, 3, 5 and 8 random pages per table. A
+///   used: in models 6 to 7, 4.4 to 5, 2.7 to 3.1 and 1.7 to 1.9 times
+///   the time of the best fixed order (order 0) for 2, 3, 5 and 8 random
+///   pages per table. A
 ///   revisit cannot tell a table used sparsely after a small window from
 ///   one used densely; this is why adaptive fault-around is not the
 ///   default.
@@ -239,26 +244,31 @@ pub fn density_order(density: u32) -> u8 {
 /// Increases and decreases are shares of the distance to the bound, so the
 /// density stays in `0..=DENSITY_ONE` for any input.
 pub fn auto(density: u32, block: u32, before: u32) -> Auto {
-    let density = density.min(DENSITY_ONE);
     let touch = if block == 0 {
         Touch::Fresh
     } else {
         Touch::Revisit
     };
+    let after = density_step(density, touch);
+    let order = match touch {
+        Touch::Fresh => density_order(density.min(DENSITY_ONE)),
+        Touch::Revisit => auto_order(block, before).max(density_order(after)),
+    };
+    Auto {
+        order,
+        density: after,
+        touch,
+    }
+}
+
+/// The density after a fault that told `touch`, from the density before
+/// (the step of [`auto`]; the fault path applies it to the density as it
+/// is when the fault ends, so that concurrent faults' steps add up).
+pub fn density_step(density: u32, touch: Touch) -> u32 {
+    let density = density.min(DENSITY_ONE);
     match touch {
-        Touch::Fresh => Auto {
-            order: density_order(density),
-            density: density - (density >> DENSITY_DOWN_SHIFT),
-            touch,
-        },
-        Touch::Revisit => {
-            let density = density + ((DENSITY_ONE - density) >> DENSITY_UP_SHIFT);
-            Auto {
-                order: auto_order(block, before).max(density_order(density)),
-                density,
-                touch,
-            }
-        }
+        Touch::Fresh => density - (density >> DENSITY_DOWN_SHIFT),
+        Touch::Revisit => density + ((DENSITY_ONE - density) >> DENSITY_UP_SHIFT),
     }
 }
 
