@@ -265,6 +265,20 @@ fn a_failed_window_read_is_retried_for_the_faulting_page() {
     });
 }
 
+/// An object of `data` opened on `pager`, its cache filled (through a
+/// mapping at order 9, then unmapped), so that every fault of a later
+/// mapping is a hit that maps its window.
+fn cached_object(pager: &Pager, name: &str, data: &[u8]) -> faultmap::Object {
+    let object = pager
+        .open(faultmap::MemStore::new(name, data.to_vec()))
+        .unwrap();
+    let warm = pager
+        .map_trusted(&object, MapOptions::new().fault_around_order(9))
+        .unwrap();
+    assert_bytes(&warm, data, "warm-up");
+    object
+}
+
 /// Adaptive fault-around (`MapOptions::fault_around_auto`) on a cached
 /// object: isolated touches (one page per 2 MiB) get ever smaller windows,
 /// down to one page; a sequential walk soon gets whole page tables; a
@@ -277,15 +291,7 @@ fn adaptive_windows_follow_the_access_pattern() {
         let pages = tables * 512;
         let data = pattern(pages * PAGE, 710);
         let pager = pager(1);
-        let object = pager
-            .open(faultmap::MemStore::new("auto", data.clone()))
-            .unwrap();
-        // Fill the cache, so that every fault is a hit that maps its window.
-        let warm = pager
-            .map_trusted(&object, MapOptions::new().fault_around_order(9))
-            .unwrap();
-        assert_bytes(&warm, &data, "warm-up");
-        drop(warm);
+        let object = cached_object(&pager, "auto", &data);
 
         // Sparse: the first page of every page table.
         let sparse = pager
@@ -391,14 +397,7 @@ fn write_faults_teach_adaptive_fault_around_nothing() {
         let data = pattern(pages * PAGE, 711);
         for delivery in [faultmap::Delivery::Signal, faultmap::Delivery::Handler] {
             let pager = Pager::new(Config::default().delivery(delivery)).unwrap();
-            let object = pager
-                .open(faultmap::MemStore::new("auto-wp", data.clone()))
-                .unwrap();
-            let warm = pager
-                .map_trusted(&object, MapOptions::new().fault_around_order(9))
-                .unwrap();
-            assert_bytes(&warm, &data, "warm-up");
-            drop(warm);
+            let object = cached_object(&pager, "auto-wp", &data);
             let mut map = pager
                 .map_mut_trusted(&object, MapOptions::new().fault_around_auto())
                 .unwrap();
