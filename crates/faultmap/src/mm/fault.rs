@@ -610,7 +610,11 @@ fn fault_window(
         region.order()
     };
     let mut decision = None;
-    if order == fault_around::AUTO {
+    if order == fault_around::AUTO && region.mapped.contains(page) {
+        // A write-protect fault: nothing to learn, and nothing to map
+        // around, as for the kernel's.
+        order = 0;
+    } else if order == fault_around::AUTO {
         let (table, below) = fault_around::auto_neighbourhood(slot, page.0, region.pages);
         let block = region.mapped.count(table.start..table.end);
         let before = match below {
@@ -619,16 +623,9 @@ fn fault_window(
             }
             _ => 0,
         };
-        let density = region.density.load(Ordering::Relaxed);
-        if region.mapped.contains(page) {
-            // A write-protect fault (or a race lost): nothing to learn,
-            // and nothing to map around, as for the kernel's.
-            order = 0;
-        } else {
-            let d = fault_around::auto(density, block, before);
-            order = d.order;
-            decision = Some(d);
-        }
+        let d = fault_around::auto(region.density.load(Ordering::Relaxed), block, before);
+        order = d.order;
+        decision = Some(d);
     }
     let w = fault_around::window(slot, page.0, region.pages, order);
     (RegionPage(w.start)..RegionPage(w.end), decision)

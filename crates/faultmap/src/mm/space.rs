@@ -56,9 +56,9 @@ pub(crate) struct Region {
     pub(crate) order: AtomicU8,
     /// Adaptive fault-around's density estimate
     /// ([`crate::policy::fault_around::auto`]), used while `order` is
-    /// `AUTO`. Faults of several threads load and store it without a lock:
-    /// an update lost between two of them is one observation less for a
-    /// heuristic that the next faults correct.
+    /// `AUTO`. A fault reads it to size its window, and applies its step
+    /// when it ends with a CAS loop (`crate::mm::fault::learn`), so that
+    /// the steps of concurrent faults add up.
     pub(crate) density: AtomicU32,
     /// The sequence count: odd while a writer changes the region, and for
     /// good once it is unmapped (the speculative page fault series' `vm_sequence`).

@@ -211,7 +211,7 @@ pub fn density_order(density: u32) -> u8 {
 ///   Fresh    first fault in a table      density -= density / 16
 ///            window: density_order(density)
 ///   Revisit  a table with mapped pages   density += (ONE - density) / 4
-///            window: max(auto_order(block, before), density_order(density))
+///            window: max(auto_order(block, before), density_order(after))
 /// ```
 ///
 /// A window of the whole table leaves nothing to fault on, so a dense
@@ -236,10 +236,9 @@ pub fn density_order(density: u32) -> u8 {
 ///   settles near whole tables, which map hundreds of pages for a few
 ///   used: in models 6 to 7, 4.4 to 5, 2.7 to 3.1 and 1.7 to 1.9 times
 ///   the time of the best fixed order (order 0) for 2, 3, 5 and 8 random
-///   pages per table. A
-///   revisit cannot tell a table used sparsely after a small window from
-///   one used densely; this is why adaptive fault-around is not the
-///   default.
+///   pages per table. A revisit cannot tell a table used sparsely after a
+///   small window from one used densely; this is why adaptive fault-around
+///   is not the default.
 ///
 /// Increases and decreases are shares of the distance to the bound, so the
 /// density stays in `0..=DENSITY_ONE` for any input.
