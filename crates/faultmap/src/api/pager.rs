@@ -4,13 +4,14 @@
 //! [`Pager::new`] opens the userfaultfd and checks, before anything is
 //! mapped, every kernel feature the fault path needs; a missing one is an
 //! error that names it, never a hang at the first fault. Pager threads
-//! ("handler threads") take faults in batches and run
+//! ("handler threads") take faults (pinned ones one at a time, the
+//! others in batches) and run
 //! `crate::mm::fault::handle` on each: userfaultfd messages with
 //! `Delivery::Handler`, faults forwarded by SIGBUS handlers with
 //! `Delivery::Signal` (`crate::mm::signal`). In both deliveries they also read
 //! the userfaultfd's UNMAP and REMAP events (`crate::mm::events`), whose
-//! senders wait until they are read. Between bursts they busy-poll
-//! briefly, then sleep in `poll` on the userfaultfd, the forwarding
+//! senders wait until they are read. Between bursts floating ones
+//! busy-poll briefly; then they sleep in `poll` on the userfaultfd, the forwarding
 //! doorbell (signal delivery) and a stop eventfd. They never read a store
 //! themselves: the reads go to the I/O threads (`crate::mm::io`). A watchdog
 //! thread gives up store reads that outlive `Config::io_timeout` and
@@ -128,8 +129,15 @@ const REQUIRED_FEATURES: [(u64, &str); 6] = [
     ),
 ];
 
-/// Messages read from the userfaultfd per `read`.
+/// The most messages read from the userfaultfd per `read` (pinned handlers
+/// read one at a time: [`Reading::ONE`]).
 const MSG_BATCH: usize = 64;
+
+/// A handler that reads one message at a time reads a full batch at least
+/// this often, so that an event queued behind faults is read within a
+/// bounded number of reads even if no `EAGAIN` pointed at it
+/// ([`crate::cache::wait::Uffd::note_event_waiting`]).
+const FULL_READ_EVERY: u32 = 64;
 
 /// Why a pager could not be created.
 #[derive(Debug, thiserror::Error)]
@@ -1013,16 +1021,18 @@ fn open_uffd() -> Result<(OwnedFd, UffdSource), PagerError> {
 /// eventfd.
 fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
     let env = core.env();
-    let mut batch = [UffdMsg::default(); MSG_BATCH];
-    let msgs = &mut batch[..reading.per_read.clamp(1, MSG_BATCH)];
+    let mut msgs = [UffdMsg::default(); MSG_BATCH];
+    let per_read = reading.per_read.clamp(1, MSG_BATCH);
     let spin = reading.spin;
+    // One-message reads since the last full batch: see `FULL_READ_EVERY`.
+    let small_reads = std::cell::Cell::new(0u32);
     let mut idle_since = Instant::now();
     // Signal delivery: faults come as forwarded requests, announced on the
     // doorbell; handler threads: as userfaultfd messages. Either way the
     // userfaultfd carries the UNMAP and REMAP events (`crate::mm::events`),
     // whose senders wait until they are read.
     let source: &OwnedFd = core.requests.as_ref().map_or(&core.uffd, |r| r.doorbell());
-    let read_uffd = |msgs: &mut [UffdMsg]| {
+    let read_uffd = |msgs: &mut [UffdMsg; MSG_BATCH]| {
         // With signal delivery the userfaultfd carries only events, which
         // are rare: look before taking the lock (the SIGBUS handler's
         // classic path waits on it). Handler threads read it for every
@@ -1042,9 +1052,10 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
             Ok(guard) => guard,
             Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
             // Another thread of this pager is reading: it takes what is
-            // pending (and `poll` wakes this one again if more is). Do not
-            // sleep on it for a read, whose wake-up would cross CPUs; do
-            // while it handles events, which may take a grace period.
+            // pending, or its one message (and `poll` returns at once, or
+            // wakes this one again, if more is). Do not sleep on it for a
+            // read, whose wake-up would cross CPUs; do while it handles
+            // events, which may take a grace period.
             Err(std::sync::TryLockError::WouldBlock) => {
                 if core.handling_events.load(Ordering::Acquire) {
                     drop(core.reading.lock().unwrap_or_else(|e| e.into_inner()));
@@ -1052,7 +1063,21 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
                 return 0;
             }
         };
-        let n = sys::uffd_read(&core.uffd, msgs).unwrap_or(0);
+        // The kernel hands out every pending fault before any event, and
+        // while an UNMAP or REMAP waits every UFFDIO_CONTINUE fails and its
+        // thread faults again: one message at a time could read faults
+        // forever and never the event. So a full batch, which reaches it,
+        // when a CONTINUE or write-protect saw EAGAIN, and every
+        // `FULL_READ_EVERY` reads in any case.
+        let mut want = per_read;
+        if per_read < MSG_BATCH {
+            small_reads.set(small_reads.get() + 1);
+            if core.uffd.take_event_waiting() || small_reads.get() >= FULL_READ_EVERY {
+                small_reads.set(0);
+                want = MSG_BATCH;
+            }
+        }
+        let n = sys::uffd_read(&core.uffd, &mut msgs[..want]).unwrap_or(0);
         let mut events = msgs[..n]
             .iter()
             .filter(|m| m.event != sys::UFFD_EVENT_PAGEFAULT)
@@ -1082,7 +1107,7 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
         }
         n
     };
-    let serve = |msgs: &mut [UffdMsg]| match &core.requests {
+    let serve = |msgs: &mut [UffdMsg; MSG_BATCH]| match &core.requests {
         Some(requests) => {
             requests.serve(|addr, r| {
                 fault::handle(&env, addr, fault::Origin::Request(r));
@@ -1095,12 +1120,15 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
     // after every message when it reads one at a time: `poll` returns at
     // once if more is pending, so either way that is one system call
     // fewer per fault than a read that finds nothing.
+    // (With signal delivery `n` counts forwarded requests too, so it
+    // says nothing about the userfaultfd: such threads never take this
+    // shortcut.)
     let sleep_when_drained = spin.is_zero() && core.requests.is_none();
     loop {
-        let n = serve(msgs);
+        let n = serve(&mut msgs);
         if n > 0 {
             idle_since = Instant::now();
-            if !(sleep_when_drained && (n < msgs.len() || msgs.len() == 1)) {
+            if !(sleep_when_drained && (n < per_read || per_read == 1)) {
                 continue;
             }
         } else if idle_since.elapsed() < spin {
@@ -1111,7 +1139,7 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
             // Drained, then looked at once more: a request posted after
             // the look rings the doorbell again, so poll sees it.
             sys::eventfd_drain(source);
-            if serve(msgs) > 0 {
+            if serve(&mut msgs) > 0 {
                 idle_since = Instant::now();
                 continue;
             }
@@ -1163,15 +1191,22 @@ struct Reading {
 
 impl Reading {
     /// A pinned handler's: one message at a time, then `poll`. The fault
-    /// it handles is usually its own CPU's, and the `UFFDIO_CONTINUE` that
-    /// wakes that thread hands it the CPU at once (the woken thread
-    /// preempts its handler), before the handler's loop goes on. Any
-    /// further message it had read with that one (another CPU's fault,
-    /// queued in the microsecond before its own handler got to it) would
-    /// wait there until this CPU's thread faults again, while its own
-    /// handler finds nothing to read. Measured (`faultmap bench --orders
-    /// 0 --delivery handler,signal`, 2 threads): batches of 64 took
-    /// 2.2–2.5× signal delivery per fault, one at a time 1.5–1.9×.
+    /// it handles is usually its own CPU's, and the thread that its
+    /// `UFFDIO_CONTINUE` wakes usually takes the CPU at once (in a
+    /// `sched_switch` trace of 2 threads, 81 % of such wake-ups switched
+    /// straight to the woken thread, the handler still runnable). A
+    /// second message read with the first (another CPU's fault, queued in
+    /// the microsecond before that CPU's handler got to it) would wait
+    /// there until this CPU's thread faults again, while the other
+    /// handler found nothing to read; read one at a time, it stays in
+    /// the userfaultfd for the next handler that reads. Measured in
+    /// interleaved runs (`faultmap bench --orders 0 --delivery
+    /// handler,signal --repetitions 5`, 2 threads, seq/rand/sparse):
+    /// batches of 64 took 6.2–6.9/7.0–7.6/7.9–8.0 µs per fault,
+    /// 1.8–2.5× signal delivery; one at a time 5.0/6.0–6.1/6.9–7.1 µs,
+    /// 1.6–1.8×. Events queue behind faults: see `FULL_READ_EVERY`. A
+    /// handler whose pinning failed keeps this too: it costs a floating
+    /// thread that does not spin nothing.
     const ONE: Reading = Reading {
         per_read: 1,
         spin: Duration::ZERO,

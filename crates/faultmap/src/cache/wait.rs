@@ -192,6 +192,8 @@ pub(crate) struct Uffd {
     /// How many threads have a record: the fault path's fast check.
     pending: std::sync::atomic::AtomicUsize,
     retries: std::sync::Mutex<std::collections::HashMap<u32, HostAddr>>,
+    /// An event is waiting to be read: see [`Uffd::note_event_waiting`].
+    event_waiting: std::sync::atomic::AtomicBool,
 }
 
 impl Uffd {
@@ -200,7 +202,31 @@ impl Uffd {
             fd,
             pending: std::sync::atomic::AtomicUsize::new(0),
             retries: std::sync::Mutex::new(std::collections::HashMap::new()),
+            event_waiting: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// A `UFFDIO_CONTINUE` or `UFFDIO_WRITEPROTECT` failed with `EAGAIN`:
+    /// an UNMAP, REMAP or REMOVE event is waiting to be read, and until it
+    /// is, every such call on this userfaultfd fails. The kernel hands out
+    /// pending faults before events, so a handler that reads one message at
+    /// a time reads a full batch next (`api::pager::handler_loop`), which
+    /// reaches the event however many faults came first. A hint: a stale
+    /// one costs one larger read.
+    pub(crate) fn note_event_waiting(&self) {
+        self.event_waiting
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether [`Uffd::note_event_waiting`] was called since the last
+    /// call; clears it. A plain load first: no write to the shared line on
+    /// the common path.
+    pub(crate) fn take_event_waiting(&self) -> bool {
+        self.event_waiting
+            .load(std::sync::atomic::Ordering::Relaxed)
+            && self
+                .event_waiting
+                .swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Thread `tid`'s fault at `addr` was woken and will fault again.
@@ -237,6 +263,16 @@ impl std::ops::Deref for Uffd {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_hint_is_taken_once() {
+        let uffd = Uffd::new(crate::sys::eventfd().unwrap());
+        assert!(!uffd.take_event_waiting(), "none noted");
+        uffd.note_event_waiting();
+        uffd.note_event_waiting();
+        assert!(uffd.take_event_waiting(), "noted");
+        assert!(!uffd.take_event_waiting(), "taken once");
+    }
 
     #[test]
     fn a_threads_next_fault_takes_its_retry_record() {

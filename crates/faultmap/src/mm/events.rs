@@ -86,8 +86,8 @@
 //!   gate (`crate::sync::gate`: a per-CPU counter, no shared lock), holding
 //!   its pager's `reading` mutex (one reader per userfaultfd, so events
 //!   are handled in the order they were read, and a fault read after an
-//!   event is handled after it); it handles the batch's events under the
-//!   table's lock, then ends the passage, then handles the batch's faults;
+//!   event is handled after it); it handles the events it read under the
+//!   table's lock, then ends the passage, then handles the faults it read;
 //! - a mapping's drop, `Advice::DontNeed`, an eviction pass and
 //!   `Object::invalidate` take the *settled* lock
 //!   (`RegionTable::settled`): they close the gate (every passage in

@@ -1381,6 +1381,7 @@ fn continue_run(
             ContinueResult::Failed { errno } => {
                 match errno {
                     libc::EAGAIN if eagain < MAX_EAGAIN => {
+                        env.uffd.note_event_waiting();
                         eagain += 1;
                         continue;
                     }

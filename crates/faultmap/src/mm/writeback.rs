@@ -146,6 +146,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use crate::base::index::{HostAddr, ObjectPage, RegionPage};
 use crate::base::stats::{Counters, Stats};
 use crate::cache::page_state::{PageState, State};
+use crate::cache::wait::Uffd;
 use crate::mm::invalidate::runs_of;
 use crate::mm::object::ObjectCore;
 use crate::mm::pager_core::Core;
@@ -597,7 +598,7 @@ fn protect(object: &ObjectCore, runs: &[Range<u64>]) -> Result<(), Failure> {
 /// write-back) waits for it, up to `EAGAIN_PATIENCE`; the event handler
 /// itself tries a few times only: waiting would wait for itself.
 fn protect_range(
-    uffd: &std::os::fd::OwnedFd,
+    uffd: &Uffd,
     addr: HostAddr,
     len: usize,
     page: usize,
@@ -617,10 +618,12 @@ fn protect_range(
                 return protect_range(uffd, addr.add(half), len - half, page, patient);
             }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && eagain < MAX_EAGAIN => {
+                uffd.note_event_waiting();
                 eagain += 1;
                 std::thread::yield_now();
             }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && patient => {
+                uffd.note_event_waiting();
                 let since = *since.get_or_insert_with(Instant::now);
                 if since.elapsed() > EAGAIN_PATIENCE {
                     return Err(e);
