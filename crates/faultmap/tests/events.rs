@@ -610,8 +610,21 @@ fn pin_to_one_cpu() -> bool {
 /// even without that, so this guards the behaviour, not the mechanism.)
 #[test]
 fn an_unmap_is_read_while_other_threads_fault_without_a_pause() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     const WALKERS: usize = 3;
+    /// Stops the walkers however the unmapping loop ends (a failed
+    /// assertion too), so its message is what the test reports.
+    struct Done<'a>(&'a AtomicBool);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
     watchdog(WATCHDOG, || {
+        // The cache pool's refill thread starts with the first object of
+        // the process and keeps the mask of the thread that started it:
+        // start it before pinning, so that no other test inherits one CPU.
+        drop(pager(Delivery::Handler).open(MemStore::new("pool", vec![0; PAGE])));
         assert!(pin_to_one_cpu(), "pinning the test to one CPU");
         let pager = pager(Delivery::Handler);
         let walked = pattern(64 * PAGE, 970);
@@ -622,18 +635,18 @@ fn an_unmap_is_read_while_other_threads_fault_without_a_pause() {
             )
             .unwrap();
         assert_bytes(&walk, &walked, "before");
-        let done = std::sync::atomic::AtomicBool::new(false);
-        let passes = std::sync::atomic::AtomicU32::new(0);
+        let done = AtomicBool::new(false);
+        let passes = AtomicU32::new(0);
         std::thread::scope(|s| {
             for _ in 0..WALKERS {
                 s.spawn(|| {
                     // Bounded: 100,000 passes are far more than the unmaps
                     // below need.
                     for pass in 0..100_000u32 {
-                        if done.load(std::sync::atomic::Ordering::Relaxed) {
+                        if done.load(Ordering::Relaxed) {
                             break;
                         }
-                        passes.store(pass + 1, std::sync::atomic::Ordering::Relaxed);
+                        passes.fetch_add(1, Ordering::Relaxed);
                         walk.advise(Advice::DontNeed, 0..walked.len()).unwrap();
                         for page in 0..64 {
                             assert_eq!(
@@ -645,15 +658,15 @@ fn an_unmap_is_read_while_other_threads_fault_without_a_pause() {
                     }
                 });
             }
+            let _done = Done(&done);
             let data = pattern(16 * PAGE, 971);
             for round in 0..200 {
-                // Each unmap while the walker is well into its passes.
-                let seen = passes.load(std::sync::atomic::Ordering::Relaxed);
+                // Each unmap while the walkers are faulting.
+                let seen = passes.load(Ordering::Relaxed);
                 assert!(
-                    wait_until(WATCHDOG, || passes
-                        .load(std::sync::atomic::Ordering::Relaxed)
+                    wait_until(Duration::from_secs(10), || passes.load(Ordering::Relaxed)
                         > seen + 1),
-                    "the walker stopped"
+                    "round {round}: the walkers stopped"
                 );
                 let map = pager
                     .map_trusted(MemStore::new("unmapped", data.clone()), MapOptions::new())
@@ -663,7 +676,6 @@ fn an_unmap_is_read_while_other_threads_fault_without_a_pause() {
                 munmap(addr, len);
                 drop(map);
             }
-            done.store(true, std::sync::atomic::Ordering::Relaxed);
         });
         assert_bytes(&walk, &walked, "after");
     });

@@ -93,7 +93,9 @@ fn remote_options(args: &BenchArgs) -> Result<remote::RemoteOptions> {
                 workload::Workload::Seq => Ok(Access::Seq),
                 workload::Workload::Rand => Ok(Access::Rand),
                 workload::Workload::Clustered => Ok(Access::Clustered),
-                workload::Workload::Sparse | workload::Workload::Pages => {
+                workload::Workload::Sparse
+                | workload::Workload::Scattered
+                | workload::Workload::Pages => {
                     anyhow::bail!("--remote runs seq, rand and clustered, not {}", w.name())
                 }
             })

@@ -12,6 +12,11 @@
 //!            <---- 2 MiB ---> (one page per page table)
 //! ```
 //!
+//! A fourth, `scattered`, sits between rand and sparse, where adaptive
+//! fault-around is weakest: [`SCATTERED_PER_TABLE`] random pages of every
+//! 2 MiB (every word of each), all the chosen pages in one random order,
+//! as random lookups into a large table make.
+//!
 //! `rand` differs from a fully random word order on purpose: what
 //! fault-around sees is the order of *first touches of pages*, which a random
 //! page permutation reproduces exactly, while a word-random walk of 1 GiB
@@ -31,7 +36,7 @@
 
 use anyhow::{anyhow, bail, Result};
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
+use rand::seq::{IndexedRandom, SliceRandom};
 use rand::SeedableRng;
 use serde::Serialize;
 
@@ -41,6 +46,9 @@ use crate::access::{sum_words, WORD};
 
 /// `sparse` touches one word per this many bytes: one page per PTE table.
 pub const SPARSE_STRIDE: usize = 2 << 20;
+
+/// `scattered` touches this many pages of every 2 MiB page table.
+pub const SCATTERED_PER_TABLE: usize = 4;
 
 /// The seed of the `rand` permutations (thread `i` uses `RAND_SEED + i`), so
 /// every run and every engine walks the same pages in the same order.
@@ -57,6 +65,9 @@ pub enum Workload {
     Rand,
     /// One word per 2 MiB: only one page per page table.
     Sparse,
+    /// 4 random pages of every 2 MiB, every word of each, all in one random
+    /// order (the same for every thread): between rand and sparse.
+    Scattered,
     /// Cold only: random 64 KiB clusters, the pages of a cluster in order.
     Clustered,
     /// One byte per 4 KiB page, in order: the fault path itself (how UMap
@@ -71,6 +82,7 @@ impl Workload {
             Workload::Seq => "seq",
             Workload::Rand => "rand",
             Workload::Sparse => "sparse",
+            Workload::Scattered => "scattered",
             Workload::Clustered => "clustered",
             Workload::Pages => "pages",
         }
@@ -85,6 +97,10 @@ impl Workload {
                  words of a page in order"
             }
             Workload::Sparse => "touch only one page per page table (one word per 2 MiB)",
+            Workload::Scattered => {
+                "scattered access: 4 random pages of every page table (2 MiB), \
+                 every word of each, all in one random order"
+            }
             Workload::Clustered => {
                 "clustered random access: random 64 KiB clusters, \
                  the pages of a cluster in order"
@@ -115,6 +131,12 @@ impl Plan {
             Workload::Rand => (0..threads)
                 .map(|t| permutation(len.div_ceil(PAGE_SIZE), RAND_SEED + t as u64))
                 .collect::<Result<_>>()?,
+            // The same pages for every thread: the threads must read the
+            // same bytes (the run checks their sums).
+            Workload::Scattered => {
+                let pages = scattered(len.div_ceil(PAGE_SIZE), RAND_SEED)?;
+                vec![pages; threads]
+            }
             Workload::Seq | Workload::Sparse | Workload::Pages => Vec::new(),
             Workload::Clustered => bail!("clustered is a workload of the cold benchmark (--cold)"),
         };
@@ -129,7 +151,7 @@ impl Plan {
     /// How many threads this plan has inputs for.
     pub fn max_threads(&self) -> usize {
         match self.workload {
-            Workload::Rand => self.perms.len(),
+            Workload::Rand | Workload::Scattered => self.perms.len(),
             Workload::Seq | Workload::Sparse | Workload::Pages => usize::MAX,
             Workload::Clustered => 0,
         }
@@ -139,7 +161,7 @@ impl Plan {
     pub fn walk(&self, thread: usize, data: &[u8]) -> u64 {
         match self.workload {
             Workload::Seq => sum_words(data),
-            Workload::Rand => walk_pages(data, &self.perms[thread]),
+            Workload::Rand | Workload::Scattered => walk_pages(data, &self.perms[thread]),
             Workload::Sparse => walk_sparse(data),
             Workload::Pages => walk_page_bytes(data),
             Workload::Clustered => 0,
@@ -154,6 +176,28 @@ fn permutation(pages: usize, seed: u64) -> Result<Vec<u32>> {
     let mut perm: Vec<u32> = (0..pages).collect();
     perm.shuffle(&mut StdRng::seed_from_u64(seed));
     Ok(perm)
+}
+
+/// [`SCATTERED_PER_TABLE`] distinct pages of every 2 MiB of `0..pages`
+/// (all of a shorter last one's, up to that many), all in one random
+/// order, from `seed`.
+fn scattered(pages: usize, seed: u64) -> Result<Vec<u32>> {
+    let total = u32::try_from(pages).map_err(|_| {
+        anyhow!("the scattered workload supports files of up to 2^32 pages (16 TiB)")
+    })?;
+    let per_table = (SPARSE_STRIDE / PAGE_SIZE) as u32;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut chosen = Vec::new();
+    for table in (0..total).step_by(per_table as usize) {
+        let in_table: Vec<u32> = (table..total.min(table + per_table)).collect();
+        chosen.extend(
+            in_table
+                .choose_multiple(&mut rng, SCATTERED_PER_TABLE)
+                .copied(),
+        );
+    }
+    chosen.shuffle(&mut rng);
+    Ok(chosen)
 }
 
 /// Every word of every page, pages in `perm`'s order.
@@ -275,6 +319,33 @@ mod tests {
         sorted.sort_unstable();
         assert_eq!(sorted, (0..1000).collect::<Vec<_>>());
         assert_ne!(perm, sorted);
+    }
+
+    #[test]
+    fn scattered_takes_a_few_distinct_pages_of_every_table() {
+        let per_table = SPARSE_STRIDE / PAGE_SIZE;
+        // Two whole tables and a last one of 2 pages.
+        let pages = 2 * per_table + 2;
+        let perm = scattered(pages, 7).unwrap();
+        let mut per = vec![std::collections::BTreeSet::new(); 3];
+        for &p in &perm {
+            per[p as usize / per_table].insert(p);
+        }
+        assert_eq!(per[0].len(), SCATTERED_PER_TABLE);
+        assert_eq!(per[1].len(), SCATTERED_PER_TABLE);
+        assert_eq!(per[2].len(), 2, "the short last table's every page");
+        assert_eq!(perm.len(), 2 * SCATTERED_PER_TABLE + 2, "each page once");
+        assert_eq!(scattered(pages, 7).unwrap(), perm, "fixed by the seed");
+        // Not table after table: the order is random over all of them.
+        let tables: Vec<usize> = perm.iter().map(|&p| p as usize / per_table).collect();
+        let mut sorted = tables.clone();
+        sorted.sort_unstable();
+        assert_ne!(tables, sorted);
+        let d = data(pages * PAGE_SIZE);
+        let plan = Plan::new(Workload::Scattered, d.len(), 2).unwrap();
+        assert_eq!(plan.max_threads(), 2);
+        let first = scattered(pages, RAND_SEED).unwrap();
+        assert_eq!(plan.walk(0, &d), walk_pages(&d, &first));
     }
 
     #[test]

@@ -133,11 +133,38 @@ const REQUIRED_FEATURES: [(u64, &str); 6] = [
 /// read one at a time: [`Reading::ONE`]).
 const MSG_BATCH: usize = 64;
 
-/// A handler that reads one message at a time reads a full batch at least
-/// this often, so that an event queued behind faults is read within a
-/// bounded number of reads even if no `EAGAIN` pointed at it
-/// ([`crate::cache::wait::Uffd::note_event_waiting`]).
+/// A handler that reads one message at a time drains the userfaultfd at
+/// least once in this many of its reads ([`next_take`]), so that an event
+/// queued behind faults is read within a bounded number of reads even if
+/// nothing pointed at it ([`crate::cache::wait::Uffd::note_event_waiting`]).
 const FULL_READ_EVERY: u32 = 64;
+
+/// How much a pager thread's next read of the userfaultfd takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Take {
+    /// Up to this many messages, one `read`.
+    Some(usize),
+    /// Batches of [`MSG_BATCH`] until one comes back short or holds an
+    /// event: every pending fault, and the event queued behind them.
+    Drain,
+}
+
+/// A reader's next [`Take`]: it reads `per_read` messages at a time, has
+/// made `small_reads` one-message reads since its last drain, and
+/// `event_hinted` says an event may be waiting. Returns the take and the
+/// new count. Batch readers drain only on a hint (a batch reaches an event
+/// unless `MSG_BATCH` faults or more are pending).
+fn next_take(per_read: usize, small_reads: u32, event_hinted: bool) -> (Take, u32) {
+    if event_hinted {
+        (Take::Drain, 0)
+    } else if per_read >= MSG_BATCH {
+        (Take::Some(MSG_BATCH), 0)
+    } else if small_reads + 1 >= FULL_READ_EVERY {
+        (Take::Drain, 0)
+    } else {
+        (Take::Some(per_read), small_reads + 1)
+    }
+}
 
 /// Why a pager could not be created.
 #[derive(Debug, thiserror::Error)]
@@ -1021,18 +1048,26 @@ fn open_uffd() -> Result<(OwnedFd, UffdSource), PagerError> {
 /// eventfd.
 fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
     let env = core.env();
-    let mut msgs = [UffdMsg::default(); MSG_BATCH];
+    let mut msgs: Vec<UffdMsg> = Vec::with_capacity(MSG_BATCH);
     let per_read = reading.per_read.clamp(1, MSG_BATCH);
     let spin = reading.spin;
-    // One-message reads since the last full batch: see `FULL_READ_EVERY`.
+    // One-message reads since the last drain: see `next_take`.
     let small_reads = std::cell::Cell::new(0u32);
+    // Appends up to `k` messages to `msgs`; how many came.
+    let read_more = |msgs: &mut Vec<UffdMsg>, k: usize| {
+        let start = msgs.len();
+        msgs.resize(start + k, UffdMsg::default());
+        let got = sys::uffd_read(&core.uffd, &mut msgs[start..]).unwrap_or(0);
+        msgs.truncate(start + got);
+        got
+    };
     let mut idle_since = Instant::now();
     // Signal delivery: faults come as forwarded requests, announced on the
     // doorbell; handler threads: as userfaultfd messages. Either way the
     // userfaultfd carries the UNMAP and REMAP events (`crate::mm::events`),
     // whose senders wait until they are read.
     let source: &OwnedFd = core.requests.as_ref().map_or(&core.uffd, |r| r.doorbell());
-    let read_uffd = |msgs: &mut [UffdMsg; MSG_BATCH]| {
+    let read_uffd = |msgs: &mut Vec<UffdMsg>| {
         // With signal delivery the userfaultfd carries only events, which
         // are rare: look before taking the lock (the SIGBUS handler's
         // classic path waits on it). Handler threads read it for every
@@ -1064,21 +1099,31 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
             }
         };
         // The kernel hands out every pending fault before any event, and
-        // while an UNMAP or REMAP waits every UFFDIO_CONTINUE fails and its
-        // thread faults again: one message at a time could read faults
-        // forever and never the event. So a full batch, which reaches it,
-        // when a CONTINUE or write-protect saw EAGAIN, and every
-        // `FULL_READ_EVERY` reads in any case.
-        let mut want = per_read;
-        if per_read < MSG_BATCH {
-            small_reads.set(small_reads.get() + 1);
-            if core.uffd.take_event_waiting() || small_reads.get() >= FULL_READ_EVERY {
-                small_reads.set(0);
-                want = MSG_BATCH;
+        // while an UNMAP or REMAP waits every fault ends with its thread
+        // faulting again: reading less than all the pending faults could
+        // read faults forever and never the event. So, when an event may
+        // be waiting (`Uffd::note_event_waiting`) and every
+        // `FULL_READ_EVERY` one-message reads, drain: read until a read
+        // comes back short or with an event. The faults read meanwhile are
+        // not woken until after, so they cannot queue again ahead of it;
+        // each thread has at most one fault pending, so this ends.
+        let (take, count) = next_take(per_read, small_reads.get(), core.uffd.take_event_waiting());
+        small_reads.set(count);
+        msgs.clear();
+        match take {
+            Take::Some(k) => {
+                read_more(msgs, k);
             }
+            Take::Drain => loop {
+                let got = read_more(msgs, MSG_BATCH);
+                let tail = &msgs[msgs.len() - got..];
+                if got < MSG_BATCH || tail.iter().any(|m| m.event != sys::UFFD_EVENT_PAGEFAULT) {
+                    break;
+                }
+            },
         }
-        let n = sys::uffd_read(&core.uffd, &mut msgs[..want]).unwrap_or(0);
-        let mut events = msgs[..n]
+        let n = msgs.len();
+        let mut events = msgs
             .iter()
             .filter(|m| m.event != sys::UFFD_EVENT_PAGEFAULT)
             .peekable();
@@ -1093,10 +1138,7 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
         }
         drop(reading);
         drop(passage);
-        for msg in msgs[..n]
-            .iter()
-            .filter(|m| m.event == sys::UFFD_EVENT_PAGEFAULT)
-        {
+        for msg in msgs.iter().filter(|m| m.event == sys::UFFD_EVENT_PAGEFAULT) {
             let tid = msg.thread_id();
             if msg.flags & sys::UFFD_PAGEFAULT_FLAG_WP != 0 {
                 fault::handle_wp(&env, HostAddr(msg.address as usize), tid);
@@ -1107,7 +1149,7 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
         }
         n
     };
-    let serve = |msgs: &mut [UffdMsg; MSG_BATCH]| match &core.requests {
+    let serve = |msgs: &mut Vec<UffdMsg>| match &core.requests {
         Some(requests) => {
             requests.serve(|addr, r| {
                 fault::handle(&env, addr, fault::Origin::Request(r));
@@ -1204,7 +1246,8 @@ impl Reading {
     /// handler,signal --repetitions 5`, 2 threads, seq/rand/sparse):
     /// batches of 64 took 6.2–6.9/7.0–7.6/7.9–8.0 µs per fault,
     /// 1.8–2.5× signal delivery; one at a time 5.0/6.0–6.1/6.9–7.1 µs,
-    /// 1.6–1.8×. Events queue behind faults: see `FULL_READ_EVERY`. A
+    /// 1.6–1.8× (`measurements/handler-reading-ab-2026-11-27.txt`, with
+    /// the trace). Events queue behind faults: see [`next_take`]. A
     /// handler whose pinning failed keeps this too: it costs a floating
     /// thread that does not spin nothing.
     const ONE: Reading = Reading {
@@ -1930,6 +1973,32 @@ mod tests {
     use super::*;
     use crate::MemStore;
     use std::sync::mpsc;
+
+    #[test]
+    fn a_one_message_reader_drains_on_a_hint_and_every_full_read_every_reads() {
+        // On a hint at once, whatever the count, and the count restarts.
+        assert_eq!(next_take(1, 5, true), (Take::Drain, 0));
+        // Without: one message, counted, until the FULL_READ_EVERY-th read.
+        let mut count = 0;
+        for read in 1..FULL_READ_EVERY {
+            let (take, next) = next_take(1, count, false);
+            assert_eq!(take, Take::Some(1), "read {read}");
+            assert_eq!(next, read);
+            count = next;
+        }
+        assert_eq!(next_take(1, count, false), (Take::Drain, 0));
+    }
+
+    #[test]
+    fn a_batch_reader_drains_only_on_a_hint() {
+        for count in [0, FULL_READ_EVERY, 1000] {
+            assert_eq!(
+                next_take(MSG_BATCH, count, false),
+                (Take::Some(MSG_BATCH), 0)
+            );
+        }
+        assert_eq!(next_take(MSG_BATCH, 0, true), (Take::Drain, 0));
+    }
 
     /// Runs `f` on a thread and waits for it at most `limit`: `None` if it
     /// did not return by then (the thread is left behind).

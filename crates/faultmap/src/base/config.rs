@@ -166,11 +166,13 @@ pub enum HandlerPlacement {
     /// measured here (`faultmap bench`, order 0, one thread), 5.3–5.8 µs
     /// per fault against 27 µs with one floating handler; the bare round
     /// trip costs 3.6 µs on one CPU and 70 µs across CPUs (its
-    /// `uffd-probe` columns). Each reads one message at a time, so that a
-    /// fault it did not take stays in the userfaultfd for the next
-    /// handler that reads (usually the faulting CPU's, which runs first). The cost: a fault wakes *every* handler (the kernel wakes
-    /// all the userfaultfd's pollers), an IPI to each idle CPU or a
-    /// preemption on each busy one, which grows with the CPUs.
+    /// `uffd-probe` columns). Each reads one message at a time (and all
+    /// that is pending when an event may be queued behind faults), so
+    /// that a fault it did not take stays in the userfaultfd for the next
+    /// handler that reads (usually the faulting CPU's, which runs first).
+    /// The cost: a fault wakes *every* handler (the kernel wakes all the
+    /// userfaultfd's pollers), an IPI to each idle CPU or a preemption on
+    /// each busy one, which grows with the CPUs.
     /// `handler_threads` and `handler_spin_us` are not used. The default.
     #[default]
     PerCpu,

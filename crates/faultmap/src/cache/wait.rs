@@ -206,13 +206,17 @@ impl Uffd {
         }
     }
 
-    /// A `UFFDIO_CONTINUE` or `UFFDIO_WRITEPROTECT` failed with `EAGAIN`:
-    /// an UNMAP, REMAP or REMOVE event is waiting to be read, and until it
-    /// is, every such call on this userfaultfd fails. The kernel hands out
-    /// pending faults before events, so a handler that reads one message at
-    /// a time reads a full batch next (`api::pager::handler_loop`), which
-    /// reaches the event however many faults came first. A hint: a stale
-    /// one costs one larger read.
+    /// An event may be waiting to be read: a `UFFDIO_CONTINUE`,
+    /// `UFFDIO_WRITEPROTECT` or `UFFDIO_POISON` failed with `EAGAIN` (an
+    /// UNMAP or REMAP is queued, and until it is read every such call on
+    /// this userfaultfd fails), or a fault found no region (a REMAP not
+    /// read yet). The kernel hands out every pending fault before any
+    /// event, and each of those faults ends with its thread faulting
+    /// again, so the next reader drains the userfaultfd
+    /// (`api::pager::handler_loop`): it reads until a read comes back short
+    /// or with an event, before it wakes any fault it read, so the faults
+    /// cannot queue again ahead of the event. A hint: a stale one costs one
+    /// larger read.
     pub(crate) fn note_event_waiting(&self) {
         self.event_waiting
             .store(true, std::sync::atomic::Ordering::Relaxed);

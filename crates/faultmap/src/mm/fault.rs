@@ -354,8 +354,14 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: HostAddr, origin: Origin<'_>) {
                 )
                 .unwrap_or(Ending::Resolved)
             }
-            // The mapping is being dropped: let the kernel sort it out.
-            None => Ending::Resolved,
+            // The mapping is being dropped, or the application moved a
+            // range here and its REMAP event waits to be read: let the
+            // kernel sort it out (the thread faults again), and have the
+            // next read reach the event.
+            None => {
+                env.uffd.note_event_waiting();
+                Ending::Resolved
+            }
         }
     });
     finish(env, origin, page_addr, span, ending);
@@ -421,7 +427,10 @@ fn finish(
             let _ = sys::uffd_wake(env.uffd, at, len);
         }
         (Origin::Uffd { .. }, Ending::Failed) => {
-            if sys::uffd_poison(env.uffd, at, len).is_err() {
+            if let Err(e) = sys::uffd_poison(env.uffd, at, len) {
+                if e.raw_os_error() == Some(libc::EAGAIN) {
+                    env.uffd.note_event_waiting();
+                }
                 let _ = sys::uffd_wake(env.uffd, at, len);
             }
         }
@@ -779,7 +788,11 @@ pub(crate) fn write_fault(
     // anyway: at worst an extra write-back.
     let clean = crate::mm::writeback::dirty_after_unprotect(state, || {
         let addr = region.addr_of(page).get();
-        let _ = sys::uffd_writeprotect(env.uffd, addr, region.page_bytes(), false, true);
+        if let Err(e) = sys::uffd_writeprotect(env.uffd, addr, region.page_bytes(), false, true) {
+            if e.raw_os_error() == Some(libc::EAGAIN) {
+                env.uffd.note_event_waiting();
+            }
+        }
     });
     if clean {
         tally.write_faults += 1;
