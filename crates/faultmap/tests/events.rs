@@ -605,9 +605,10 @@ fn pin_to_one_cpu() -> bool {
 /// and its thread faults again at once: such a handler could read faults
 /// and never the event, and the `munmap` would never return. Each must
 /// return (the watchdog fails the test if one does not), and the walkers'
-/// bytes stay right. (The handler reads a full batch after an `EAGAIN`
-/// and every 64 reads; in runs here the scheduler never starved the event
-/// even without that, so this guards the behaviour, not the mechanism.)
+/// bytes stay right. (The handler drains the userfaultfd when an event
+/// may be waiting and once in every 64 reads; in runs here the scheduler
+/// never starved the event even without that, so this guards the
+/// behaviour, not the mechanism.)
 #[test]
 fn an_unmap_is_read_while_other_threads_fault_without_a_pause() {
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -638,6 +639,7 @@ fn an_unmap_is_read_while_other_threads_fault_without_a_pause() {
         let done = AtomicBool::new(false);
         let passes = AtomicU32::new(0);
         std::thread::scope(|s| {
+            let _done = Done(&done);
             for _ in 0..WALKERS {
                 s.spawn(|| {
                     // Bounded: 100,000 passes are far more than the unmaps
@@ -658,7 +660,6 @@ fn an_unmap_is_read_while_other_threads_fault_without_a_pause() {
                     }
                 });
             }
-            let _done = Done(&done);
             let data = pattern(16 * PAGE, 971);
             for round in 0..200 {
                 // Each unmap while the walkers are faulting.

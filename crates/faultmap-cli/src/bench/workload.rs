@@ -12,7 +12,7 @@
 //!            <---- 2 MiB ---> (one page per page table)
 //! ```
 //!
-//! A fourth, `scattered`, sits between rand and sparse, where adaptive
+//! One more warm workload, `scattered`, sits between rand and sparse, where adaptive
 //! fault-around is weakest: [`SCATTERED_PER_TABLE`] random pages of every
 //! 2 MiB (every word of each), all the chosen pages in one random order,
 //! as random lookups into a large table make.
@@ -120,7 +120,8 @@ impl Workload {
 #[derive(Debug)]
 pub struct Plan {
     workload: Workload,
-    /// For `rand`: one page permutation per thread.
+    /// For `rand`: one page permutation per thread; for `scattered`: its
+    /// pages in their order, the same for every thread.
     perms: Vec<Vec<u32>>,
 }
 

@@ -143,7 +143,7 @@ const FULL_READ_EVERY: u32 = 64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Take {
     /// Up to this many messages, one `read`.
-    Some(usize),
+    Read(usize),
     /// Batches of [`MSG_BATCH`] until one comes back short or holds an
     /// event: every pending fault, and the event queued behind them.
     Drain,
@@ -158,11 +158,11 @@ fn next_take(per_read: usize, small_reads: u32, event_hinted: bool) -> (Take, u3
     if event_hinted {
         (Take::Drain, 0)
     } else if per_read >= MSG_BATCH {
-        (Take::Some(MSG_BATCH), 0)
+        (Take::Read(MSG_BATCH), 0)
     } else if small_reads + 1 >= FULL_READ_EVERY {
         (Take::Drain, 0)
     } else {
-        (Take::Some(per_read), small_reads + 1)
+        (Take::Read(per_read), small_reads + 1)
     }
 }
 
@@ -1068,6 +1068,11 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
     // whose senders wait until they are read.
     let source: &OwnedFd = core.requests.as_ref().map_or(&core.uffd, |r| r.doorbell());
     let read_uffd = |msgs: &mut Vec<UffdMsg>| {
+        msgs.clear();
+        if msgs.capacity() > 4 * MSG_BATCH {
+            // A drain's growth given back.
+            msgs.shrink_to(MSG_BATCH);
+        }
         // With signal delivery the userfaultfd carries only events, which
         // are rare: look before taking the lock (the SIGBUS handler's
         // classic path waits on it). Handler threads read it for every
@@ -1104,14 +1109,18 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
         // read faults forever and never the event. So, when an event may
         // be waiting (`Uffd::note_event_waiting`) and every
         // `FULL_READ_EVERY` one-message reads, drain: read until a read
-        // comes back short or with an event. The faults read meanwhile are
-        // not woken until after, so they cannot queue again ahead of it;
-        // each thread has at most one fault pending, so this ends.
+        // comes back short or with an event. This thread wakes none of the
+        // faults it read until after, so they do not queue again ahead of
+        // it; a thread has one fault pending at a time, so the drain ends
+        // after about (threads / MSG_BATCH) + 1 reads, plus whatever other
+        // wakers (another handler's wake of a range, a finished read, a
+        // signal) let fault again meanwhile. Such a thread's fault may
+        // then be read twice; the second is handled as a new fault of a
+        // page mapped already (`EEXIST`), harmless.
         let (take, count) = next_take(per_read, small_reads.get(), core.uffd.take_event_waiting());
         small_reads.set(count);
-        msgs.clear();
         match take {
-            Take::Some(k) => {
+            Take::Read(k) => {
                 read_more(msgs, k);
             }
             Take::Drain => loop {
@@ -1247,7 +1256,9 @@ impl Reading {
     /// batches of 64 took 6.2–6.9/7.0–7.6/7.9–8.0 µs per fault,
     /// 1.8–2.5× signal delivery; one at a time 5.0/6.0–6.1/6.9–7.1 µs,
     /// 1.6–1.8× (`measurements/handler-reading-ab-2026-11-27.txt`, with
-    /// the trace). Events queue behind faults: see [`next_take`]. A
+    /// the trace; two runs each. With one thread both make the same
+    /// system calls, and their 1-thread rows differ by noise alone, as
+    /// much as 30 %). Events queue behind faults: see [`next_take`]. A
     /// handler whose pinning failed keeps this too: it costs a floating
     /// thread that does not spin nothing.
     const ONE: Reading = Reading {
@@ -1982,7 +1993,7 @@ mod tests {
         let mut count = 0;
         for read in 1..FULL_READ_EVERY {
             let (take, next) = next_take(1, count, false);
-            assert_eq!(take, Take::Some(1), "read {read}");
+            assert_eq!(take, Take::Read(1), "read {read}");
             assert_eq!(next, read);
             count = next;
         }
@@ -1994,7 +2005,7 @@ mod tests {
         for count in [0, FULL_READ_EVERY, 1000] {
             assert_eq!(
                 next_take(MSG_BATCH, count, false),
-                (Take::Some(MSG_BATCH), 0)
+                (Take::Read(MSG_BATCH), 0)
             );
         }
         assert_eq!(next_take(MSG_BATCH, 0, true), (Take::Drain, 0));
