@@ -11,8 +11,8 @@
 //! `Delivery::Signal` (`crate::mm::signal`). In both deliveries they also read
 //! the userfaultfd's UNMAP and REMAP events (`crate::mm::events`), whose
 //! senders wait until they are read. Between bursts floating ones
-//! busy-poll briefly; then they sleep in `poll` on the userfaultfd, the forwarding
-//! doorbell (signal delivery) and a stop eventfd. They never read a store
+//! busy-poll briefly; then they sleep in `poll` on the userfaultfd, the
+//! forwarding doorbell (signal delivery) and a stop eventfd. They never read a store
 //! themselves: the reads go to the I/O threads (`crate::mm::io`). A watchdog
 //! thread gives up store reads that outlive `Config::io_timeout` and
 //! notices a truncated store (`crate::mm::errors`).

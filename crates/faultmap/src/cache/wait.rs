@@ -222,6 +222,13 @@ impl Uffd {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// [`Uffd::note_event_waiting`] if `result` is an `EAGAIN` failure.
+    pub(crate) fn note_if_eagain(&self, result: &std::io::Result<()>) {
+        if matches!(result, Err(e) if e.raw_os_error() == Some(libc::EAGAIN)) {
+            self.note_event_waiting();
+        }
+    }
+
     /// Whether [`Uffd::note_event_waiting`] was called since the last
     /// call; clears it. A plain load first: no write to the shared line on
     /// the common path.
@@ -276,6 +283,11 @@ mod tests {
         uffd.note_event_waiting();
         assert!(uffd.take_event_waiting(), "noted");
         assert!(!uffd.take_event_waiting(), "taken once");
+        uffd.note_if_eagain(&Err(std::io::Error::from_raw_os_error(libc::ENOENT)));
+        uffd.note_if_eagain(&Ok(()));
+        assert!(!uffd.take_event_waiting(), "not an EAGAIN");
+        uffd.note_if_eagain(&Err(std::io::Error::from_raw_os_error(libc::EAGAIN)));
+        assert!(uffd.take_event_waiting(), "an EAGAIN");
     }
 
     #[test]

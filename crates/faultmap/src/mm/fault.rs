@@ -427,10 +427,9 @@ fn finish(
             let _ = sys::uffd_wake(env.uffd, at, len);
         }
         (Origin::Uffd { .. }, Ending::Failed) => {
-            if let Err(e) = sys::uffd_poison(env.uffd, at, len) {
-                if e.raw_os_error() == Some(libc::EAGAIN) {
-                    env.uffd.note_event_waiting();
-                }
+            let poisoned = sys::uffd_poison(env.uffd, at, len);
+            env.uffd.note_if_eagain(&poisoned);
+            if poisoned.is_err() {
                 let _ = sys::uffd_wake(env.uffd, at, len);
             }
         }
@@ -788,11 +787,8 @@ pub(crate) fn write_fault(
     // anyway: at worst an extra write-back.
     let clean = crate::mm::writeback::dirty_after_unprotect(state, || {
         let addr = region.addr_of(page).get();
-        if let Err(e) = sys::uffd_writeprotect(env.uffd, addr, region.page_bytes(), false, true) {
-            if e.raw_os_error() == Some(libc::EAGAIN) {
-                env.uffd.note_event_waiting();
-            }
-        }
+        let unprotected = sys::uffd_writeprotect(env.uffd, addr, region.page_bytes(), false, true);
+        env.uffd.note_if_eagain(&unprotected);
     });
     if clean {
         tally.write_faults += 1;
