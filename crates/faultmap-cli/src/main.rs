@@ -198,9 +198,10 @@ enum Command {
     /// it, and the report says so). Workloads, one byte per touch: seq
     /// (every page in order, twice), rand (uniformly random pages, as many
     /// touches as pages) and hotcold (90% of the touches on a hot set of 10%
-    /// of the budget, 10% uniformly over the object). Engines: faultmap (a
-    /// new pager per sample with Config::memory_budget, the default
-    /// delivery, fault-around order 4, its store reading with O_DIRECT) and
+    /// of the budget, 10% uniformly over the object); --workload picks
+    /// some. Engines: faultmap (a new pager per sample with
+    /// Config::memory_budget, the default delivery, fault-around order 4,
+    /// its store reading with O_DIRECT, or --file-io's mode) and
     /// kernel-file (the kernel's mmap of the file in a child process inside
     /// a new cgroup v1 memory cgroup, /sys/fs/cgroup/memory/faultmap-bench-PID,
     /// with memory.limit_in_bytes = the budget; skipped, with one line
@@ -521,8 +522,10 @@ struct StatsArgs {
 #[derive(Debug, Args)]
 struct BenchArgs {
     /// Workloads, comma-separated. Default: seq,rand,sparse (the
-    /// fault-around benchmark's three synthetic tests); with --cold: seq,rand,clustered (sparse is
-    /// warm only, clustered cold only).
+    /// fault-around benchmark's three synthetic tests); with --cold:
+    /// seq,rand,clustered; with --budget: seq,rand,hotcold (sparse,
+    /// scattered and pages are warm only, clustered cold only, hotcold
+    /// budget only).
     ///
     /// Warm: each thread walks the whole file, in its own mapping.
     ///
@@ -603,7 +606,7 @@ struct BenchArgs {
     /// with Config::memory_budget against kernel mmap under a cgroup v1
     /// memory limit of the same size, on seq, rand and hotcold.
     #[arg(long, conflicts_with_all = [
-        "cold", "parts", "churn", "orders", "workload", "threads", "delivery"
+        "cold", "parts", "churn", "orders", "threads", "delivery"
     ])]
     budget: bool,
     /// With --budget: the budget in MiB (default 256; at least 1). The
@@ -631,9 +634,9 @@ struct BenchArgs {
     /// kernel's, which this does not change.
     #[arg(long, value_name = "N", requires = "cold")]
     ra_pages: Option<u64>,
-    /// With --cold: how faultmap's file store reads (buffered, direct or
-    /// uring; default the library's, buffered).
-    #[arg(long, value_enum, value_name = "MODE", requires = "cold")]
+    /// With --cold or --budget: how faultmap's file store reads (default
+    /// with --cold the library's, buffered; with --budget direct).
+    #[arg(long, value_enum, value_name = "MODE")]
     file_io: Option<FileIoArg>,
     /// faultmap I/O threads reading from the store (default: the library's,
     /// 4).

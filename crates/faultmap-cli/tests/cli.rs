@@ -1373,8 +1373,35 @@ fn bench_budget_refuses_bad_combinations() {
     assert_fails_cleanly(&faultmap(&["bench", "--budget", "--cold"]), conflict);
     assert_fails_cleanly(&faultmap(&["bench", "--budget", "--parts"]), conflict);
     assert_fails_cleanly(
-        &faultmap(&["bench", "--budget", "--workload", "seq"]),
-        conflict,
+        &faultmap(&["bench", "--budget", "--workload", "seq,sparse"]),
+        "not a workload of --budget",
+    );
+    assert_fails_cleanly(&faultmap(&["bench", "--workload", "hotcold"]), "--budget");
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--cold", "--workload", "hotcold"]),
+        "not a cold workload",
+    );
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--parts", "--file-io", "direct"]),
+        "--cold or --budget",
+    );
+    // clap does not check `requires` next to a conflicting option: these
+    // must still be refused, not ignored.
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--budget", "--ra-pages", "3"]),
+        "--ra-pages goes with --cold",
+    );
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--budget", "--memory-budget", "1M"]),
+        "--memory-budget goes with --remote",
+    );
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--cold", "--budget-mib", "4"]),
+        "--budget-mib goes with --budget",
+    );
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--budget", "--duration", "1"]),
+        "--duration goes with --churn",
     );
     assert_fails_cleanly(&faultmap(&["bench", "--budget-mib", "4"]), "--budget");
     assert_fails_cleanly(
@@ -1469,6 +1496,49 @@ fn bench_budget_json_has_a_row_per_cell_within_the_budget() {
         .find(|r| r["engine"] == "faultmap" && r["workload"] == "seq")
         .unwrap();
     assert!(seq["evicted"].as_u64().unwrap() > 0, "{seq}");
+}
+
+#[test]
+fn bench_budget_runs_the_workloads_and_file_io_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = patterned(dir.path(), 8 << 20);
+    let run = |workloads: &str, io: Option<&str>| {
+        let mut args = vec![
+            "bench",
+            "--budget",
+            "--budget-mib",
+            "2",
+            "--file",
+            file.to_str().unwrap(),
+            "--workload",
+            workloads,
+            "--json",
+        ];
+        if let Some(io) = io {
+            args.extend(["--file-io", io]);
+        }
+        stdout_json(&faultmap(&args))
+    };
+    // The default mode is direct (buffered on a filesystem without
+    // O_DIRECT, where the two runs cannot differ).
+    let default = run("seq", None);
+    let default_io = default["machine"]["file_io"].as_str().unwrap().to_string();
+    assert!(
+        ["direct", "buffered"].contains(&default_io.as_str()),
+        "{default_io}"
+    );
+    let doc = run("hotcold,seq", Some("buffered"));
+    let machine = &doc["machine"];
+    assert_eq!(machine["file_io"], "buffered", "{machine}");
+    let results = doc["results"].as_array().unwrap();
+    // Report order, whatever the order asked in.
+    let workloads: Vec<&str> = results
+        .iter()
+        .filter(|r| r["engine"] == "faultmap")
+        .map(|r| r["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(workloads, ["seq", "hotcold"]);
+    assert!(results.iter().all(|r| r["workload"] != "rand"));
 }
 
 #[test]

@@ -95,7 +95,8 @@ fn remote_options(args: &BenchArgs) -> Result<remote::RemoteOptions> {
                 workload::Workload::Clustered => Ok(Access::Clustered),
                 workload::Workload::Sparse
                 | workload::Workload::Scattered
-                | workload::Workload::Pages => {
+                | workload::Workload::Pages
+                | workload::Workload::Hotcold => {
                     anyhow::bail!("--remote runs seq, rand and clustered, not {}", w.name())
                 }
             })
@@ -137,6 +138,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(path) = &args.plot {
         plot::check_target(path)?;
     }
+    check_mode_options(args)?;
     if args.cold {
         cold::run(args)
     } else if args.parts {
@@ -150,6 +152,55 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     } else {
         warm::run(args)
     }
+}
+
+/// Refuses an option of one benchmark given to another. clap's `requires`
+/// is not enough: it is not checked when an option that conflicts with the
+/// required one is given (`--budget --ra-pages 3` would pass it, `--budget`
+/// conflicting with `--cold`), and the option would be silently ignored.
+fn check_mode_options(args: &BenchArgs) -> Result<()> {
+    let given: [(&str, bool, bool, &str); 9] = [
+        ("--ra-pages", args.ra_pages.is_some(), args.cold, "--cold"),
+        (
+            "--file-io",
+            args.file_io.is_some(),
+            args.cold || args.budget,
+            "--cold or --budget (the other benchmarks time cached data)",
+        ),
+        (
+            "--budget-mib",
+            args.budget_mib.is_some(),
+            args.budget,
+            "--budget",
+        ),
+        ("--duration", args.duration.is_some(), args.churn, "--churn"),
+        ("--store", !args.store.is_empty(), args.remote, "--remote"),
+        (
+            "--latency-ms",
+            !args.latency_ms.is_empty(),
+            args.remote,
+            "--remote",
+        ),
+        (
+            "--sample-pages",
+            args.sample_pages.is_some(),
+            args.remote,
+            "--remote",
+        ),
+        (
+            "--memory-budget",
+            args.memory_budget.is_some(),
+            args.remote,
+            "--remote",
+        ),
+        ("--no-fuse", args.no_fuse, args.remote, "--remote"),
+    ];
+    for (option, present, allowed, with) in given {
+        if present && !allowed {
+            anyhow::bail!("{option} goes with {with}");
+        }
+    }
+    Ok(())
 }
 
 /// A pager with `config`; its error names the delivery mode.

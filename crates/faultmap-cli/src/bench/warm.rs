@@ -162,8 +162,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     let workloads = dedup(or_default(&args.workload, &WORKLOADS));
     if let Some(w) = workloads.iter().find(|w| !w.is_warm()) {
+        let mode = if *w == Workload::Hotcold {
+            "budget"
+        } else {
+            "cold"
+        };
         bail!(
-            "workload {} is a workload of the cold benchmark: add --cold",
+            "workload {} is a workload of the {mode} benchmark: add --{mode}",
             w.name()
         );
     }

@@ -73,6 +73,8 @@ pub enum Workload {
     /// One byte per 4 KiB page, in order: the fault path itself (how UMap
     /// and fault microbenchmarks measure it).
     Pages,
+    /// Budget only (--budget): 90% of the touches on a hot set, 10% uniform.
+    Hotcold,
 }
 
 impl Workload {
@@ -85,6 +87,7 @@ impl Workload {
             Workload::Scattered => "scattered",
             Workload::Clustered => "clustered",
             Workload::Pages => "pages",
+            Workload::Hotcold => "hotcold",
         }
     }
 
@@ -106,12 +109,14 @@ impl Workload {
                  the pages of a cluster in order"
             }
             Workload::Pages => "the fault path: one byte per 4 KiB page, in order",
+            Workload::Hotcold => "90% of the touches on a hot set, 10% uniform",
         }
     }
 
-    /// Whether the warm benchmark runs it (all but `clustered`).
+    /// Whether the warm benchmark runs it (all but `clustered` and
+    /// `hotcold`).
     pub fn is_warm(self) -> bool {
-        self != Workload::Clustered
+        !matches!(self, Workload::Clustered | Workload::Hotcold)
     }
 }
 
@@ -140,6 +145,7 @@ impl Plan {
             }
             Workload::Seq | Workload::Sparse | Workload::Pages => Vec::new(),
             Workload::Clustered => bail!("clustered is a workload of the cold benchmark (--cold)"),
+            Workload::Hotcold => bail!("hotcold is a workload of the budget benchmark (--budget)"),
         };
         Ok(Plan { workload, perms })
     }
@@ -154,7 +160,7 @@ impl Plan {
         match self.workload {
             Workload::Rand | Workload::Scattered => self.perms.len(),
             Workload::Seq | Workload::Sparse | Workload::Pages => usize::MAX,
-            Workload::Clustered => 0,
+            Workload::Clustered | Workload::Hotcold => 0,
         }
     }
 
@@ -165,7 +171,7 @@ impl Plan {
             Workload::Rand | Workload::Scattered => walk_pages(data, &self.perms[thread]),
             Workload::Sparse => walk_sparse(data),
             Workload::Pages => walk_page_bytes(data),
-            Workload::Clustered => 0,
+            Workload::Clustered | Workload::Hotcold => 0,
         }
     }
 }
@@ -387,5 +393,7 @@ mod tests {
     fn warm_plans_refuse_clustered() {
         assert!(Plan::new(Workload::Clustered, 4096, 1).is_err());
         assert!(!Workload::Clustered.is_warm() && Workload::Sparse.is_warm());
+        assert!(Plan::new(Workload::Hotcold, 4096, 1).is_err());
+        assert!(!Workload::Hotcold.is_warm());
     }
 }

@@ -83,6 +83,13 @@
 //! from 1). io_uring's chunk size (256 KiB, 1016 KiB, 1 MiB, 4 MiB) made
 //! no difference beyond noise.
 //!
+//! Not here, measured slower (`measurements/part5-experiments-2026-11-27.txt`):
+//! uncached buffered reads (`preadv2` with `RWF_DONTCACHE`, Linux 6.14),
+//! which would keep the kernel's readahead without its second copy, lost
+//! to both `Buffered` and `Direct` at 1, 4 and 8 MiB requests; and
+//! `splice` from the file into the cache's memfd (no alias faults, no
+//! zeroing) serialises the I/O threads on the memfd's inode lock.
+//!
 //! # `ra_pages`
 //!
 //! As the kernel's `bdi->ra_pages`: the file's `st_dev`, then sysfs

@@ -10,12 +10,14 @@
 //!
 //! Workloads ([`touch`]): `seq` (every page in order, twice), `rand`
 //! (uniformly random pages) and `hotcold` (90% of the touches on a hot set
-//! of 10% of the budget, 10% uniform), one byte per touch. Engines:
+//! of 10% of the budget, 10% uniform), one byte per touch; `--workload`
+//! picks some. Engines:
 //!
 //! - `faultmap`: a new pager per sample with the budget, the library's
 //!   default delivery, fault-around order 4 and the full readahead, its file
 //!   store reading with O_DIRECT, so that the kernel's page cache (which no
-//!   budget bounds) does not hold a second copy of the data;
+//!   budget bounds) does not hold a second copy of the data (`--file-io`
+//!   picks another mode, and the report says which is in force);
 //! - `kernel-file`: the kernel's mmap of the file in a child process held to
 //!   the budget by a cgroup ([`cgroup`]). Without a usable cgroup v1 memory
 //!   controller (not root, no controller, a write refused) one line says so
@@ -49,6 +51,7 @@ use super::grid::{self, rate as per_second, Checksums, Row, Sample};
 use super::note;
 use super::plot::{Figure, Panel, Series};
 use super::reps::Repetitions;
+use super::workload::Workload;
 use crate::table::Table;
 use crate::units;
 use crate::BenchArgs;
@@ -167,6 +170,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let started = Instant::now();
     // 1. The settings and a first pager (without userfaultfd nothing else is
     //    worth doing).
+    let workloads = budget_workloads(&args.workload)?;
     let asked = args
         .budget_mib
         .unwrap_or(DEFAULT_BUDGET_MIB)
@@ -199,11 +203,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             "kernel-file skipped: cannot use a cgroup v1 memory limit ({why})"
         ));
     }
-    let file_io = FileStore::open_with(data.path(), FileIo::Direct)?.io();
+    let asked_io = args.file_io.map_or(FileIo::Direct, crate::FileIoArg::mode);
+    let file_io = FileStore::open_with(data.path(), asked_io)?.io();
     // 4. The page lists, made once.
     let page = PAGE_SIZE as u64;
     let pages = data.len().div_ceil(page);
-    let plans: Vec<(BudgetWorkload, Vec<u32>)> = BudgetWorkload::ALL
+    let plans: Vec<(BudgetWorkload, Vec<u32>)> = workloads
         .iter()
         .map(|&w| (w, touch::plan(w, pages, budget / page)))
         .collect();
@@ -244,7 +249,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     engines.push(Engine::KernelFile);
     let huge_config = config.clone().page_size(faultmap::PageSize::Huge);
-    let mut cells = grid::cells(&BudgetWorkload::ALL, |_| vec![1], &engines);
+    let mut cells = grid::cells(&workloads, |_| vec![1], &engines);
     // 5. The measurements: repetitions outermost.
     let mut kernel_skipped = kernel_skipped;
     let mut checksums = Checksums::new();
@@ -263,8 +268,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .map(|(_, plan)| plan.as_slice())
             .context("a workload without a plan")?;
         let sample = match key.column {
-            Engine::Faultmap => Some(measure_faultmap(&config, data.path(), plan)?),
-            Engine::FaultmapHuge => Some(measure_faultmap(&huge_config, data.path(), plan)?),
+            Engine::Faultmap => Some(measure_faultmap(&config, data.path(), file_io, plan)?),
+            Engine::FaultmapHuge => {
+                Some(measure_faultmap(&huge_config, data.path(), file_io, plan)?)
+            }
             Engine::KernelFile if kernel_skipped.is_none() => {
                 match cgroup::measure(data.path(), key.workload, budget) {
                     Ok(k) => Some(kernel_sample(&k)),
@@ -303,7 +310,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let run = Run::new(
         (&data).into(),
         started,
-        BudgetWorkload::ALL.to_vec(),
+        workloads,
         vec![1],
         engines.to_vec(),
         cells,
@@ -318,15 +325,67 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     run.write(args)
 }
 
+/// The workloads `--workload` names (all three without it), in report
+/// order.
+fn budget_workloads(asked: &[Workload]) -> Result<Vec<BudgetWorkload>> {
+    let mut out = Vec::new();
+    for &w in asked {
+        let budget = match w {
+            Workload::Seq => BudgetWorkload::Seq,
+            Workload::Rand => BudgetWorkload::Rand,
+            Workload::Hotcold => BudgetWorkload::Hotcold,
+            _ => bail!(
+                "workload {} is not a workload of --budget (seq, rand, hotcold)",
+                w.name()
+            ),
+        };
+        out.push(budget);
+    }
+    if out.is_empty() {
+        return Ok(BudgetWorkload::ALL.to_vec());
+    }
+    Ok(BudgetWorkload::ALL
+        .into_iter()
+        .filter(|w| out.contains(w))
+        .collect())
+}
+
+/// The report's line on `workloads`, over an object of `pages` pages
+/// under `budget` bytes.
+fn describe_workloads(workloads: &[BudgetWorkload], pages: u64, budget: u64) -> String {
+    let touches = units::count(u64::from(touch::RANDOM_TOUCHES));
+    let mut parts = vec!["one byte per touch".to_string()];
+    for w in workloads {
+        parts.push(match w {
+            BudgetWorkload::Seq => "seq: every page in order, twice".to_string(),
+            BudgetWorkload::Rand => format!(
+                "rand: uniformly random pages, once per page of the object, at most {touches} \
+                 touches"
+            ),
+            BudgetWorkload::Hotcold => format!(
+                "hotcold: 90% on a hot set of {} pages (10% of the budget), 10% uniform, once \
+                 per page of the object, at most {touches} touches",
+                units::count(touch::hot_pages(pages, budget / PAGE_SIZE as u64))
+            ),
+        });
+    }
+    parts.join("; ")
+}
+
 /// One faultmap sample: a new pager with the budget, a new object, cold.
-fn measure_faultmap(config: &faultmap::Config, path: &Path, plan: &[u32]) -> Result<Sample> {
+fn measure_faultmap(
+    config: &faultmap::Config,
+    path: &Path,
+    io: FileIo,
+    plan: &[u32],
+) -> Result<Sample> {
     if let Err(err) = cgroup::drop_file_cache(path) {
         note(&format!(
             "cannot drop the file's page cache ({err:#}); going on"
         ));
     }
     let pager = super::start_pager(config.clone())?;
-    let object = pager.open(FileStore::open_with(path, FileIo::Direct)?)?;
+    let object = pager.open(FileStore::open_with(path, io)?)?;
     let map = crate::map_readonly(&pager, &object, MapOptions::new().fault_around_order(ORDER))
         .context("mapping the data through faultmap")?;
     let sampler = RssSampler::start();
@@ -527,16 +586,7 @@ impl grid::Mode for Budget {
             ),
             (
                 "workloads",
-                format!(
-                    "one byte per touch; seq: every page in order, twice; rand: uniformly random \
-                 pages; hotcold: 90% on a hot set of {} pages (10% of the budget), 10% uniform; \
-                 rand and hotcold touch once per page of the object, at most {} times",
-                    units::count(touch::hot_pages(
-                        run.data.pages,
-                        m.budget / PAGE_SIZE as u64
-                    )),
-                    units::count(u64::from(touch::RANDOM_TOUCHES))
-                ),
+                describe_workloads(&run.workloads, run.data.pages, m.budget),
             ),
             (
                 "repetitions",
@@ -620,10 +670,7 @@ impl grid::Mode for Budget {
 
     /// The hit ratio and the time of each engine, per workload.
     fn figure(run: &Run) -> Figure {
-        let names: Vec<String> = BudgetWorkload::ALL
-            .iter()
-            .map(|w| w.name().to_string())
-            .collect();
+        let names: Vec<String> = run.workloads.iter().map(|w| w.name().to_string()).collect();
         let panel = |title: &str, log_y, value: fn(&Sample) -> f64| {
             let series = run.columns.iter().map(|&engine| {
                 let points = run.workloads.iter().enumerate().filter_map(|(i, &w)| {

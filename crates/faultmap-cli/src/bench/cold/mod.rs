@@ -143,7 +143,7 @@ fn cold_access(w: Workload) -> Option<Access> {
         Workload::Seq => Some(Access::Seq),
         Workload::Rand => Some(Access::Rand),
         Workload::Clustered => Some(Access::Clustered),
-        Workload::Sparse | Workload::Scattered | Workload::Pages => None,
+        Workload::Sparse | Workload::Scattered | Workload::Pages | Workload::Hotcold => None,
     }
 }
 
