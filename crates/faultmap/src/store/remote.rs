@@ -14,7 +14,7 @@
 //! **The runtime.** The client is asynchronous. One process-wide runtime
 //! with two worker threads (`faultmap-net`) drives every remote request,
 //! so that a pager keeps many requests in flight without an OS thread
-//! each ([`Store::start_read`]). It is built on first use and never
+//! each ([`Store::start_read`](super::Store::start_read)). It is built on first use and never
 //! dropped: a runtime may not be dropped from one of its own threads, and
 //! the last reference to a store can be let go anywhere.
 //!
