@@ -1042,6 +1042,10 @@ fn open_uffd() -> Result<(OwnedFd, UffdSource), PagerError> {
     })
 }
 
+/// How long a handler thread waits after a userfaultfd read failed with
+/// an error other than `EAGAIN` or `EINTR` (none is expected).
+const READ_ERROR_BACKOFF: Duration = Duration::from_millis(1);
+
 /// A handler thread: read fault messages ([`Reading`] says how many at a
 /// time) and handle them; when none is pending, keep polling for
 /// `reading.spin`, then sleep in `poll` on the userfaultfd and the stop
@@ -1057,7 +1061,17 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
     let read_more = |msgs: &mut Vec<UffdMsg>, k: usize| {
         let start = msgs.len();
         msgs.resize(start + k, UffdMsg::default());
-        let got = sys::uffd_read(&core.uffd, &mut msgs[start..]).unwrap_or(0);
+        let got = match sys::uffd_read(&core.uffd, &mut msgs[start..]) {
+            Ok(got) => got,
+            // No error a valid read of a live userfaultfd meets (EAGAIN
+            // and EINTR are `Ok(0)`). Should one come, back off instead of
+            // spinning on `poll`, which would say readable at once again;
+            // the faults stay pending and are read on the next try.
+            Err(_) => {
+                std::thread::sleep(READ_ERROR_BACKOFF);
+                0
+            }
+        };
         msgs.truncate(start + got);
         got
     };
