@@ -523,9 +523,9 @@ struct StatsArgs {
 struct BenchArgs {
     /// Workloads, comma-separated. Default: seq,rand,sparse (the
     /// fault-around benchmark's three synthetic tests); with --cold:
-    /// seq,rand,clustered; with --budget: seq,rand,hotcold (sparse,
-    /// scattered and pages are warm only, clustered cold only, hotcold
-    /// budget only).
+    /// seq,rand,clustered; with --budget: seq,rand,hotcold; with --remote:
+    /// seq,rand,clustered (sparse, scattered and pages are warm only,
+    /// clustered cold and remote only, hotcold budget only).
     ///
     /// Warm: each thread walks the whole file, in its own mapping.
     ///
@@ -577,8 +577,8 @@ struct BenchArgs {
     /// Samples of every cell; the report gives the median (and the min in
     /// JSON). Default: 3 per cell, and up to 11 for the cells that are cheap
     /// enough (2 s per cell in all, within a 150 s run); each JSON row says
-    /// how many it has. With --cold and --churn: 3 per cell; with --parts:
-    /// 5.
+    /// how many it has. With --cold, --churn and --remote: 3 per cell;
+    /// with --parts: 5; with --budget: 1.
     #[arg(long, short, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     repetitions: Option<u32>,

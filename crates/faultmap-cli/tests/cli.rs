@@ -1370,44 +1370,47 @@ fn bench_churn_prints_the_table_with_the_counters() {
 #[test]
 fn bench_budget_refuses_bad_combinations() {
     let conflict = "cannot be used with";
-    assert_fails_cleanly(&faultmap(&["bench", "--budget", "--cold"]), conflict);
-    assert_fails_cleanly(&faultmap(&["bench", "--budget", "--parts"]), conflict);
-    assert_fails_cleanly(
-        &faultmap(&["bench", "--budget", "--workload", "seq,sparse"]),
-        "not a workload of --budget",
-    );
-    assert_fails_cleanly(&faultmap(&["bench", "--workload", "hotcold"]), "--budget");
-    assert_fails_cleanly(
-        &faultmap(&["bench", "--cold", "--workload", "hotcold"]),
-        "not a cold workload",
-    );
-    assert_fails_cleanly(
-        &faultmap(&["bench", "--parts", "--file-io", "direct"]),
-        "--cold or --budget",
-    );
-    // clap does not check `requires` next to a conflicting option: these
-    // must still be refused, not ignored.
-    assert_fails_cleanly(
-        &faultmap(&["bench", "--budget", "--ra-pages", "3"]),
-        "--ra-pages goes with --cold",
-    );
-    assert_fails_cleanly(
-        &faultmap(&["bench", "--budget", "--memory-budget", "1M"]),
-        "--memory-budget goes with --remote",
-    );
-    assert_fails_cleanly(
-        &faultmap(&["bench", "--cold", "--budget-mib", "4"]),
-        "--budget-mib goes with --budget",
-    );
-    assert_fails_cleanly(
-        &faultmap(&["bench", "--budget", "--duration", "1"]),
-        "--duration goes with --churn",
-    );
-    assert_fails_cleanly(&faultmap(&["bench", "--budget-mib", "4"]), "--budget");
-    assert_fails_cleanly(
-        &faultmap(&["bench", "--budget", "--budget-mib", "0"]),
-        "budget-mib",
-    );
+    let refused: [(&[&str], &str); 13] = [
+        (&["--budget", "--cold"], conflict),
+        (&["--budget", "--parts"], conflict),
+        (
+            &["--budget", "--workload", "seq,sparse"],
+            "not a workload of --budget",
+        ),
+        (&["--workload", "hotcold"], "--budget"),
+        (&["--cold", "--workload", "hotcold"], "not a cold workload"),
+        (&["--parts", "--file-io", "direct"], "--cold or --budget"),
+        // clap does not check `requires` next to a conflicting option:
+        // these must still be refused, not ignored.
+        (
+            &["--budget", "--ra-pages", "3"],
+            "--ra-pages goes with --cold",
+        ),
+        (
+            &["--budget", "--memory-budget", "1M"],
+            "--memory-budget goes with --remote",
+        ),
+        (
+            &["--cold", "--budget-mib", "4"],
+            "--budget-mib goes with --budget",
+        ),
+        (
+            &["--budget", "--duration", "1"],
+            "--duration goes with --churn",
+        ),
+        (
+            &["--remote", "--delivery", "handler"],
+            "--delivery goes with",
+        ),
+        (&["--budget-mib", "4"], "--budget"),
+        (&["--budget", "--budget-mib", "0"], "budget-mib"),
+    ];
+    for (args, needle) in refused {
+        let args: Vec<&str> = std::iter::once("bench")
+            .chain(args.iter().copied())
+            .collect();
+        assert_fails_cleanly(&faultmap(&args), needle);
+    }
     // Too small for a budget of at least 1 MiB on an object 4 times larger.
     let dir = tempfile::tempdir().unwrap();
     let small = write(dir.path(), "small", &[7u8; 1 << 20]);
@@ -1498,35 +1501,33 @@ fn bench_budget_json_has_a_row_per_cell_within_the_budget() {
     assert!(seq["evicted"].as_u64().unwrap() > 0, "{seq}");
 }
 
+/// `faultmap bench --budget --budget-mib 2 --file FILE EXTRA...`.
+fn bench_budget_of_2_mib(file: &Path, extra: &[&str]) -> Output {
+    let file = file.to_str().unwrap();
+    let mut args = vec!["bench", "--budget", "--budget-mib", "2", "--file", file];
+    args.extend_from_slice(extra);
+    faultmap(&args)
+}
+
 #[test]
 fn bench_budget_runs_the_workloads_and_file_io_asked_for() {
     let dir = tempfile::tempdir().unwrap();
     let file = patterned(dir.path(), 8 << 20);
     let run = |workloads: &str, io: Option<&str>| {
-        let mut args = vec![
-            "bench",
-            "--budget",
-            "--budget-mib",
-            "2",
-            "--file",
-            file.to_str().unwrap(),
-            "--workload",
-            workloads,
-            "--json",
-        ];
+        let mut extra = vec!["--workload", workloads, "--json"];
         if let Some(io) = io {
-            args.extend(["--file-io", io]);
+            extra.extend(["--file-io", io]);
         }
-        stdout_json(&faultmap(&args))
+        stdout_json(&bench_budget_of_2_mib(&file, &extra))
     };
-    // The default mode is direct (buffered on a filesystem without
-    // O_DIRECT, where the two runs cannot differ).
+    // The default mode is direct, or what direct falls back to on this
+    // filesystem (buffered without O_DIRECT: then the two runs below
+    // cannot differ in their mode).
+    let direct = faultmap::FileStore::open_with(&file, faultmap::FileIo::Direct)
+        .unwrap()
+        .io();
     let default = run("seq", None);
-    let default_io = default["machine"]["file_io"].as_str().unwrap().to_string();
-    assert!(
-        ["direct", "buffered"].contains(&default_io.as_str()),
-        "{default_io}"
-    );
+    assert_eq!(default["machine"]["file_io"], direct.as_str());
     let doc = run("hotcold,seq", Some("buffered"));
     let machine = &doc["machine"];
     assert_eq!(machine["file_io"], "buffered", "{machine}");
@@ -1545,15 +1546,7 @@ fn bench_budget_runs_the_workloads_and_file_io_asked_for() {
 fn bench_budget_prints_the_table() {
     let dir = tempfile::tempdir().unwrap();
     let file = patterned(dir.path(), 8 << 20);
-    let out = faultmap(&[
-        "bench",
-        "--budget",
-        "--budget-mib",
-        "2",
-        "--file",
-        file.to_str().unwrap(),
-    ]);
-    let text = stdout_text(&out);
+    let text = stdout_text(&bench_budget_of_2_mib(&file, &[]));
     for needle in [
         "faultmap bench --budget",
         "8.00 MiB (2,048 pages), given with --file",

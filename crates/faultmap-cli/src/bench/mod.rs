@@ -1,5 +1,5 @@
 //! `faultmap bench`: faultmap against kernel `mmap` of the same data, in one
-//! process, one run. Five benchmarks, one framework ([`grid`]: engines ×
+//! process, one run. Six benchmarks, one framework ([`grid`]: engines ×
 //! workloads × cells, one sample and row type, one JSON writer, one table
 //! renderer, one progress bar; [`plot`]: the same numbers as an SVG with
 //! `--plot`):
@@ -12,6 +12,10 @@
 //! | `--parts`         | the lockless page cache benchmark                   | [`scaling`] |
 //! | `--churn`         | the speculative fault benchmark                     | [`scaling`] |
 //! | `--budget`        | a memory budget against a cgroup memory limit       | [`budget`]  |
+//! | `--remote`        | HTTP and S3 objects against ranged GETs and FUSE    | `remote`    |
+//!
+//! An option of one mode given to another is refused
+//! (`check_mode_options`), never ignored.
 //!
 //! Each mode's orchestrator reads top to bottom in numbered steps: the
 //! arguments, checked before anything costly (here, the plot's directory
@@ -122,6 +126,7 @@ fn remote_options(args: &BenchArgs) -> Result<remote::RemoteOptions> {
         size: args.size.unwrap_or(DEFAULT_SIZE),
         repetitions: args.repetitions.unwrap_or(3),
         budget: args.memory_budget,
+        config: crate::stats::pager_config(args.handler_threads, args.io_threads),
         sample_pages: args.sample_pages.unwrap_or(300),
         no_fuse: args.no_fuse,
         // Beside the scripts, in the source tree's target folder: the
@@ -159,7 +164,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 /// required one is given (`--budget --ra-pages 3` would pass it, `--budget`
 /// conflicting with `--cold`), and the option would be silently ignored.
 fn check_mode_options(args: &BenchArgs) -> Result<()> {
-    let given: [(&str, bool, bool, &str); 9] = [
+    let given: [(&str, bool, bool, &str); 10] = [
         ("--ra-pages", args.ra_pages.is_some(), args.cold, "--cold"),
         (
             "--file-io",
@@ -194,6 +199,13 @@ fn check_mode_options(args: &BenchArgs) -> Result<()> {
             "--remote",
         ),
         ("--no-fuse", args.no_fuse, args.remote, "--remote"),
+        (
+            "--delivery",
+            !args.delivery.is_empty(),
+            !args.remote,
+            "the warm benchmark, --parts or --churn (--remote's pager has the library's \
+             default delivery)",
+        ),
     ];
     for (option, present, allowed, with) in given {
         if present && !allowed {

@@ -1057,6 +1057,8 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
     let spin = reading.spin;
     // One-message reads since the last drain: see `next_take`.
     let small_reads = std::cell::Cell::new(0u32);
+    // A read failed (see `read_more`).
+    let read_failed = std::cell::Cell::new(false);
     // Appends up to `k` messages to `msgs`; how many came.
     let read_more = |msgs: &mut Vec<UffdMsg>, k: usize| {
         let start = msgs.len();
@@ -1064,11 +1066,12 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
         let got = match sys::uffd_read(&core.uffd, &mut msgs[start..]) {
             Ok(got) => got,
             // No error a valid read of a live userfaultfd meets (EAGAIN
-            // and EINTR are `Ok(0)`). Should one come, back off instead of
-            // spinning on `poll`, which would say readable at once again;
-            // the faults stay pending and are read on the next try.
+            // and EINTR are `Ok(0)`). Should one come, the thread backs off
+            // (once it let go of the reading lock and the passage) instead
+            // of spinning on `poll`, which would say readable at once
+            // again; the faults stay pending and are read on the next try.
             Err(_) => {
-                std::thread::sleep(READ_ERROR_BACKOFF);
+                read_failed.set(true);
                 0
             }
         };
@@ -1169,6 +1172,9 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
                 let addr = HostAddr(msg.address as usize);
                 fault::handle(&env, addr, fault::Origin::Uffd { tid, wp: false });
             }
+        }
+        if read_failed.replace(false) {
+            std::thread::sleep(READ_ERROR_BACKOFF);
         }
         n
     };

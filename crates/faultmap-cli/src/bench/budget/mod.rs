@@ -722,6 +722,25 @@ mod tests {
     }
 
     #[test]
+    fn the_workloads_asked_for_run_in_report_order_and_are_described() {
+        use BudgetWorkload::{Hotcold, Rand, Seq};
+        assert_eq!(budget_workloads(&[]).unwrap(), [Seq, Rand, Hotcold]);
+        let asked = [Workload::Hotcold, Workload::Seq, Workload::Hotcold];
+        assert_eq!(budget_workloads(&asked).unwrap(), [Seq, Hotcold]);
+        assert!(budget_workloads(&[Workload::Seq, Workload::Sparse]).is_err());
+        let text = describe_workloads(&[Rand], 65_536, 64 * MIB);
+        assert!(text.contains("rand: uniformly random pages"), "{text}");
+        assert!(
+            !text.contains("seq:") && !text.contains("hotcold:"),
+            "{text}"
+        );
+        let text = describe_workloads(&[Seq, Hotcold], 65_536, 64 * MIB);
+        assert!(text.contains("seq: every page in order, twice"), "{text}");
+        assert!(text.contains("hot set of 1,638 pages"), "{text}");
+        assert!(!text.contains("rand:"), "{text}");
+    }
+
+    #[test]
     fn hit_ratios_count_major_faults() {
         let s = Sample {
             seconds: 2.0,

@@ -210,16 +210,17 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime> {
     RT.get().context("no runtime")
 }
 
-/// `faultmap`: a fresh pager (a cold cache) maps the object; `plan` walks
-/// it on its threads.
+/// `faultmap`: a fresh pager (a cold cache) with `config` and `budget`
+/// maps the object; `plan` walks it on its threads.
 pub fn faultmap(
     target: &Target<'_>,
     plan: &AccessPlan,
     readahead: ReadaheadMode,
+    config: &Config,
     budget: Option<u64>,
     replay: Option<Arc<Trace>>,
 ) -> Result<Sample> {
-    let mut config = Config::default();
+    let mut config = config.clone();
     if let Some(b) = budget {
         config = config.memory_budget(b);
     }
@@ -243,12 +244,12 @@ pub fn faultmap(
 /// The access trace of `plan` on the object: one cold run of a recording
 /// mapping, untimed, through the proxy without latency (the trace is the
 /// same at any latency).
-pub fn record(target: &Target<'_>, plan: &AccessPlan) -> Result<Trace> {
+pub fn record(target: &Target<'_>, plan: &AccessPlan, config: &Config) -> Result<Trace> {
     let faults = target.proxy.faults();
     let latency = faults.latency();
     faults.set_latency(Duration::ZERO);
     let recorded = (|| {
-        let pager = Pager::new(Config::default())?;
+        let pager = Pager::new(config.clone())?;
         let object = pager.open(target.store(RemoteTuning::default())?)?;
         // SAFETY: as in `faultmap`.
         let map = unsafe { pager.map(&object, MapOptions::new().record_trace())? };

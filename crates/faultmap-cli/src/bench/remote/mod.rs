@@ -54,6 +54,9 @@ pub struct RemoteOptions {
     pub size: u64,
     pub repetitions: u32,
     pub budget: Option<u64>,
+    /// faultmap's pager settings (handler and I/O threads), before the
+    /// budget.
+    pub config: faultmap::Config,
     pub sample_pages: u64,
     pub no_fuse: bool,
     pub state: std::path::PathBuf,
@@ -185,7 +188,9 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
                 let (request, depth) = raw[&(c.store, c.latency_ms)];
                 engines::raw_get(&target, request, depth)?
             }
-            Engine::Faultmap(mode) => engines::faultmap(&target, plan, mode, o.budget, None)?,
+            Engine::Faultmap(mode) => {
+                engines::faultmap(&target, plan, mode, &o.config, o.budget, None)?
+            }
             Engine::Replay => {
                 let trace = match traces.get(&(c.store, key.workload)) {
                     Some(trace) => trace.clone(),
@@ -195,13 +200,13 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
                             c.store.name(),
                             key.workload.name()
                         ));
-                        let trace = Arc::new(engines::record(&target, plan)?);
+                        let trace = Arc::new(engines::record(&target, plan, &o.config)?);
                         traces.insert((c.store, key.workload), trace.clone());
                         trace
                     }
                 };
                 let full = ReadaheadMode::Full;
-                engines::faultmap(&target, plan, full, o.budget, Some(trace))?
+                engines::faultmap(&target, plan, full, &o.config, o.budget, Some(trace))?
             }
             Engine::Fuse(name) => {
                 let path = setup
