@@ -197,9 +197,9 @@ enum Command {
     /// --file or --size smaller than that shrinks the budget to a quarter of
     /// it, and the report says so). Workloads, one byte per touch: seq
     /// (every page in order, twice), rand (uniformly random pages, as many
-    /// touches as pages) and hotcold (90% of the touches on a hot set of 10%
-    /// of the budget, 10% uniformly over the object); --workload picks
-    /// some. Engines: faultmap (a new pager per sample with
+    /// touches as pages, at most 8192) and hotcold (90% of the touches on a
+    /// hot set of 10% of the budget, 10% uniformly over the object, as many
+    /// touches as rand); --workload picks some. Engines: faultmap (a new pager per sample with
     /// Config::memory_budget, the default delivery, fault-around order 4,
     /// its store reading with O_DIRECT, or --file-io's mode) and
     /// kernel-file (the kernel's mmap of the file in a child process inside

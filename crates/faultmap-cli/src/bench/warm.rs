@@ -161,12 +161,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         crate::order_options(order).validate()?;
     }
     let workloads = dedup(or_default(&args.workload, &WORKLOADS));
-    if let Some(w) = workloads.iter().find(|w| !w.is_warm()) {
-        let mode = if *w == Workload::Hotcold {
-            "budget"
-        } else {
-            "cold"
-        };
+    if let Some((w, mode)) = workloads.iter().find_map(|w| Some((w, w.only_in()?))) {
         bail!(
             "workload {} is a workload of the {mode} benchmark: add --{mode}",
             w.name()

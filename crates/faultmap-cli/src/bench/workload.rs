@@ -49,6 +49,8 @@ pub const SPARSE_STRIDE: usize = 2 << 20;
 
 /// `scattered` touches this many pages of every 2 MiB page table.
 pub const SCATTERED_PER_TABLE: usize = 4;
+// `Workload::describe` and the docs say 4.
+const _: () = assert!(SCATTERED_PER_TABLE == 4);
 
 /// The seed of the `rand` permutations (thread `i` uses `RAND_SEED + i`), so
 /// every run and every engine walks the same pages in the same order.
@@ -113,10 +115,19 @@ impl Workload {
         }
     }
 
-    /// Whether the warm benchmark runs it (all but `clustered` and
-    /// `hotcold`).
-    pub fn is_warm(self) -> bool {
-        !matches!(self, Workload::Clustered | Workload::Hotcold)
+    /// The benchmark a workload the warm one does not run belongs to (its
+    /// flag without `--`): `cold` for `clustered`, `budget` for `hotcold`;
+    /// `None` for the warm workloads.
+    pub fn only_in(self) -> Option<&'static str> {
+        match self {
+            Workload::Clustered => Some("cold"),
+            Workload::Hotcold => Some("budget"),
+            Workload::Seq
+            | Workload::Rand
+            | Workload::Sparse
+            | Workload::Scattered
+            | Workload::Pages => None,
+        }
     }
 }
 
@@ -144,8 +155,11 @@ impl Plan {
                 vec![pages; threads]
             }
             Workload::Seq | Workload::Sparse | Workload::Pages => Vec::new(),
-            Workload::Clustered => bail!("clustered is a workload of the cold benchmark (--cold)"),
-            Workload::Hotcold => bail!("hotcold is a workload of the budget benchmark (--budget)"),
+            Workload::Clustered | Workload::Hotcold => bail!(
+                "{} is a workload of the {1} benchmark (--{1})",
+                workload.name(),
+                workload.only_in().unwrap_or("warm")
+            ),
         };
         Ok(Plan { workload, perms })
     }
@@ -377,7 +391,7 @@ mod tests {
         d[5] = 100;
         let plan = Plan::new(Workload::Pages, d.len(), 1).unwrap();
         assert_eq!(plan.walk(0, &d), 7);
-        assert!(Workload::Pages.is_warm());
+        assert_eq!(Workload::Pages.only_in(), None);
     }
 
     #[test]
@@ -392,8 +406,9 @@ mod tests {
     #[test]
     fn warm_plans_refuse_clustered() {
         assert!(Plan::new(Workload::Clustered, 4096, 1).is_err());
-        assert!(!Workload::Clustered.is_warm() && Workload::Sparse.is_warm());
+        assert_eq!(Workload::Clustered.only_in(), Some("cold"));
+        assert_eq!(Workload::Sparse.only_in(), None);
         assert!(Plan::new(Workload::Hotcold, 4096, 1).is_err());
-        assert!(!Workload::Hotcold.is_warm());
+        assert_eq!(Workload::Hotcold.only_in(), Some("budget"));
     }
 }
