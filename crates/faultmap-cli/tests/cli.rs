@@ -1370,14 +1370,19 @@ fn bench_churn_prints_the_table_with_the_counters() {
 #[test]
 fn bench_budget_refuses_bad_combinations() {
     let conflict = "cannot be used with";
-    let refused: [(&[&str], &str); 13] = [
+    let refused: [(&[&str], &str); 14] = [
         (&["--budget", "--cold"], conflict),
         (&["--budget", "--parts"], conflict),
         (
             &["--budget", "--workload", "seq,sparse"],
             "not a workload of --budget",
         ),
-        (&["--workload", "hotcold"], "--budget"),
+        (&["--workload", "hotcold"], "add --budget"),
+        // --full conflicts with --budget: not "add --budget".
+        (
+            &["--full", "--workload", "hotcold"],
+            "with --budget instead of --full",
+        ),
         (&["--cold", "--workload", "hotcold"], "not a cold workload"),
         (&["--parts", "--file-io", "direct"], "--cold or --budget"),
         // clap does not check `requires` next to a conflicting option:

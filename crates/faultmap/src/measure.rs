@@ -259,7 +259,15 @@ fn probe_loop(uffd: &std::os::fd::OwnedFd, stop: &std::os::fd::OwnedFd) {
             // No failure a valid poll meets; never leave a fault unserved.
             Err(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
         }
-        let n = sys::uffd_read(uffd, &mut msgs).unwrap_or(0);
+        let n = match sys::uffd_read(uffd, &mut msgs) {
+            Ok(n) => n,
+            // None is expected on a live userfaultfd; do not spin on one
+            // (poll would report it readable at once).
+            Err(_) => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                0
+            }
+        };
         for msg in msgs[..n]
             .iter()
             .filter(|m| m.event == sys::UFFD_EVENT_PAGEFAULT)

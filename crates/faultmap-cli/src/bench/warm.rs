@@ -162,8 +162,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     let workloads = dedup(or_default(&args.workload, &WORKLOADS));
     if let Some((w, mode)) = workloads.iter().find_map(|w| Some((w, w.only_in()?))) {
+        // --full conflicts with the other benchmarks' flags.
+        let how = if args.full {
+            format!("run it with --{mode} instead of --full")
+        } else {
+            format!("add --{mode}")
+        };
         bail!(
-            "workload {} is a workload of the {mode} benchmark: add --{mode}",
+            "workload {} is a workload of the {mode} benchmark: {how}",
             w.name()
         );
     }

@@ -537,7 +537,7 @@ impl Replay {
     }
 
     /// The step that reads object page `page`, if any.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     fn step_of(&self, page: u64) -> Option<usize> {
         let i = self
             .by_page

@@ -82,7 +82,18 @@ impl Cgroup {
 
     /// A counter of the cgroup's `memory.stat`.
     pub fn stat(&self, key: &str) -> Option<u64> {
-        let text = std::fs::read_to_string(self.dir.join("memory.stat")).ok()?;
+        self.counter("memory.stat", key)
+    }
+
+    /// How many of the cgroup's processes its OOM killer killed
+    /// (`oom_kill` of `memory.oom_control`).
+    pub fn oom_kills(&self) -> Option<u64> {
+        self.counter("memory.oom_control", "oom_kill")
+    }
+
+    /// Counter `key` of a "key value" per line file of the cgroup.
+    fn counter(&self, file: &str, key: &str) -> Option<u64> {
+        let text = std::fs::read_to_string(self.dir.join(file)).ok()?;
         text.lines().find_map(|line| {
             let (k, v) = line.split_once(' ')?;
             (k == key).then(|| v.trim().parse().ok()).flatten()
@@ -215,6 +226,14 @@ pub fn measure(
         .context("waiting for the kernel-file child")
         .map_err(KernelError::Run)?;
     if !output.status.success() {
+        if cgroup.oom_kills().is_some_and(|n| n > 0) {
+            return Err(KernelError::Run(anyhow::anyhow!(
+                "the kernel-file child was killed by its cgroup's OOM killer: a budget of \
+                 {} KiB does not hold its own pages besides the file's; give a larger \
+                 --budget-mib",
+                budget / 1024
+            )));
+        }
         return Err(KernelError::Run(anyhow::anyhow!(
             "the kernel-file child failed ({})",
             output.status
