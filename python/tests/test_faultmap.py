@@ -296,7 +296,9 @@ def test_a_pager_shares_its_budget(small_file, tmp_path):
     assert b[:] == data[::-1]
     memory = pager.memory()
     assert memory["budget"] == 4 << 20
-    assert memory["cached"] <= 4 << 20
+    # The pages faults wait for are charged even over the limit: the same
+    # slack as the Rust budget tests.
+    assert memory["cached"] <= (4 << 20) + 8 * 4096
     assert pager.stats()["pgfault"] >= a.stats()["pgfault"]
     a.close()
     b.close()

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    pattern, read_byte, touch, wait_until, watchdog, Faults, Instrumented, PAGE, WATCHDOG,
+    pattern, read_byte, touch, wait_until, watchdog, Faults, Gate, Instrumented, PAGE, WATCHDOG,
 };
 use faultmap::{
     Advice, Config, MapOptions, Mapping, Object, Pager, ReadaheadMode, Store, StoreError,
@@ -443,10 +443,12 @@ fn a_reader_waiting_on_the_marker_starts_the_next_window() {
     });
 }
 
-/// A store that records the order of its requests, each taking a moment.
+/// A store that records the order of its requests, and holds them at a
+/// gate until it opens.
 struct Ordered {
     inner: faultmap::MemStore,
     order: std::sync::Mutex<Vec<u64>>,
+    gate: Gate,
 }
 
 impl Store for Ordered {
@@ -461,7 +463,7 @@ impl Store for Ordered {
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         self.order.lock().unwrap().push(offset / PAGE as u64);
-        std::thread::sleep(Duration::from_millis(2));
+        self.gate.pass();
         self.inner.read_at(offset, buf)
     }
 }
@@ -476,20 +478,39 @@ fn a_fault_promotes_its_queued_read() {
         let store = Arc::new(Ordered {
             inner: faultmap::MemStore::new("m", data.clone()),
             order: std::sync::Mutex::new(Vec::new()),
+            gate: Gate::default(),
         });
-        let pager = Pager::new(Config::default()).unwrap();
+        let io_threads = 4;
+        let pager = Pager::new(Config::default().io_threads(io_threads)).unwrap();
         let opts = MapOptions::new().fault_around_order(0).ra_pages(1024);
         let map = pager.map_trusted(store.clone(), opts).unwrap();
-        // 128 requests of 8 pages queued at once.
+        let object = map.object().clone();
+        // 128 requests of 8 pages queued at once; the I/O threads hold the
+        // first ones at the gate.
         map.advise(Advice::WillNeed, 0..map.len()).unwrap();
-        assert_eq!(touch(&map, 1020), data[1020 * PAGE]);
+        assert!(store
+            .gate
+            .wait_entered(io_threads as u64, Duration::from_secs(20)));
+        std::thread::scope(|s| {
+            let toucher = s.spawn(|| touch(&map, 1020));
+            // The fault parked on page 1020's queued read, after moving it
+            // up (`fault_wait` is counted after the promotion).
+            assert!(
+                wait_until(Duration::from_secs(20), || object.stats().fault_wait >= 1),
+                "the fault did not wait for the queued read"
+            );
+            store.gate.open();
+            assert_eq!(toucher.join().unwrap(), data[1020 * PAGE]);
+        });
         let order = store.order.lock().unwrap().clone();
         let at = order
             .iter()
             .position(|&first| (first..first + 8).contains(&1020))
             .expect("page 1020 was read");
+        // The gated reads, then the I/O threads take the next ones at
+        // once: the promoted read among them.
         assert!(
-            at < 32,
+            at < 2 * io_threads,
             "the faulting page's read ran {at}th of {}",
             order.len()
         );

@@ -229,7 +229,9 @@ impl Object {
             .bytes(self.0.wb.dirty_pages.load(Ordering::Relaxed))
     }
 
-    /// Counters summed over every mapping of this object.
+    /// Counters summed over every mapping of this object, with every fault
+    /// that let its thread go before this call (see
+    /// [`crate::Pager::stats`]).
     pub fn stats(&self) -> Stats {
         self.0.counters.snapshot()
     }

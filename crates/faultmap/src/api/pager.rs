@@ -996,7 +996,12 @@ impl Pager {
         Ok(mapping)
     }
 
-    /// Counters summed over every mapping this pager has served.
+    /// Counters summed over every mapping this pager has served. A fault
+    /// that let its thread go before this call is counted: the snapshot
+    /// waits (at most a second) for the faults begun before it, not for
+    /// later ones. (A thread may also be let go by another fault's mapping
+    /// of its page before its own fault is read; that one counts when
+    /// read.)
     pub fn stats(&self) -> Stats {
         self.core.counters.snapshot()
     }
@@ -1550,7 +1555,8 @@ impl<A: Access> Mapping<A> {
         self.region.as_ref().map_or(0, |r| r.order())
     }
 
-    /// This mapping's counters.
+    /// This mapping's counters, with every fault that let its thread go
+    /// before this call (see [`Pager::stats`]).
     pub fn stats(&self) -> Stats {
         self.region
             .as_ref()
@@ -2127,9 +2133,14 @@ mod tests {
     }
 
     fn config() -> Config {
-        Config::default()
-            .delivery(Delivery::Handler)
-            .io_timeout(Duration::from_millis(200))
+        Config::default().delivery(Delivery::Handler)
+    }
+
+    /// For a store that hangs: a short timeout. Not for reads that must
+    /// succeed: the timeout applies to every read, and a loaded machine can
+    /// hold up a read of memory for 200 ms.
+    fn hang_config() -> Config {
+        config().io_timeout(Duration::from_millis(200))
     }
 
     #[test]
@@ -2159,7 +2170,7 @@ mod tests {
     fn dropping_the_pager_returns_while_a_store_read_hangs() {
         let (store, gate) = Gated::new(64 * PAGE_SIZE, Hang::Reads, false);
         let done = within(Duration::from_secs(30), move || {
-            let pager = Pager::new(config()).unwrap();
+            let pager = Pager::new(hang_config()).unwrap();
             // SAFETY: the store's bytes never change.
             let map = unsafe { pager.map(store, MapOptions::new()) }.unwrap();
             // A read that never returns, with nobody faulting on it.
@@ -2180,7 +2191,7 @@ mod tests {
     fn invalidation_gives_up_on_a_read_that_outlived_the_timeout() {
         let (store, gate) = Gated::new(64 * PAGE_SIZE, Hang::Reads, false);
         let done = within(Duration::from_secs(30), move || {
-            let pager = Pager::new(config()).unwrap();
+            let pager = Pager::new(hang_config()).unwrap();
             let object = pager.open(store).unwrap();
             // SAFETY: the store's bytes never change.
             let map = unsafe { pager.map(&object, MapOptions::new()) }.unwrap();
@@ -2259,7 +2270,7 @@ mod tests {
     fn dropping_the_last_handle_returns_while_a_store_write_hangs() {
         let (store, gate) = Gated::new(16 * PAGE_SIZE, Hang::Writes, false);
         let done = within(Duration::from_secs(30), move || {
-            let pager = Pager::new(config()).unwrap();
+            let pager = Pager::new(hang_config()).unwrap();
             // SAFETY: the store's bytes change only through this mapping.
             let mut map = unsafe { pager.map_mut(store, MapOptions::new()) }.unwrap();
             map[5] = 1;

@@ -284,7 +284,7 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: HostAddr, origin: Origin<'_>) {
     let page_addr = addr.page_down();
     let mut tally = Stats::default();
     let mut ra = RaTally::default();
-    env.counters.begin();
+    let begun = env.counters.begin();
     // The retry of a fault that was parked and woken: counted with it, and
     // no readahead bookkeeping (FAULT_FLAG_TRIED).
     let retry = match origin {
@@ -368,7 +368,7 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: HostAddr, origin: Origin<'_>) {
     // The readahead counts first: a snapshot that sees this fault ended
     // (its in-flight count) sees them too.
     env.ra.add(&ra);
-    env.counters.end(&tally);
+    env.counters.end(&tally, begun);
 }
 
 /// A write-protect fault read from the userfaultfd
@@ -384,9 +384,8 @@ pub(crate) fn handle_wp(env: &FaultEnv<'_>, addr: HostAddr, tid: u32) {
             let page = region.page_of(page_addr);
             let mut tally = Stats::default();
             let object = &region.object;
-            for c in [env.counters, &region.counters, &object.counters] {
-                c.begin();
-            }
+            let sets = [env.counters, &region.counters, &object.counters];
+            let begun = sets.map(|c| c.begin());
             let done = write_fault(env, region, page, &mut tally, Some(&spec));
             if done {
                 tally.pgfault = 1;
@@ -394,8 +393,8 @@ pub(crate) fn handle_wp(env: &FaultEnv<'_>, addr: HostAddr, tid: u32) {
                 let (at, len) = region.span_of(page_addr);
                 let _ = sys::uffd_wake(env.uffd, at.get(), len);
             }
-            for c in [env.counters, &region.counters, &object.counters] {
-                c.end(&tally);
+            for (c, b) in sets.into_iter().zip(begun) {
+                c.end(&tally, b);
             }
             if done {
                 return;
@@ -460,8 +459,7 @@ fn resolve(
     let object = &*region.object;
     let mut tally = Stats::default();
     let mut ra = RaTally::default();
-    region.counters.begin();
-    object.counters.begin();
+    let begun = (region.counters.begin(), object.counters.begin());
 
     // 2. The fault-around window, in region pages. A replay learns at
     //    once what the application uses (a miss parks before it maps
@@ -578,8 +576,8 @@ fn resolve(
     region.ra.add(&ra);
     object.ra.add(&ra);
     pager_ra.merge(&ra);
-    region.counters.end(&tally);
-    object.counters.end(&tally);
+    region.counters.end(&tally, begun.0);
+    object.counters.end(&tally, begun.1);
     pager_tally.merge(&tally);
     ending
 }
@@ -687,9 +685,11 @@ pub(crate) fn fast(
     let (window, decision) = fault_window(region, page_addr, page);
     let mut tally = Stats::default();
     let mut ra = RaTally::default();
-    env.counters.begin();
-    region.counters.begin();
-    object.counters.begin();
+    let begun = (
+        env.counters.begin(),
+        region.counters.begin(),
+        object.counters.begin(),
+    );
     let mut outcome = map_window(env, region, &window, page, &mut tally, &mut ra, spec);
     // Mapped already, in a writable region: a write to a write-protected
     // page, if the access may be a write (`write`: the SIGBUS's error
@@ -725,9 +725,9 @@ pub(crate) fn fast(
     region.ra.add(&ra);
     object.ra.add(&ra);
     env.ra.add(&ra);
-    region.counters.end(&tally);
-    object.counters.end(&tally);
-    env.counters.end(&tally);
+    region.counters.end(&tally, begun.1);
+    object.counters.end(&tally, begun.2);
+    env.counters.end(&tally, begun.0);
     out
 }
 

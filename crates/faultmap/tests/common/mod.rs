@@ -441,7 +441,9 @@ impl Gate {
         wait_until(limit, || self.entered.load(Ordering::SeqCst) >= n)
     }
 
-    fn pass(&self) {
+    /// Holds the caller until the gate opens (at most 30 s), counted in
+    /// [`Gate::wait_entered`].
+    pub fn pass(&self) {
         self.entered.fetch_add(1, Ordering::SeqCst);
         let open = self.open.lock().unwrap();
         // Bounded, so that a failing test cannot leave a handler thread
