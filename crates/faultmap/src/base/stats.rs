@@ -37,18 +37,21 @@
 //! | `trace_recorded` | (none)             | first touches a recording mapping noted     |
 //! | `trace_replayed` | (none)             | schedule pages a replay asked for (read, cached, or no room) |
 
-use std::time::Duration;
+#[cfg(not(loom))]
+use std::sync::TryLockError;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::policy::readahead::{Pattern, Window};
-use crate::sync::{fence, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{backoff, fence, AtomicU64, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 /// The longest a snapshot waits for the faults begun before it to add
-/// their counts. It waits for none that begins after it, so a steady
-/// stream of faults does not hold it up; this bounds only a fault whose
-/// handling is itself held up (a region table lock held through a grace
-/// period, an evictor that has to make room).
+/// their counts, its turn after other snapshots included. It waits for none
+/// that begins after it, so a steady stream of faults does not hold it up;
+/// this bounds only a fault whose handling is itself held up (the region
+/// table's lock held through a grace period, a kernel call held up by
+/// memory reclaim, a store read run by the fault's thread at shutdown).
 #[cfg_attr(loom, allow(dead_code))]
 const SETTLE_LIMIT: Duration = Duration::from_secs(1);
 
@@ -59,8 +62,7 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(1);
 /// A fault begins ([`InFlight::begin`]) before it lets its thread go and
 /// ends after it added its counts. A settle ([`InFlight::settle`]) moves
 /// the epoch on, then waits until no fault of the old epoch's parity is
-/// left. The protocol, in the sequentially consistent order of the epoch
-/// and slot operations:
+/// left. The protocol:
 ///
 /// - a fault loads the epoch `e`, adds one to slot `e & 1`, a full fence,
 ///   and loads the epoch again; if it moved, it takes the one back and
@@ -69,15 +71,18 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(1);
 ///   least one sees the other's store (as in `crate::sync::srcu`): a fault
 ///   that began in `e` is seen by the settle that moved the epoch off `e`,
 ///   which waits for it;
-/// - settles take turns (a mutex, never taken on the fault path): each
-///   waits for its old parity, so two settles never leave a fault of the
-///   epoch they both saw unwaited.
+/// - settles take turns (a mutex, never taken on the fault path), and each
+///   first waits for the other parity, where only faults that an earlier
+///   settle gave up on (its time ran out) can be (none begins there until
+///   this settle moves the epoch), then moves the epoch and waits for the
+///   old parity. So a settle never leaves a fault begun before it unwaited,
+///   whatever earlier settles did.
 ///
 /// Then a fault whose thread went on before a snapshot was asked for is in
-/// that snapshot: it began in an epoch the snapshot (or an earlier settle,
-/// which waited for it) moved off. The fault path stays lock-free and
-/// async-signal-safe: three atomic operations and a fence to begin, one
-/// to end.
+/// that snapshot, unless the snapshot ran out of time ([`SETTLE_LIMIT`],
+/// its turn included: the mutex is tried, never waited on). The fault path
+/// stays lock-free and async-signal-safe: three atomic operations and a
+/// fence to begin, one to end.
 pub(crate) struct InFlight {
     /// Faults in flight, by the parity of the epoch they began in: written
     /// by every fault.
@@ -101,11 +106,22 @@ impl<T> std::ops::Deref for Line<T> {
     }
 }
 
-/// A fault begun on a set of counters ([`Counters::begin`]): the parity of
-/// its epoch, which [`Counters::end`] takes.
-#[must_use = "a fault begun must end (Counters::end), or snapshots wait for it"]
+/// A fault begun on a set of counters ([`Counters::begin`]): its slot. The
+/// fault ends when this is dropped, which [`Counters::end`] does after it
+/// added the fault's counts (and an unwinding panic would, so no snapshot
+/// waits for a fault that is gone). Async-signal-safe.
+#[must_use = "a fault begun ends when this is dropped: end it with Counters::end"]
 #[derive(Debug)]
-pub(crate) struct Begun(usize);
+pub(crate) struct Begun<'a> {
+    slot: &'a AtomicU64,
+}
+
+impl Drop for Begun<'_> {
+    fn drop(&mut self) {
+        // Release: a settle that sees the fault ended sees its counts.
+        self.slot.fetch_sub(1, Ordering::Release);
+    }
+}
 
 impl Default for InFlight {
     fn default() -> Self {
@@ -129,59 +145,103 @@ impl std::fmt::Debug for InFlight {
     }
 }
 
+/// When a settle gives up: [`SETTLE_LIMIT`] from now; never under loom,
+/// whose models must see every wait end.
+fn settle_deadline() -> Option<Instant> {
+    #[cfg(not(loom))]
+    return Some(Instant::now() + SETTLE_LIMIT);
+    #[cfg(loom)]
+    return None;
+}
+
+fn passed(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
 impl InFlight {
     /// A fault begins. Async-signal-safe: atomics only.
-    fn begin(&self) -> Begun {
+    fn begin(&self) -> Begun<'_> {
         loop {
             let epoch = self.epoch.load(Ordering::Relaxed);
-            let parity = epoch & 1;
-            self.slots[parity].fetch_add(1, Ordering::Relaxed);
+            let slot = &self.slots[epoch & 1];
+            slot.fetch_add(1, Ordering::Relaxed);
             // The store-buffering pair with `settle`'s fence: either this
             // load sees the settle's move, or the settle's load of the
             // slot sees this increment.
             fence(Ordering::SeqCst);
             if self.epoch.load(Ordering::Relaxed) == epoch {
-                return Begun(parity);
+                return Begun { slot };
             }
             // A settle moved the epoch on and may have found this slot
             // empty already: begin in the new epoch.
-            self.slots[parity].fetch_sub(1, Ordering::Release);
+            slot.fetch_sub(1, Ordering::Release);
         }
     }
 
-    /// A fault ends, after it added its counts. Async-signal-safe.
-    fn end(&self, begun: Begun) {
-        // Release: a settle that sees the fault ended sees its counts.
-        self.slots[begun.0].fetch_sub(1, Ordering::Release);
+    /// Whether `begun` is a fault of this set.
+    fn holds(&self, begun: &Begun<'_>) -> bool {
+        self.slots.iter().any(|s| std::ptr::eq(s, begun.slot))
     }
 
     /// Waits until every fault that began before this call has ended, or
     /// [`SETTLE_LIMIT`] has passed.
     fn settle(&self) {
-        #[cfg(not(loom))]
-        let _turn = self.settling.lock().unwrap_or_else(|e| e.into_inner());
-        #[cfg(loom)]
-        let _turn = self.settling.lock().unwrap();
+        let deadline = settle_deadline();
+        let Some(_turn) = self.turn(deadline) else {
+            return;
+        };
         let epoch = self.epoch.load(Ordering::Relaxed);
+        // Faults an earlier settle gave up on: they began before this
+        // call too. (The mutex orders that settle's loads of the slot
+        // before these.)
+        if !self.drained((epoch & 1) ^ 1, deadline) {
+            return;
+        }
         self.epoch.store(epoch.wrapping_add(1), Ordering::Relaxed);
         // See `begin`.
         fence(Ordering::SeqCst);
-        let old = &self.slots[epoch & 1];
-        #[cfg(not(loom))]
-        let deadline = std::time::Instant::now() + SETTLE_LIMIT;
-        // Acquire: pairs with `end`'s release, so the faults' counts are
-        // seen once they ended.
-        while old.load(Ordering::Acquire) != 0 {
-            #[cfg(not(loom))]
-            {
-                if std::time::Instant::now() >= deadline {
-                    return;
+        self.drained(epoch & 1, deadline);
+    }
+
+    /// The settles' mutex, tried until `deadline` (`None` if it passed
+    /// first): a settle that waits for its turn never waits longer.
+    #[cfg(not(loom))]
+    fn turn(&self, deadline: Option<Instant>) -> Option<MutexGuard<'_, ()>> {
+        let mut spins = 0;
+        loop {
+            match self.settling.try_lock() {
+                Ok(turn) => return Some(turn),
+                Err(TryLockError::Poisoned(e)) => return Some(e.into_inner()),
+                Err(TryLockError::WouldBlock) if passed(deadline) => return None,
+                Err(TryLockError::WouldBlock) => {
+                    spins += 1;
+                    backoff(spins);
                 }
-                std::thread::yield_now();
             }
-            #[cfg(loom)]
-            loom::thread::yield_now();
         }
+    }
+
+    /// Under loom there is no deadline, and a lock is what the tries come
+    /// to (a spin on `try_lock` is more than the model can explore).
+    #[cfg(loom)]
+    fn turn(&self, _deadline: Option<Instant>) -> Option<MutexGuard<'_, ()>> {
+        Some(self.settling.lock().unwrap())
+    }
+
+    /// Waits until slot `parity` is empty: false if `deadline` passed
+    /// first.
+    fn drained(&self, parity: usize, deadline: Option<Instant>) -> bool {
+        let mut spins = 0;
+        // Acquire: pairs with the release of the faults' ends, so their
+        // counts are seen once they ended.
+        while self.slots[parity].load(Ordering::Acquire) != 0 {
+            if passed(deadline) {
+                return false;
+            }
+            spins += 1;
+            backoff(spins);
+        }
+        true
     }
 }
 
@@ -222,7 +282,7 @@ macro_rules! counters {
 
             /// A fault that will add to these counters begins. Called
             /// before the fault lets its thread go. Async-signal-safe.
-            pub(crate) fn begin(&self) -> Begun {
+            pub(crate) fn begin(&self) -> Begun<'_> {
                 self.in_flight.begin()
             }
 
@@ -235,9 +295,10 @@ macro_rules! counters {
 
             /// Adds a fault's tally and ends the fault begun with
             /// [`Counters::begin`]. Async-signal-safe.
-            pub(crate) fn end(&self, tally: &Stats, begun: Begun) {
+            pub(crate) fn end(&self, tally: &Stats, begun: Begun<'_>) {
+                debug_assert!(self.in_flight.holds(&begun), "a fault of another set");
                 self.add(tally);
-                self.in_flight.end(begun);
+                drop(begun);
             }
         }
 
@@ -583,6 +644,28 @@ mod tests {
                 .map(|s| s.load(Ordering::Relaxed)),
             [0, 0]
         );
+    }
+
+    /// A fault that outlives one snapshot's wait (it gave up) is waited for
+    /// by the next one, though the epoch moved past it.
+    #[test]
+    fn a_fault_an_earlier_snapshot_gave_up_on_is_waited_for_by_the_next() {
+        let c = Counters::default();
+        let one = Stats {
+            pgfault: 1,
+            ..Stats::default()
+        };
+        let held = c.begin();
+        // Gives up after SETTLE_LIMIT, the fault still in flight.
+        assert_eq!(c.snapshot().pgfault, 0);
+        // The fault ends a moment after the next snapshot began waiting.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                c.end(&one, held);
+            });
+            assert_eq!(c.snapshot().pgfault, 1, "the next snapshot did not wait");
+        });
     }
 }
 

@@ -31,3 +31,23 @@ pub(crate) use std::sync::atomic::{
 };
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
+
+/// One more turn of a wait for another thread: spin a little, then yield,
+/// then sleep 50 µs a turn (`spins` counts the turns so far). Under loom, a
+/// yield, which lets the model run the other threads.
+#[cfg(not(loom))]
+pub(crate) fn backoff(spins: u32) {
+    if spins < 64 {
+        std::hint::spin_loop();
+    } else if spins < 1024 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+}
+
+/// See the non-loom `backoff`.
+#[cfg(loom)]
+pub(crate) fn backoff(_spins: u32) {
+    loom::thread::yield_now();
+}

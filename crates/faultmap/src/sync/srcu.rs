@@ -42,7 +42,7 @@
 //! would wait for it in turn): faultmap's sections cover one lookup and the
 //! non-blocking part of a fault, and end before anything sleeps.
 
-use crate::sync::{fence, AtomicU64, AtomicUsize, Mutex, Ordering};
+use crate::sync::{backoff, fence, AtomicU64, AtomicUsize, Mutex, Ordering};
 
 /// Counter slots: CPUs share a slot modulo this.
 #[cfg(not(loom))]
@@ -176,22 +176,6 @@ fn cpu_slot() -> usize {
 #[cfg(loom)]
 fn cpu_slot() -> usize {
     0
-}
-
-#[cfg(not(loom))]
-fn backoff(spins: u32) {
-    if spins < 64 {
-        std::hint::spin_loop();
-    } else if spins < 1024 {
-        std::thread::yield_now();
-    } else {
-        std::thread::sleep(std::time::Duration::from_micros(50));
-    }
-}
-
-#[cfg(loom)]
-fn backoff(_spins: u32) {
-    loom::thread::yield_now();
 }
 
 #[cfg(all(test, not(loom)))]

@@ -229,8 +229,8 @@ pub fn measure(
         if cgroup.oom_kills().is_some_and(|n| n > 0) {
             return Err(KernelError::Run(anyhow::anyhow!(
                 "the kernel-file child was killed by its cgroup's OOM killer: a budget of \
-                 {} KiB does not hold its own pages besides the file's; give a larger \
-                 --budget-mib",
+                 {} KiB does not hold its own pages besides the file's (a larger budget \
+                 needs --budget-mib and, with --file, a file 4 times as large)",
                 budget / 1024
             )));
         }
