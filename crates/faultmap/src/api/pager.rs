@@ -999,9 +999,10 @@ impl Pager {
     /// Counters summed over every mapping this pager has served. A fault
     /// that let its thread go before this call is counted: the snapshot
     /// waits (at most a second) for the faults begun before it, not for
-    /// later ones. (A thread may also be let go by another fault's mapping
-    /// of its page before its own fault is read; that one counts when
-    /// read.)
+    /// later ones; a fault that never ends (its store read hangs while the
+    /// pager stops) makes every such wait take the second. (A thread may
+    /// also be let go by another fault's mapping of its page before its own
+    /// fault is read; that one counts when read.)
     pub fn stats(&self) -> Stats {
         self.core.counters.snapshot()
     }

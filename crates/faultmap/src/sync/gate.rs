@@ -124,7 +124,7 @@ impl Gate {
                 return;
             }
             if spins < 64 {
-                spins += 1;
+                spins = spins.saturating_add(1);
                 std::hint::spin_loop();
                 continue;
             }

@@ -147,7 +147,7 @@ impl Srcu {
                 fence(Ordering::SeqCst);
                 return;
             }
-            spins += 1;
+            spins = spins.saturating_add(1);
             backoff(spins);
         }
     }
