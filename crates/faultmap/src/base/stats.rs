@@ -709,6 +709,21 @@ mod loom_models {
         assert!(counted >= seen, "{seen} fault let go, {counted} counted");
     }
 
+    /// A fault on `c` that lets its thread go (`released`: the wake-up the
+    /// application sees) between its begin and its end.
+    fn fault_letting_go(c: &Arc<Counters>, released: &Arc<AtomicBool>) -> thread::JoinHandle<()> {
+        let (c, released) = (c.clone(), released.clone());
+        thread::spawn(move || {
+            let begun = c.begin();
+            released.store(true, Ordering::Release);
+            let one = Stats {
+                pgfault: 1,
+                ..Stats::default()
+            };
+            c.end(&one, begun);
+        })
+    }
+
     /// A settle that runs out of time (at its first look at a fault) while
     /// a fault is in flight, against a snapshot taken by a thread that saw
     /// the fault let go: the snapshot waits for the fault the other settle
@@ -718,18 +733,7 @@ mod loom_models {
         loom::model(|| {
             let c = Arc::new(Counters::default());
             let released = Arc::new(AtomicBool::new(false));
-            let fault = {
-                let (c, released) = (c.clone(), released.clone());
-                thread::spawn(move || {
-                    let begun = c.begin();
-                    released.store(true, Ordering::Release);
-                    let one = Stats {
-                        pgfault: 1,
-                        ..Stats::default()
-                    };
-                    c.end(&one, begun);
-                })
-            };
+            let fault = fault_letting_go(&c, &released);
             let hasty = {
                 let c = c.clone();
                 thread::spawn(move || c.in_flight.settle_until(Deadline::Now))
@@ -740,9 +744,8 @@ mod loom_models {
         });
     }
 
-    /// A fault that lets its thread go between its begin and its end (the
-    /// flag stands for the wake-up the application sees), against two
-    /// snapshots taken by threads that look at the flag first: a snapshot
+    /// A fault that lets its thread go between its begin and its end,
+    /// against two snapshots taken by threads that look at the flag first: a snapshot
     /// whose thread saw the fault let go counts it, however the fault's
     /// begin (and its begin again after an epoch move) and the two
     /// settles' epoch moves interleave.
@@ -751,18 +754,7 @@ mod loom_models {
         loom::model(|| {
             let c = Arc::new(Counters::default());
             let released = Arc::new(AtomicBool::new(false));
-            let fault = {
-                let (c, released) = (c.clone(), released.clone());
-                thread::spawn(move || {
-                    let begun = c.begin();
-                    released.store(true, Ordering::Release);
-                    let one = Stats {
-                        pgfault: 1,
-                        ..Stats::default()
-                    };
-                    c.end(&one, begun);
-                })
-            };
+            let fault = fault_letting_go(&c, &released);
             let snapshot = {
                 let (c, released) = (c.clone(), released.clone());
                 thread::spawn(move || released_then_snapshot(&c, &released))
