@@ -1,8 +1,10 @@
 //! Counters, named as the kernel names them.
 //!
-//! Each mapping has its own [`Counters`], and the pager has one set for all
-//! of its mappings; the fault path adds to both (relaxed atomics: counters
-//! order nothing). A [`Stats`] is a plain snapshot of one set.
+//! Each mapping and each object has its own [`Counters`], and the pager has
+//! one set for all of its mappings; the fault path adds to all three
+//! (relaxed atomics: counters order nothing). A [`Stats`] is a snapshot of
+//! one set, taken once the faults that began before it have added their
+//! counts ([`InFlight`]).
 //!
 //! | counter          | kernel counterpart | counts                                      |
 //! |------------------|--------------------|---------------------------------------------|

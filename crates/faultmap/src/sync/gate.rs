@@ -124,7 +124,7 @@ impl Gate {
                 return;
             }
             if spins < 64 {
-                spins = spins.saturating_add(1);
+                spins += 1;
                 std::hint::spin_loop();
                 continue;
             }

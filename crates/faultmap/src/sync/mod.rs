@@ -2,7 +2,8 @@
 //!
 //! - this module itself is the *shim*: the atomics and locks the concurrent
 //!   structures use, `std`'s in production and loom's under `--cfg loom`,
-//!   so the loom models run the same code;
+//!   so the loom models run the same code, and `backoff`, one turn of a
+//!   wait for another thread (a yield under loom);
 //! - `seqcount`: a sequence count (odd while a writer changes what it
 //!   guards), the region's `vm_sequence` of the speculative fault series;
 //! - `srcu`: sleepable read-copy-update with signal-safe readers, which
