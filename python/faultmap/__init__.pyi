@@ -33,6 +33,7 @@ def open(
     record_trace: bool = False,
     replay_trace: str | os.PathLike[str] | None = None,
     page_size: _PageSize | None = None,
+    allow_unpinned: bool = False,
     pager: Pager | None = None,
 ) -> Mapping:
     """Maps an object: a local path, an http(s):// URL or an s3:// URL.
@@ -56,6 +57,8 @@ class Pager:
         io_threads: int | None = None,
         delivery: _Delivery | None = None,
         page_size: _PageSize | None = None,
+        io_timeout: float | None = None,
+        io_retries: int | None = None,
     ) -> None: ...
     def open(
         self,
@@ -70,6 +73,7 @@ class Pager:
         record_trace: bool = False,
         replay_trace: str | os.PathLike[str] | None = None,
         page_size: _PageSize | None = None,
+        allow_unpinned: bool = False,
     ) -> Mapping:
         """Maps an object with this pager."""
     def stats(self) -> dict[str, int]:

@@ -105,6 +105,12 @@ fn generation() -> u64 {
 ///     page_size of their own: "4K" or 4096 (None: the default), "2M" or
 ///     2097152 (2 MiB pages from the kernel's pool, vm.nr_hugepages; see
 ///     faultmap.open).
+/// io_timeout: seconds (a float above 0) a store request may take, and
+///     the deadline of a whole open of a remote object, its retries
+///     included (None: 30). A read that takes longer fails (SIGBUS at the
+///     access, an entry in io_errors()); an open raises TimeoutError.
+/// io_retries: times a failed store request is tried again, 0..=16
+///     (None: 2). At open, a timeout is not tried again.
 #[pyclass(module = "faultmap", frozen)]
 struct Pager {
     inner: Arc<fm::Pager>,
@@ -120,6 +126,7 @@ impl Pager {
         io_threads: Option<usize>,
         delivery: Option<&str>,
         page_size: Option<PageSize>,
+        io: IoSettings,
     ) -> PyResult<Pager> {
         let delivery = match delivery {
             None => DEFAULT_DELIVERY,
@@ -138,6 +145,12 @@ impl Pager {
         }
         if let Some(n) = io_threads {
             config = config.io_threads(n);
+        }
+        if let Some(timeout) = io.timeout {
+            config = config.io_timeout(timeout);
+        }
+        if let Some(n) = io.retries {
+            config = config.io_retries(n);
         }
         let inner = fm::Pager::new(config).map_err(|e| py_err(&e))?;
         Ok(Pager {
@@ -164,23 +177,39 @@ impl Pager {
 #[pymethods]
 impl Pager {
     #[new]
-    #[pyo3(signature = (*, memory_budget=None, io_threads=None, delivery=None, page_size=None))]
+    #[pyo3(signature = (*, memory_budget=None, io_threads=None, delivery=None, page_size=None,
+                        io_timeout=None, io_retries=None))]
     fn new(
         py: Python<'_>,
         memory_budget: Option<u64>,
         io_threads: Option<usize>,
         delivery: Option<String>,
         page_size: Option<Bound<'_, PyAny>>,
+        io_timeout: Option<f64>,
+        io_retries: Option<u32>,
     ) -> PyResult<Pager> {
         let page_size = page_size.as_ref().map(page_size_of).transpose()?;
-        py.detach(|| Pager::make(memory_budget, io_threads, delivery.as_deref(), page_size))
+        let io = IoSettings {
+            timeout: io_timeout.map(seconds_of).transpose()?,
+            retries: io_retries,
+        };
+        py.detach(|| {
+            Pager::make(
+                memory_budget,
+                io_threads,
+                delivery.as_deref(),
+                page_size,
+                io,
+            )
+        })
     }
 
     /// Maps an object with this pager; the same as faultmap.open(...,
     /// pager=self).
     #[pyo3(signature = (path_or_url, *, offset=0, length=None, writable=false,
                         fault_around_order=None, readahead=None, memory_budget=None,
-                        record_trace=false, replay_trace=None, page_size=None))]
+                        record_trace=false, replay_trace=None, page_size=None,
+                        allow_unpinned=false))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         slf: Bound<'_, Self>,
@@ -194,6 +223,7 @@ impl Pager {
         record_trace: bool,
         replay_trace: Option<Bound<'_, PyAny>>,
         page_size: Option<Bound<'_, PyAny>>,
+        allow_unpinned: bool,
     ) -> PyResult<Mapping> {
         let page_size = match &page_size {
             Some(size) => page_size_of(size)?,
@@ -222,6 +252,7 @@ impl Pager {
             record_trace,
             replay_trace: replay_trace.as_ref().map(path_of).transpose()?,
             page_size,
+            allow_unpinned,
         };
         let pager = slf.get().live()?.clone();
         let mapping = slf.py().detach(move || request.map(&pager))?;
@@ -312,7 +343,10 @@ fn default_pager(py: Python<'_>) -> PyResult<Py<Pager>> {
     // Made with the GIL held: Pager::new does not wait on stores (it
     // creates a userfaultfd and starts threads), and holding the GIL keeps
     // two threads from making two default pagers.
-    let made = Py::new(py, Pager::make(None, None, None, None)?)?;
+    let made = Py::new(
+        py,
+        Pager::make(None, None, None, None, IoSettings::default())?,
+    )?;
     *slot = Some(made.clone_ref(py));
     Ok(made)
 }
@@ -368,6 +402,27 @@ struct Request {
     replay_trace: Option<String>,
     /// The page size of the object opened.
     page_size: PageSize,
+    /// Map a remote object whose server sends no validator.
+    allow_unpinned: bool,
+}
+
+/// A pager's I/O settings from Python (None: the library's defaults).
+#[derive(Default)]
+struct IoSettings {
+    timeout: Option<std::time::Duration>,
+    retries: Option<u32>,
+}
+
+/// A duration from Python seconds: finite and above zero.
+fn seconds_of(seconds: f64) -> PyResult<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "io_timeout must be a number of seconds above 0, not {seconds}"
+            ))
+        })
 }
 
 impl Request {
@@ -422,7 +477,11 @@ impl Request {
             // never through a `&[u8]`.
             Map::Write(unsafe { pager.map_mut(object, opts) }.map_err(|e| py_err(&e))?)
         } else {
-            let store = fm::open_url(&self.target).map_err(|e| py_err(&e))?;
+            let tuning = fm::RemoteTuning {
+                allow_unpinned: self.allow_unpinned,
+                ..fm::RemoteTuning::for_config(pager.config())
+            };
+            let store = fm::open_url_with(&self.target, &tuning).map_err(|e| py_err(&e))?;
             let object = open_object(pager, store, self.memory_budget, self.page_size)?;
             // SAFETY: as for `map_mut` above: the store's bytes do not
             // change while mapped (a remote object's version is pinned at
@@ -568,7 +627,12 @@ fn readahead_mode(arg: Option<&str>) -> PyResult<ReadaheadMode> {
 ///     else OSError (errno ENOMEM) saying how far to raise
 ///     vm.nr_hugepages. Nothing falls back to 4 KiB pages. With
 ///     memory_budget, the page size must be the pager's.
-/// pager: the Pager to map with (None: a default one, made on first use).
+/// allow_unpinned: map a remote object whose server sends neither an ETag
+///     nor a Last-Modified (refused otherwise, OSError EOPNOTSUPP): a
+///     change to it while mapped then goes unseen, and bytes of two
+///     versions may be mixed.
+/// pager: the Pager to map with (None: a default one, made on first use;
+///     its io_timeout and io_retries apply to the open and the reads).
 ///
 /// Raises FileNotFoundError, PermissionError, IsADirectoryError, ValueError
 /// (a bad argument) or OSError (with errno) for the rest, each with
@@ -576,7 +640,8 @@ fn readahead_mode(arg: Option<&str>) -> PyResult<ReadaheadMode> {
 #[pyfunction]
 #[pyo3(signature = (path_or_url, *, offset=0, length=None, writable=false,
                     fault_around_order=None, readahead=None, memory_budget=None,
-                    record_trace=false, replay_trace=None, page_size=None, pager=None))]
+                    record_trace=false, replay_trace=None, page_size=None,
+                    allow_unpinned=false, pager=None))]
 #[allow(clippy::too_many_arguments)]
 fn open(
     py: Python<'_>,
@@ -590,6 +655,7 @@ fn open(
     record_trace: bool,
     replay_trace: Option<Bound<'_, PyAny>>,
     page_size: Option<Bound<'_, PyAny>>,
+    allow_unpinned: bool,
     pager: Option<Bound<'_, Pager>>,
 ) -> PyResult<Mapping> {
     let pager = match pager {
@@ -608,6 +674,7 @@ fn open(
         record_trace,
         replay_trace,
         page_size,
+        allow_unpinned,
     )
 }
 

@@ -125,7 +125,8 @@ def run_python(code: str, env=None, timeout=120) -> subprocess.CompletedProcess:
 # An HTTP server of the test's own, on 127.0.0.1, for failures the
 # project's nginx cannot produce on demand: ranged GETs of `data`, those
 # from byte `fail_from` on answered with 500 once `fail` is set (the open's
-# own requests, at byte 0, still work). Used in-process and (as source text) in
+# own requests, at byte 0, still work), and without an ETag once
+# `validators` is cleared (it never sends a Last-Modified). Used in-process and (as source text) in
 # child interpreters.
 FAILING_SERVER = '''
 import http.server, threading
@@ -135,6 +136,7 @@ class FailingServer(http.server.ThreadingHTTPServer):
 
     def __init__(self, data):
         self.data, self.fail, self.fail_from = data, False, 4096
+        self.validators = True
         super().__init__(("127.0.0.1", 0), _Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -149,7 +151,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _head(self, status, length, extra=()):
         self.send_response(status)
         self.send_header("Content-Length", str(length))
-        self.send_header("ETag", '"v1"')
+        if self.server.validators:
+            self.send_header("ETag", '"v1"')
         self.send_header("Accept-Ranges", "bytes")
         for k, v in extra:
             self.send_header(k, v)

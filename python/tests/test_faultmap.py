@@ -7,6 +7,7 @@ import mmap
 import os
 import pathlib
 import signal
+import socket
 import threading
 import time
 import zlib
@@ -424,6 +425,43 @@ def test_missing_object_is_file_not_found(s3_object):
     http = server_env("FAULTMAP_HTTP_URL")
     with pytest.raises(FileNotFoundError):
         faultmap.open(http + "/no-such-object.bin")
+
+
+def test_an_object_without_validators_is_refused_unless_allowed(failing_server):
+    # A server that sends neither an ETag nor a Last-Modified: a change to
+    # the object could not be seen, so it is refused...
+    failing_server.validators = False
+    with pytest.raises(OSError) as refused:
+        faultmap.open(failing_server.url)
+    assert refused.value.errno == errno.EOPNOTSUPP
+    assert failing_server.url in str(refused.value)
+    assert "allow_unpinned" in str(refused.value)
+    # ...unless the caller says so.
+    with faultmap.open(failing_server.url, allow_unpinned=True) as m:
+        assert m[:] == failing_server.data
+
+
+def test_io_timeout_is_the_deadline_of_an_open():
+    # A listener that never accepts: the connection completes in the
+    # kernel's backlog, and nothing ever answers.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/object.bin"
+        pager = faultmap.Pager(io_timeout=0.5, io_retries=3)
+        with pytest.raises(TimeoutError) as timed_out:
+            pager.open(url)
+        assert url in str(timed_out.value)
+        assert "open deadline of 500ms" in str(timed_out.value)
+
+
+def test_io_settings_are_checked():
+    for bad in [0, -1.0, float("nan"), float("inf")]:
+        with pytest.raises(ValueError, match="io_timeout"):
+            faultmap.Pager(io_timeout=bad)
+    with pytest.raises(ValueError, match="io_retries"):
+        faultmap.Pager(io_retries=17)
+    faultmap.Pager(io_timeout=2.5, io_retries=0)
 
 
 def test_a_failed_store_read_is_an_os_error_when_sliced(failing_server):

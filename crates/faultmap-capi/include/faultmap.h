@@ -45,6 +45,19 @@
 #define FM_HUGE_PAGES 16
 
 /**
+ * `fm_map` flag: map a remote object whose server sends neither an ETag
+ * nor a `Last-Modified` (without it, `fm_map` fails with `EOPNOTSUPP`).
+ * Such an object cannot be pinned: if it changes while mapped, pages of
+ * two versions are mixed unseen.
+ */
+#define FM_ALLOW_UNPINNED 32
+
+/**
+ * `fm_config.io_retries`: no retry at all (0 there is the default).
+ */
+#define FM_IO_RETRIES_NONE UINT32_MAX
+
+/**
  * `fm_config.delivery`: faultmap's default (the faulting thread's own
  * SIGBUS handler serves its fault).
  */
@@ -99,8 +112,23 @@ typedef struct fm_pager fm_pager;
 
 /**
  * A pager's settings; zero in a field means faultmap's default.
+ *
+ * `size` must be `sizeof(fm_config)` as the caller was compiled: write
+ * `fm_config c = { .size = sizeof c };`. Fields are only ever added at
+ * the end, so a program built against an older header keeps working
+ * with a newer library (the fields it does not know take their
+ * defaults), and a newer program works with an older library as long as
+ * the fields that library does not know are zero (else `E2BIG`).
  */
 typedef struct fm_config {
+  /**
+   * `sizeof(fm_config)`, as the caller was compiled.
+   */
+  uint32_t size;
+  /**
+   * `FM_DELIVERY_*`.
+   */
+  int delivery;
   /**
    * The most bytes of cache the pager's objects may hold; 0: no budget.
    */
@@ -110,9 +138,16 @@ typedef struct fm_config {
    */
   uint32_t io_threads;
   /**
-   * `FM_DELIVERY_*`.
+   * Times a failed store request is tried again, at most 16; 0: the
+   * default (2); `FM_IO_RETRIES_NONE`: none. At open, a timeout is not
+   * tried again.
    */
-  int delivery;
+  uint32_t io_retries;
+  /**
+   * Milliseconds a store request may take, and the deadline of a whole
+   * open of a remote object; 0: the default (30000).
+   */
+  uint64_t io_timeout_ms;
 } fm_config;
 
 /**
@@ -175,19 +210,25 @@ extern "C" {
 
 /**
  * A new pager with `config` (NULL: every default); NULL on failure (see
- * `fm_last_error`). Free it with `fm_pager_free`.
+ * `fm_last_error`): `EINVAL` for a `config.size` below the first
+ * `fm_config`'s or a bad field, `E2BIG` for a larger `fm_config` whose
+ * fields unknown to this library are not zero. Free it with
+ * `fm_pager_free`.
  *
  * # Safety
  *
- * `config` is NULL or points to a valid `fm_config`.
+ * `config` is NULL or points to an `fm_config` whose first `size` bytes
+ * are readable.
  */
 struct fm_pager *fm_pager_new(const struct fm_config *config);
 
 /**
  * Maps `length` bytes (0: to the end) of the object at `path_or_url` (a
  * local path, `http(s)://` or `s3://`) from byte `offset`, with `flags`
- * (`FM_WRITABLE`, `FM_READAHEAD_*`, `FM_RECORD_TRACE`, `FM_HUGE_PAGES`);
- * NULL on failure (see `fm_last_error`). Free it with `fm_unmap`.
+ * (`FM_WRITABLE`, `FM_READAHEAD_*`, `FM_RECORD_TRACE`, `FM_HUGE_PAGES`,
+ * `FM_ALLOW_UNPINNED`); NULL on failure (see `fm_last_error`). A remote
+ * object's whole open takes at most the pager's `io_timeout_ms` (then
+ * `ETIMEDOUT`). Free it with `fm_unmap`.
  *
  * # Safety
  *

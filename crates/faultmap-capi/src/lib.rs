@@ -65,6 +65,18 @@ pub const FM_RECORD_TRACE: c_int = 8;
 /// back to 4 KiB pages. Readahead windows then count 2 MiB pages; a trace
 /// replayed must have been recorded with 2 MiB pages too.
 pub const FM_HUGE_PAGES: c_int = 16;
+/// `fm_map` flag: map a remote object whose server sends neither an ETag
+/// nor a `Last-Modified` (without it, `fm_map` fails with `EOPNOTSUPP`).
+/// Such an object cannot be pinned: if it changes while mapped, pages of
+/// two versions are mixed unseen.
+pub const FM_ALLOW_UNPINNED: c_int = 32;
+
+/// `fm_config.io_retries`: no retry at all (0 there is the default).
+pub const FM_IO_RETRIES_NONE: u32 = u32::MAX;
+
+/// The most `fm_config.size` may say (a larger value is taken for an
+/// uninitialised field).
+const FM_CONFIG_SIZE_MAX: u32 = 4096;
 
 /// `fm_config.delivery`: faultmap's default (the faulting thread's own
 /// SIGBUS handler serves its fault).
@@ -88,15 +100,31 @@ pub const FM_ADVICE_WILLNEED: c_int = 3;
 pub const FM_ADVICE_DONTNEED: c_int = 4;
 
 /// A pager's settings; zero in a field means faultmap's default.
+///
+/// `size` must be `sizeof(fm_config)` as the caller was compiled: write
+/// `fm_config c = { .size = sizeof c };`. Fields are only ever added at
+/// the end, so a program built against an older header keeps working
+/// with a newer library (the fields it does not know take their
+/// defaults), and a newer program works with an older library as long as
+/// the fields that library does not know are zero (else `E2BIG`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct fm_config {
+    /// `sizeof(fm_config)`, as the caller was compiled.
+    pub size: u32,
+    /// `FM_DELIVERY_*`.
+    pub delivery: c_int,
     /// The most bytes of cache the pager's objects may hold; 0: no budget.
     pub memory_budget: u64,
     /// I/O threads; 0: the default.
     pub io_threads: u32,
-    /// `FM_DELIVERY_*`.
-    pub delivery: c_int,
+    /// Times a failed store request is tried again, at most 16; 0: the
+    /// default (2); `FM_IO_RETRIES_NONE`: none. At open, a timeout is not
+    /// tried again.
+    pub io_retries: u32,
+    /// Milliseconds a store request may take, and the deadline of a whole
+    /// open of a remote object; 0: the default (30000).
+    pub io_timeout_ms: u64,
 }
 
 /// A mapping's fault and I/O counters (the names of faultmap's `Stats`).
@@ -228,22 +256,41 @@ fn byte_range(offset: u64, length: u64, len: usize) -> Result<Range<usize>, c_in
 }
 
 /// A new pager with `config` (NULL: every default); NULL on failure (see
-/// `fm_last_error`). Free it with `fm_pager_free`.
+/// `fm_last_error`): `EINVAL` for a `config.size` below the first
+/// `fm_config`'s or a bad field, `E2BIG` for a larger `fm_config` whose
+/// fields unknown to this library are not zero. Free it with
+/// `fm_pager_free`.
 ///
 /// # Safety
 ///
-/// `config` is NULL or points to a valid `fm_config`.
+/// `config` is NULL or points to an `fm_config` whose first `size` bytes
+/// are readable.
 #[no_mangle]
 pub unsafe extern "C" fn fm_pager_new(config: *const fm_config) -> *mut fm_pager {
     guard(std::ptr::null_mut(), || {
-        // SAFETY: NULL or a valid fm_config (this function's contract).
-        let c = unsafe { config.as_ref() }.copied().unwrap_or_default();
+        // SAFETY: NULL or a valid fm_config of `size` readable bytes (this
+        // function's contract).
+        let c = match unsafe { read_config(config) } {
+            Ok(c) => c,
+            Err((errno, message)) => {
+                fail(errno, &message);
+                return std::ptr::null_mut();
+            }
+        };
         let mut cfg = Config::default();
         if c.memory_budget > 0 {
             cfg = cfg.memory_budget(c.memory_budget);
         }
         if c.io_threads > 0 {
             cfg = cfg.io_threads(c.io_threads as usize);
+        }
+        match c.io_retries {
+            0 => {}
+            FM_IO_RETRIES_NONE => cfg = cfg.io_retries(0),
+            n => cfg = cfg.io_retries(n),
+        }
+        if c.io_timeout_ms > 0 {
+            cfg = cfg.io_timeout(std::time::Duration::from_millis(c.io_timeout_ms));
         }
         cfg = match c.delivery {
             FM_DELIVERY_DEFAULT => cfg,
@@ -266,8 +313,10 @@ pub unsafe extern "C" fn fm_pager_new(config: *const fm_config) -> *mut fm_pager
 
 /// Maps `length` bytes (0: to the end) of the object at `path_or_url` (a
 /// local path, `http(s)://` or `s3://`) from byte `offset`, with `flags`
-/// (`FM_WRITABLE`, `FM_READAHEAD_*`, `FM_RECORD_TRACE`, `FM_HUGE_PAGES`);
-/// NULL on failure (see `fm_last_error`). Free it with `fm_unmap`.
+/// (`FM_WRITABLE`, `FM_READAHEAD_*`, `FM_RECORD_TRACE`, `FM_HUGE_PAGES`,
+/// `FM_ALLOW_UNPINNED`); NULL on failure (see `fm_last_error`). A remote
+/// object's whole open takes at most the pager's `io_timeout_ms` (then
+/// `ETIMEDOUT`). Free it with `fm_unmap`.
 ///
 /// # Safety
 ///
@@ -440,6 +489,55 @@ pub unsafe extern "C" fn fm_save_trace(m: *const fm_mapping, path: *const c_char
     })
 }
 
+/// The caller's `fm_config`, as this library knows it: `size` bytes of
+/// it, the fields past them zero (their defaults); fields past this
+/// library's must be zero. `Err` holds the errno and the message.
+///
+/// # Safety
+///
+/// `config` is NULL or points to an `fm_config` whose first `size` bytes
+/// are readable (`fm_pager_new`'s contract).
+unsafe fn read_config(config: *const fm_config) -> Result<fm_config, (c_int, String)> {
+    if config.is_null() {
+        return Ok(fm_config::default());
+    }
+    let ours = std::mem::size_of::<fm_config>();
+    // SAFETY: `config` points to at least the `size` field (the
+    // contract: every fm_config starts with it).
+    let size = unsafe { std::ptr::addr_of!((*config).size).read() };
+    if size > FM_CONFIG_SIZE_MAX {
+        return Err((
+            libc::EINVAL,
+            format!("fm_config.size is {size}: set it to sizeof(fm_config)"),
+        ));
+    }
+    let theirs = size as usize;
+    if theirs < ours {
+        // The first fm_config with a size is this one: nothing smaller
+        // was ever valid.
+        return Err((
+            libc::EINVAL,
+            format!("fm_config.size is {size}, not sizeof(fm_config) = {ours}: set it first"),
+        ));
+    }
+    // SAFETY: the caller's `size` bytes are readable (the contract), and
+    // `theirs` is that size.
+    let bytes = unsafe { std::slice::from_raw_parts(config.cast::<u8>(), theirs) };
+    if bytes[ours..].iter().any(|&b| b != 0) {
+        return Err((
+            libc::E2BIG,
+            format!(
+                "fm_config has fields this libfaultmap does not know (bytes {ours}..{theirs} \
+                 are not zero): link a newer libfaultmap"
+            ),
+        ));
+    }
+    // SAFETY: at least `ours` bytes are readable and `config` is aligned
+    // for an fm_config (it points to one); every bit pattern is a valid
+    // fm_config (integers only).
+    Ok(unsafe { config.read() })
+}
+
 /// [`fm_map`] past its pointers; the error is set on `Err`.
 fn map(
     pager: &Pager,
@@ -449,8 +547,12 @@ fn map(
     flags: c_int,
     replay: Option<fm::Trace>,
 ) -> Result<Map, c_int> {
-    let known =
-        FM_WRITABLE | FM_READAHEAD_AROUND | FM_READAHEAD_OFF | FM_RECORD_TRACE | FM_HUGE_PAGES;
+    let known = FM_WRITABLE
+        | FM_READAHEAD_AROUND
+        | FM_READAHEAD_OFF
+        | FM_RECORD_TRACE
+        | FM_HUGE_PAGES
+        | FM_ALLOW_UNPINNED;
     if flags & !known != 0 {
         return Err(fail(
             libc::EINVAL,
@@ -500,7 +602,11 @@ fn map(
         let map = unsafe { pager.map_mut(store, opts) }.map_err(|e| fail_with(&e))?;
         return Ok(Map::Write(map));
     }
-    let store = fm::open_url(target).map_err(|e| fail_with(&e))?;
+    let tuning = fm::RemoteTuning {
+        allow_unpinned: flags & FM_ALLOW_UNPINNED != 0,
+        ..fm::RemoteTuning::for_config(pager.config())
+    };
+    let store = fm::open_url_with(target, &tuning).map_err(|e| fail_with(&e))?;
     // SAFETY: the C caller keeps `fm_map`'s contract (its # Safety), which
     // is `map`'s.
     let map = unsafe { pager.map(store, opts) }.map_err(|e| fail_with(&e))?;

@@ -24,7 +24,7 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use faultmap::{open_url, Config, Pager, Stats, PAGE_SIZE};
+use faultmap::{open_url_with, Config, Pager, RemoteTuning, Stats, PAGE_SIZE};
 use serde::Serialize;
 
 use crate::table::Table;
@@ -62,7 +62,8 @@ pub fn run(args: &ScanArgs) -> Result<()> {
     let pager =
         Pager::new(Config::default().handler_threads(usize::from(args.map.handler_threads)))
             .context("cannot start the pager")?;
-    let object = pager.open_with_page_size(open_url(&args.map.file)?, args.map.page_size())?;
+    let store = open_url_with(&args.map.file, &RemoteTuning::for_config(pager.config()))?;
+    let object = pager.open_with_page_size(store, args.map.page_size())?;
     let map = crate::map_readonly(&pager, &object, opts)
         .with_context(|| format!("cannot map {}", args.map.file))?;
     let start = Instant::now();

@@ -25,7 +25,9 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use faultmap::{open_url, Config, FileStore, MapOptions, Pager, RaStats, Stats, Store};
+use faultmap::{
+    open_url_with, Config, FileStore, MapOptions, Pager, RaStats, RemoteTuning, Stats, Store,
+};
 use serde::Serialize;
 
 use crate::access::{Access, AccessPlan, Coverage};
@@ -83,7 +85,8 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     let io_threads = config.io_threads;
     let pager = Pager::new(config).context("cannot start the pager")?;
     let (store, file_io): (Box<dyn Store>, &str) = if is_url(&args.map.file) {
-        (open_url(&args.map.file)?, "remote")
+        let tuning = RemoteTuning::for_config(pager.config());
+        (open_url_with(&args.map.file, &tuning)?, "remote")
     } else {
         let store = FileStore::open_with(&args.map.file, crate::file_io(args.file_io))?;
         let io = store.io().as_str();

@@ -19,7 +19,7 @@
 
 use std::collections::VecDeque;
 use std::num::NonZeroU64;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -167,8 +167,16 @@ pub(crate) struct Shared {
     link_free: Mutex<Option<Instant>>,
     queue: Mutex<VecDeque<(Fault, u64)>>,
     hook: RwLock<Option<SharedHook>>,
+    /// Whether responses lose their `ETag` and `Last-Modified` headers.
+    drop_validators: AtomicBool,
+    /// The first [`REQUEST_LOG_MAX`] requests' method and raw target.
+    request_log: Mutex<Vec<String>>,
     pub(crate) counters: Counters,
 }
+
+/// How many requests the log keeps (the first ones): a test's few dozen,
+/// with room to spare; a benchmark's thousands are not kept.
+pub const REQUEST_LOG_MAX: usize = 4096;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -213,6 +221,20 @@ impl Shared {
             .clone();
         if let Some(hook) = hook {
             hook(request);
+        }
+    }
+
+    /// Whether responses are to lose their validators.
+    pub(crate) fn drops_validators(&self) -> bool {
+        self.drop_validators.load(Relaxed)
+    }
+
+    /// Logs a request as it arrived: `METHOD target`, the target exactly
+    /// as the client wrote it (path and query, escapes kept).
+    pub(crate) fn log_request(&self, method: &str, target: &str) {
+        let mut log = lock(&self.request_log);
+        if log.len() < REQUEST_LOG_MAX {
+            log.push(format!("{method} {target}"));
         }
     }
 
@@ -334,13 +356,34 @@ impl Faults {
             .unwrap_or_else(PoisonError::into_inner) = None;
     }
 
-    /// Turns every fault off: no latency, no cap, an empty queue, no hook.
-    /// The counters go on.
+    /// Makes every response from now on lose its `ETag` and
+    /// `Last-Modified` headers (`false`: pass them through again), as a
+    /// server that sends no validators would answer.
+    pub fn set_drop_validators(&self, drop: bool) {
+        self.shared.drop_validators.store(drop, Relaxed);
+    }
+
+    /// The requests received so far (the first [`REQUEST_LOG_MAX`]), each
+    /// as `METHOD target`, the target exactly as the client sent it: its
+    /// percent-escapes are kept, so a test can tell `/a%2Fb` from `/a/b`.
+    pub fn requests(&self) -> Vec<String> {
+        lock(&self.shared.request_log).clone()
+    }
+
+    /// Empties the request log (it then keeps the next
+    /// [`REQUEST_LOG_MAX`] requests).
+    pub fn clear_requests(&self) {
+        lock(&self.shared.request_log).clear();
+    }
+
+    /// Turns every fault off: no latency, no cap, an empty queue, no hook,
+    /// validators passed through. The counters and the request log go on.
     pub fn clear(&self) {
         self.set_latency(Duration::ZERO);
         self.set_bandwidth(None);
         lock(&self.shared.queue).clear();
         self.clear_hook();
+        self.set_drop_validators(false);
     }
 
     /// The counters now.

@@ -9,13 +9,14 @@
 //! ```text
 //!   faultmap store ──HTTP/1.1──▶ Proxy (127.0.0.1:port) ──HTTP/1.1──▶ nginx / versitygw
 //!                                  │ per request, in this order:
-//!                                  │  1. count it, and its Range length
+//!                                  │  1. log its raw target; count it, and its Range length
 //!                                  │  2. call the hook with its number
 //!                                  │  3. take at most one one-shot fault:
 //!                                  │     Reset | Status(500/503) → answered here, not forwarded
 //!                                  │     CutBody | ResetMidBody  → forwarded, body cut at half
 //!                                  │  4. forward; wait the first-byte latency; send the head
-//!                                  │  5. stream the body under the bandwidth cap
+//!                                  │  5. drop the validators if asked; stream the body
+//!                                  │     under the bandwidth cap
 //! ```
 //!
 //! # Faults
@@ -36,6 +37,11 @@
 //! - **Hook** ([`Faults::set_hook`]): called with each request's number
 //!   (0, 1, 2, … in arrival order) before it is forwarded, so a test can
 //!   change the object on disk between two reads of one logical read.
+//! - **No validators** ([`Faults::set_drop_validators`]): responses lose
+//!   their `ETag` and `Last-Modified`, as from a server that sends neither.
+//! - **Request log** ([`Faults::requests`]): each request's method and
+//!   target exactly as the client sent it (escapes kept), the first
+//!   [`REQUEST_LOG_MAX`].
 //! - **Counters** ([`Proxy::stats`], [`Faults::stats`]): requests, response
 //!   body bytes, ranged requests and the sum of their range lengths (so a
 //!   benchmark can report requests and mean request size), and one counter
@@ -89,5 +95,5 @@ mod conn;
 mod faults;
 mod proxy;
 
-pub use faults::{ErrorStatus, Fault, Faults, Hook, Stats};
+pub use faults::{ErrorStatus, Fault, Faults, Hook, Stats, REQUEST_LOG_MAX};
 pub use proxy::Proxy;

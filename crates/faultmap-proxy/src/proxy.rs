@@ -25,7 +25,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RANGE};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, ETAG, LAST_MODIFIED, RANGE};
 use http::uri::{Authority, Scheme, Uri};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -247,7 +247,9 @@ impl Route {
         conn: Arc<ConnState>,
     ) -> Result<Response<ProxyBody>, InjectedReset> {
         let counters = &self.shared.counters;
-        // 1. Count the request and its range.
+        // 1. Log, count the request and its range.
+        let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
+        self.shared.log_request(request.method().as_str(), target);
         let number = counters
             .requests
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -286,7 +288,7 @@ impl Route {
             }
         };
         self.first_byte_latency().await;
-        // 5. The body, cut at half its length if the fault says so.
+        // 5. The head, without validators if asked; the body, cut at half its length if the fault says so.
         let cut = match fault {
             Some(Fault::CutBody) if !is_head => {
                 Shared::add(&counters.cut_bodies, 1);
@@ -298,7 +300,11 @@ impl Route {
             }
             _ => None,
         };
-        let (head, body) = response.into_parts();
+        let (mut head, body) = response.into_parts();
+        if self.shared.drops_validators() {
+            head.headers.remove(ETAG);
+            head.headers.remove(LAST_MODIFIED);
+        }
         let body = FaultBody::new(body, Arc::clone(&self.shared), conn, cut);
         Ok(Response::from_parts(head, BodyExt::boxed(body)))
     }

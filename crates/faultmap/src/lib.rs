@@ -115,7 +115,9 @@ pub use mm::evict::Memory;
 pub use mm::writeback::WriteBackError;
 pub use policy::readahead::Mode as ReadaheadMode;
 #[cfg(not(loom))]
-pub use store::{open_url, HttpStore, RemoteErrorKind, RemoteTuning, S3Options, S3Store};
+pub use store::{
+    open_url, open_url_with, HttpStore, RemoteErrorKind, RemoteTuning, S3Options, S3Store,
+};
 pub use store::{
     FileIo, FileStore, MemStore, ParseFileIoError, ReadBuf, ReadDone, Store, StoreError,
 };

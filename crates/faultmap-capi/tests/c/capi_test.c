@@ -1,7 +1,8 @@
 /* The C API from C: maps a file and checks its bytes against read(2),
  * writes through a writable mapping and reads the file back, maps a file
- * in 2 MiB pages (FM_HUGE_PAGES), and checks that every misuse is an
- * error code with a message, never a crash.
+ * in 2 MiB pages (FM_HUGE_PAGES), checks that every misuse is an error
+ * code with a message, never a crash, and that fm_config's io_timeout_ms
+ * bounds the open of a server that never answers.
  * Built and run by scripts/test-all (see scripts/c-tests):
  *
  *   capi_test SCRATCH_DIR
@@ -10,8 +11,11 @@
  * through /proc/sys/vm/nr_hugepages (as root, which CI is) and gives back
  * when it ends; where the pool cannot be grown the test fails, loudly: it
  * is not skipped. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/file.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -227,6 +231,71 @@ static void huge_pages(const char *dir, const char *traced, const char *trace) {
     free(data);
 }
 
+/* A TCP listener on 127.0.0.1 that never accepts: connections complete
+ * (the kernel's backlog) and then nothing answers. Returns the socket and
+ * puts its port in *port; -1 on failure. */
+static int silent_listener(int *port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(fd, 16) != 0 ||
+        getsockname(fd, (struct sockaddr *)&addr, &len) != 0) {
+        close(fd);
+        return -1;
+    }
+    *port = ntohs(addr.sin_port);
+    return fd;
+}
+
+/* fm_config: its size is checked, and io_timeout_ms is the deadline of
+ * the whole open of a server that never answers (a timeout at open is not
+ * retried): the open fails with ETIMEDOUT, and the message names the URL
+ * and that deadline. */
+static void config_fields(void) {
+    fm_config zero = {0};
+    CHECK(fm_pager_new(&zero) == NULL && fm_last_errno() == EINVAL &&
+              strstr(fm_last_error(), "size") != NULL,
+          "an fm_config without its size: errno %d", fm_last_errno());
+    struct {
+        fm_config config;
+        uint64_t future;
+    } newer = {{.size = sizeof newer}, 0};
+    fm_pager *p = fm_pager_new(&newer.config);
+    CHECK(p != NULL, "a larger fm_config whose unknown fields are zero");
+    fm_pager_free(p);
+    newer.future = 1;
+    CHECK(fm_pager_new(&newer.config) == NULL && fm_last_errno() == E2BIG,
+          "a larger fm_config with an unknown field set: errno %d", fm_last_errno());
+    fm_config too_many = {.size = sizeof too_many, .io_retries = 17};
+    CHECK(fm_pager_new(&too_many) == NULL && fm_last_errno() == EINVAL,
+          "io_retries 17: errno %d", fm_last_errno());
+
+    int port = 0;
+    int listener = silent_listener(&port);
+    CHECK(listener >= 0, "a listener on 127.0.0.1");
+    if (listener < 0)
+        return;
+    fm_config quick = {.size = sizeof quick, .io_timeout_ms = 500, .io_retries = 3};
+    fm_pager *pager = fm_pager_new(&quick);
+    CHECK(pager != NULL, "a pager with io_timeout_ms");
+    if (pager) {
+        char url[64];
+        snprintf(url, sizeof url, "http://127.0.0.1:%d/object.bin", port);
+        fm_mapping *m = fm_map(pager, url, 0, 0, 0);
+        CHECK(m == NULL && fm_last_errno() == ETIMEDOUT, "a silent server: errno %d",
+              fm_last_errno());
+        CHECK(strstr(fm_last_error(), url) != NULL, "the message names the URL");
+        CHECK(strstr(fm_last_error(), "open deadline of 500ms") != NULL,
+              "the message names io_timeout_ms as the deadline");
+        fm_unmap(m);
+        fm_pager_free(pager);
+    }
+    close(listener);
+}
+
 static void read_file(const char *path, uint8_t *out, size_t len) {
     int fd = open(path, O_RDONLY);
     size_t got = 0;
@@ -255,7 +324,7 @@ int main(int argc, char **argv) {
     const size_t len = 3 * 1024 * 1024 + 4097; /* not a whole page */
     uint8_t *data = make_file(path, len);
 
-    fm_config config = {0};
+    fm_config config = {.size = sizeof config};
     config.memory_budget = 0;
     fm_pager *pager = fm_pager_new(&config);
     CHECK(pager != NULL, "fm_pager_new");
@@ -387,7 +456,7 @@ int main(int argc, char **argv) {
     CHECK(fm_mapping_stats(NULL, NULL) == -EINVAL, "fm_mapping_stats(NULL)");
     CHECK(fm_flush(NULL, 0, 0) == -EINVAL && fm_advise(NULL, 0, 0, 0) == -EINVAL,
           "NULL mappings");
-    fm_config bad = {0};
+    fm_config bad = {.size = sizeof bad};
     bad.delivery = 7;
     CHECK(fm_pager_new(&bad) == NULL && fm_last_errno() == EINVAL, "an unknown delivery");
     bad.delivery = 0;
@@ -400,6 +469,8 @@ int main(int argc, char **argv) {
     CHECK(strstr(msg, "NULL") != NULL, "the message is the newest: %s", msg);
     fm_unmap(NULL);
     fm_pager_free(NULL);
+
+    config_fields();
 
     /* A mapping outlives its pager's handle. */
     fm_mapping *last = fm_map(pager, path, 0, 0, 0);

@@ -108,7 +108,7 @@ fn remote(kind: &crate::RemoteErrorKind) -> i32 {
         K::Dns => libc::EHOSTUNREACH,
         K::Tls => libc::EPROTO,
         K::Timeout => libc::ETIMEDOUT,
-        K::RangesNotSupported => libc::EOPNOTSUPP,
+        K::RangesNotSupported | K::NoValidator => libc::EOPNOTSUPP,
         K::Changed => libc::ESTALE,
         K::Throttled => libc::EAGAIN,
         K::ServerError | K::Transfer | K::Other => libc::EIO,

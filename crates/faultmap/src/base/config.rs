@@ -53,6 +53,9 @@ pub const MAX_REPLAY_AHEAD: u64 = 1 << 20;
 /// long fails the faults that wait for it.
 pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How many times a failed store request is tried again by default.
+pub const DEFAULT_IO_RETRIES: u32 = 2;
+
 /// The default age at which the background flusher writes a dirty page
 /// (the kernel's `dirty_expire_centisecs`, 30 s).
 pub const DEFAULT_DIRTY_EXPIRE: Duration = Duration::from_secs(30);
@@ -343,7 +346,7 @@ impl Default for Config {
             region_lookup: RegionLookup::default(),
             bench_global_cache_lock: false,
             memory_budget: None,
-            io_retries: 2,
+            io_retries: DEFAULT_IO_RETRIES,
             io_timeout: DEFAULT_IO_TIMEOUT,
             dirty_expire: DEFAULT_DIRTY_EXPIRE,
             page_size: PageSize::Base,

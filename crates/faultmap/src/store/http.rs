@@ -12,13 +12,19 @@ use super::StoreError;
 
 /// An object at an `http://` or `https://` URL, read with ranged GETs.
 ///
-/// Its length and ETag come from a `HEAD` at open, and every read is
-/// conditional on that ETag (`If-Match`; `If-Unmodified-Since` when the
-/// server sends no ETag): see the `store` module for what happens when the
-/// object changes. The server must honour `Range` (a server that answers a
-/// ranged GET with the whole object is refused at open). URLs with user
-/// information or a query string are refused: faultmap could not keep them
-/// out of messages.
+/// Its length and version come from a `HEAD` at open. Every read is
+/// conditional on the ETag (`If-Match`) and checked against the pin; with
+/// no ETag, each response's `Last-Modified` and length are checked
+/// instead (no condition is sent), and an object with neither validator is
+/// refused unless [`RemoteTuning::allow_unpinned`] is set: see the
+/// `store::remote` module for what happens when the object changes. The
+/// server must honour `Range` (a server that answers a ranged GET with the
+/// whole object is refused at open). URLs with user information or a query
+/// string are refused: faultmap could not keep them out of messages.
+///
+/// Every request goes to the URL's path exactly as written, escapes kept:
+/// `http://host/a%2Fb.bin` asks the server for `/a%2Fb.bin`, never for
+/// `/a/b.bin`.
 pub struct HttpStore {
     remote: Remote,
 }
@@ -40,20 +46,22 @@ impl HttpStore {
                 "an HttpStore opens http:// and https:// URLs",
             ));
         }
-        let Some(host) = parsed.host_str() else {
+        if parsed.host_str().is_none() {
             return Err(bad_url(&shown, "no host"));
-        };
-        let base = match parsed.port() {
-            Some(port) => format!("{scheme}://{host}:{port}"),
-            None => format!("{scheme}://{host}"),
-        };
-        let path = Path::from_url_path(parsed.path())
-            .map_err(|_| bad_url(&shown, "the path is not a valid object path"))?;
-        if path.as_ref().is_empty() {
+        }
+        if parsed.path().trim_start_matches('/').is_empty() {
             return Err(bad_url(&shown, "no object path after the host"));
         }
+        // The client is given the whole URL as its base and asked for the
+        // empty path, so each request goes to the URL's path exactly as
+        // written. (Asked for a path of its own, it would decode the
+        // escapes and encode the parts again: `%2F` would become a `/`,
+        // another object.)
+        let mut base = parsed.clone();
+        base.set_fragment(None);
+        let path = Path::default();
         let client = HttpBuilder::new()
-            .with_url(base)
+            .with_url(base.as_str())
             .with_client_options(tuning.client_options(scheme == "http"))
             .with_retry(tuning.retry_config())
             .build()

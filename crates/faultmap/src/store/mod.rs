@@ -53,7 +53,7 @@ pub use remote::{RemoteErrorKind, RemoteTuning};
 #[cfg(not(loom))]
 pub use s3::{S3Options, S3Store};
 #[cfg(not(loom))]
-pub use url::open_url;
+pub use url::{open_url, open_url_with};
 
 /// Why a store could not be opened or read.
 #[derive(Debug, thiserror::Error)]

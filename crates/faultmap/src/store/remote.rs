@@ -25,13 +25,29 @@
 //! and its unread pages fail ([`RemoteErrorKind::Changed`]); bytes of two
 //! versions are never mixed. Each response is also checked against the pin
 //! (ETag, Last-Modified, length and range), so a server that ignores the
-//! condition is caught too. A server that sends no ETag (versitygw for
-//! files put in its folder by hand, some HTTP servers) is pinned by length
-//! and `Last-Modified` alone, checked on every response: weaker, since a
-//! rewrite within the same second that keeps the length goes unseen.
-//! (`If-Unmodified-Since` is not sent: it has one-second precision on the
-//! wire, and servers that compare it with finer modification times refuse
-//! an unchanged object.)
+//! condition is caught too; a response without the pinned ETag is a
+//! change. A server that sends no ETag (versitygw for files put in its
+//! folder by hand, some HTTP servers) is pinned by length and
+//! `Last-Modified` alone, checked on every response: weaker, since a
+//! rewrite within the same second that keeps the length goes unseen. No
+//! condition is sent then: `If-Unmodified-Since` has one-second precision
+//! on the wire, and servers that compare it with finer modification times
+//! refuse an unchanged object.
+//!
+//! An object with **neither** validator cannot be pinned at all. The
+//! client fills a missing `Last-Modified` with the epoch, in the `HEAD` and
+//! in every GET alike, so comparing those would always pass: such an
+//! object is refused at open ([`RemoteErrorKind::NoValidator`]) unless the
+//! caller opts in to an unpinned mapping
+//! ([`RemoteTuning::allow_unpinned`]), where a change goes unseen and two
+//! versions may be mixed. A defaulted (epoch) `Last-Modified` never counts
+//! as a match.
+//!
+//! **Opening.** One deadline ([`RemoteTuning::open_timeout`]) bounds the
+//! whole open: the `HEAD`, its retries and the one-byte range probe. A
+//! transient failure other than a timeout is tried again while the
+//! deadline allows ([`RemoteTuning::open_retries`]); a timeout is not, so
+//! a server that never answers fails the open after the deadline, once.
 //!
 //! **Secrets.** Credentials never appear in an error, a log line, `Debug`
 //! output or JSON: the stores' `Debug` prints the URL and the pin only,
@@ -42,13 +58,14 @@ use std::fmt;
 use std::io;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt};
 
 use super::{check_range, ReadBuf, ReadDone, StoreError};
+use crate::base::config::{Config, DEFAULT_IO_RETRIES, DEFAULT_IO_TIMEOUT};
 use crate::base::report::error_text;
 use crate::sys;
 
@@ -79,6 +96,10 @@ pub enum RemoteErrorKind {
     /// The object changed since it was opened (its ETag or
     /// `Last-Modified` no longer matches): its unread pages fail.
     Changed,
+    /// The server sends neither an ETag nor a `Last-Modified` for the
+    /// object, so a change while it is mapped could not be seen: refused
+    /// at open unless [`RemoteTuning::allow_unpinned`] is set.
+    NoValidator,
     /// The server is throttling requests (HTTP 503 `SlowDown`, 429).
     Throttled,
     /// The server failed (HTTP 5xx other than throttling).
@@ -118,6 +139,12 @@ impl fmt::Display for RemoteErrorKind {
             Self::RangesNotSupported => f.write_str("the server does not honour range requests"),
             Self::Changed => f.write_str(
                 "the object changed since it was opened (its ETag or Last-Modified no longer matches)",
+            ),
+            Self::NoValidator => f.write_str(
+                "the server sends neither an ETag nor a Last-Modified for the object, so a change \
+                 while it is mapped could not be detected and two versions could be mixed; to map \
+                 it anyway, allow unpinned objects (RemoteTuning::allow_unpinned, Python \
+                 allow_unpinned=True, C FM_ALLOW_UNPINNED)",
             ),
             Self::Throttled => f.write_str("the server is throttling requests (503 SlowDown / 429)"),
             Self::ServerError => f.write_str("server error"),
@@ -223,6 +250,18 @@ pub struct RemoteTuning {
     pub request_timeout: Duration,
     /// How long connecting may take (default 5 s).
     pub connect_timeout: Duration,
+    /// The deadline of the whole open: the `HEAD`, its retries and the
+    /// range probe (default 30 s). A timeout at open is not tried again.
+    pub open_timeout: Duration,
+    /// How many times a transient failure at open, other than a timeout,
+    /// is tried again within `open_timeout` (default 2).
+    pub open_retries: u32,
+    /// Whether an object whose server sends neither an ETag nor a
+    /// `Last-Modified` may be opened (default `false`: it is refused with
+    /// [`RemoteErrorKind::NoValidator`]). Such an object is read unpinned:
+    /// if it changes while mapped, pages of two versions are mixed
+    /// unseen.
+    pub allow_unpinned: bool,
 }
 
 impl Default for RemoteTuning {
@@ -231,13 +270,33 @@ impl Default for RemoteTuning {
             request_bytes: 8 << 20,
             readahead_bytes: 64 << 20,
             around_bytes: 1 << 20,
-            request_timeout: Duration::from_secs(30),
-            connect_timeout: Duration::from_secs(5),
+            request_timeout: DEFAULT_IO_TIMEOUT,
+            connect_timeout: MAX_CONNECT_TIMEOUT,
+            open_timeout: DEFAULT_IO_TIMEOUT,
+            open_retries: DEFAULT_IO_RETRIES,
+            allow_unpinned: false,
         }
     }
 }
 
+/// The longest a connection may take to set up.
+const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl RemoteTuning {
+    /// The default tuning under `config`'s I/O settings: each request, and
+    /// the whole open, within `io_timeout` (connecting within the lesser
+    /// of it and 5 s); a transient failure at open tried `io_retries`
+    /// times, as a read's is.
+    pub fn for_config(config: &Config) -> Self {
+        Self {
+            request_timeout: config.io_timeout,
+            connect_timeout: config.io_timeout.min(MAX_CONNECT_TIMEOUT),
+            open_timeout: config.io_timeout,
+            open_retries: config.io_retries,
+            ..Self::default()
+        }
+    }
+
     /// The read-around window in pages (the store's `around_pages`).
     pub(crate) fn around_pages(&self) -> u64 {
         (self.around_bytes / crate::sys::PAGE_SIZE as u64).max(1)
@@ -326,9 +385,12 @@ macro_rules! remote_store {
 }
 pub(crate) use remote_store;
 
-/// How many times a transient failure of the `HEAD` at open is tried
-/// again (after 20, 40, 80 ms).
-const OPEN_RETRIES: u32 = 3;
+/// The first backoff before a `HEAD` at open is tried again; it doubles
+/// with each retry, up to [`OPEN_BACKOFF_MAX`].
+const OPEN_BACKOFF: Duration = Duration::from_millis(20);
+
+/// The longest backoff between two tries of the `HEAD` at open.
+const OPEN_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// A remote object pinned at open: the client, its path, its version.
 pub(crate) struct Remote {
@@ -354,9 +416,11 @@ impl fmt::Debug for Remote {
 }
 
 impl Remote {
-    /// Opens the object at `path` through `client`: pins its version
-    /// (`HEAD`) and checks that the server honours ranges (a one-byte
-    /// ranged GET, conditional on the pin). `url` names it in messages.
+    /// Opens the object at `path` through `client`, all within
+    /// `tuning.open_timeout`: pins its version (`HEAD`), refuses it if it
+    /// has no validator (unless allowed), and checks that the server
+    /// honours ranges (a one-byte ranged GET, conditional on the pin).
+    /// `url` names it in messages.
     pub(crate) fn open(
         client: Arc<dyn ObjectStore>,
         path: Path,
@@ -364,22 +428,15 @@ impl Remote {
         secrets: Secrets,
         tuning: RemoteTuning,
     ) -> Result<Self, StoreError> {
-        // A transient failure (5xx, throttling, a reset) is tried again a
-        // few times, as a read would be; the rest fail the open at once.
-        let mut attempt = 0;
-        let pin = loop {
-            let (c, p) = (client.clone(), path.clone());
-            let head =
-                block_on(async move { c.head(&p).await }).map_err(|e| runtime_error(&url, e))?;
-            match head {
-                Ok(meta) => break meta,
-                Err(e) if attempt < OPEN_RETRIES && classify(&e).is_transient() => {
-                    std::thread::sleep(Duration::from_millis(20 << attempt));
-                    attempt += 1;
-                }
-                Err(e) => return Err(classify_open(&client, &path, &url, &secrets, e)),
-            }
-        };
+        let deadline = Deadline::after(tuning.open_timeout);
+        let pin = head_pin(&client, &path, &url, &secrets, &tuning, deadline)?;
+        if !has_validator(&pin) && !tuning.allow_unpinned {
+            return Err(StoreError::Remote {
+                url,
+                kind: RemoteErrorKind::NoValidator,
+                source: None,
+            });
+        }
         let remote = Self {
             client,
             path,
@@ -390,7 +447,9 @@ impl Remote {
         };
         if remote.pin.size > 0 {
             let mut probe = [0u8; 1];
-            remote.read_blocking(0, &mut probe)?;
+            remote
+                .read_within(0, &mut probe, deadline.left())
+                .map_err(|e| deadline.name_timeout(e))?;
         }
         Ok(remote)
     }
@@ -452,11 +511,22 @@ impl Remote {
 
     /// Reads `[offset, offset + buf.len())` into `buf`, waiting.
     pub(crate) fn read_blocking(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.read_within(offset, buf, self.tuning.request_timeout)
+    }
+
+    /// [`Self::read_blocking`], failing with a timeout after `timeout`.
+    fn read_within(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        timeout: Duration,
+    ) -> Result<(), StoreError> {
         check_range(&self.url, self.pin.size, offset, buf.len())?;
         if buf.is_empty() {
             return Ok(());
         }
-        let read = self.read_future(offset, ReadBuf::from(vec![0u8; buf.len()]));
+        let buffer = ReadBuf::from(vec![0u8; buf.len()]);
+        let read = self.read_future(offset, buffer, timeout);
         let (mut owned, result) = block_on(read).map_err(|e| runtime_error(&self.url, e))?;
         result?;
         buf.copy_from_slice(owned.as_mut_slice());
@@ -476,19 +546,21 @@ impl Remote {
             Ok(rt) => rt,
             Err(e) => return done(buf, Err(runtime_error(&self.url, e))),
         };
-        let read = self.read_future(offset, buf);
+        let read = self.read_future(offset, buf, self.tuning.request_timeout);
         rt.spawn(async move {
             let (buf, result) = read.await;
             done(buf, result);
         });
     }
 
-    /// The future of one ranged GET into `buf`: `'static`, it owns what it
-    /// needs (the client, the pin, the buffer).
+    /// The future of one ranged GET into `buf`, which fails with a timeout
+    /// after `timeout`: `'static`, it owns what it needs (the client, the
+    /// pin, the buffer).
     fn read_future(
         &self,
         offset: u64,
         mut buf: ReadBuf,
+        timeout: Duration,
     ) -> impl std::future::Future<Output = (ReadBuf, Result<(), StoreError>)> + Send + 'static {
         let client = self.client.clone();
         let path = self.path.clone();
@@ -497,7 +569,6 @@ impl Remote {
         let pin = self.pin.clone();
         let range = offset..offset + buf.len() as u64;
         let options = self.options(range.clone());
-        let timeout = self.tuning.request_timeout;
         async move {
             let fetch = fetch_into(&*client, &path, options, range, &pin, buf.as_mut_slice());
             let result = match tokio::time::timeout(timeout, fetch).await {
@@ -590,14 +661,22 @@ async fn fetch_into(
     Ok(())
 }
 
-/// Whether a response's object is the pinned version: the same ETag when
-/// both have one, else the same Last-Modified; and the same length.
+/// Whether a response's object is the pinned version, and the same
+/// length: the pinned ETag, if there is one (a response without it is a
+/// change); else the pinned Last-Modified, which a response must carry (a
+/// defaulted one never matches). An unpinned object (no validator at
+/// open, allowed by the caller) is checked by its length alone.
 fn check_pin(pin: &ObjectMeta, got: &ObjectMeta) -> Result<(), Failure> {
     let changed = match (&pin.e_tag, &got.e_tag) {
         (Some(pinned), Some(now)) => {
             (pinned != now).then(|| format!("ETag {now}, pinned {pinned}"))
         }
-        _ => (pin.last_modified != got.last_modified).then(|| {
+        (Some(pinned), None) => Some(format!("no ETag, pinned {pinned}")),
+        (None, _) if !has_validator(pin) => None,
+        (None, _) if !has_last_modified(got) => {
+            Some(format!("no Last-Modified, pinned {}", pin.last_modified))
+        }
+        (None, _) => (pin.last_modified != got.last_modified).then(|| {
             format!(
                 "Last-Modified {}, pinned {}",
                 got.last_modified, pin.last_modified
@@ -610,6 +689,101 @@ fn check_pin(pin: &ObjectMeta, got: &ObjectMeta) -> Result<(), Failure> {
     match changed {
         Some(detail) => Err(Failure::Mismatch(RemoteErrorKind::Changed, detail)),
         None => Ok(()),
+    }
+}
+
+/// Whether the server sent a `Last-Modified` with `meta`: the client
+/// fills a missing one with the epoch, which no real object on a server
+/// faultmap reads carries.
+fn has_last_modified(meta: &ObjectMeta) -> bool {
+    meta.last_modified.timestamp_nanos_opt() != Some(0)
+}
+
+/// Whether `meta` can pin a version: it has an ETag or a `Last-Modified`.
+fn has_validator(meta: &ObjectMeta) -> bool {
+    meta.e_tag.is_some() || has_last_modified(meta)
+}
+
+/// The deadline of an open.
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    whole: Duration,
+}
+
+impl Deadline {
+    fn after(whole: Duration) -> Self {
+        Self {
+            at: Instant::now() + whole,
+            whole,
+        }
+    }
+
+    /// What is left of it.
+    fn left(&self) -> Duration {
+        self.at.saturating_duration_since(Instant::now())
+    }
+
+    /// The error of an open that ran out of time.
+    fn timeout(&self, url: &str) -> StoreError {
+        StoreError::Remote {
+            url: url.to_string(),
+            kind: RemoteErrorKind::Timeout,
+            source: Some(io::Error::other(format!(
+                "no answer within the open deadline of {:?}",
+                self.whole
+            ))),
+        }
+    }
+
+    /// `e`, said to be the open's deadline if it is a timeout.
+    fn name_timeout(&self, e: StoreError) -> StoreError {
+        match e {
+            StoreError::Remote {
+                url,
+                kind: RemoteErrorKind::Timeout,
+                ..
+            } => self.timeout(&url),
+            other => other,
+        }
+    }
+}
+
+/// The `HEAD` of an open, within `deadline`: a transient failure (5xx,
+/// throttling, a reset) is tried again up to `tuning.open_retries` times,
+/// with backoff, while the deadline allows; a timeout, or any other
+/// failure, fails the open at once.
+fn head_pin(
+    client: &Arc<dyn ObjectStore>,
+    path: &Path,
+    url: &str,
+    secrets: &Secrets,
+    tuning: &RemoteTuning,
+    deadline: Deadline,
+) -> Result<ObjectMeta, StoreError> {
+    let mut backoff = OPEN_BACKOFF;
+    let mut attempt = 0;
+    loop {
+        let (c, p, left) = (client.clone(), path.clone(), deadline.left());
+        let head = block_on(async move { tokio::time::timeout(left, c.head(&p)).await })
+            .map_err(|e| runtime_error(url, e))?;
+        let e = match head {
+            Ok(Ok(meta)) => return Ok(meta),
+            Ok(Err(e)) => e,
+            Err(_elapsed) => return Err(deadline.timeout(url)),
+        };
+        let kind = classify(&e);
+        let again = attempt < tuning.open_retries
+            && kind.is_transient()
+            && kind != RemoteErrorKind::Timeout
+            && backoff < deadline.left();
+        if !again {
+            let e = classify_open(client, path, url, secrets, e, deadline);
+            return Err(deadline.name_timeout(e));
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(OPEN_BACKOFF_MAX);
+        attempt += 1;
     }
 }
 
@@ -757,16 +931,18 @@ fn classify_open(
     url: &str,
     secrets: &Secrets,
     e: object_store::Error,
+    deadline: Deadline,
 ) -> StoreError {
     let mut kind = classify(&e);
     let mut detail = error_text(&e);
     if kind == RemoteErrorKind::NotFound {
-        let (c, p) = (client.clone(), path.clone());
+        let (c, p, left) = (client.clone(), path.clone(), deadline.left());
         let options = GetOptions {
             range: Some(GetRange::Bounded(0..1)),
             ..GetOptions::default()
         };
-        if let Ok(Err(get)) = block_on(async move { c.get_opts(&p, options).await.map(|_| ()) }) {
+        let get = async move { tokio::time::timeout(left, c.get_opts(&p, options)).await };
+        if let Ok(Ok(Err(get))) = block_on(get) {
             let again = classify(&get);
             if again == RemoteErrorKind::NoSuchBucket {
                 kind = again;
@@ -832,6 +1008,54 @@ mod tests {
         assert_eq!(status_code(t), Some(503));
         assert_eq!(status_code("Error performing GET in 412ms"), None);
         assert_eq!(status_code("status code: 4"), None);
+    }
+
+    /// Object metadata as the client makes it from a response's headers:
+    /// a missing Last-Modified is the epoch.
+    fn meta(etag: Option<&str>, last_modified_secs: u64, size: u64) -> ObjectMeta {
+        let mut meta = ObjectMeta {
+            location: Path::default(),
+            last_modified: Default::default(),
+            size,
+            e_tag: etag.map(str::to_string),
+            version: None,
+        };
+        meta.last_modified += Duration::from_secs(last_modified_secs);
+        meta
+    }
+
+    fn is_change(pin: &ObjectMeta, got: &ObjectMeta) -> bool {
+        matches!(
+            check_pin(pin, got),
+            Err(Failure::Mismatch(RemoteErrorKind::Changed, _))
+        )
+    }
+
+    #[test]
+    fn two_defaulted_timestamps_never_count_as_a_match() {
+        // Pinned by an ETag alone (no Last-Modified): an answer without the
+        // ETag is a change, though both timestamps are the epoch.
+        let pin = meta(Some("\"v1\""), 0, 10);
+        assert!(!has_last_modified(&pin) && has_validator(&pin));
+        assert!(is_change(&pin, &meta(None, 0, 10)));
+        assert!(is_change(&pin, &meta(Some("\"v2\""), 0, 10)));
+        assert!(!is_change(&pin, &meta(Some("\"v1\""), 0, 10)));
+        // Pinned by a Last-Modified alone: an answer without one is a
+        // change, and so is another time.
+        let pin = meta(None, 1_700_000_000, 10);
+        assert!(is_change(&pin, &meta(None, 0, 10)));
+        assert!(is_change(&pin, &meta(None, 1_700_000_001, 10)));
+        assert!(!is_change(&pin, &meta(None, 1_700_000_000, 10)));
+        assert!(is_change(&pin, &meta(None, 1_700_000_000, 11)));
+    }
+
+    #[test]
+    fn an_unpinned_object_is_checked_by_its_length_alone() {
+        // Only reachable with `allow_unpinned` (the open refuses it else).
+        let pin = meta(None, 0, 10);
+        assert!(!has_validator(&pin));
+        assert!(!is_change(&pin, &meta(None, 0, 10)));
+        assert!(is_change(&pin, &meta(None, 0, 11)));
     }
 
     #[test]

@@ -26,6 +26,11 @@ use super::StoreError;
 /// (the client library does not): export a profile's keys, for example
 /// with `aws configure export-credentials --format env`.
 ///
+/// The key is the URL's path after the bucket, its percent-escapes
+/// decoded (`s3://b/a%20b` is the key `a b`); an escaped `/` (`%2F`) is
+/// refused, since tools disagree on whether it names the key `a/b` or the
+/// key `a%2Fb`.
+///
 /// The object's length, ETag and version id are pinned at open; every
 /// read is a ranged GET conditional on them (see the `store` module).
 /// Credentials never appear in its errors or its `Debug` output.
@@ -53,12 +58,11 @@ pub struct S3Options {
 
 impl fmt::Debug for S3Options {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The key ID is masked too: the stores treat it as a secret
+        // everywhere else (`Secrets`), and it names the account.
         f.debug_struct("S3Options")
             .field("endpoint", &self.endpoint)
-            .field(
-                "access_key_id",
-                &self.credentials.as_ref().map(|(id, _)| id),
-            )
+            .field("access_key_id", &self.credentials.as_ref().map(|_| "***"))
             .field(
                 "secret_access_key",
                 &self.credentials.as_ref().map(|_| "***"),
@@ -86,11 +90,7 @@ impl S3Store {
         let Some(bucket) = parsed.host_str().filter(|b| !b.is_empty()) else {
             return Err(bad_url(&shown, "no bucket (s3://bucket/key)"));
         };
-        let path = Path::from_url_path(parsed.path())
-            .map_err(|_| bad_url(&shown, "the key is not a valid object path"))?;
-        if path.as_ref().is_empty() {
-            return Err(bad_url(&shown, "no key after the bucket (s3://bucket/key)"));
-        }
+        let path = key_path(parsed.path()).map_err(|why| bad_url(&shown, why))?;
         let mut secrets = Secrets::default();
         for var in [
             "AWS_SECRET_ACCESS_KEY",
@@ -154,3 +154,51 @@ impl S3Store {
 }
 
 super::remote::remote_store!(S3Store);
+
+/// The object path of an `s3://` URL's path: its escapes decoded, each
+/// `/` a separator. Refuses an escaped `/` (the decoded key would hold a
+/// separator the URL did not: see [`S3Store`]), and an empty key.
+fn key_path(url_path: &str) -> Result<Path, &'static str> {
+    let escaped_slash = url_path
+        .as_bytes()
+        .windows(3)
+        .any(|w| w[0] == b'%' && w[1] == b'2' && w[2].eq_ignore_ascii_case(&b'f'));
+    if escaped_slash {
+        return Err(
+            "an escaped '/' (%2F) in the key is ambiguous (some tools read it as a \
+                    separator, others as the three characters): write the key's '/' as is",
+        );
+    }
+    let path = Path::from_url_path(url_path).map_err(|_| "the key is not a valid object path")?;
+    if path.as_ref().is_empty() {
+        return Err("no key after the bucket (s3://bucket/key)");
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_escaped_slash_in_a_key_is_refused_other_escapes_are_decoded() {
+        for bad in ["/a%2Fb.bin", "/a%2fb", "/%2F", "/dir/x%2F"] {
+            assert!(key_path(bad).unwrap_err().contains("%2F"), "{bad}");
+        }
+        assert_eq!(key_path("/a%20b/c").unwrap().as_ref(), "a b/c");
+        assert_eq!(key_path("/a/b.bin").unwrap().as_ref(), "a/b.bin");
+        assert!(key_path("/").is_err());
+    }
+
+    #[test]
+    fn debug_shows_neither_the_key_id_nor_the_secret() {
+        let options = S3Options {
+            credentials: Some(("AKIAEXAMPLEKEYID".into(), "wJalrSECRETKEY".into())),
+            ..S3Options::default()
+        };
+        let text = format!("{options:?}");
+        assert!(!text.contains("AKIAEXAMPLEKEYID"), "{text}");
+        assert!(!text.contains("wJalrSECRETKEY"), "{text}");
+        assert!(text.contains("access_key_id: Some(\"***\")"), "{text}");
+    }
+}

@@ -1,20 +1,34 @@
 //! Opening by URL: [`open_url`] turns `s3://bucket/key`,
 //! `http(s)://host/path` or a local path into a store.
 
-use super::remote::RemoteErrorKind;
-use super::{FileStore, HttpStore, S3Store, Store, StoreError};
+use super::remote::{RemoteErrorKind, RemoteTuning};
+use super::{FileStore, HttpStore, S3Options, S3Store, Store, StoreError};
 
 /// Opens the object that `target` names: `s3://bucket/key` (an
 /// [`S3Store`]), `http://` or `https://` (an [`HttpStore`]), `file:///path`
 /// or a plain path (a [`FileStore`]). Any other scheme is a clear error
-/// naming it.
+/// naming it. Remote objects are opened with the default
+/// [`RemoteTuning`]; see [`open_url_with`].
 pub fn open_url(target: &str) -> Result<Box<dyn Store>, StoreError> {
+    open_url_with(target, &RemoteTuning::default())
+}
+
+/// [`open_url`], opening a remote object with `tuning` (its timeouts, its
+/// open deadline, whether an unpinned object is allowed). A pager's I/O
+/// settings give [`RemoteTuning::for_config`].
+pub fn open_url_with(target: &str, tuning: &RemoteTuning) -> Result<Box<dyn Store>, StoreError> {
     let Some((scheme, _)) = target.split_once("://") else {
         return Ok(Box::new(FileStore::open(target)?));
     };
     match scheme.to_ascii_lowercase().as_str() {
-        "s3" => Ok(Box::new(S3Store::open(target)?)),
-        "http" | "https" => Ok(Box::new(HttpStore::open(target)?)),
+        "s3" => {
+            let options = S3Options {
+                tuning: *tuning,
+                ..S3Options::default()
+            };
+            Ok(Box::new(S3Store::open_with(target, &options)?))
+        }
+        "http" | "https" => Ok(Box::new(HttpStore::open_with(target, *tuning)?)),
         "file" => {
             let (parsed, shown) = parse(target)?;
             let path = parsed

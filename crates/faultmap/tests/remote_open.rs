@@ -1,0 +1,347 @@
+#![cfg(not(loom))]
+//! Opening remote objects, against real servers (nginx, versitygw, started
+//! by `scripts/remote-servers up`) behind the fault-injecting proxy of
+//! `faultmap-proxy`, which here plays the servers a review found faultmap
+//! mishandling: one that sends no validators, one that never answers, and
+//! one whose log shows each request's path exactly as it arrived.
+
+mod common;
+use common::MapTrusted;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::*;
+use faultmap::{
+    open_url, open_url_with, Config, HttpStore, IoErrorKind, MapOptions, Pager, RemoteErrorKind,
+    RemoteTuning, S3Options, S3Store, Store, StoreError,
+};
+use faultmap_proxy::{ErrorStatus, Fault, Proxy};
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: these tests need the project's servers; run them under \
+             ./scripts/test-all, or eval \"$(scripts/remote-servers up)\" first"
+        )
+    })
+}
+
+/// Which server an object is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Http,
+    S3,
+}
+
+const KINDS: [Kind; 2] = [Kind::Http, Kind::S3];
+
+/// A file in a server's root, removed when dropped.
+struct RemoteFile {
+    path: PathBuf,
+    /// Its name under the server's root (the key, for S3).
+    name: String,
+    data: Vec<u8>,
+}
+
+impl Drop for RemoteFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Puts `len` pattern bytes at `name` (made unique) under `kind`'s root.
+fn put(kind: Kind, name: &str, len: usize, seed: u64) -> RemoteFile {
+    let root = match kind {
+        Kind::Http => env("FAULTMAP_HTTP_ROOT"),
+        Kind::S3 => env("FAULTMAP_S3_ROOT"),
+    };
+    let name = format!("{name}-{}-{seed}", std::process::id());
+    let path = PathBuf::from(root).join(&name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let data = pattern(len, seed);
+    std::fs::write(&path, &data).unwrap();
+    RemoteFile { path, name, data }
+}
+
+/// The address of `kind`'s server.
+fn upstream(kind: Kind) -> SocketAddr {
+    let url = match kind {
+        Kind::Http => env("FAULTMAP_HTTP_URL"),
+        Kind::S3 => env("AWS_ENDPOINT_URL"),
+    };
+    let hostport = url.trim_start_matches("http://").trim_end_matches('/');
+    hostport.parse().unwrap_or_else(|e| panic!("{url}: {e}"))
+}
+
+/// Opens `file` through `proxy` with `tuning` (an S3 object with the
+/// proxy as its endpoint).
+fn open_via(
+    kind: Kind,
+    proxy: &Proxy,
+    file: &RemoteFile,
+    tuning: RemoteTuning,
+) -> Result<Box<dyn Store>, StoreError> {
+    match kind {
+        Kind::Http => HttpStore::open_with(&format!("{}/{}", proxy.url(), file.name), tuning)
+            .map(|s| Box::new(s) as Box<dyn Store>),
+        Kind::S3 => {
+            let options = S3Options {
+                endpoint: Some(proxy.url()),
+                allow_http: Some(true),
+                tuning,
+                ..S3Options::default()
+            };
+            let url = format!("s3://{}/{}", env("FAULTMAP_S3_BUCKET"), file.name);
+            S3Store::open_with(&url, &options).map(|s| Box::new(s) as Box<dyn Store>)
+        }
+    }
+}
+
+fn remote_kind(e: &StoreError) -> RemoteErrorKind {
+    match e {
+        StoreError::Remote { kind, .. } => kind.clone(),
+        other => panic!("expected a remote error, got {other}"),
+    }
+}
+
+/// The error and its sources, as one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+// ---------------------------------------------------------------------------
+// An object without validators.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn an_object_without_validators_is_refused_at_open_unless_allowed() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = put(kind, "novalidators", 8 * PAGE + 17, 41);
+            let proxy = Proxy::start(upstream(kind)).unwrap();
+            proxy.faults().set_drop_validators(true);
+            let e = open_via(kind, &proxy, &file, RemoteTuning::default())
+                .err()
+                .expect("the open fails");
+            assert_eq!(
+                remote_kind(&e),
+                RemoteErrorKind::NoValidator,
+                "{kind:?}: {e}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.contains(&file.name),
+                "{kind:?}: the URL is named: {text}"
+            );
+            assert!(
+                text.contains("allow"),
+                "{kind:?}: the way out is named: {text}"
+            );
+
+            // Allowed explicitly, it opens unpinned and reads right.
+            let tuning = RemoteTuning {
+                allow_unpinned: true,
+                ..RemoteTuning::default()
+            };
+            let store = open_via(kind, &proxy, &file, tuning).unwrap();
+            let mut got = vec![0u8; file.data.len()];
+            store.read_at(0, &mut got).unwrap();
+            assert!(got == file.data, "{kind:?}: the bytes differ");
+        }
+    });
+}
+
+#[test]
+fn a_pinned_object_whose_answers_lose_their_validators_counts_as_changed() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = put(kind, "losesvalidators", 64 * PAGE, 42);
+            let proxy = Proxy::start(upstream(kind)).unwrap();
+            let store = open_via(kind, &proxy, &file, RemoteTuning::default()).unwrap();
+            let pager = Pager::new(Config::default()).unwrap();
+            let object = pager.open(store).unwrap();
+            let map = pager
+                .map_trusted(&object, MapOptions::new().fault_around_order(0))
+                .unwrap();
+            map.advise(faultmap::Advice::Random, 0..map.len()).unwrap();
+            assert_eq!(touch(&map, 0), file.data[0]);
+            // Another version of the same length, served without validators.
+            std::fs::write(&file.path, pattern(64 * PAGE, 43)).unwrap();
+            proxy.faults().set_drop_validators(true);
+            map.advise(faultmap::Advice::WillNeed, page_range(&map, 40))
+                .unwrap();
+            assert!(
+                wait_until(Duration::from_secs(20), || !object.io_errors().is_empty()),
+                "{kind:?}: no error for a read of the object without its validators"
+            );
+            let report = &object.io_errors()[0];
+            assert_eq!(report.kind, IoErrorKind::Read);
+            assert!(report.message.contains("changed"), "{kind:?}: {report:?}");
+            assert!(
+                !object.is_cached(40),
+                "{kind:?}: page 40 must not be cached"
+            );
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Escapes in the URL.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn an_http_url_is_requested_with_its_escapes_kept() {
+    watchdog(WATCHDOG, || {
+        // nginx decodes `%2F` itself, so the file is at `dir/b`: both the
+        // right request and the wrong one would find it. The proxy's log
+        // tells them apart.
+        let file = put(Kind::Http, "escaped/b.bin", 3 * PAGE, 44);
+        let (dir, leaf) = file.name.split_once('/').unwrap();
+        let proxy = Proxy::start(upstream(Kind::Http)).unwrap();
+        for (written, sent) in [
+            (format!("{dir}%2F{leaf}"), format!("/{dir}%2F{leaf}")),
+            (format!("{dir}%2f{leaf}"), format!("/{dir}%2f{leaf}")),
+            (format!("{dir}/{leaf}"), format!("/{dir}/{leaf}")),
+        ] {
+            let url = format!("{}/{written}", proxy.url());
+            let store = HttpStore::open(&url).unwrap();
+            let mut got = vec![0u8; file.data.len()];
+            store.read_at(0, &mut got).unwrap();
+            assert!(got == file.data, "{url}: the bytes differ");
+            let requests = proxy.faults().requests();
+            let paths: Vec<&str> = requests
+                .iter()
+                .filter_map(|r| r.split_once(' ').map(|(_, path)| path))
+                .collect();
+            assert!(
+                paths.iter().all(|p| *p == sent),
+                "{url}: every request must go to {sent}: {requests:?}"
+            );
+            // The next URL's requests alone.
+            drop(store);
+            proxy.faults().clear_requests();
+        }
+    });
+}
+
+#[test]
+fn an_escaped_slash_in_an_s3_key_is_refused_before_any_request() {
+    let proxy = Proxy::start(upstream(Kind::S3)).unwrap();
+    let options = S3Options {
+        endpoint: Some(proxy.url()),
+        allow_http: Some(true),
+        ..S3Options::default()
+    };
+    let bucket = env("FAULTMAP_S3_BUCKET");
+    for url in [
+        format!("s3://{bucket}/a%2Fb.bin"),
+        format!("s3://{bucket}/dir/a%2fb.bin"),
+    ] {
+        let e = S3Store::open_with(&url, &options)
+            .err()
+            .expect("the open fails");
+        assert!(
+            matches!(remote_kind(&e), RemoteErrorKind::BadUrl(why) if why.contains("%2F")),
+            "{url}: {e}"
+        );
+        assert!(e.to_string().contains(&url), "{e}");
+        assert!(matches!(
+            remote_kind(&open_url(&url).err().expect("refused")),
+            RemoteErrorKind::BadUrl(_)
+        ));
+    }
+    assert_eq!(proxy.stats().requests, 0, "{:?}", proxy.faults().requests());
+}
+
+// ---------------------------------------------------------------------------
+// One deadline for the whole open.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_server_that_never_answers_fails_the_open_once_at_its_deadline() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = put(kind, "neveranswers", PAGE, 45);
+            let proxy = Proxy::start(upstream(kind)).unwrap();
+            proxy.faults().set_latency(Duration::from_secs(3600));
+            let tuning = RemoteTuning {
+                open_timeout: Duration::from_millis(400),
+                open_retries: 5,
+                ..RemoteTuning::default()
+            };
+            let e = open_via(kind, &proxy, &file, tuning)
+                .err()
+                .expect("the open fails");
+            assert_eq!(remote_kind(&e), RemoteErrorKind::Timeout, "{kind:?}: {e}");
+            let text = chain(&e);
+            assert!(text.contains("open deadline of 400ms"), "{kind:?}: {text}");
+            // A timeout at open is not tried again: one request reached
+            // the server.
+            assert_eq!(
+                proxy.stats().requests,
+                1,
+                "{kind:?}: {:?}",
+                proxy.faults().requests()
+            );
+        }
+    });
+}
+
+#[test]
+fn a_pagers_io_timeout_bounds_the_open_through_open_url_with() {
+    watchdog(WATCHDOG, || {
+        let file = put(Kind::Http, "iotimeout", PAGE, 46);
+        let proxy = Proxy::start(upstream(Kind::Http)).unwrap();
+        proxy.faults().set_latency(Duration::from_secs(3600));
+        let config = Config::default().io_timeout(Duration::from_millis(300));
+        let url = format!("{}/{}", proxy.url(), file.name);
+        let e = open_url_with(&url, &RemoteTuning::for_config(&config))
+            .err()
+            .expect("a silent server fails the open");
+        assert_eq!(remote_kind(&e), RemoteErrorKind::Timeout, "{e}");
+        assert!(
+            chain(&e).contains("open deadline of 300ms"),
+            "{}",
+            chain(&e)
+        );
+    });
+}
+
+#[test]
+fn a_transient_failure_at_open_is_tried_again_within_the_deadline() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = put(kind, "transientopen", 2 * PAGE, 47);
+            let proxy = Proxy::start(upstream(kind)).unwrap();
+            proxy
+                .faults()
+                .inject(Fault::Status(ErrorStatus::SlowDown), 2);
+            let store = open_via(kind, &proxy, &file, RemoteTuning::default()).unwrap();
+            let mut got = vec![0u8; file.data.len()];
+            store.read_at(0, &mut got).unwrap();
+            assert!(got == file.data, "{kind:?}: the bytes differ");
+
+            // With no retries at open, the same failure fails it.
+            proxy
+                .faults()
+                .inject(Fault::Status(ErrorStatus::SlowDown), 1);
+            let tuning = RemoteTuning {
+                open_retries: 0,
+                ..RemoteTuning::default()
+            };
+            let e = open_via(kind, &proxy, &file, tuning)
+                .err()
+                .expect("the open fails");
+            assert_eq!(remote_kind(&e), RemoteErrorKind::Throttled, "{kind:?}: {e}");
+        }
+    });
+}
