@@ -508,7 +508,10 @@ unsafe fn read_config(config: *const fm_config) -> Result<fm_config, (c_int, Str
     if size > FM_CONFIG_SIZE_MAX {
         return Err((
             libc::EINVAL,
-            format!("fm_config.size is {size}: set it to sizeof(fm_config)"),
+            format!(
+                "fm_config.size is {size}: set .size = sizeof(fm_config) (a program built \
+                 against a header whose fm_config has no size field must be rebuilt)"
+            ),
         ));
     }
     let theirs = size as usize;

@@ -167,8 +167,10 @@ pub(crate) struct Shared {
     link_free: Mutex<Option<Instant>>,
     queue: Mutex<VecDeque<(Fault, u64)>>,
     hook: RwLock<Option<SharedHook>>,
-    /// Whether responses lose their `ETag` and `Last-Modified` headers.
-    drop_validators: AtomicBool,
+    /// Whether responses lose their `ETag` header.
+    drop_etag: AtomicBool,
+    /// Whether responses lose their `Last-Modified` header.
+    drop_last_modified: AtomicBool,
     /// The first [`REQUEST_LOG_MAX`] requests' method and raw target.
     request_log: Mutex<Vec<String>>,
     pub(crate) counters: Counters,
@@ -224,9 +226,13 @@ impl Shared {
         }
     }
 
-    /// Whether responses are to lose their validators.
-    pub(crate) fn drops_validators(&self) -> bool {
-        self.drop_validators.load(Relaxed)
+    /// Whether responses are to lose their `ETag` and their
+    /// `Last-Modified`.
+    pub(crate) fn drops_validators(&self) -> (bool, bool) {
+        (
+            self.drop_etag.load(Relaxed),
+            self.drop_last_modified.load(Relaxed),
+        )
     }
 
     /// Logs a request as it arrived: `METHOD target`, the target exactly
@@ -360,7 +366,15 @@ impl Faults {
     /// `Last-Modified` headers (`false`: pass them through again), as a
     /// server that sends no validators would answer.
     pub fn set_drop_validators(&self, drop: bool) {
-        self.shared.drop_validators.store(drop, Relaxed);
+        self.shared.drop_etag.store(drop, Relaxed);
+        self.shared.drop_last_modified.store(drop, Relaxed);
+    }
+
+    /// Makes every response from now on lose its `Last-Modified` header
+    /// alone (`false`: pass it through again), as a server that sends an
+    /// ETag and no modification time would answer.
+    pub fn set_drop_last_modified(&self, drop: bool) {
+        self.shared.drop_last_modified.store(drop, Relaxed);
     }
 
     /// The requests received so far (the first [`REQUEST_LOG_MAX`]), each

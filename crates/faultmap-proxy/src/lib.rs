@@ -37,8 +37,10 @@
 //! - **Hook** ([`Faults::set_hook`]): called with each request's number
 //!   (0, 1, 2, … in arrival order) before it is forwarded, so a test can
 //!   change the object on disk between two reads of one logical read.
-//! - **No validators** ([`Faults::set_drop_validators`]): responses lose
-//!   their `ETag` and `Last-Modified`, as from a server that sends neither.
+//! - **No validators** ([`Faults::set_drop_validators`],
+//!   [`Faults::set_drop_last_modified`]): responses lose their `ETag` and
+//!   `Last-Modified`, or their `Last-Modified` alone, as from a server that
+//!   sends neither, or an ETag only.
 //! - **Request log** ([`Faults::requests`]): each request's method and
 //!   target exactly as the client sent it (escapes kept), the first
 //!   [`REQUEST_LOG_MAX`].

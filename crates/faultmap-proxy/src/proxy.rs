@@ -301,8 +301,11 @@ impl Route {
             _ => None,
         };
         let (mut head, body) = response.into_parts();
-        if self.shared.drops_validators() {
+        let (drop_etag, drop_last_modified) = self.shared.drops_validators();
+        if drop_etag {
             head.headers.remove(ETAG);
+        }
+        if drop_last_modified {
             head.headers.remove(LAST_MODIFIED);
         }
         let body = FaultBody::new(body, Arc::clone(&self.shared), conn, cut);

@@ -160,12 +160,20 @@ fn an_object_without_validators_is_refused_at_open_unless_allowed() {
     });
 }
 
+/// Pinned by an ETag alone (the server sends no `Last-Modified`, so the
+/// client's pin has the epoch there), the object changes and its answers
+/// lose the ETag: both timestamps are the epoch, which must not count as
+/// a match. (nginx sends an ETag; versitygw sends none for files put in
+/// its folder, so it is the Last-Modified-only case there.)
 #[test]
 fn a_pinned_object_whose_answers_lose_their_validators_counts_as_changed() {
     watchdog(WATCHDOG, || {
         for kind in KINDS {
             let file = put(kind, "losesvalidators", 64 * PAGE, 42);
             let proxy = Proxy::start(upstream(kind)).unwrap();
+            if kind == Kind::Http {
+                proxy.faults().set_drop_last_modified(true);
+            }
             let store = open_via(kind, &proxy, &file, RemoteTuning::default()).unwrap();
             let pager = Pager::new(Config::default()).unwrap();
             let object = pager.open(store).unwrap();
@@ -223,7 +231,7 @@ fn an_http_url_is_requested_with_its_escapes_kept() {
                 .filter_map(|r| r.split_once(' ').map(|(_, path)| path))
                 .collect();
             assert!(
-                paths.iter().all(|p| *p == sent),
+                !paths.is_empty() && paths.iter().all(|p| *p == sent),
                 "{url}: every request must go to {sent}: {requests:?}"
             );
             // The next URL's requests alone.
@@ -284,11 +292,11 @@ fn a_server_that_never_answers_fails_the_open_once_at_its_deadline() {
             assert_eq!(remote_kind(&e), RemoteErrorKind::Timeout, "{kind:?}: {e}");
             let text = chain(&e);
             assert!(text.contains("open deadline of 400ms"), "{kind:?}: {text}");
-            // A timeout at open is not tried again: one request reached
-            // the server.
-            assert_eq!(
-                proxy.stats().requests,
-                1,
+            // A timeout at open is not tried again: at most one request
+            // reached the server (none if the deadline ran out while the
+            // connection was being made).
+            assert!(
+                proxy.stats().requests <= 1,
                 "{kind:?}: {:?}",
                 proxy.faults().requests()
             );
@@ -343,5 +351,24 @@ fn a_transient_failure_at_open_is_tried_again_within_the_deadline() {
                 .expect("the open fails");
             assert_eq!(remote_kind(&e), RemoteErrorKind::Throttled, "{kind:?}: {e}");
         }
+    });
+}
+
+#[test]
+fn a_timeout_too_long_to_compute_is_refused_or_no_deadline_never_a_panic() {
+    watchdog(WATCHDOG, || {
+        // Through a pager's settings: refused by the configuration.
+        let config = Config::default().io_timeout(Duration::MAX);
+        assert!(config.validate().is_err());
+        assert!(Pager::new(config).is_err());
+        // A tuning made by hand: no deadline to compute, and the open works.
+        let file = put(Kind::Http, "longtimeout", PAGE, 48);
+        let proxy = Proxy::start(upstream(Kind::Http)).unwrap();
+        let tuning = RemoteTuning {
+            open_timeout: Duration::MAX,
+            ..RemoteTuning::default()
+        };
+        let store = open_via(Kind::Http, &proxy, &file, tuning).unwrap();
+        assert_eq!(store.len(), PAGE as u64);
     });
 }

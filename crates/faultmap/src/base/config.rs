@@ -53,6 +53,10 @@ pub const MAX_REPLAY_AHEAD: u64 = 1 << 20;
 /// long fails the faults that wait for it.
 pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The longest `io_timeout`: a day. Longer is no bound at all, and
+/// deadlines past it are computed without overflow.
+pub const MAX_IO_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// How many times a failed store request is tried again by default.
 pub const DEFAULT_IO_RETRIES: u32 = 2;
 
@@ -72,8 +76,8 @@ pub enum ConfigError {
     /// `io_retries` is above `MAX_IO_RETRIES` (16).
     #[error("io_retries must be 0..={MAX_IO_RETRIES}, got {0}")]
     IoRetries(u32),
-    /// `io_timeout` is zero.
-    #[error("io_timeout must be above zero")]
+    /// `io_timeout` is zero or above [`MAX_IO_TIMEOUT`].
+    #[error("io_timeout must be above zero and at most {} s", MAX_IO_TIMEOUT.as_secs())]
     IoTimeout,
     /// `dirty_expire` is zero.
     #[error("dirty_expire must be above zero")]
@@ -441,7 +445,7 @@ impl Config {
         if self.io_retries > MAX_IO_RETRIES {
             return Err(ConfigError::IoRetries(self.io_retries));
         }
-        if self.io_timeout.is_zero() {
+        if self.io_timeout.is_zero() || self.io_timeout > MAX_IO_TIMEOUT {
             return Err(ConfigError::IoTimeout);
         }
         if self.dirty_expire.is_zero() {

@@ -13,7 +13,8 @@ use super::StoreError;
 /// An object at an `http://` or `https://` URL, read with ranged GETs.
 ///
 /// Its length and version come from a `HEAD` at open. Every read is
-/// conditional on the ETag (`If-Match`) and checked against the pin; with
+/// conditional on a strong ETag (`If-Match`; a weak one is not sent, since
+/// `If-Match` compares strongly) and checked against the pin; with
 /// no ETag, each response's `Last-Modified` and length are checked
 /// instead (no condition is sent), and an object with neither validator is
 /// refused unless [`RemoteTuning::allow_unpinned`] is set: see the
@@ -22,9 +23,10 @@ use super::StoreError;
 /// whole object is refused at open). URLs with user information or a query
 /// string are refused: faultmap could not keep them out of messages.
 ///
-/// Every request goes to the URL's path exactly as written, escapes kept:
+/// Every request goes to the URL's path as parsed, escapes kept:
 /// `http://host/a%2Fb.bin` asks the server for `/a%2Fb.bin`, never for
-/// `/a/b.bin`.
+/// `/a/b.bin`. (URL parsing itself resolves dot segments, `.` and `..`,
+/// escaped or not, as browsers and HTTP clients do.)
 pub struct HttpStore {
     remote: Remote,
 }

@@ -26,7 +26,8 @@
 //! versions are never mixed. Each response is also checked against the pin
 //! (ETag, Last-Modified, length and range), so a server that ignores the
 //! condition is caught too; a response without the pinned ETag is a
-//! change. A server that sends no ETag (versitygw for files put in its
+//! change. (A weak ETag, `W/"..."`, is not sent as `If-Match`, which
+//! compares strongly; it is checked against each answer only.) A server that sends no ETag (versitygw for files put in its
 //! folder by hand, some HTTP servers) is pinned by length and
 //! `Last-Modified` alone, checked on every response: weaker, since a
 //! rewrite within the same second that keeps the length goes unseen. No
@@ -707,21 +708,27 @@ fn has_validator(meta: &ObjectMeta) -> bool {
 /// The deadline of an open.
 #[derive(Clone, Copy)]
 struct Deadline {
-    at: Instant,
+    /// `None`: too far to be represented, so none.
+    at: Option<Instant>,
     whole: Duration,
 }
+
+/// A timeout with this little of the deadline left is the deadline's.
+const DEADLINE_SLACK: Duration = Duration::from_millis(50);
 
 impl Deadline {
     fn after(whole: Duration) -> Self {
         Self {
-            at: Instant::now() + whole,
+            at: Instant::now().checked_add(whole),
             whole,
         }
     }
 
     /// What is left of it.
     fn left(&self) -> Duration {
-        self.at.saturating_duration_since(Instant::now())
+        self.at.map_or(Duration::MAX, |at| {
+            at.saturating_duration_since(Instant::now())
+        })
     }
 
     /// The error of an open that ran out of time.
@@ -736,14 +743,16 @@ impl Deadline {
         }
     }
 
-    /// `e`, said to be the open's deadline if it is a timeout.
+    /// `e`, said to be the open's deadline if it is a timeout that came
+    /// when the deadline ran out (a request's or a connection's own,
+    /// shorter, timeout keeps its own words).
     fn name_timeout(&self, e: StoreError) -> StoreError {
         match e {
             StoreError::Remote {
                 url,
                 kind: RemoteErrorKind::Timeout,
                 ..
-            } => self.timeout(&url),
+            } if self.left() <= DEADLINE_SLACK => self.timeout(&url),
             other => other,
         }
     }

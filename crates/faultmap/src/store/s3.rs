@@ -29,7 +29,9 @@ use super::StoreError;
 /// The key is the URL's path after the bucket, its percent-escapes
 /// decoded (`s3://b/a%20b` is the key `a b`); an escaped `/` (`%2F`) is
 /// refused, since tools disagree on whether it names the key `a/b` or the
-/// key `a%2Fb`.
+/// key `a%2Fb`, and so is a key that ends in `/` (the client would drop
+/// the `/` and read another key). A bucket name with an escape is
+/// refused too.
 ///
 /// The object's length, ETag and version id are pinned at open; every
 /// read is a ranged GET conditional on them (see the `store` module).
@@ -90,6 +92,15 @@ impl S3Store {
         let Some(bucket) = parsed.host_str().filter(|b| !b.is_empty()) else {
             return Err(bad_url(&shown, "no bucket (s3://bucket/key)"));
         };
+        if !bucket
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+        {
+            return Err(bad_url(
+                &shown,
+                "a bucket name is letters, digits, '-', '.' and '_' (no escapes)",
+            ));
+        }
         let path = key_path(parsed.path()).map_err(|why| bad_url(&shown, why))?;
         let mut secrets = Secrets::default();
         for var in [
@@ -157,7 +168,8 @@ super::remote::remote_store!(S3Store);
 
 /// The object path of an `s3://` URL's path: its escapes decoded, each
 /// `/` a separator. Refuses an escaped `/` (the decoded key would hold a
-/// separator the URL did not: see [`S3Store`]), and an empty key.
+/// separator the URL did not: see [`S3Store`]), a key that ends in `/`
+/// (the client would drop it), and an empty key.
 fn key_path(url_path: &str) -> Result<Path, &'static str> {
     let escaped_slash = url_path
         .as_bytes()
@@ -169,11 +181,13 @@ fn key_path(url_path: &str) -> Result<Path, &'static str> {
                     separator, others as the three characters): write the key's '/' as is",
         );
     }
-    let path = Path::from_url_path(url_path).map_err(|_| "the key is not a valid object path")?;
-    if path.as_ref().is_empty() {
+    if url_path.trim_start_matches('/').is_empty() {
         return Err("no key after the bucket (s3://bucket/key)");
     }
-    Ok(path)
+    if url_path.ends_with('/') {
+        return Err("the key ends in '/' (a folder, not an object)");
+    }
+    Path::from_url_path(url_path).map_err(|_| "the key is not a valid object path")
 }
 
 #[cfg(test)]
@@ -188,6 +202,14 @@ mod tests {
         assert_eq!(key_path("/a%20b/c").unwrap().as_ref(), "a b/c");
         assert_eq!(key_path("/a/b.bin").unwrap().as_ref(), "a/b.bin");
         assert!(key_path("/").is_err());
+        assert!(key_path("/dir/").unwrap_err().contains("ends in '/'"));
+    }
+
+    #[test]
+    fn a_bucket_name_with_an_escape_is_refused_before_any_request() {
+        let e = S3Store::open("s3://bucket%2Fother/key").unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("bucket name"), "{text}");
     }
 
     #[test]
