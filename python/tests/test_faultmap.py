@@ -596,6 +596,66 @@ def test_fork_child_leaves_the_parents_dirty_pages_to_the_parent(small_file):
     assert r.stdout.split() == ["0", repr(data[:4]), "b'DIRT'"]
 
 
+@pytest.mark.parametrize(
+    "through, writable", [("memoryview", False), ("numpy", False), ("memoryview", True)]
+)
+def test_fork_child_touching_a_parents_view_gets_sigsegv(small_file, through, writable):
+    # A mapping is not inherited (MADV_DONTFORK), but a memoryview or a
+    # numpy array made before fork() keeps its pointer. The child gets an
+    # inaccessible placeholder over the range: touching it through the old
+    # view is SIGSEGV, never the child's own memory, which mmap.mmap (or
+    # numpy, or malloc) would otherwise put there.
+    import ast
+
+    path, data = small_file
+    r = run_python(
+        f"""
+        import mmap, os, signal, numpy, faultmap
+        SECRET, SIZE = b"CHILD-SECRET-001", 64 * 1024
+        m = faultmap.open({str(path)!r}, writable={writable})
+        view = memoryview(m)
+        arr = m.array(numpy.uint8)
+        assert bytes(view[:16]) == arr[:16].tobytes() == {data[:16]!r}
+        base, length = arr.__array_interface__["data"][0], len(m)
+        rd, wr = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(rd)
+            landed, mine = 0, []
+            for _ in range(200):
+                mm = mmap.mmap(-1, SIZE)
+                mm.write(SECRET * (SIZE // 16))
+                at = numpy.frombuffer(mm, numpy.uint8).__array_interface__["data"][0]
+                landed += at < base + length and base < at + SIZE
+                mine.append(mm)
+            os.write(wr, b"landed %d;" % landed)  # before touching the view
+            if {writable}:
+                view[:16] = b"PARENT-PTR-WRITE"
+                changed = sum(mm[:] != SECRET * (SIZE // 16) for mm in mine)
+                os.write(wr, b"changed %d;" % changed)
+            elif {through!r} == "numpy":
+                os.write(wr, b"read " + arr[:16].tobytes() + b";")
+            else:
+                os.write(wr, b"read " + bytes(view[:16]) + b";")
+            os._exit(0)
+        os.close(wr)
+        _, status = os.waitpid(pid, 0)
+        said = b""
+        while chunk := os.read(rd, 65536):
+            said += chunk
+        print(repr(said))
+        print(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGSEGV, hex(status))
+        assert bytes(view[:16]) == {data[:16]!r}  # the parent reads on
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    said, died = r.stdout.splitlines()
+    said = ast.literal_eval(said)
+    assert b"CHILD-SECRET-001" not in said, said
+    assert said == b"landed 0;", said  # nothing landed; the touch never returned
+    assert died.startswith("True"), (died, said, r.stderr)
+
+
 def test_writes_of_a_mapping_never_freed_reach_the_file_at_exit(small_file):
     # Held by a daemon thread until the interpreter exits: never freed, but
     # written back by the exit hook, as mmap's pages would be.

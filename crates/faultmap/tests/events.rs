@@ -368,7 +368,8 @@ fn moved_and_touched_at_once(delivery: Delivery, name: &str) {
 both_deliveries!(moved_and_touched_at_once: an_mremap_destination_touched_at_once_is_served_signal, an_mremap_destination_touched_at_once_is_served_handler);
 
 fn forked(delivery: Delivery, name: &str) {
-    // Mappings are MADV_DONTFORK: a forked child has no such range.
+    // Mappings are MADV_DONTFORK: a forked child has an inaccessible
+    // placeholder there instead (`sys::fork`; tests/fork.rs).
     if is_child(name) {
         let pager = pager(delivery);
         let data = pattern(8 * PAGE, 957);
@@ -412,7 +413,8 @@ both_deliveries!(forked: a_fork_child_touching_a_mapping_gets_sigsegv_signal, a_
 fn forked_drop(delivery: Delivery, name: &str) {
     // A fork child that drops the mapping and the pager it inherited
     // leaves the parent's alone and its own memory too: it neither unmaps
-    // the range (where it has mapped memory of its own since) nor waits
+    // the range (which holds an inaccessible placeholder, `sys::fork`,
+    // that the child has mapped memory of its own over since) nor waits
     // for pager threads it does not have; the parent's mapping reads on.
     if is_child(name) {
         let pager = pager(delivery);
@@ -428,19 +430,26 @@ fn forked_drop(delivery: Delivery, name: &str) {
         // SAFETY: the child maps, drops and checks, then exits at once.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
-            // SAFETY: the range is not mapped in the child (MADV_DONTFORK);
-            // NOREPLACE fails rather than replace anything.
-            let mine = unsafe {
-                libc::mmap(
-                    addr as *mut libc::c_void,
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-                    -1,
-                    0,
-                )
+            let map_at = |flags| {
+                // SAFETY: the range holds the child's placeholder (the
+                // parent's mapping is MADV_DONTFORK): NOREPLACE replaces
+                // nothing, MAP_FIXED replaces the placeholder only.
+                unsafe {
+                    libc::mmap(
+                        addr as *mut libc::c_void,
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
+                        -1,
+                        0,
+                    )
+                }
             };
-            if mine != addr as *mut libc::c_void {
+            // The placeholder is there: NOREPLACE fails with EEXIST.
+            let refused = map_at(libc::MAP_FIXED_NOREPLACE) == libc::MAP_FAILED
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST);
+            let mine = map_at(libc::MAP_FIXED);
+            if !refused || mine != addr as *mut libc::c_void {
                 // SAFETY: leaves the forked child at once.
                 unsafe { libc::_exit(2) };
             }

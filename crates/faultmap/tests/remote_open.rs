@@ -254,9 +254,7 @@ fn an_escaped_slash_in_an_s3_key_is_refused_before_any_request() {
         format!("s3://{bucket}/a%2Fb.bin"),
         format!("s3://{bucket}/dir/a%2fb.bin"),
     ] {
-        let e = S3Store::open_with(&url, &options)
-            .err()
-            .expect("the open fails");
+        let e = S3Store::open_with(&url, &options).expect_err("refused");
         assert!(
             matches!(remote_kind(&e), RemoteErrorKind::BadUrl(why) if why.contains("%2F")),
             "{url}: {e}"

@@ -17,10 +17,10 @@
 //! Plain `faultmap bench` measures orders 0, 4 and 9 (one page, the
 //! kernel's default 64 KiB, a whole page table), [`MAIN_REPETITIONS`]
 //! samples per cell, and the `uffd-probe` same-cpu column, so that it
-//! answers in about two minutes here (`cross-cpu`, at about 70 µs per
+//! answers in about three minutes here (`cross-cpu`, at about 70 µs per
 //! fault, only with `--full`);
 //! `--full` measures the seven orders of the kernel's fault-around series
-//! with the [`reps`](super::reps) budget policy (about 4.5 minutes). Every
+//! with the [`reps`](super::reps) budget policy (about 5 minutes). Every
 //! number is the median over the repetitions. A `vs X` line divides X's
 //! time by each column's: above 1, that column was faster than X. After the
 //! tables, the headline: per workload, delivery mode and thread count,

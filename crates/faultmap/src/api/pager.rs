@@ -46,19 +46,32 @@
 //!
 //! # fork
 //!
-//! Mappings are `MADV_DONTFORK`: a child process does not inherit them
-//! (touching the range in the child is a SIGSEGV), because the child would
-//! have no handler and its faults would fill the shared cache with zeros.
+//! Mappings are `MADV_DONTFORK`: a child process does not inherit them,
+//! because the child would have no handler and its faults would fill the
+//! shared cache with zeros. Instead, an at-fork child handler maps an
+//! inaccessible placeholder (`PROT_NONE`, anonymous, no memory charged)
+//! over each of the parent's mappings before the child runs any other
+//! code (`crate::sys::fork`): a pointer taken in the parent (a slice of a
+//! `Mapping`, a Python `memoryview` or numpy array) faults in the child
+//! with SIGSEGV, and never reads or writes the child's own memory, since
+//! nothing the child maps without `MAP_FIXED` can land there. The
+//! placeholder stays for the child's life and is inherited by its own
+//! children; the child may `munmap` it or map over it with `MAP_FIXED`
+//! itself. (If the at-fork handlers could not be registered when the
+//! library was loaded, [`crate::sys::children_reserved`] is false and the
+//! range is free address space in the child, as the kernel leaves it.)
+//!
 //! A child that drops a `Mapping`, `Object` or `Pager` it inherited leaves
 //! the parent's things be (each records the fork generation that made it,
 //! [`crate::sys::fork_generation`]): its regions stay in the parent's
 //! region table, which the child leaks, so their ranges are neither
-//! unregistered (the userfaultfd is the parent's) nor unmapped (the child
-//! may have mapped something else there); the object's dirty pages are not
-//! written back (the parent writes them; a child's copy could land after
-//! the parent's newer one); no lock a parent thread may have held at the
-//! fork is taken; and the pager's threads, which the child does not have,
-//! are not waited for. Use none of them in the child: make a pager there.
+//! unregistered (the userfaultfd is the parent's) nor unmapped (the
+//! placeholder stays, or what the child mapped over it); the object's
+//! dirty pages are not written back (the parent writes them; a child's
+//! copy could land after the parent's newer one); no lock a parent thread
+//! may have held at the fork is taken; and the pager's threads, which the
+//! child does not have, are not waited for. Use none of them in the child:
+//! make a pager there.
 //!
 //! # munmap and mremap by the application
 //!
@@ -925,7 +938,8 @@ impl Pager {
             table = RegionTable::get().lock();
         }
         // 2. A forked child must not fault on it: nobody would serve it.
-        sys::madvise_dontfork(&map).map_err(|e| map_err("madvise(MADV_DONTFORK)", e))?;
+        //    It gets an inaccessible placeholder there instead (`sys::fork`).
+        sys::dont_fork(&map).map_err(|e| map_err("madvise(MADV_DONTFORK)", e))?;
         // 3. Register MISSING|MINOR (|WP); CONTINUE, WAKE and POISON (and
         //    WRITEPROTECT) must be allowed.
         let modes = if writable {
@@ -1949,7 +1963,10 @@ impl<A: Access> Deref for Mapping<A> {
         // changes a mapped page's bytes (pages are filled before they are
         // mapped); the application changes them through this mapping only
         // with `&mut self` (DerefMut), and through others not while this
-        // slice lives: the contract of `Pager::map`/`Pager::map_mut`.
+        // slice lives: the contract of `Pager::map`/`Pager::map_mut`. (In
+        // a forked child no handler serves the range, which holds an
+        // inaccessible placeholder, `sys::fork`: an access is SIGSEGV,
+        // never another mapping's bytes.)
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
@@ -1978,7 +1995,8 @@ impl<A: Access> Drop for Mapping<A> {
         if self.born != sys::fork_generation() {
             // A forked child: the region is the parent's, in the parent's
             // table (leaked in the child), its object's rmap lock may be
-            // held by a parent thread that is not here. Leave it all be.
+            // held by a parent thread that is not here. Leave it all be,
+            // the placeholder over its range too (see "fork" above).
             std::mem::forget(self.region.take());
             // The replay thread is the parent's too: not here to join.
             std::mem::forget(self.replay.take());

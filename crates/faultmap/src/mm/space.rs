@@ -284,8 +284,10 @@ impl Region {
         // moved it there, and the kernel told us so), and only this
         // successor will own it: this region is disowned before the table's
         // lock is let go (see above), and a disowned region is never split
-        // again.
-        let map = unsafe { sys::MappedRegion::adopt(at.get(), part.end.since(part.start)) }?;
+        // again. (It inherits `self.map`'s placeholder in forked children:
+        // the part is DONTFORK too.)
+        let map =
+            unsafe { sys::MappedRegion::adopt(&self.map, at.get(), part.end.since(part.start)) }?;
         // SAFETY: as in `ra_params`.
         let hints = unsafe { &*self.hints.load(Ordering::Acquire) };
         // This region's pages `skip..skip + pages` are the successor's
@@ -886,7 +888,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The process's table: created on first use, never freed. A forked child
 /// starts from a table of its own: the parent's regions are not mapped in
-/// the child (mappings are `MADV_DONTFORK`), its pager threads do not exist
+/// the child (mappings are `MADV_DONTFORK`; a placeholder holds their
+/// ranges, `crate::sys::fork`), its pager threads do not exist
 /// there, and its locks and read-section counters may have been held by
 /// threads that are gone; the parent's table is leaked there, never
 /// touched again.

@@ -19,7 +19,10 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
+pub(crate) mod fork;
 pub(crate) mod uring;
+
+pub use fork::{children_reserved, fork_reservations};
 
 /// The base page size this crate works in. Checked against `sysconf` when a
 /// pager is created (`page_size_matches`).
@@ -638,6 +641,10 @@ pub(crate) struct MappedRegion {
     /// The range is no longer ours (the application unmapped or moved
     /// it): dropping must not unmap it.
     disowned: std::sync::atomic::AtomicBool,
+    /// The range is listed for a placeholder in forked children
+    /// ([`dont_fork`], `sys::fork`): to take off the list when it is
+    /// unmapped or disowned, whichever comes first.
+    listed: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: a MappedRegion is an address range; it owns no thread-local state
@@ -663,28 +670,55 @@ impl MappedRegion {
         self.ptr.as_ptr()
     }
 
-    /// Takes ownership of `[addr, addr+len)`, part of a mapping whose
-    /// owner gave it up ([`MappedRegion::disown`]): the part the application
-    /// left mapped after unmapping the rest.
+    /// Takes ownership of `[addr, addr+len)`, a part of `from` (a mapping
+    /// whose owner is giving it up, [`MappedRegion::disown`]) now at `addr`:
+    /// the part the application left mapped after unmapping the rest, or
+    /// moved there with `mremap`. A part of a [`dont_fork`] range is
+    /// `DONTFORK` too (the kernel keeps `VM_DONTCOPY` through splits and
+    /// moves), and is listed for a placeholder in children at its address.
     ///
     /// # Safety
     ///
-    /// The range must be mapped, inside a [`MappedRegion`] that was
-    /// disowned, and not be owned by any other `MappedRegion`.
-    pub unsafe fn adopt(addr: usize, len: usize) -> Option<MappedRegion> {
-        Some(MappedRegion {
+    /// The range must be mapped, be a part of `from`'s that `from` gives up
+    /// ([`MappedRegion::disown`]) before the result is dropped, and not be
+    /// owned by any other `MappedRegion`.
+    pub unsafe fn adopt(from: &MappedRegion, addr: usize, len: usize) -> Option<MappedRegion> {
+        let part = MappedRegion {
             ptr: NonNull::new(addr as *mut u8)?,
             len,
             disowned: std::sync::atomic::AtomicBool::new(false),
-        })
+            listed: std::sync::atomic::AtomicBool::new(false),
+        };
+        if from.listed.load(std::sync::atomic::Ordering::Acquire) {
+            part.list_for_children();
+        }
+        Some(part)
     }
 
     /// Gives the range up: dropping `self` will not unmap it. For a range
     /// the application unmapped or moved itself: what is there now is not
-    /// ours to unmap.
+    /// ours to unmap, nor to reserve in a forked child (the parts faultmap
+    /// keeps were adopted, and listed, by their new owners).
     pub fn disown(&self) {
         self.disowned
             .store(true, std::sync::atomic::Ordering::Release);
+        self.unlist_for_children();
+    }
+
+    /// Lists the range for a placeholder in every forked child
+    /// (`sys::fork`), until it is unmapped or disowned.
+    fn list_for_children(&self) {
+        if fork::list(self.addr(), self.len) {
+            self.listed
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Takes the range off the list, if it is on it (once).
+    fn unlist_for_children(&self) {
+        if self.listed.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            fork::unlist(self.addr(), self.len);
+        }
     }
 
     /// Whether [`MappedRegion::disown`] was called.
@@ -702,6 +736,9 @@ impl Drop for MappedRegion {
         // nothing else unmaps it. Its users hold borrows of `self`, so none is
         // live here.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        // Listed until after the unmap: a child forked meanwhile reserves a
+        // range that is free by then, which is harmless (`sys::fork`).
+        self.unlist_for_children();
     }
 }
 
@@ -814,6 +851,7 @@ fn mmap_at(
         ptr,
         len,
         disowned: std::sync::atomic::AtomicBool::new(false),
+        listed: std::sync::atomic::AtomicBool::new(false),
     })
 }
 
@@ -896,8 +934,15 @@ pub(crate) fn read_own_memory(src: *const u8, dst: &mut [u8]) -> io::Result<usiz
     Ok(rc as usize)
 }
 
-/// `madvise(MADV_DONTFORK)`: a child of `fork` does not inherit the range.
-pub(crate) fn madvise_dontfork(region: &MappedRegion) -> io::Result<()> {
+/// Keeps the range out of forked children: `madvise(MADV_DONTFORK)`, so
+/// that a child does not inherit it, and an inaccessible placeholder over
+/// it in each child (`sys::fork`), so that a pointer into it faults there
+/// (SIGSEGV) instead of reading what the child maps in its place. Listed
+/// first: the range is never `DONTFORK` without being listed (unless the
+/// at-fork handlers could not be registered, [`children_reserved`]).
+/// On error the range stays listed until `region` is dropped.
+pub(crate) fn dont_fork(region: &MappedRegion) -> io::Result<()> {
+    region.list_for_children();
     // SAFETY: advises on a range this process mapped and owns; DONTFORK
     // changes no content.
     let rc = unsafe { libc::madvise(region.as_ptr().cast(), region.len(), libc::MADV_DONTFORK) };
@@ -1397,6 +1442,23 @@ pub(crate) fn at_fork_child(child: extern "C" fn()) -> io::Result<()> {
     // SAFETY: registers a plain function pointer, valid for the program's
     // life; no prepare or parent handler.
     let rc = unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Registers `prepare` to run in the forking thread before every `fork`,
+/// and `parent` and `child` after it, in the parent (also when the fork
+/// failed) and in the child (`pthread_atfork`): all three or none.
+pub(crate) fn at_fork(
+    prepare: extern "C" fn(),
+    parent: extern "C" fn(),
+    child: extern "C" fn(),
+) -> io::Result<()> {
+    // SAFETY: registers plain function pointers, valid for the program's
+    // life.
+    let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
     if rc != 0 {
         return Err(io::Error::from_raw_os_error(rc));
     }
