@@ -33,7 +33,10 @@
 //!   freed (`_flush_at_exit`): their pages live in faultmap's cache, not
 //!   the kernel's, and would go with the process.
 //! - **fork.** Mappings are not inherited by a child process (the library
-//!   maps them `MADV_DONTFORK`), and a pager's threads do not survive
+//!   maps them `MADV_DONTFORK`, and reserves their ranges in the child
+//!   with inaccessible placeholders, so a `memoryview` or array exported
+//!   before the fork faults with SIGSEGV rather than reading the child's
+//!   own memory), and a pager's threads do not survive
 //!   `fork`: a `Pager` or `Mapping` used in a child raises `RuntimeError`
 //!   (each records `fm::fork_generation()`; dropping one there is
 //!   harmless, the library leaves the parent's things be); the default

@@ -10,95 +10,16 @@
 mod common;
 use common::MapTrusted;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::remote::*;
 use common::*;
 use faultmap::{
     open_url, Advice, Config, Delivery, HttpStore, IoErrorKind, MapOptions, Pager, RemoteErrorKind,
-    RemoteTuning, S3Options, S3Store, Store, StoreError,
+    RemoteTuning, S3Options, S3Store, Store,
 };
 use faultmap_proxy::{ErrorStatus, Fault, Proxy};
-
-/// The servers `scripts/remote-servers up` started, from its variables.
-struct Servers {
-    http_url: String,
-    http_root: PathBuf,
-    s3_bucket: String,
-    s3_root: PathBuf,
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!(
-            "{name} is not set: these tests need the project's servers; run them under \
-             ./scripts/test-all, or eval \"$(scripts/remote-servers up)\" first"
-        )
-    })
-}
-
-fn servers() -> Servers {
-    Servers {
-        http_url: env("FAULTMAP_HTTP_URL"),
-        http_root: PathBuf::from(env("FAULTMAP_HTTP_ROOT")),
-        s3_bucket: env("FAULTMAP_S3_BUCKET"),
-        s3_root: PathBuf::from(env("FAULTMAP_S3_ROOT")),
-    }
-}
-
-/// Which server an object is on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Http,
-    S3,
-}
-
-const KINDS: [Kind; 2] = [Kind::Http, Kind::S3];
-
-/// A file in a server's root, removed when dropped.
-struct RemoteFile {
-    path: PathBuf,
-    url: String,
-    data: Vec<u8>,
-}
-
-impl Drop for RemoteFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// Puts `len` pattern bytes under a fresh name on `kind`'s server.
-fn put(kind: Kind, name: &str, len: usize, seed: u64) -> RemoteFile {
-    let s = servers();
-    let name = format!("{name}-{}-{seed}", std::process::id());
-    let data = pattern(len, seed);
-    let (path, url) = match kind {
-        Kind::Http => (s.http_root.join(&name), format!("{}/{name}", s.http_url)),
-        Kind::S3 => (
-            s.s3_root.join(&name),
-            format!("s3://{}/{name}", s.s3_bucket),
-        ),
-    };
-    std::fs::write(&path, &data).unwrap();
-    RemoteFile { path, url, data }
-}
-
-fn open(kind: Kind, url: &str) -> Result<Box<dyn Store>, StoreError> {
-    match kind {
-        Kind::Http => HttpStore::open(url).map(|s| Box::new(s) as Box<dyn Store>),
-        Kind::S3 => S3Store::open(url).map(|s| Box::new(s) as Box<dyn Store>),
-    }
-}
-
-fn remote_kind(e: &StoreError) -> RemoteErrorKind {
-    match e {
-        StoreError::Remote { kind, .. } => kind.clone(),
-        other => panic!("expected a remote error, got {other}"),
-    }
-}
 
 fn pager(delivery: Delivery) -> Pager {
     Pager::new(Config::default().delivery(delivery)).unwrap()
@@ -406,36 +327,6 @@ fn a_trace_recorded_on_a_remote_object_replays_on_it_and_not_on_a_new_version() 
 // Errors during reads, through the fault-injecting proxy.
 // ---------------------------------------------------------------------------
 
-/// The upstream address of `kind`'s server.
-fn upstream(kind: Kind) -> SocketAddr {
-    let url = match kind {
-        Kind::Http => env("FAULTMAP_HTTP_URL"),
-        Kind::S3 => env("AWS_ENDPOINT_URL"),
-    };
-    let hostport = url.trim_start_matches("http://").trim_end_matches('/');
-    hostport.parse().unwrap_or_else(|e| panic!("{url}: {e}"))
-}
-
-/// `file` opened through `proxy` (an S3 object with the proxy as its
-/// endpoint), with `tuning`.
-fn open_via(kind: Kind, proxy: &Proxy, file: &RemoteFile, tuning: RemoteTuning) -> Box<dyn Store> {
-    match kind {
-        Kind::Http => {
-            let name = file.url.rsplit('/').next().unwrap();
-            Box::new(HttpStore::open_with(&format!("{}/{name}", proxy.url()), tuning).unwrap())
-        }
-        Kind::S3 => {
-            let options = S3Options {
-                endpoint: Some(proxy.url()),
-                allow_http: Some(true),
-                tuning,
-                ..S3Options::default()
-            };
-            Box::new(S3Store::open_with(&file.url, &options).unwrap())
-        }
-    }
-}
-
 /// Small requests, so that one object takes many.
 fn small_requests() -> RemoteTuning {
     RemoteTuning {
@@ -704,6 +595,72 @@ fn prefetch_reads_ahead_in_large_requests_and_the_access_then_needs_none() {
                 "{kind:?}: the access read again"
             );
             assert!(map.prefetch(0..map.len() + 1).is_err());
+        }
+    });
+}
+
+/// A prefetch of a whole object behind 20 ms first-byte latency, and the
+/// mapping and object dropped a few requests in: the reads still queued
+/// are dropped unread, those in flight are not kept, and the pager's
+/// depth serves another object right away.
+#[test]
+fn closing_an_object_cancels_its_prefetch() {
+    const REQUEST: usize = 256 << 10;
+    const LEN: usize = 64 << 20; // 256 requests
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = put(kind, "cancelled", LEN, 28);
+            let other = put(kind, "afterwards", 3 * PAGE + 5, 29);
+            let proxy = Proxy::start(upstream(kind)).unwrap();
+            proxy.faults().set_latency(Duration::from_millis(20));
+            let tuning = RemoteTuning {
+                request_bytes: REQUEST as u64,
+                ..RemoteTuning::default()
+            };
+            let config = Config::default();
+            let bound = (config.io_depth + config.io_threads) as u64;
+            let pager = Pager::new(config).unwrap();
+            let object = pager.open(open_via(kind, &proxy, &file, tuning)).unwrap();
+            let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
+            map.prefetch(0..map.len()).unwrap();
+            assert!(
+                wait_until(Duration::from_secs(20), || pager.stats().io_bytes > 0),
+                "{kind:?}: the prefetch did not start"
+            );
+            drop(map);
+            drop(object);
+            let at_close = proxy.stats().requests;
+            // Everything the object held goes: what was queued at once,
+            // what was in flight when its answer comes.
+            assert!(
+                wait_until(Duration::from_secs(20), || pager.memory().cached == 0),
+                "{kind:?}: the cache still holds {:?}",
+                pager.memory()
+            );
+            let stats = pager.stats();
+            assert!(stats.io_cancelled > 0, "{kind:?}: {stats:?}");
+            // Another object on the same pager reads right (its reads are
+            // not queued behind the cancelled ones).
+            let object = pager.open(open_via(kind, &proxy, &other, tuning)).unwrap();
+            let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
+            assert_bytes(&map, &other.data, &format!("{kind:?}: the next object"));
+            drop((map, object));
+            // At most what was in flight or being started at the close
+            // reached the server after it (plus the next object's open and
+            // read), never the rest of the 256.
+            let after = proxy.stats().requests - at_close;
+            eprintln!(
+                "{kind:?}: {at_close} requests before the close, {after} after (of {}); \
+                 io_cancelled {} pages, io_count {}",
+                LEN / REQUEST,
+                stats.io_cancelled,
+                stats.io_count
+            );
+            assert!(
+                after <= bound + 4,
+                "{kind:?}: {after} requests after the close (bound {bound} + 4), of {}",
+                LEN / REQUEST
+            );
         }
     });
 }

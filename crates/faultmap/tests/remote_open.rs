@@ -8,103 +8,15 @@
 mod common;
 use common::MapTrusted;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
+use common::remote::*;
 use common::*;
 use faultmap::{
     open_url, open_url_with, Config, HttpStore, IoErrorKind, MapOptions, Pager, RemoteErrorKind,
-    RemoteTuning, S3Options, S3Store, Store, StoreError,
+    RemoteTuning, S3Options, S3Store, Store,
 };
 use faultmap_proxy::{ErrorStatus, Fault, Proxy};
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!(
-            "{name} is not set: these tests need the project's servers; run them under \
-             ./scripts/test-all, or eval \"$(scripts/remote-servers up)\" first"
-        )
-    })
-}
-
-/// Which server an object is on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Http,
-    S3,
-}
-
-const KINDS: [Kind; 2] = [Kind::Http, Kind::S3];
-
-/// A file in a server's root, removed when dropped.
-struct RemoteFile {
-    path: PathBuf,
-    /// Its name under the server's root (the key, for S3).
-    name: String,
-    data: Vec<u8>,
-}
-
-impl Drop for RemoteFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// Puts `len` pattern bytes at `name` (made unique) under `kind`'s root.
-fn put(kind: Kind, name: &str, len: usize, seed: u64) -> RemoteFile {
-    let root = match kind {
-        Kind::Http => env("FAULTMAP_HTTP_ROOT"),
-        Kind::S3 => env("FAULTMAP_S3_ROOT"),
-    };
-    let name = format!("{name}-{}-{seed}", std::process::id());
-    let path = PathBuf::from(root).join(&name);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let data = pattern(len, seed);
-    std::fs::write(&path, &data).unwrap();
-    RemoteFile { path, name, data }
-}
-
-/// The address of `kind`'s server.
-fn upstream(kind: Kind) -> SocketAddr {
-    let url = match kind {
-        Kind::Http => env("FAULTMAP_HTTP_URL"),
-        Kind::S3 => env("AWS_ENDPOINT_URL"),
-    };
-    let hostport = url.trim_start_matches("http://").trim_end_matches('/');
-    hostport.parse().unwrap_or_else(|e| panic!("{url}: {e}"))
-}
-
-/// Opens `file` through `proxy` with `tuning` (an S3 object with the
-/// proxy as its endpoint).
-fn open_via(
-    kind: Kind,
-    proxy: &Proxy,
-    file: &RemoteFile,
-    tuning: RemoteTuning,
-) -> Result<Box<dyn Store>, StoreError> {
-    match kind {
-        Kind::Http => HttpStore::open_with(&format!("{}/{}", proxy.url(), file.name), tuning)
-            .map(|s| Box::new(s) as Box<dyn Store>),
-        Kind::S3 => {
-            let options = S3Options {
-                endpoint: Some(proxy.url()),
-                allow_http: Some(true),
-                tuning,
-                ..S3Options::default()
-            };
-            let url = format!("s3://{}/{}", env("FAULTMAP_S3_BUCKET"), file.name);
-            S3Store::open_with(&url, &options).map(|s| Box::new(s) as Box<dyn Store>)
-        }
-    }
-}
-
-fn remote_kind(e: &StoreError) -> RemoteErrorKind {
-    match e {
-        StoreError::Remote { kind, .. } => kind.clone(),
-        other => panic!("expected a remote error, got {other}"),
-    }
-}
 
 /// The error and its sources, as one line.
 fn chain(e: &dyn std::error::Error) -> String {
@@ -129,7 +41,7 @@ fn an_object_without_validators_is_refused_at_open_unless_allowed() {
             let file = put(kind, "novalidators", 8 * PAGE + 17, 41);
             let proxy = Proxy::start(upstream(kind)).unwrap();
             proxy.faults().set_drop_validators(true);
-            let e = open_via(kind, &proxy, &file, RemoteTuning::default())
+            let e = try_open_via(kind, &proxy, &file, RemoteTuning::default())
                 .err()
                 .expect("the open fails");
             assert_eq!(
@@ -152,7 +64,7 @@ fn an_object_without_validators_is_refused_at_open_unless_allowed() {
                 allow_unpinned: true,
                 ..RemoteTuning::default()
             };
-            let store = open_via(kind, &proxy, &file, tuning).unwrap();
+            let store = try_open_via(kind, &proxy, &file, tuning).unwrap();
             let mut got = vec![0u8; file.data.len()];
             store.read_at(0, &mut got).unwrap();
             assert!(got == file.data, "{kind:?}: the bytes differ");
@@ -174,7 +86,7 @@ fn a_pinned_object_whose_answers_lose_their_validators_counts_as_changed() {
             if kind == Kind::Http {
                 proxy.faults().set_drop_last_modified(true);
             }
-            let store = open_via(kind, &proxy, &file, RemoteTuning::default()).unwrap();
+            let store = try_open_via(kind, &proxy, &file, RemoteTuning::default()).unwrap();
             let pager = Pager::new(Config::default()).unwrap();
             let object = pager.open(store).unwrap();
             let map = pager
@@ -284,7 +196,7 @@ fn a_server_that_never_answers_fails_the_open_once_at_its_deadline() {
                 open_retries: 5,
                 ..RemoteTuning::default()
             };
-            let e = open_via(kind, &proxy, &file, tuning)
+            let e = try_open_via(kind, &proxy, &file, tuning)
                 .err()
                 .expect("the open fails");
             assert_eq!(remote_kind(&e), RemoteErrorKind::Timeout, "{kind:?}: {e}");
@@ -331,7 +243,7 @@ fn a_transient_failure_at_open_is_tried_again_within_the_deadline() {
             proxy
                 .faults()
                 .inject(Fault::Status(ErrorStatus::SlowDown), 2);
-            let store = open_via(kind, &proxy, &file, RemoteTuning::default()).unwrap();
+            let store = try_open_via(kind, &proxy, &file, RemoteTuning::default()).unwrap();
             let mut got = vec![0u8; file.data.len()];
             store.read_at(0, &mut got).unwrap();
             assert!(got == file.data, "{kind:?}: the bytes differ");
@@ -344,7 +256,7 @@ fn a_transient_failure_at_open_is_tried_again_within_the_deadline() {
                 open_retries: 0,
                 ..RemoteTuning::default()
             };
-            let e = open_via(kind, &proxy, &file, tuning)
+            let e = try_open_via(kind, &proxy, &file, tuning)
                 .err()
                 .expect("the open fails");
             assert_eq!(remote_kind(&e), RemoteErrorKind::Throttled, "{kind:?}: {e}");
@@ -366,7 +278,7 @@ fn a_timeout_too_long_to_compute_is_refused_or_no_deadline_never_a_panic() {
             open_timeout: Duration::MAX,
             ..RemoteTuning::default()
         };
-        let store = open_via(Kind::Http, &proxy, &file, tuning).unwrap();
+        let store = try_open_via(Kind::Http, &proxy, &file, tuning).unwrap();
         assert_eq!(store.len(), PAGE as u64);
     });
 }

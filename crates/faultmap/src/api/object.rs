@@ -65,7 +65,9 @@ impl Clone for Object {
 
 impl Drop for Object {
     /// The last handle (of the application's, and of its mappings') goes:
-    /// the object's dirty pages are written back, best effort, on a thread
+    /// its reads ahead are cancelled (queued ones dropped unread, those in
+    /// flight not cached, see `crate::mm::io`), and the object's dirty
+    /// pages are written back, best effort, on a thread
     /// of their own that this drop waits for at most `Config::io_timeout`
     /// plus a second. A store write that never returns leaves that thread
     /// behind, holding the object's parts (through its `Arc`) until the
@@ -79,6 +81,9 @@ impl Drop for Object {
         if !self.0.release() {
             return;
         }
+        // Nothing maps the object any more: its reads ahead still queued
+        // are dropped unread, and those in flight are not cached.
+        crate::mm::io::cancel_reads_ahead(&self.0);
         if !crate::mm::writeback::has_work(&self.0) {
             return;
         }

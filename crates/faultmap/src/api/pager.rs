@@ -1706,7 +1706,10 @@ impl<A: Access> Mapping<A> {
     /// when the prefetch is made are left out, as readahead leaves them: a
     /// later access reads them. The same as
     /// [`Advice::WillNeed`]. A later access to a page still being read
-    /// waits for that read, not for a new one.
+    /// waits for that read, not for a new one. When the object's last
+    /// handle goes (this mapping and every other, and every [`Object`]),
+    /// the prefetch is cancelled: reads still queued are never sent, and
+    /// what the reads in flight bring is not cached.
     pub fn prefetch(&self, range: std::ops::Range<usize>) -> Result<(), MapError> {
         self.advise(Advice::WillNeed, range)
     }

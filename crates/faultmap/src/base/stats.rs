@@ -33,6 +33,7 @@
 //! | `writeback_errors` | `AS_EIO`         | failed store writes                         |
 //! | `io_retries`     | (none)             | failed store requests tried again           |
 //! | `io_timeouts`    | (none)             | store calls that outlived the timeout       |
+//! | `io_cancelled`   | (none)             | pages read ahead for an object whose last handle went: dropped unread, or read and not cached |
 //! | `fault_around_auto` | (none)          | windows adaptive fault-around sized (one per attempt to map a fault's window) |
 //! | `fault_around_auto_pages` | (none)    | the pages of those windows (their sum)      |
 //! | `fault_around_auto_revisits` | (none) | faults in a page table it had mapped pages of: its density goes up on these, down on first faults in a table |
@@ -397,6 +398,11 @@ counters! {
     io_retries,
     /// Store calls that outlived the store timeout.
     io_timeouts,
+    /// Pages of reads ahead whose object's last handle went first: dropped
+    /// from the queue unread, or read and not cached (`crate::mm::io`).
+    /// `io_count` counts requests when they are submitted, so it includes
+    /// the cancelled ones; `io_bytes` counts only what the store sent.
+    io_cancelled,
     /// Windows adaptive fault-around sized (`MapOptions::fault_around_auto`;
     /// one per attempt to map a fault's window, so a retried fault counts
     /// twice).

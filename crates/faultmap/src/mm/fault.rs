@@ -1079,9 +1079,12 @@ pub(crate) enum ReadEnd {
     /// The store failed: ABSENT and FAILED (the next fault's read is the
     /// page's last chance).
     Failed,
-    /// Never asked of the store (dropped unread at shutdown): ABSENT, as
-    /// if never claimed.
+    /// Never asked of the store (dropped unread at shutdown, or its object
+    /// closed): ABSENT, as if never claimed.
     Dropped,
+    /// Read, but its object closed meanwhile: what the store wrote is
+    /// punched out, and the pages are ABSENT, as if never claimed.
+    Discarded,
 }
 
 /// Ends the reads of `pages` (object pages the caller owns the reads of):
@@ -1096,9 +1099,9 @@ pub(crate) fn end_reads(
     demand: Option<ObjectPage>,
 ) -> bool {
     let mut waiters = false;
-    if end == ReadEnd::Failed {
-        // Whatever the store wrote before it failed is dropped while the
-        // pages are still ours (READING), so a failed read holds no memory.
+    if matches!(end, ReadEnd::Failed | ReadEnd::Discarded) {
+        // Whatever the store wrote is dropped while the pages are still
+        // ours (READING), so a failed or discarded read holds no memory.
         let _ = sys::punch_hole(
             object.cache.memfd(),
             object.cache.offset(pages.start),
@@ -1111,7 +1114,7 @@ pub(crate) fn end_reads(
             let old = match end {
                 ReadEnd::Read => state.finish_read(Some(p) != demand),
                 ReadEnd::Failed => state.fail_read(),
-                ReadEnd::Dropped => state.drop_read(),
+                ReadEnd::Dropped | ReadEnd::Discarded => state.drop_read(),
             };
             if end != ReadEnd::Read && old.is_active() {
                 object.budget.deactivated(object, 1);

@@ -32,6 +32,21 @@
 //! pager's watchdog can find the ones that outlive `Config::io_timeout`
 //! (see [`crate::mm::errors`]).
 //!
+//! Cancellation: when an object's last handle goes (the application's
+//! `Object`s and its mappings', see `crate::Object`'s drop), the object is
+//! *closed* and nothing can wait for its pages any more. Its reads ahead
+//! still queued are dropped unread ([`cancel_reads_ahead`]: their pages
+//! ABSENT again, their budget charge given back, as at shutdown), so a
+//! `prefetch` of a large object stops at close instead of downloading the
+//! rest and holding the I/O threads and the depth; a job an I/O thread
+//! took just before is ended unread when it starts; and a read already
+//! at the store ends with the object: what it brings is punched out of
+//! the cache, not kept. Invariant: a job of a closed object ends with its
+//! pages ABSENT and uncharged, and no page of it is left READING, since
+//! every such job still passes through exactly one of `drop_queued`,
+//! `start` or `Pending`'s drop, each of which ends it. Counted in
+//! `io_cancelled` (pages).
+//!
 //! Shutdown: when the pager and its last mapping are gone, the handler
 //! threads are joined first (nothing submits any more), then every I/O
 //! thread is sent a stop message. A thread that gets one ends every job
@@ -217,6 +232,8 @@ pub(crate) struct ReadJob {
 pub(crate) struct Queued {
     /// Its entry in [`Inflight`].
     id: u64,
+    /// The pager's I/O state it is tracked in, for a cancellation.
+    shared: Arc<IoShared>,
     job: Mutex<Option<ReadJob>>,
     pages: Range<ObjectPage>,
     promoted: AtomicBool,
@@ -263,6 +280,7 @@ impl IoQueue {
             .add(&object, job.pages.clone(), urgency == Urgency::Sync);
         let queued = Arc::new(Queued {
             id,
+            shared: self.shared.clone(),
             pages: job.pages.clone(),
             job: Mutex::new(Some(job)),
             promoted: AtomicBool::new(urgency == Urgency::Sync),
@@ -513,6 +531,10 @@ fn start(
     service: &mut dyn FnMut() -> bool,
 ) {
     let object = job.object.clone();
+    if object.is_closed() {
+        // Taken off its queue just before the object closed, or a retry.
+        return end_unread(job, &shared, id, ReadEnd::Dropped);
+    }
     let Some(target) = object.cache.fill_target(job.pages.clone()) else {
         return finish(job, &shared, id, Ok(0), attempt);
     };
@@ -649,6 +671,19 @@ impl Drop for Pending {
                     }
                 }
             }
+            // The object closed while its read was at the store: the
+            // bytes are not kept (counted: they were transferred).
+            Ok(()) if job.object.is_closed() => {
+                let bytes = self.target.data_len as u64;
+                let tally = Stats {
+                    io_bytes: bytes,
+                    io_retries: u64::from(self.attempt),
+                    ..Stats::default()
+                };
+                job.object.counters.add(&tally);
+                self.shared.counters.add(&tally);
+                end_unread(job, &self.shared, self.id, ReadEnd::Discarded);
+            }
             Ok(()) => {
                 job.object.cache.fill_finish(&self.target);
                 finish(
@@ -729,9 +764,44 @@ fn drop_queued(queued: &Arc<Queued>, shared: &IoShared) {
         return;
     };
     lock(&job.object.queued).retain(|q| !Arc::ptr_eq(q, queued));
-    shared.inflight.remove(queued.id);
-    if fault::end_reads(&job.object, job.pages.clone(), ReadEnd::Dropped, None) {
-        fault::settle_parked(&job.object, None);
+    end_unread(job, shared, queued.id, ReadEnd::Dropped);
+}
+
+/// The last handle of `object` went (it is closed): drops its reads ahead
+/// still queued, unread. A job a fault promoted is left to run (none can
+/// be waiting once nothing maps the object, but a fault that raced the
+/// unmap may have promoted one); a job an I/O thread took already is
+/// ended when it starts or when its store call returns (see the module
+/// documentation).
+pub(crate) fn cancel_reads_ahead(object: &ObjectCore) {
+    let listed = std::mem::take(&mut *lock(&object.queued));
+    let (promoted, ahead): (Vec<_>, Vec<_>) = listed
+        .into_iter()
+        .partition(|q| q.promoted.load(Ordering::Acquire));
+    lock(&object.queued).extend(promoted);
+    for queued in ahead {
+        drop_queued(&queued, &queued.shared.clone());
+    }
+}
+
+/// Ends a job without caching its pages: ABSENT again and uncharged, the
+/// faults parked on them woken. `Dropped`: never asked of the store
+/// (shutdown, or its object closed); `Discarded`: read, but its object
+/// closed meanwhile (the bytes are punched out). Counts the pages in
+/// `io_cancelled` when the object is closed.
+fn end_unread(job: ReadJob, shared: &IoShared, id: u64, end: ReadEnd) {
+    shared.inflight.remove(id);
+    let object = &*job.object;
+    if object.is_closed() {
+        let tally = Stats {
+            io_cancelled: job.pages.end.0 - job.pages.start.0,
+            ..Stats::default()
+        };
+        object.counters.add(&tally);
+        shared.counters.add(&tally);
+    }
+    if fault::end_reads(object, job.pages.clone(), end, None) {
+        fault::settle_parked(object, None);
     }
 }
 

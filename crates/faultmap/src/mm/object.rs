@@ -81,6 +81,10 @@ pub(crate) struct ObjectCore {
     /// Live [`crate::Object`] handles (every [`crate::Mapping`] holds one): when
     /// the last goes, the final write-back runs (see `Object`'s drop).
     handles: std::sync::atomic::AtomicUsize,
+    /// The last handle went (set once, never cleared: no handle is made
+    /// from a core without one): its reads ahead are cancelled, and what
+    /// is read of it from then on is not cached (`crate::mm::io`).
+    closed: std::sync::atomic::AtomicBool,
     /// How long the last handle's drop waits for the final write-back:
     /// `Config::io_timeout` plus a second, of the pager that opened it.
     grace: Duration,
@@ -168,6 +172,7 @@ impl ObjectCore {
         Self {
             born: crate::sys::fork_generation(),
             handles: std::sync::atomic::AtomicUsize::new(0),
+            closed: std::sync::atomic::AtomicBool::new(false),
             grace,
             io_pages,
             ra_pages,
@@ -198,9 +203,20 @@ impl ObjectCore {
     }
 
     /// Counts one handle fewer; returns whether it was the last (the
-    /// caller then runs the final write-back, see `Object`'s drop).
+    /// object is then closed, and the caller cancels its reads ahead and
+    /// runs the final write-back, see `Object`'s drop).
     pub(crate) fn release(&self) -> bool {
-        self.handles.fetch_sub(1, Ordering::AcqRel) == 1
+        let last = self.handles.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last {
+            self.closed.store(true, Ordering::Release);
+        }
+        last
+    }
+
+    /// Whether the last handle went: nothing maps the object, and no one
+    /// can open it again through a handle.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// How long the last handle's drop waits for the final write-back.

@@ -5,6 +5,8 @@
 //! Every test binary includes this module, and none uses all of it.
 #![allow(dead_code)]
 
+pub mod remote;
+
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
