@@ -76,7 +76,7 @@ pub enum ConfigError {
     /// `io_retries` is above `MAX_IO_RETRIES` (16).
     #[error("io_retries must be 0..={MAX_IO_RETRIES}, got {0}")]
     IoRetries(u32),
-    /// `io_timeout` is zero or above [`MAX_IO_TIMEOUT`].
+    /// `io_timeout` is zero or above a day.
     #[error("io_timeout must be above zero and at most {} s", MAX_IO_TIMEOUT.as_secs())]
     IoTimeout,
     /// `dirty_expire` is zero.
