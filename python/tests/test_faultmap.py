@@ -610,8 +610,13 @@ def test_fork_child_touching_a_parents_view_gets_sigsegv(small_file, through, wr
     path, data = small_file
     r = run_python(
         f"""
-        import mmap, os, signal, numpy, faultmap
+        import ctypes, mmap, os, signal, numpy, faultmap
         SECRET, SIZE = b"CHILD-SECRET-001", 64 * 1024
+        MAP_FIXED_NOREPLACE = 0x100000
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_int, ctypes.c_long]
         m = faultmap.open({str(path)!r}, writable={writable})
         view = memoryview(m)
         arr = m.array(numpy.uint8)
@@ -622,6 +627,13 @@ def test_fork_child_touching_a_parents_view_gets_sigsegv(small_file, through, wr
         if pid == 0:
             os.close(rd)
             landed, mine = 0, []
+            # First at the parent's very address (what malloc or numpy may
+            # get by chance): the placeholder must make it fail.
+            got = libc.mmap(base, SIZE, mmap.PROT_READ | mmap.PROT_WRITE,
+                            mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0)
+            if got == base:
+                ctypes.memmove(base, SECRET * (SIZE // 16), SIZE)
+                landed += 1
             for _ in range(200):
                 mm = mmap.mmap(-1, SIZE)
                 mm.write(SECRET * (SIZE // 16))

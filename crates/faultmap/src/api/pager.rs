@@ -753,6 +753,9 @@ impl Pager {
     ///    object, no raw pointer, no other process. Writes that happen
     ///    while no `&[u8]` of this mapping is held are fine, and are seen
     ///    by the next one.
+    /// 3. **A forked child does not map over the mapping's range**
+    ///    (`MAP_FIXED` over the placeholder faultmap leaves there, see
+    ///    "fork" above) while it can still reach a reference into it.
     pub unsafe fn map(
         &self,
         source: impl IntoObject,
@@ -1968,8 +1971,12 @@ impl<A: Access> Deref for Mapping<A> {
         // with `&mut self` (DerefMut), and through others not while this
         // slice lives: the contract of `Pager::map`/`Pager::map_mut`. (In
         // a forked child no handler serves the range, which holds an
-        // inaccessible placeholder, `sys::fork`: an access is SIGSEGV,
-        // never another mapping's bytes.)
+        // inaccessible placeholder, `sys::fork`: an access is SIGSEGV.
+        // A child that maps over the placeholder itself (`MAP_FIXED`), or a
+        // process whose at-fork handlers could not be registered
+        // (`sys::children_reserved`), reaches whatever is mapped there, as
+        // with any stale pointer into an unmapped range: item 3 of
+        // `Pager::map`'s contract.)
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }

@@ -38,13 +38,18 @@
 //! still queued are dropped unread ([`cancel_reads_ahead`]: their pages
 //! ABSENT again, their budget charge given back, as at shutdown), so a
 //! `prefetch` of a large object stops at close instead of downloading the
-//! rest and holding the I/O threads and the depth; a job an I/O thread
-//! took just before is ended unread when it starts; and a read already
-//! at the store ends with the object: what it brings is punched out of
-//! the cache, not kept. Invariant: a job of a closed object ends with its
-//! pages ABSENT and uncharged, and no page of it is left READING, since
-//! every such job still passes through exactly one of `drop_queued`,
-//! `start` or `Pending`'s drop, each of which ends it. Counted in
+//! rest and holding the I/O threads; a job an I/O thread took just
+//! before is ended unread before its store call (checked before the
+//! budget's throttle and again after the depth slot); and a read already
+//! at the store ends with the object: whatever it brings, or however it
+//! fails, is punched out of the cache, neither kept, retried nor
+//! reported. Its depth slot is held until the store answers. Invariant:
+//! a job of a closed object that has not reached `Pending`'s drop when
+//! the object closes ends with its pages ABSENT and uncharged, and no page
+//! is left READING, since every job passes through exactly one of
+//! `drop_queued`, `run`, `start` or `Pending`'s drop, each of which ends
+//! it (a job whose answer was handled just before the close ends as it
+//! would have, and its pages go with the object). Counted in
 //! `io_cancelled` (pages).
 //!
 //! Shutdown: when the pager and its last mapping are gone, the handler
@@ -506,6 +511,9 @@ fn run(
     urgent: bool,
     service: &mut dyn FnMut() -> bool,
 ) {
+    if job.object.is_closed() {
+        return end_unread(job, shared, id, ReadEnd::Dropped);
+    }
     // Over the memory budget: wait for the evictor first (direct reclaim).
     job.object.budget.throttle();
     start(job, shared.clone(), id, 0, urgent, service);
@@ -559,6 +567,13 @@ fn start(
         return finish(job, &shared, id, Err(error), attempt);
     }
     shared.depth.acquire(urgent, service);
+    if object.is_closed() {
+        // Closed while this waited for a slot (or the budget, or the
+        // pool): nothing is asked of the store. `Discarded`, since pages
+        // may have been allocated.
+        shared.depth.release();
+        return end_unread(job, &shared, id, ReadEnd::Discarded);
+    }
     // The store call starts now: the watchdog's clock runs.
     shared.inflight.start_clock(id);
     let pending = Arc::new(Pending {
@@ -638,6 +653,23 @@ impl Drop for Pending {
                     source: std::io::Error::other("the store dropped the read without an answer"),
                 })
             });
+        if job.object.is_closed() {
+            // The object closed while its read was at the store: whatever
+            // the answer, nothing is kept, retried or reported. What was
+            // transferred is counted.
+            let tally = Stats {
+                io_bytes: if result.is_ok() {
+                    self.target.data_len as u64
+                } else {
+                    0
+                },
+                io_retries: u64::from(self.attempt),
+                ..Stats::default()
+            };
+            job.object.counters.add(&tally);
+            self.shared.counters.add(&tally);
+            return end_unread(job, &self.shared, self.id, ReadEnd::Discarded);
+        }
         match result {
             // Tried again after a backoff, urgent: a retry never waits
             // for a depth slot (this may be a thread that the reads in
@@ -670,19 +702,6 @@ impl Drop for Pending {
                         }
                     }
                 }
-            }
-            // The object closed while its read was at the store: the
-            // bytes are not kept (counted: they were transferred).
-            Ok(()) if job.object.is_closed() => {
-                let bytes = self.target.data_len as u64;
-                let tally = Stats {
-                    io_bytes: bytes,
-                    io_retries: u64::from(self.attempt),
-                    ..Stats::default()
-                };
-                job.object.counters.add(&tally);
-                self.shared.counters.add(&tally);
-                end_unread(job, &self.shared, self.id, ReadEnd::Discarded);
             }
             Ok(()) => {
                 job.object.cache.fill_finish(&self.target);
@@ -767,19 +786,14 @@ fn drop_queued(queued: &Arc<Queued>, shared: &IoShared) {
     end_unread(job, shared, queued.id, ReadEnd::Dropped);
 }
 
-/// The last handle of `object` went (it is closed): drops its reads ahead
-/// still queued, unread. A job a fault promoted is left to run (none can
-/// be waiting once nothing maps the object, but a fault that raced the
-/// unmap may have promoted one); a job an I/O thread took already is
-/// ended when it starts or when its store call returns (see the module
-/// documentation).
+/// The last handle of `object` went (it is closed): drops its jobs still
+/// queued, unread (nothing can wait for them once nothing maps the object;
+/// a fault that raced the unmap is woken and finds its page ABSENT). A job
+/// an I/O thread took already is ended before its store call, or when
+/// that call returns (see the module documentation).
 pub(crate) fn cancel_reads_ahead(object: &ObjectCore) {
     let listed = std::mem::take(&mut *lock(&object.queued));
-    let (promoted, ahead): (Vec<_>, Vec<_>) = listed
-        .into_iter()
-        .partition(|q| q.promoted.load(Ordering::Acquire));
-    lock(&object.queued).extend(promoted);
-    for queued in ahead {
+    for queued in listed {
         drop_queued(&queued, &queued.shared.clone());
     }
 }

@@ -732,13 +732,15 @@ impl Drop for MappedRegion {
         if self.is_disowned() {
             return;
         }
+        // Unlisted before the unmap: once unmapped, another thread may map
+        // something else (another library's DONTFORK range) at the address,
+        // which a child must not find reserved. A child forked between the
+        // two still inherits nothing here (the range is DONTFORK).
+        self.unlist_for_children();
         // SAFETY: `ptr`/`len` came from a successful mmap that this value owns;
         // nothing else unmaps it. Its users hold borrows of `self`, so none is
         // live here.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-        // Listed until after the unmap: a child forked meanwhile reserves a
-        // range that is free by then, which is harmless (`sys::fork`).
-        self.unlist_for_children();
     }
 }
 
