@@ -2,7 +2,8 @@
 //! read ends, as the remote stores' do): many reads in flight without a
 //! thread each, bounded by `Config::io_depth`; a store that drops a read
 //! without answering fails it; a store that keeps a read's buffer holds
-//! the read's end until it lets go.
+//! the read's end until it lets go; the reads of an object whose last
+//! handle goes end with it (queued ones unread, answered ones not kept).
 
 mod common;
 use common::MapTrusted;
@@ -250,5 +251,137 @@ fn a_stopping_pager_drops_its_queued_reads_ahead_unread() {
         let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
         assert_bytes(&map, &data, "after the drop");
         assert!(object.io_errors().is_empty(), "{:?}", object.io_errors());
+    });
+}
+
+/// A store that holds every read until the test answers it (in the order
+/// they came), and counts the reads it was asked for.
+struct Held {
+    data: Vec<u8>,
+    started: AtomicUsize,
+    held: Mutex<std::collections::VecDeque<(u64, ReadBuf, ReadDone)>>,
+}
+
+impl Held {
+    fn new(data: Vec<u8>) -> Arc<Self> {
+        Arc::new(Self {
+            data,
+            started: AtomicUsize::new(0),
+            held: Mutex::new(std::collections::VecDeque::new()),
+        })
+    }
+
+    fn started(&self) -> usize {
+        self.started.load(Ordering::SeqCst)
+    }
+
+    /// Answers the `n` oldest reads held, with their bytes.
+    fn answer(&self, n: usize) {
+        for _ in 0..n {
+            let Some((offset, mut buf, done)) = self.held.lock().unwrap().pop_front() else {
+                return;
+            };
+            let o = offset as usize;
+            let len = buf.as_mut_slice().len();
+            buf.as_mut_slice().copy_from_slice(&self.data[o..o + len]);
+            done(buf, Ok(()));
+        }
+    }
+}
+
+impl Store for Held {
+    fn name(&self) -> &str {
+        "held"
+    }
+    fn len(&self) -> u64 {
+        self.data.len() as u64
+    }
+    fn io_pages(&self) -> u64 {
+        4
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        let o = offset as usize;
+        buf.copy_from_slice(&self.data[o..o + buf.len()]);
+        Ok(())
+    }
+    fn start_read(&self, offset: u64, buf: ReadBuf, done: ReadDone) {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        self.held.lock().unwrap().push_back((offset, buf, done));
+    }
+}
+
+/// A prefetch of 64 requests, 4 of them at the store (the depth), 2 taken
+/// by the I/O threads and waiting for a slot, the rest queued, and the
+/// object's last mapping and handle dropped: the queued reads and the
+/// threads' are ended unread at once (their pages uncharged), the reads at
+/// the store are not kept when they answer (the cache holds exactly what
+/// is still at the store), nothing more is asked of the store, and the
+/// pager's depth then serves another object.
+#[test]
+fn closing_an_object_drops_its_queued_reads_and_keeps_none_in_flight() {
+    const PAGES: usize = 256;
+    const REQUEST: usize = 4; // pages, the store's io_pages
+    const DEPTH: usize = 4;
+    const THREADS: usize = 2;
+    watchdog(WATCHDOG, || {
+        let data = pattern(PAGES * PAGE, 66);
+        let store = Held::new(data);
+        let pager = Pager::new(Config::default().io_threads(THREADS).io_depth(DEPTH)).unwrap();
+        let object = pager.open(store.clone()).unwrap();
+        let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
+        map.prefetch(0..map.len()).unwrap();
+        assert!(
+            wait_until(Duration::from_secs(20), || store.started() == DEPTH),
+            "{} reads at the store, not the depth {DEPTH}",
+            store.started()
+        );
+        assert_eq!(pager.memory().cached, (PAGES * PAGE) as u64, "all claimed");
+        drop(map);
+        drop(object);
+        // 1. What is not at the store is ended unread (the queued reads at
+        //    the close itself, the threads' when they see it): the cache
+        //    holds only the reads at the store.
+        let at_store = (DEPTH * REQUEST * PAGE) as u64;
+        assert!(
+            wait_until(Duration::from_secs(20), || pager.memory().cached
+                == at_store),
+            "{:?} cached, {at_store} at the store; {:?}",
+            pager.memory(),
+            pager.stats()
+        );
+        assert_eq!(
+            pager.stats().io_cancelled,
+            ((PAGES / REQUEST - DEPTH) * REQUEST) as u64,
+            "every page not at the store is cancelled"
+        );
+        // 2. The reads at the store answer, one at a time: none is kept,
+        //    and none frees a slot for another read of the object.
+        for answered in 1..=DEPTH {
+            store.answer(1);
+            let left = ((DEPTH - answered) * REQUEST * PAGE) as u64;
+            assert!(
+                wait_until(Duration::from_secs(20), || pager.memory().cached == left),
+                "{answered} answered: {:?} cached, {left} still at the store",
+                pager.memory()
+            );
+        }
+        let stats = pager.stats();
+        assert_eq!(store.started(), DEPTH, "asked for more after the close");
+        assert_eq!(stats.io_cancelled, PAGES as u64, "{stats:?}");
+        assert_eq!(stats.io_bytes, at_store, "the answers are counted");
+        assert_eq!(pager.memory().cached, 0);
+        assert!(pager.io_errors().is_empty(), "{:?}", pager.io_errors());
+        // 3. The depth is free: another object's prefetch is served whole.
+        let data = pattern(64 * PAGE, 67);
+        let other = Async::new(data.clone(), Mode::Answer { gather: 1 });
+        let object = pager.open(other).unwrap();
+        let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
+        map.prefetch(0..map.len()).unwrap();
+        assert!(
+            wait_until(Duration::from_secs(20), || (0..64)
+                .all(|p| object.is_cached(p))),
+            "the next object's prefetch did not end"
+        );
+        assert_bytes(&map, &data, "the next object");
     });
 }

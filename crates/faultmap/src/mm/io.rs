@@ -34,23 +34,44 @@
 //!
 //! Cancellation: when an object's last handle goes (the application's
 //! `Object`s and its mappings', see `crate::Object`'s drop), the object is
-//! *closed* and nothing can wait for its pages any more. Its reads ahead
-//! still queued are dropped unread ([`cancel_reads_ahead`]: their pages
-//! ABSENT again, their budget charge given back, as at shutdown), so a
-//! `prefetch` of a large object stops at close instead of downloading the
-//! rest and holding the I/O threads; a job an I/O thread took just
-//! before is ended unread before its store call (checked before the
-//! budget's throttle and again after the depth slot); and a read already
-//! at the store ends with the object: whatever it brings, or however it
-//! fails, is punched out of the cache, neither kept, retried nor
-//! reported. Its depth slot is held until the store answers. Invariant:
-//! a job of a closed object that has not reached `Pending`'s drop when
-//! the object closes ends with its pages ABSENT and uncharged, and no page
-//! is left READING, since every job passes through exactly one of
-//! `drop_queued`, `run`, `start` or `Pending`'s drop, each of which ends
-//! it (a job whose answer was handled just before the close ends as it
-//! would have, and its pages go with the object). Counted in
-//! `io_cancelled` (pages).
+//! *closed* (a flag set once, `crate::mm::object::Handles`) and nothing
+//! can wait for its pages any more. Its reads then end with it, wherever
+//! they are:
+//!
+//! ```text
+//!   queued (async list) ──► cancel_reads_ahead at the close: dropped unread
+//!   taken by a thread   ──► run / start: ended unread before the store call
+//!                           (checked before the budget's throttle, in the
+//!                           wait for a depth slot, and after taking one)
+//!   at the store        ──► Pending's drop: whatever the answer, punched
+//!                           out, neither cached, retried nor reported
+//! ```
+//!
+//! so a `prefetch` of a large object stops at the close instead of
+//! downloading the rest, and its jobs stop holding I/O threads and depth
+//! slots (a read at the store holds its slot until the store answers).
+//! Each of these ends the job's pages ABSENT, their budget charge given
+//! back (`fault::end_reads` with `Dropped` or `Discarded`), and wakes any
+//! fault parked on them. Counted in `io_cancelled` (pages).
+//!
+//! Invariant: every job of a closed object ends (no page is left READING),
+//! and every one that sees the close, at any of the checks above, caches
+//! nothing. A job is a value that moves from its submitter to the queues,
+//! to one thread (`Queued::take`, once, under its lock), to its `Pending`
+//! read, and every one of those owners ends it ([`drop_queued`], `run`,
+//! `start`, `Pending`'s drop): the flag only chooses *how* it ends, never
+//! *whether*. It publishes no data, so a check that misses the close by a
+//! moment is benign: that job ends as it would have (one more request,
+//! bounded by the I/O threads), and what it cached goes with the object:
+//! its memfd and charge are freed when the last of its jobs (and of its
+//! unmapped regions, which jobs may hold) lets go of it. Sync jobs: once no
+//! mapping exists no fault can wait for one; a fault that raced the unmap
+//! is woken, finds its page ABSENT and faults again, on a range its
+//! mapping's drop no longer serves. Every submitter holds a handle, so none
+//! submits after the close: a mapping's faults and `prefetch` (its
+//! `Object`; its region leaves the table before the handle goes), the trace
+//! replay (joined by its mapping's drop first). An `Object` without a
+//! mapping submits nothing.
 //!
 //! Shutdown: when the pager and its last mapping are gone, the handler
 //! threads are joined first (nothing submits any more), then every I/O
@@ -540,8 +561,14 @@ fn start(
 ) {
     let object = job.object.clone();
     if object.is_closed() {
-        // Taken off its queue just before the object closed, or a retry.
-        return end_unread(job, &shared, id, ReadEnd::Dropped);
+        // Taken off its queue just before the object closed, or a retry
+        // (whose failed attempt may have written some pages: punched).
+        let end = if attempt == 0 {
+            ReadEnd::Dropped
+        } else {
+            ReadEnd::Discarded
+        };
+        return end_unread(job, &shared, id, end);
     }
     let Some(target) = object.cache.fill_target(job.pages.clone()) else {
         return finish(job, &shared, id, Ok(0), attempt);
@@ -566,12 +593,17 @@ fn start(
         };
         return finish(job, &shared, id, Err(error), attempt);
     }
-    shared.depth.acquire(urgent, service);
-    if object.is_closed() {
-        // Closed while this waited for a slot (or the budget, or the
-        // pool): nothing is asked of the store. `Discarded`, since pages
-        // may have been allocated.
-        shared.depth.release();
+    // Closed while this waited for the budget, the pool or a slot (the
+    // wait for a slot gives up when it closes; a close just after the slot
+    // was taken is seen here): nothing is asked of the store.
+    // `Discarded`, since pages may have been allocated.
+    let slot = shared
+        .depth
+        .acquire(urgent, service, &|| object.is_closed());
+    if !slot || object.is_closed() {
+        if slot {
+            shared.depth.release();
+        }
         return end_unread(job, &shared, id, ReadEnd::Discarded);
     }
     // The store call starts now: the watchdog's clock runs.
@@ -839,14 +871,24 @@ impl Depth {
     /// While it waits it calls `service`, which runs other work (an I/O
     /// thread's urgent reads) and says whether it found any; when it found
     /// none, it sleeps until a slot is freed, a millisecond at most.
-    fn acquire(&self, urgent: bool, service: &mut dyn FnMut() -> bool) {
+    /// Returns false, without a slot, once `cancelled` says so (the read's
+    /// object closed: it must not hold its thread until a slot is free).
+    fn acquire(
+        &self,
+        urgent: bool,
+        service: &mut dyn FnMut() -> bool,
+        cancelled: &dyn Fn() -> bool,
+    ) -> bool {
         loop {
             {
                 let mut used = lock(&self.used);
                 if urgent || *used < self.limit {
                     *used += 1;
-                    return;
+                    return true;
                 }
+            }
+            if cancelled() {
+                return false;
             }
             if !service() {
                 let used = lock(&self.used);

@@ -27,6 +27,7 @@ use crate::mm::rmap::Rmap;
 use crate::mm::space::Region;
 use crate::policy::readahead::RaState;
 use crate::store::Store;
+use crate::sync::{AtomicBool, AtomicUsize};
 
 pub(crate) struct ObjectCore {
     /// The fork generation that opened it ([`crate::sys::fork_generation`]):
@@ -78,13 +79,10 @@ pub(crate) struct ObjectCore {
     pub(crate) evictor: std::sync::Mutex<Option<crate::mm::evict::Evictor>>,
     /// Dirty count, error sequence, sync state (`crate::mm::writeback`).
     pub(crate) wb: crate::mm::writeback::ObjectWb,
-    /// Live [`crate::Object`] handles (every [`crate::Mapping`] holds one): when
-    /// the last goes, the final write-back runs (see `Object`'s drop).
-    handles: std::sync::atomic::AtomicUsize,
-    /// The last handle went (set once, never cleared: no handle is made
-    /// from a core without one): its reads ahead are cancelled, and what
-    /// is read of it from then on is not cached (`crate::mm::io`).
-    closed: std::sync::atomic::AtomicBool,
+    /// Live [`crate::Object`] handles (every [`crate::Mapping`] holds one),
+    /// and whether the last went: then its reads are cancelled and the
+    /// final write-back runs (see `Object`'s drop).
+    handles: Handles,
     /// How long the last handle's drop waits for the final write-back:
     /// `Config::io_timeout` plus a second, of the pager that opened it.
     grace: Duration,
@@ -171,8 +169,7 @@ impl ObjectCore {
         );
         Self {
             born: crate::sys::fork_generation(),
-            handles: std::sync::atomic::AtomicUsize::new(0),
-            closed: std::sync::atomic::AtomicBool::new(false),
+            handles: Handles::new(),
             grace,
             io_pages,
             ra_pages,
@@ -199,24 +196,21 @@ impl ObjectCore {
 
     /// Counts one more [`crate::Object`] handle.
     pub(crate) fn acquire(&self) {
-        self.handles.fetch_add(1, Ordering::Relaxed);
+        self.handles.acquire();
     }
 
     /// Counts one handle fewer; returns whether it was the last (the
-    /// object is then closed, and the caller cancels its reads ahead and
-    /// runs the final write-back, see `Object`'s drop).
+    /// object is then closed, and the caller cancels its reads and runs
+    /// the final write-back, see `Object`'s drop).
     pub(crate) fn release(&self) -> bool {
-        let last = self.handles.fetch_sub(1, Ordering::AcqRel) == 1;
-        if last {
-            self.closed.store(true, Ordering::Release);
-        }
-        last
+        self.handles.release()
     }
 
     /// Whether the last handle went: nothing maps the object, and no one
-    /// can open it again through a handle.
+    /// can open it again through a handle (`crate::mm::io` then caches
+    /// nothing more of it).
     pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+        self.handles.is_closed()
     }
 
     /// How long the last handle's drop waits for the final write-back.
@@ -288,5 +282,101 @@ impl ObjectCore {
         self.mmap_miss.store(st.mmap_miss, Ordering::Relaxed);
         self.prev
             .store(st.prev.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+}
+
+/// An object's count of [`crate::Object`] handles, and its *closed* flag.
+///
+/// Invariant: `closed` is set once, by the release that takes the count to
+/// zero, and never cleared; while any handle lives it is clear. A handle is
+/// made only from a live one (`Object::clone`, a mapping of an `Object`) or
+/// with a new core, so the count never rises from zero again, and a thread
+/// that sees `closed` knows that nothing maps the object nor ever will.
+/// The flag publishes no data: it only tells the I/O threads to end the
+/// object's reads unread (`crate::mm::io`), so a check that misses a
+/// close by a moment costs one read, never a page. Modelled by
+/// `loom_models_object_closes_once_after_its_last_handle`.
+struct Handles {
+    count: AtomicUsize,
+    closed: AtomicBool,
+}
+
+impl Handles {
+    fn new() -> Self {
+        Self {
+            count: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// One more handle, made from a live one (or the first, of a new
+    /// core): Relaxed, as `Arc::clone`, since the caller's own handle keeps
+    /// the count above zero meanwhile.
+    fn acquire(&self) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One handle fewer; returns whether it was the last, which closes the
+    /// object. AcqRel, as `Arc`'s drop: the closer sees everything the
+    /// other handles' holders did. The flag is stored after the count
+    /// reached zero, with Release, so that [`Handles::is_closed`] (Acquire)
+    /// implies no handle is left.
+    fn release(&self) -> bool {
+        let last = self.count.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last {
+            self.closed.store(true, Ordering::Release);
+        }
+        last
+    }
+
+    /// Whether the last handle went.
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    #[cfg(all(test, loom))]
+    fn count(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::Handles;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Two handles, one of them cloned and both clones dropped on another
+    /// thread while the first is dropped here: exactly one drop is the
+    /// last, the object is closed only then (never while the clone lives),
+    /// and a thread that sees it closed sees no handle left.
+    #[test]
+    fn loom_models_object_closes_once_after_its_last_handle() {
+        loom::model(|| {
+            let h = Arc::new(Handles::new());
+            h.acquire();
+            h.acquire();
+            let theirs = h.clone();
+            let t = thread::spawn(move || {
+                theirs.acquire(); // a clone of the handle this thread holds
+                assert!(!theirs.is_closed(), "closed while a handle lives");
+                let a = theirs.release();
+                let b = theirs.release();
+                u32::from(a) + u32::from(b)
+            });
+            let watcher = {
+                let h = h.clone();
+                thread::spawn(move || {
+                    if h.is_closed() {
+                        assert_eq!(h.count(), 0, "closed with a handle left");
+                    }
+                })
+            };
+            let mine = u32::from(h.release());
+            let lasts = t.join().unwrap() + mine;
+            watcher.join().unwrap();
+            assert_eq!(lasts, 1, "one drop is the last");
+            assert!(h.is_closed());
+        });
     }
 }
