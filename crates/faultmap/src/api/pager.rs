@@ -531,6 +531,7 @@ impl Pager {
             io_shared,
             write_protect,
             hugetlb,
+            table: None,
         });
         let stop = sys::eventfd().map_err(|source| PagerError::Sys {
             op: "eventfd",
@@ -940,9 +941,19 @@ impl Pager {
             std::thread::sleep(Duration::from_micros(100));
             table = RegionTable::get().lock();
         }
-        // 2. A forked child must not fault on it: nobody would serve it.
-        //    It gets an inaccessible placeholder there instead (`sys::fork`).
-        sys::dont_fork(&map).map_err(|e| map_err("madvise(MADV_DONTFORK)", e))?;
+        // 2. A forked child does not inherit it (its copy would lose the
+        //    registration and read holes as zeros): it maps the range
+        //    again from the memfd and this process serves its faults from
+        //    the same cache (`crate::mm::guest`), or, if that cannot be
+        //    had, gets an inaccessible placeholder there (`sys::fork`).
+        crate::mm::guest::serve(&self.core, self.source)
+            .map_err(|e| map_err("starting the service for forked children", e))?;
+        let shared = (
+            object.0.cache.memfd(),
+            object.0.cache.offset(first_page),
+            writable,
+        );
+        sys::dont_fork(&map, Some(shared)).map_err(|e| map_err("madvise(MADV_DONTFORK)", e))?;
         // 3. Register MISSING|MINOR (|WP); CONTINUE, WAKE and POISON (and
         //    WRITEPROTECT) must be allowed.
         let modes = if writable {
@@ -1783,6 +1794,9 @@ impl<A: Access> Mapping<A> {
             unsafe { crate::cache::memfd::volatile_copy(src, buf) };
             return Ok(());
         }
+        if self.born != sys::fork_generation() && sys::is_guest() {
+            return self.read_as_guest(offset, src, buf);
+        }
         let mut done = 0;
         while done < buf.len() {
             // SAFETY: as above: inside the mapping.
@@ -1804,6 +1818,66 @@ impl<A: Access> Mapping<A> {
             }
         }
         Ok(())
+    }
+
+    /// [`Mapping::read_at`] in a forked child, of a mapping it inherited
+    /// (served by the parent, `crate::mm::guest`): the kernel copies what
+    /// is mapped, and each page it stops at is asked of the parent
+    /// directly, so that a page that cannot be read is an error here, not
+    /// SIGBUS.
+    fn read_as_guest(&self, offset: usize, src: *mut u8, buf: &mut [u8]) -> Result<(), MapError> {
+        let mut done = 0;
+        let mut asked = 0u32;
+        while done < buf.len() {
+            // SAFETY: inside the mapping, as in `read_at`.
+            let at = unsafe { src.add(done) };
+            match sys::read_own_memory(at, &mut buf[done..]) {
+                Ok(n) if n > 0 => {
+                    done += n;
+                    asked = 0;
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {}
+                Err(_) => {
+                    // SAFETY: as for the user-space copy in `read_at`.
+                    unsafe { crate::cache::memfd::volatile_copy(at, &mut buf[done..]) };
+                    return Ok(());
+                }
+            }
+            // The page at `at` is not mapped here: have it mapped (a page
+            // evicted again before the copy is asked for again, a few
+            // times).
+            let page = (at as usize) & !(PAGE_SIZE - 1);
+            let mut retry = false;
+            let mapped = loop {
+                match sys::share::request(page, false, retry) {
+                    Some(sys::share::Answer::Retry) => retry = true,
+                    Some(sys::share::Answer::Mapped) => break true,
+                    _ => break false,
+                }
+            };
+            asked += 1;
+            if !mapped || asked > 8 {
+                return Err(self.guest_read_failed(offset + done));
+            }
+        }
+        Ok(())
+    }
+
+    /// The error of a guest's [`Mapping::read_at`] that stopped at byte
+    /// `at` (nothing to zap: the parent serves the page).
+    fn guest_read_failed(&self, at: usize) -> MapError {
+        let base = self
+            .region
+            .as_ref()
+            .map_or(0, |r| r.object_offset(self.addr()));
+        MapError::Read {
+            name: self.object.name().to_string(),
+            offset: base + at as u64,
+            why: "the process that serves this inherited mapping could not read it, or is gone"
+                .to_string(),
+        }
     }
 
     /// The error of a [`Mapping::read_at`] that stopped at byte `at` of

@@ -130,17 +130,22 @@ use crate::base::index::{HostAddr, ObjectPage, RegionPage};
 use crate::base::stats::{Counters, RaCounters, RaTally, Stats};
 use crate::cache::page_state::{State, Word};
 use crate::cache::wait::Uffd;
+use crate::mm::guest::GuestFault;
 use crate::mm::io::{IoQueue, ReadJob, Urgency};
 use crate::mm::object::ObjectCore;
 use crate::mm::signal::{Reply, RequestRef};
 use crate::mm::space::{Region, RegionTable, Speculated, Speculation};
 use crate::policy::fault_around;
 use crate::policy::readahead::{self, Window};
+use crate::sys::share::Answer;
 use crate::sys::{self, ContinueResult, PAGE_SIZE, PTRS_PER_PTE};
 
 /// What the fault path needs from its pager.
 pub(crate) struct FaultEnv<'a> {
     pub(crate) uffd: &'a Arc<Uffd>,
+    /// The regions `uffd` serves: the process's table, or a forked child's
+    /// (`crate::mm::guest`).
+    pub(crate) table: &'a RegionTable,
     pub(crate) counters: &'a Counters,
     pub(crate) ra: &'a RaCounters,
     pub(crate) io: &'a IoQueue,
@@ -161,6 +166,9 @@ pub(crate) enum Origin<'a> {
     /// A fault forwarded from a SIGBUS handler (signal delivery): the
     /// thread waits on the request until it is completed.
     Request(&'a RequestRef),
+    /// A forked child's fault (`crate::mm::guest`): its thread waits for
+    /// the answer on the fault's socket.
+    Guest(&'a Arc<GuestFault>),
 }
 
 impl Origin<'_> {
@@ -171,6 +179,7 @@ impl Origin<'_> {
         match self {
             Origin::Uffd { wp, .. } => *wp,
             Origin::Request(r) => r.may_write(),
+            Origin::Guest(g) => g.write,
         }
     }
 }
@@ -196,6 +205,8 @@ enum WakeTarget {
     },
     /// A SIGBUS handler waiting on its request.
     Request(RequestRef),
+    /// A forked child's thread waiting for its answer.
+    Guest(Arc<GuestFault>),
 }
 
 /// Pages of a window: at most one PTE table.
@@ -290,6 +301,7 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: HostAddr, origin: Origin<'_>) {
     let retry = match origin {
         Origin::Uffd { tid, .. } => env.uffd.take_retry(tid, page_addr),
         Origin::Request(r) => r.is_retry(),
+        Origin::Guest(g) => g.retry,
     };
     let mut progress = Progress {
         retry,
@@ -298,7 +310,7 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: HostAddr, origin: Origin<'_>) {
         last_chance: false,
         major: false,
     };
-    let table = RegionTable::get();
+    let table = env.table;
     let mut ending = None;
     // The page the faulting thread waits on: 4 KiB until the region says
     // otherwise (a region of 2 MiB pages; `UFFDIO_WAKE` and `POISON` then
@@ -439,6 +451,10 @@ fn finish(
             r.complete(Reply::Mapped)
         }
         (Origin::Request(r), Ending::Failed) => r.complete(Reply::Failed),
+        (Origin::Guest(g), Ending::Woken | Ending::Resolved | Ending::Again) => {
+            g.complete(Answer::Mapped)
+        }
+        (Origin::Guest(g), Ending::Failed) => g.complete(Answer::Failed),
     }
 }
 
@@ -1061,6 +1077,7 @@ fn park(
             tid,
         },
         Origin::Request(r) => WakeTarget::Request(r.clone()),
+        Origin::Guest(g) => WakeTarget::Guest((*g).clone()),
     };
     object.waiters.park(
         state,
@@ -1156,6 +1173,11 @@ pub(crate) fn settle_parked(object: &ObjectCore, poison: Option<ObjectPage>) {
                 }
             }
             WakeTarget::Request(r) => r.complete(if failed { Reply::Failed } else { Reply::Retry }),
+            WakeTarget::Guest(g) => g.complete(if failed {
+                Answer::Failed
+            } else {
+                Answer::Retry
+            }),
         }
     }
 }

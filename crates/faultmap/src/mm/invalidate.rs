@@ -253,6 +253,12 @@ pub(crate) fn zap(region: &Arc<Region>, pages: Range<ObjectPage>) -> std::io::Re
     // Cleared first: a set bit for an unmapped page would keep fault-around
     // from mapping it later.
     region.mapped.mark(pages.clone(), false);
+    // A forked child's range cannot be advised from here: the hole punched
+    // after this unmaps the page from every process (a sample unmap only
+    // misses the child's references).
+    if region.map.is_foreign() {
+        return Ok(());
+    }
     let len = (pages.end.since(pages.start) as usize) << region.page_shift;
     sys::madvise_dontneed(region.addr_of(pages.start).get(), len)
 }

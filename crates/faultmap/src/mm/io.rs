@@ -287,6 +287,7 @@ pub(crate) enum Urgency {
 }
 
 /// The submitting side, shared by the pager's handler threads.
+#[derive(Clone)]
 pub(crate) struct IoQueue {
     sync: Sender<Msg>,
     async_: Sender<Msg>,

@@ -44,6 +44,7 @@ pub(crate) mod errors;
 pub(crate) mod events;
 pub(crate) mod evict;
 pub(crate) mod fault;
+pub(crate) mod guest;
 pub(crate) mod invalidate;
 pub(crate) mod io;
 pub(crate) mod object;

@@ -16,6 +16,7 @@ use crate::mm::fault::FaultEnv;
 use crate::mm::io::{IoQueue, IoShared};
 use crate::mm::object::ObjectCore;
 use crate::mm::signal::Requests;
+use crate::mm::space::RegionTable;
 
 /// What the handler threads share with the pager and its mappings (and a
 /// SIGBUS handler reaches through a region's `owner`).
@@ -50,6 +51,9 @@ pub(crate) struct Core {
     /// The userfaultfd has `UFFD_FEATURE_MINOR_HUGETLBFS` and
     /// `UFFD_FEATURE_MISSING_HUGETLBFS`: objects can have 2 MiB pages.
     pub(crate) hugetlb: bool,
+    /// A forked child's regions (`crate::mm::guest`); `None`: the
+    /// process's table.
+    pub(crate) table: Option<Arc<RegionTable>>,
 }
 
 impl Core {
@@ -61,11 +65,38 @@ impl Core {
     pub(crate) fn env(&self) -> FaultEnv<'_> {
         FaultEnv {
             uffd: &self.uffd,
+            table: match &self.table {
+                Some(table) => table,
+                None => RegionTable::get(),
+            },
             counters: &self.counters,
             ra: &self.ra,
             io: &self.io,
             speculative: self.speculative,
             global_cache_lock: self.global_cache_lock,
+        }
+    }
+
+    /// The same pager serving a forked child's faults: `uffd` is the
+    /// child's userfaultfd and `table` its regions; the counters, I/O
+    /// queue, memory budget and I/O state are this pager's own.
+    pub(crate) fn for_guest(&self, uffd: Arc<Uffd>, table: Arc<RegionTable>) -> Core {
+        Core {
+            uffd,
+            counters: self.counters.clone(),
+            ra: RaCounters::default(),
+            io: self.io.clone(),
+            speculative: self.speculative,
+            global_cache_lock: self.global_cache_lock,
+            reading: std::sync::Mutex::new(()),
+            handling_events: std::sync::atomic::AtomicBool::new(false),
+            requests: None,
+            mappings: AtomicUsize::new(0),
+            budget: self.budget.clone(),
+            io_shared: self.io_shared.clone(),
+            write_protect: self.write_protect,
+            hugetlb: self.hugetlb,
+            table: Some(table),
         }
     }
 

@@ -74,6 +74,7 @@ use crate::base::index::HostAddr;
 use crate::mm::fault::{self, Fast};
 use crate::mm::pager_core::Core;
 use crate::mm::space::{RegionTable, Speculated};
+use crate::sys::share::Answer;
 use crate::sys::{self, Disposition};
 
 /// Requests a pager can have in flight from SIGBUS handlers; a thread that
@@ -411,7 +412,7 @@ fn classic(
 /// that may be a write (`write`).
 fn resolve(addr: HostAddr, write: bool) -> Outcome {
     let Some(table) = RegionTable::get_if_ready() else {
-        return Outcome::NotOurs;
+        return guest(addr, write);
     };
     let page_addr = addr.page_down();
     let mut retry = false;
@@ -468,7 +469,7 @@ fn resolve(addr: HostAddr, write: bool) -> Outcome {
                 waited = true;
                 continue;
             }
-            Speculated::None => return Outcome::NotOurs,
+            Speculated::None => return guest(addr, write),
         };
         // SAFETY: see above: the Core that owns the requests outlives every
         // access to its mappings, this one included.
@@ -477,6 +478,22 @@ fn resolve(addr: HostAddr, write: bool) -> Outcome {
             Some(Reply::Mapped) | None => return Outcome::Resolved,
             Some(Reply::Retry) => retry = true,
             Some(Reply::Failed) => return Outcome::NotOurs,
+        }
+    }
+}
+
+/// A fault of a forked child on a range it inherited: the owner resolves
+/// it (`crate::sys::share`), and the access runs again, or gets SIGBUS (the
+/// page cannot be read, the owner is gone, or the address is not a range
+/// the owner serves). Not a guest: not ours.
+fn guest(addr: HostAddr, write: bool) -> Outcome {
+    let page_addr = addr.page_down().get();
+    let mut retry = false;
+    loop {
+        match sys::share::request(page_addr, write, retry) {
+            None | Some(Answer::Failed) => return Outcome::NotOurs,
+            Some(Answer::Mapped) => return Outcome::Resolved,
+            Some(Answer::Retry) => retry = true,
         }
     }
 }

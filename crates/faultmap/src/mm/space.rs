@@ -264,6 +264,37 @@ impl Region {
         drop(unsafe { Box::from_raw(old) });
     }
 
+    /// A copy of this region for a forked child that mapped it again at the
+    /// same address (`crate::mm::guest`), served by `owner` (the pager's
+    /// core for that child): the same object, pages and options; its own
+    /// counters, mapped bits and sequence count; no trace. `None` for a
+    /// null address.
+    pub(crate) fn for_guest(&self, owner: Arc<Core>) -> Option<Arc<Region>> {
+        let map = sys::MappedRegion::foreign(self.start().get(), self.map.len())?;
+        // SAFETY: as in `ra_params`.
+        let hints = unsafe { &*self.hints.load(Ordering::Acquire) }.clone();
+        Some(Arc::new(Region {
+            map,
+            object: self.object.clone(),
+            first_page: self.first_page,
+            pages: self.pages,
+            page_shift: self.page_shift,
+            order: AtomicU8::new(self.order()),
+            density: AtomicU32::new(crate::policy::fault_around::DENSITY_START),
+            seq: SeqCount::default(),
+            owner,
+            counters: Counters::default(),
+            ra: RaCounters::default(),
+            ra_pages: self.ra_pages,
+            ra_mode: self.ra_mode,
+            hints: AtomicPtr::new(Box::into_raw(Box::new(hints))),
+            mapped: MappedPages::new(self.pages),
+            successors: Mutex::new(Vec::new()),
+            writable: self.writable,
+            trace: RegionTrace::default(),
+        }))
+    }
+
     /// A region that takes over the pages at `part` (page-aligned, inside
     /// this one), which now live at address `at`: `at == part.start` for a
     /// part the application left in place (a partial `munmap`), another
@@ -286,8 +317,14 @@ impl Region {
         // lock is let go (see above), and a disowned region is never split
         // again. (It inherits `self.map`'s placeholder in forked children:
         // the part is DONTFORK too.)
-        let map =
-            unsafe { sys::MappedRegion::adopt(&self.map, at.get(), part.end.since(part.start)) }?;
+        let map = unsafe {
+            sys::MappedRegion::adopt(
+                &self.map,
+                part.start.since(self.start()),
+                at.get(),
+                part.end.since(part.start),
+            )
+        }?;
         // SAFETY: as in `ra_params`.
         let hints = unsafe { &*self.hints.load(Ordering::Acquire) };
         // This region's pages `skip..skip + pages` are the successor's
@@ -361,7 +398,7 @@ impl Drop for Region {
         // UNMAP event (and does not wait for a pager thread to read one:
         // there may be none left). A detached range is not ours any more:
         // neither unregistered nor unmapped here.
-        if !self.map.is_disowned() {
+        if !self.map.is_disowned() && !self.map.is_foreign() {
             let _ = sys::uffd_unregister(self.owner.env().uffd, self.start().get(), self.map.len());
         }
         // SAFETY: the last owner; the list came from Box::into_raw.

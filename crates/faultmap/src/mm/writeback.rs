@@ -609,6 +609,9 @@ fn protect_range(
     loop {
         match sys::uffd_writeprotect(uffd, addr.get(), len, true, false) {
             Ok(()) => return Ok(()),
+            // A forked child's userfaultfd whose process has exited (or
+            // exec'd): no PTE is left to write through.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                 if len <= page {
                     return Ok(());

@@ -112,13 +112,27 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
+use super::share::{self, RangeList, Share};
 use super::{errno_get, errno_set, futex_wait, futex_wake, PAGE_SIZE};
+
+/// A listed range, and what a child needs to map it again (`None`: a
+/// placeholder only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    addr: usize,
+    len: usize,
+    share: Option<Share>,
+}
 
 /// The registry's lock word.
 const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
 /// Locked, and a thread may sleep on the word: the unlock wakes one.
 const CONTENDED: u32 = 2;
+
+/// Marks an entry to keep, in the child handler (lengths are page
+/// multiples, so the low bit is free).
+const KEEP: usize = 1;
 
 /// The capacity the list first grows to.
 const FIRST_CAPACITY: usize = 16;
@@ -127,7 +141,7 @@ const FIRST_CAPACITY: usize = 16;
 struct Registry {
     lock: AtomicU32,
     /// Guarded by `lock`.
-    ranges: UnsafeCell<Vec<(usize, usize)>>,
+    ranges: UnsafeCell<Vec<Entry>>,
 }
 
 // SAFETY: `ranges` is reached only through a `Locked`, made only by
@@ -185,7 +199,7 @@ impl Registry {
 }
 
 impl Locked {
-    fn ranges(&mut self) -> &mut Vec<(usize, usize)> {
+    fn ranges(&mut self) -> &mut Vec<Entry> {
         // SAFETY: `self` holds the lock (made by `Registry::lock`), and
         // `&mut self` makes this the only reference through it.
         unsafe { &mut *self.0.ranges.get() }
@@ -199,25 +213,28 @@ impl Drop for Locked {
 }
 
 /// Lists `[addr, addr + len)` to be reserved in every forked child, until
-/// [`unlist`]. Returns whether it was listed (false if the at-fork handlers
-/// could not be registered: nothing would read the list).
-pub(super) fn list(addr: usize, len: usize) -> bool {
+/// [`unlist`]; with `share`, to be mapped again there and served by this
+/// process if it serves guests (`sys::share`). Returns whether it was
+/// listed (false if the at-fork handlers could not be registered: nothing
+/// would read the list).
+pub(super) fn list(addr: usize, len: usize, share: Option<Share>) -> bool {
     if !ARMED.load(Ordering::Acquire) {
         return false;
     }
+    let entry = Entry { addr, len, share };
     // A bigger buffer, allocated (and the old one freed) outside the lock.
-    let mut spare: Vec<(usize, usize)> = Vec::new();
+    let mut spare: Vec<Entry> = Vec::new();
     loop {
         let mut locked = REGISTRY.lock();
         let ranges = locked.ranges();
         if ranges.len() < ranges.capacity() {
-            ranges.push((addr, len)); // within capacity: no allocation
+            ranges.push(entry); // within capacity: no allocation
             return true;
         }
         if spare.capacity() > ranges.len() {
             // Within capacity too: `spare` is empty and holds one more.
             spare.extend_from_slice(ranges);
-            spare.push((addr, len));
+            spare.push(entry);
             std::mem::swap(ranges, &mut spare);
             // `locked` goes first (declared last), then the old buffer.
             return true;
@@ -234,7 +251,10 @@ pub(super) fn unlist(addr: usize, len: usize) {
     let mut locked = REGISTRY.lock();
     let ranges = locked.ranges();
     // From the back: mappings often go in the reverse order of their making.
-    if let Some(i) = ranges.iter().rposition(|&r| r == (addr, len)) {
+    if let Some(i) = ranges
+        .iter()
+        .rposition(|r| (r.addr, r.len) == (addr, len))
+    {
         ranges.swap_remove(i); // frees nothing
     }
 }
@@ -277,14 +297,51 @@ extern "C" fn child() {
     // the release below.
     let ranges = unsafe { &mut *REGISTRY.ranges.get() };
     let (mut reserved, mut unreserved) = (0, 0);
-    for &(addr, len) in ranges.iter() {
-        if reserve_holes(addr, len) {
+    // A child of an owner maps its shared ranges again and is served by
+    // the owner (`sys::share`); anything else gets a placeholder.
+    let guest = share::start_child();
+    let mut sent = guest.map(|(_, channel)| RangeList::new(channel));
+    let mut shared = 0;
+    for entry in ranges.iter_mut() {
+        let share = entry.share.take();
+        if let (Some((uffd, _)), Some(s), Some(list)) = (guest, share, sent.as_mut()) {
+            if share::map_in_child(uffd, entry.addr, entry.len, s).is_ok() {
+                list.push(s.id, entry.addr, entry.len);
+                shared += 1;
+                // Kept (a placeholder in this child's children: the range
+                // is DONTFORK here too); every other entry goes.
+                entry.len |= KEEP;
+                continue;
+            }
+        }
+        if reserve_holes(entry.addr, entry.len) {
             reserved += 1;
         } else {
             unreserved += 1;
         }
     }
-    ranges.clear(); // sets the length: integers have no destructor
+    if let (Some((uffd, channel)), Some(mut list)) = (guest, sent) {
+        list.flush();
+        if shared == 0 {
+            share::abandon(uffd, channel);
+        } else if list.failed {
+            // The owner is gone before it heard of them. The ranges stay
+            // registered (the userfaultfd stays open), so they never read
+            // as zeros: their SIGBUS finds no owner and is the
+            // application's.
+            share::abandon_channel(channel);
+        } else {
+            share::become_guest(uffd, channel);
+        }
+    }
+    // The list is the parent's: this child's own mappings are listed from
+    // scratch. The ranges it mapped again stay listed, without their share
+    // (its children get placeholders there). `retain` on a `Vec` of plain
+    // values moves and shrinks in place: no allocation, no free.
+    ranges.retain(|e| e.len & KEEP != 0);
+    for entry in ranges.iter_mut() {
+        entry.len &= !KEEP;
+    }
     RESERVED.store(reserved, Ordering::Relaxed);
     UNRESERVED.store(unreserved, Ordering::Relaxed);
     REGISTRY.release();

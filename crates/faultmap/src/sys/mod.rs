@@ -20,9 +20,11 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
 pub(crate) mod fork;
+pub(crate) mod share;
 pub(crate) mod uring;
 
 pub use fork::{children_reserved, fork_reservations};
+pub use share::is_guest;
 
 /// The base page size this crate works in. Checked against `sysconf` when a
 /// pager is created (`page_size_matches`).
@@ -589,6 +591,29 @@ pub(crate) fn eventfd_signal(fd: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Waits until one of `fds` (any number) is readable, closed or in error.
+/// Returns whether each is, in order (none after `EINTR`).
+pub(crate) fn poll_all(fds: &[&OwnedFd], timeout_ms: i32) -> io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `pfds` is a valid array of pollfd for the whole call.
+    let rc = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+        pfds.iter_mut().for_each(|p| p.revents = 0);
+    }
+    Ok(pfds.iter().map(|p| p.revents != 0).collect())
+}
+
 /// Waits until one of `fds` is readable (or has an error). Returns a bit per
 /// fd, in order: bit i set when `fds[i]` is ready. `EINTR` returns 0.
 pub(crate) fn poll_readable(fds: &[&OwnedFd], timeout_ms: i32) -> io::Result<u32> {
@@ -645,6 +670,22 @@ pub(crate) struct MappedRegion {
     /// ([`dont_fork`], `sys::fork`): to take off the list when it is
     /// unmapped or disowned, whichever comes first.
     listed: std::sync::atomic::AtomicBool,
+    /// Never reused in a process: names the mapping to a forked child's
+    /// owner (`sys::share`).
+    id: u64,
+    /// Where it maps its memfd, for a forked child to map it again
+    /// (`sys::share`); set by [`dont_fork`].
+    share: std::sync::Mutex<Option<share::Share>>,
+    /// Another process's range (a forked child's, `crate::mm::guest`):
+    /// never unmapped, listed or advised here.
+    foreign: bool,
+}
+
+/// The next [`MappedRegion::id`].
+static NEXT_MAP_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_map_id() -> u64 {
+    NEXT_MAP_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 // SAFETY: a MappedRegion is an address range; it owns no thread-local state
@@ -682,17 +723,56 @@ impl MappedRegion {
     /// The range must be mapped, be a part of `from`'s that `from` gives up
     /// ([`MappedRegion::disown`]) before the result is dropped, and not be
     /// owned by any other `MappedRegion`.
-    pub unsafe fn adopt(from: &MappedRegion, addr: usize, len: usize) -> Option<MappedRegion> {
+    /// `skip` is the part's offset in `from`, in bytes.
+    pub unsafe fn adopt(
+        from: &MappedRegion,
+        skip: usize,
+        addr: usize,
+        len: usize,
+    ) -> Option<MappedRegion> {
+        let share = (*from.share.lock().unwrap_or_else(|e| e.into_inner())).map(|s| share::Share {
+            offset: s.offset + skip as u64,
+            id: next_map_id(),
+            ..s
+        });
         let part = MappedRegion {
             ptr: NonNull::new(addr as *mut u8)?,
             len,
             disowned: std::sync::atomic::AtomicBool::new(false),
             listed: std::sync::atomic::AtomicBool::new(false),
+            id: share.map_or_else(next_map_id, |s| s.id),
+            share: std::sync::Mutex::new(share),
+            foreign: false,
         };
         if from.listed.load(std::sync::atomic::Ordering::Acquire) {
             part.list_for_children();
         }
         Some(part)
+    }
+
+    /// A forked child's range `[addr, addr + len)`, as the owner sees it
+    /// (`crate::mm::guest`): only an address range, never unmapped or
+    /// listed here.
+    pub(crate) fn foreign(addr: usize, len: usize) -> Option<MappedRegion> {
+        Some(MappedRegion {
+            ptr: NonNull::new(addr as *mut u8)?,
+            len,
+            disowned: std::sync::atomic::AtomicBool::new(false),
+            listed: std::sync::atomic::AtomicBool::new(false),
+            id: next_map_id(),
+            share: std::sync::Mutex::new(None),
+            foreign: true,
+        })
+    }
+
+    /// The mapping's name, never reused in this process.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether this is another process's range ([`MappedRegion::foreign`]).
+    pub(crate) fn is_foreign(&self) -> bool {
+        self.foreign
     }
 
     /// Gives the range up: dropping `self` will not unmap it. For a range
@@ -708,7 +788,8 @@ impl MappedRegion {
     /// Lists the range for a placeholder in every forked child
     /// (`sys::fork`), until it is unmapped or disowned.
     fn list_for_children(&self) {
-        if fork::list(self.addr(), self.len) {
+        let share = *self.share.lock().unwrap_or_else(|e| e.into_inner());
+        if fork::list(self.addr(), self.len, share) {
             self.listed
                 .store(true, std::sync::atomic::Ordering::Release);
         }
@@ -729,7 +810,7 @@ impl MappedRegion {
 
 impl Drop for MappedRegion {
     fn drop(&mut self) {
-        if self.is_disowned() {
+        if self.is_disowned() || self.foreign {
             return;
         }
         // Unlisted before the unmap: once unmapped, another thread may map
@@ -854,6 +935,9 @@ fn mmap_at(
         len,
         disowned: std::sync::atomic::AtomicBool::new(false),
         listed: std::sync::atomic::AtomicBool::new(false),
+        id: next_map_id(),
+        share: std::sync::Mutex::new(None),
+        foreign: false,
     })
 }
 
@@ -943,7 +1027,23 @@ pub(crate) fn read_own_memory(src: *const u8, dst: &mut [u8]) -> io::Result<usiz
 /// first: the range is never `DONTFORK` without being listed (unless the
 /// at-fork handlers could not be registered, [`children_reserved`]).
 /// On error the range stays listed until `region` is dropped.
-pub(crate) fn dont_fork(region: &MappedRegion) -> io::Result<()> {
+///
+/// With `shared` (the memfd, the range's offset in it, and whether it is
+/// writable), a child of a
+/// process that serves guests maps the range again and has it served by
+/// this process instead (`sys::share`).
+pub(crate) fn dont_fork(
+    region: &MappedRegion,
+    shared: Option<(&OwnedFd, u64, bool)>,
+) -> io::Result<()> {
+    if let Some((fd, offset, writable)) = shared {
+        *region.share.lock().unwrap_or_else(|e| e.into_inner()) = Some(share::Share {
+            fd: fd.as_raw_fd(),
+            offset,
+            writable,
+            id: region.id,
+        });
+    }
     region.list_for_children();
     // SAFETY: advises on a range this process mapped and owns; DONTFORK
     // changes no content.

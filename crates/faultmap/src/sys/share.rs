@@ -1,0 +1,545 @@
+//! Guests: a forked child's faults on the mappings it inherited, served by
+//! the process that owns their cache (the *owner*, `crate::mm::guest`).
+//!
+//! ## Why the owner serves them
+//!
+//! A child of `fork` gets no pager thread, and without
+//! `UFFD_FEATURE_EVENT_FORK` (which needs `CAP_SYS_PTRACE`) its copy of a
+//! registered range loses the registration: a page not in the cache would
+//! read as zeros, and that zero page would land in the shared memfd. So a
+//! mapping is `MADV_DONTFORK`, and the at-fork child handler (`sys::fork`)
+//! maps each *shared* range again, at its address, from the memfd the child
+//! inherited, registers it with a userfaultfd of its own (SIGBUS delivery,
+//! user-mode only when the owner's is), and hands that userfaultfd to the
+//! owner over a Unix socket (`SCM_RIGHTS`). From then on the child's faults
+//! there are SIGBUSes, which its (inherited) handler forwards to the owner;
+//! the owner resolves them in the child's address space with
+//! `UFFDIO_CONTINUE` on the child's userfaultfd, from its one page cache,
+//! under its one memory budget. A page any process read is not read again.
+//!
+//! ## The wire
+//!
+//! Every message is a `SOCK_SEQPACKET` record of native-endian `u64` words
+//! (both ends are the same program on the same machine):
+//!
+//! ```text
+//!   child -> service socket   [HELLO, pid]                 + fds [userfaultfd, channel]
+//!   child -> its channel      [RANGES, n, (id, addr, len) x n]   (n <= RANGES_MAX)
+//!   child -> its channel      [FAULT, addr, flags]         + fd  [answer socket]
+//!   owner -> answer socket    [answer]                      (MAPPED, RETRY, FAILED)
+//! ```
+//!
+//! `id` names the owner's mapping the range copies (`MappedRegion::id`,
+//! never reused), so a range the owner unmapped and mapped again since is
+//! never taken for the old one. A fault carries a socket of its own for the
+//! answer, so any number of the child's threads can wait at once without a
+//! lock.
+//!
+//! ## Invariants
+//!
+//! - A child's range is registered before the child runs any code of its
+//!   own, and stays registered while the child lives: the child never closes
+//!   its userfaultfd. So no page of it is ever served by the kernel's shmem
+//!   fault (which would fill a hole with zeros), whatever happens to the
+//!   owner.
+//! - The owner's death closes its ends: the child's `send` fails (`EPIPE`),
+//!   or its wait for the answer reads end-of-file, and the access gets
+//!   SIGBUS (`FAILED`). Never zeros, never a wait for a process that is
+//!   gone.
+//! - The child's death closes its channel: the owner drops the child's
+//!   ranges and userfaultfd. A read the child's fault started belongs to the
+//!   owner, so it ends (and is kept) as any read does; an answer to a dead
+//!   child is dropped.
+//! - A child of a child gets placeholders (`sys::fork`), not ranges: only
+//!   the owner's own children are guests.
+//!
+//! Everything the child handler and the SIGBUS handler call here is a raw
+//! system call over stack buffers: async-signal-safe.
+
+use std::mem::ManuallyDrop;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+
+use super::{errno_get, feature, mode, UffdSource};
+
+/// What a listed range needs for a child to map it again: the memfd (an fd
+/// the child inherits), the offset of the range's first byte in it, and
+/// whether it is writable. `id` names the mapping (`MappedRegion::id`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Share {
+    pub(crate) fd: RawFd,
+    pub(crate) offset: u64,
+    pub(crate) writable: bool,
+    pub(crate) id: u64,
+}
+
+/// The first word of a child's greeting ("faultmap" in ASCII).
+pub(crate) const HELLO: u64 = 0x7061_6d74_6c75_6166;
+/// A list of ranges the child mapped.
+pub(crate) const RANGES: u64 = 1;
+/// A fault to resolve.
+pub(crate) const FAULT: u64 = 2;
+/// Ranges per `RANGES` record.
+pub(crate) const RANGES_MAX: usize = 64;
+/// The longest record, in words.
+pub(crate) const MAX_WORDS: usize = 2 + 3 * RANGES_MAX;
+/// `FAULT` flags: the access may be a write; the fault is the retry of one
+/// answered `RETRY`.
+pub(crate) const FLAG_WRITE: u64 = 1;
+pub(crate) const FLAG_RETRY: u64 = 2;
+
+/// The owner's answer to a fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Mapped (or to be retried by faulting again): return.
+    Mapped = 1,
+    /// The read it waited for ended: ask again.
+    Retry = 2,
+    /// The page cannot be had, or the owner is gone: SIGBUS.
+    Failed = 3,
+}
+
+/// The owner's service socket (the end children send to), or -1: this
+/// process serves no guests.
+static SERVICE: AtomicI32 = AtomicI32::new(-1);
+/// How a child opens its userfaultfd (`UffdSource` as 1, 2, 3) in the top
+/// byte, and the features it asks for below.
+static UFFD_HOW: AtomicU64 = AtomicU64::new(0);
+/// In a guest: its channel to the owner, and its userfaultfd; else -1.
+static CHANNEL: AtomicI32 = AtomicI32::new(-1);
+static GUEST_UFFD: AtomicI32 = AtomicI32::new(-1);
+
+/// Makes this process an owner: children forked from now on send their
+/// userfaultfds to `service` (the sending end of the owner's service
+/// socket, kept open for the process's life), opened as `source` opened
+/// the owner's, with `features` (`UFFD_FEATURE_SIGBUS` is added).
+pub(crate) fn serve(service: RawFd, source: UffdSource, features: u64) {
+    let how = match source {
+        UffdSource::Syscall => 1u64,
+        UffdSource::Device => 2,
+        UffdSource::UserModeOnly => 3,
+    };
+    let features = (features | feature::SIGBUS) & ((1 << 56) - 1);
+    UFFD_HOW.store(how << 56 | features, Ordering::Relaxed);
+    SERVICE.store(service, Ordering::Release);
+}
+
+/// Whether this process is a guest: its inherited ranges are served by the
+/// process that forked it.
+pub fn is_guest() -> bool {
+    CHANNEL.load(Ordering::Acquire) >= 0
+}
+
+/// A socket pair for records (`SOCK_SEQPACKET`), close-on-exec.
+pub(crate) fn seqpacket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (a, b) = raw_pair().map_err(std::io::Error::from_raw_os_error)?;
+    // SAFETY: both fds were just returned by socketpair and belong to no one.
+    Ok(unsafe { (OwnedFd::from_raw_fd(a), OwnedFd::from_raw_fd(b)) })
+}
+
+fn raw_pair() -> Result<(RawFd, RawFd), i32> {
+    let mut fds = [-1 as libc::c_int; 2];
+    // SAFETY: socketpair writes two ints to a valid array of two.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if rc < 0 {
+        return Err(errno_get());
+    }
+    Ok((fds[0], fds[1]))
+}
+
+/// Sends `words` on `fd` with `fds` attached (at most two), never raising
+/// SIGPIPE. Returns the errno on failure. Async-signal-safe.
+fn send_raw(fd: RawFd, words: &[u64], fds: &[RawFd]) -> Result<(), i32> {
+    debug_assert!(fds.len() <= 2);
+    let mut iov = libc::iovec {
+        iov_base: words.as_ptr() as *mut libc::c_void,
+        iov_len: std::mem::size_of_val(words),
+    };
+    // Room for one header with two fds, aligned for cmsghdr.
+    let mut control = [0u64; 4];
+    // SAFETY: an all-zero msghdr is valid (no name, no control yet).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        let bytes = std::mem::size_of_val(fds) as u32;
+        msg.msg_control = control.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE is arithmetic.
+        msg.msg_controllen = unsafe { libc::CMSG_SPACE(bytes) } as usize;
+        debug_assert!(msg.msg_controllen <= std::mem::size_of_val(&control));
+        // SAFETY: msg_control points at `control`, big enough for one
+        // header with `bytes` of data (checked above), so the first header
+        // and its data are inside it.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(bytes) as usize;
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast(), fds.len());
+        }
+    }
+    loop {
+        // SAFETY: `msg` points at `iov` and `control`, both live for the
+        // call; the kernel only reads them.
+        let rc = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+        if rc >= 0 {
+            return Ok(());
+        }
+        let e = errno_get();
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// What [`recv`] read.
+pub(crate) enum Received {
+    /// A record of this many words (a partial last word is dropped), and
+    /// the fds that came with it.
+    Record(usize, Vec<OwnedFd>),
+    /// Nothing waiting (a non-blocking socket).
+    Empty,
+    /// The other end is closed.
+    Closed,
+}
+
+/// Receives one record into `words`, with up to two fds (close-on-exec).
+/// A record longer than `words` is cut (`MSG_TRUNC`), and a fd beyond two
+/// closed by the kernel (`MSG_CTRUNC`).
+pub(crate) fn recv(fd: &OwnedFd, words: &mut [u64]) -> std::io::Result<Received> {
+    let mut iov = libc::iovec {
+        iov_base: words.as_mut_ptr().cast(),
+        iov_len: std::mem::size_of_val(words),
+    };
+    let mut control = [0u64; 4];
+    // SAFETY: an all-zero msghdr is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    let n = loop {
+        // SAFETY: `msg` points at `iov` (over `words`) and `control`, which
+        // outlive the call; the kernel writes at most their lengths.
+        let rc = unsafe {
+            libc::recvmsg(
+                fd.as_raw_fd(),
+                &mut msg,
+                libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT,
+            )
+        };
+        if rc >= 0 {
+            break rc as usize;
+        }
+        match errno_get() {
+            libc::EINTR => continue,
+            libc::EAGAIN => return Ok(Received::Empty),
+            e => return Err(std::io::Error::from_raw_os_error(e)),
+        }
+    };
+    let mut fds = Vec::new();
+    // SAFETY: the kernel filled `control` up to msg_controllen with
+    // well-formed headers; CMSG_FIRSTHDR/NXTHDR stay inside it.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let count = data / std::mem::size_of::<RawFd>();
+                let at = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                for i in 0..count {
+                    // The kernel installed these fds in this process for us.
+                    fds.push(OwnedFd::from_raw_fd(at.add(i).read_unaligned()));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if n == 0 && fds.is_empty() {
+        return Ok(Received::Closed);
+    }
+    Ok(Received::Record(n / 8, fds))
+}
+
+/// Answers a fault on its answer socket. A child that died meanwhile is
+/// not an error: nobody waits.
+pub(crate) fn answer(fd: &OwnedFd, answer: Answer) {
+    let word = [answer as u64];
+    // SAFETY: sends 8 bytes from a live array; MSG_DONTWAIT: an answer
+    // socket holds one record, never more.
+    let _ = unsafe {
+        libc::send(
+            fd.as_raw_fd(),
+            word.as_ptr().cast(),
+            8,
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
+    };
+}
+
+// ---------------------------------------------------------------------------
+// The child's side: async-signal-safe.
+// ---------------------------------------------------------------------------
+
+/// A child's start as a guest, from the at-fork child handler: forgets any
+/// channel it inherited (a child of a guest is no guest), then, if the
+/// parent is an owner, opens a userfaultfd and greets the owner. Returns
+/// the userfaultfd and the channel, or `None` (not an owner's child, or
+/// the owner cannot be reached: the caller reserves instead).
+pub(super) fn start_child() -> Option<(RawFd, RawFd)> {
+    for fd in [&CHANNEL, &GUEST_UFFD] {
+        let old = fd.swap(-1, Ordering::AcqRel);
+        if old >= 0 {
+            close(old);
+        }
+    }
+    // The owner's socket is the parent's, not this process's: children of
+    // this child are not guests.
+    let service = SERVICE.swap(-1, Ordering::AcqRel);
+    if service < 0 {
+        return None;
+    }
+    let started = greet(service);
+    close(service);
+    started
+}
+
+fn greet(service: RawFd) -> Option<(RawFd, RawFd)> {
+    let how = UFFD_HOW.load(Ordering::Relaxed);
+    let uffd = open_uffd((how >> 56) as u8)?;
+    let features = how & ((1 << 56) - 1);
+    // SAFETY: `uffd` was just opened and is closed only below or by this
+    // process's exit; ManuallyDrop keeps the OwnedFd from closing it.
+    let owned = ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(uffd) });
+    if super::uffd_api(&owned, features).is_err() {
+        close(uffd);
+        return None;
+    }
+    let Ok((mine, theirs)) = raw_pair() else {
+        close(uffd);
+        return None;
+    };
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::getpid() } as u64;
+    let sent = send_raw(service, &[HELLO, pid], &[uffd, theirs]);
+    close(theirs);
+    if sent.is_err() {
+        close(mine);
+        close(uffd);
+        return None;
+    }
+    Some((uffd, mine))
+}
+
+/// Opens a userfaultfd as the owner did (`how`: 1 the system call, 2
+/// `/dev/userfaultfd`, 3 the system call for user-mode faults only).
+/// Non-blocking, close-on-exec. Raw system calls only.
+fn open_uffd(how: u8) -> Option<RawFd> {
+    let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+    let fd = match how {
+        1 | 3 => {
+            let flags = if how == 3 {
+                flags | super::UFFD_USER_MODE_ONLY
+            } else {
+                flags
+            };
+            // SAFETY: userfaultfd takes one int and returns a new fd or -1.
+            unsafe { libc::syscall(libc::SYS_userfaultfd, flags) as RawFd }
+        }
+        2 => {
+            let path = b"/dev/userfaultfd\0";
+            // SAFETY: a NUL-terminated path; openat returns a new fd or -1.
+            let dev = unsafe {
+                libc::syscall(
+                    libc::SYS_openat,
+                    libc::AT_FDCWD,
+                    path.as_ptr(),
+                    libc::O_RDWR | libc::O_CLOEXEC,
+                ) as RawFd
+            };
+            if dev < 0 {
+                return None;
+            }
+            // SAFETY: USERFAULTFD_IOC_NEW takes the open flags as its
+            // integer argument and returns a new fd or -1.
+            let fd = unsafe {
+                libc::syscall(
+                    libc::SYS_ioctl,
+                    dev,
+                    super::USERFAULTFD_IOC_NEW as libc::c_ulong,
+                    flags,
+                ) as RawFd
+            };
+            close(dev);
+            fd
+        }
+        _ => -1,
+    };
+    (fd >= 0).then_some(fd)
+}
+
+/// Maps a shared range again in the child, at its address, from the memfd
+/// the child inherited, keeps it out of the child's own children, and
+/// registers it with the child's userfaultfd. Returns the errno of the
+/// step that failed (the range is then unmapped again, if it was mapped).
+pub(super) fn map_in_child(uffd: RawFd, addr: usize, len: usize, share: Share) -> Result<(), i32> {
+    let prot = if share.writable {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_READ
+    };
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces a mapping (EEXIST
+    // instead); `share.fd` is an open memfd the child inherited (the range
+    // is listed, so its object, which owns the fd, was alive at the fork).
+    let got = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            addr,
+            len,
+            prot,
+            libc::MAP_SHARED | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+            share.fd,
+            share.offset as libc::off_t,
+        )
+    };
+    if got == -1 {
+        return Err(errno_get());
+    }
+    let undo = |e: i32| {
+        // SAFETY: the range this function just mapped.
+        unsafe { libc::syscall(libc::SYS_munmap, got, len) };
+        Err(e)
+    };
+    if got as usize != addr {
+        return undo(libc::EEXIST);
+    }
+    // SAFETY: advises on the range just mapped; DONTFORK changes no content.
+    if unsafe { libc::syscall(libc::SYS_madvise, addr, len, libc::MADV_DONTFORK) } != 0 {
+        return undo(errno_get());
+    }
+    let modes = if share.writable {
+        mode::MISSING | mode::MINOR | mode::WP
+    } else {
+        mode::MISSING | mode::MINOR
+    };
+    // SAFETY: `uffd` is the child's open userfaultfd; ManuallyDrop keeps
+    // the OwnedFd from closing it.
+    let owned = ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(uffd) });
+    if let Err(e) = super::uffd_register(&owned, addr, len, modes) {
+        return undo(e.raw_os_error().unwrap_or(libc::EINVAL));
+    }
+    Ok(())
+}
+
+/// The ranges a child mapped, sent to the owner in records of at most
+/// [`RANGES_MAX`] (on the stack).
+pub(super) struct RangeList {
+    words: [u64; MAX_WORDS],
+    channel: RawFd,
+    /// A record failed to go: the owner is gone.
+    pub(super) failed: bool,
+}
+
+impl RangeList {
+    pub(super) fn new(channel: RawFd) -> Self {
+        let mut words = [0; MAX_WORDS];
+        words[0] = RANGES;
+        Self {
+            words,
+            channel,
+            failed: false,
+        }
+    }
+
+    pub(super) fn push(&mut self, id: u64, addr: usize, len: usize) {
+        let n = self.words[1] as usize;
+        self.words[2 + 3 * n..5 + 3 * n].copy_from_slice(&[id, addr as u64, len as u64]);
+        self.words[1] += 1;
+        if n + 1 == RANGES_MAX {
+            self.flush();
+        }
+    }
+
+    pub(super) fn flush(&mut self) {
+        let n = self.words[1] as usize;
+        if n == 0 {
+            return;
+        }
+        if send_raw(self.channel, &self.words[..2 + 3 * n], &[]).is_err() {
+            self.failed = true;
+        }
+        self.words[1] = 0;
+    }
+}
+
+/// Publishes the child's guest state, once its ranges are sent.
+pub(super) fn become_guest(uffd: RawFd, channel: RawFd) {
+    GUEST_UFFD.store(uffd, Ordering::Release);
+    CHANNEL.store(channel, Ordering::Release);
+}
+
+/// Gives up being a guest (nothing was mapped, or the owner is gone).
+pub(super) fn abandon(uffd: RawFd, channel: RawFd) {
+    close(channel);
+    close(uffd);
+}
+
+/// Forgets the channel to an owner that is gone, keeping the userfaultfd
+/// (its ranges stay registered for the process's life).
+pub(super) fn abandon_channel(channel: RawFd) {
+    close(channel);
+}
+
+/// Asks the owner to resolve a fault of this guest at `addr` and waits for
+/// the answer. `None` if this process is not a guest. Async-signal-safe:
+/// called by the SIGBUS handler.
+pub(crate) fn request(addr: usize, write: bool, retry: bool) -> Option<Answer> {
+    let channel = CHANNEL.load(Ordering::Acquire);
+    if channel < 0 {
+        return None;
+    }
+    let Ok((mine, theirs)) = raw_pair() else {
+        return Some(Answer::Failed);
+    };
+    let flags = if write { FLAG_WRITE } else { 0 } | if retry { FLAG_RETRY } else { 0 };
+    let sent = send_raw(channel, &[FAULT, addr as u64, flags], &[theirs]);
+    close(theirs);
+    let answer = match sent {
+        Ok(()) => wait_answer(mine),
+        Err(_) => Answer::Failed,
+    };
+    close(mine);
+    Some(answer)
+}
+
+/// Reads the one-word answer (end-of-file: the owner is gone).
+fn wait_answer(fd: RawFd) -> Answer {
+    let mut word = 0u64;
+    loop {
+        // SAFETY: reads at most 8 bytes into a live u64.
+        let rc = unsafe { libc::recv(fd, (&mut word as *mut u64).cast(), 8, 0) };
+        if rc == 8 {
+            return match word {
+                1 => Answer::Mapped,
+                2 => Answer::Retry,
+                _ => Answer::Failed,
+            };
+        }
+        if rc < 0 && errno_get() == libc::EINTR {
+            continue;
+        }
+        return Answer::Failed;
+    }
+}
+
+fn close(fd: RawFd) {
+    // SAFETY: closes an fd this module opened and owns; a raw system call.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+}
