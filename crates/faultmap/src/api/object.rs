@@ -78,25 +78,8 @@ impl Drop for Object {
             // back (see "fork" in `crate::api::pager`).
             return;
         }
-        if !self.0.release() {
-            return;
-        }
-        // Nothing maps the object any more: its reads ahead still queued
-        // are dropped unread, and those in flight are not cached.
-        crate::mm::io::cancel_reads_ahead(&self.0);
-        if !crate::mm::writeback::has_work(&self.0) {
-            return;
-        }
-        let core = self.0.clone();
-        let spawned = std::thread::Builder::new()
-            .name("faultmap-final".into())
-            .spawn(move || crate::mm::writeback::on_drop(&core));
-        match spawned {
-            Ok(thread) => {
-                crate::mm::io::join_until(vec![thread], std::time::Instant::now() + self.0.grace());
-            }
-            // No thread to be had: here, unbounded, rather than not at all.
-            Err(_) => crate::mm::writeback::on_drop(&self.0),
+        if self.0.release() {
+            crate::mm::object::close(&self.0);
         }
     }
 }

@@ -48,6 +48,7 @@ use std::sync::{Arc, Mutex};
 use crate::base::index::HostAddr;
 use crate::cache::wait::Uffd;
 use crate::mm::fault::{self, Origin};
+use crate::mm::object::{self, ObjectCore};
 use crate::mm::pager_core::Core;
 use crate::mm::signal;
 use crate::mm::space::{Region, RegionTable};
@@ -114,7 +115,30 @@ struct Guest {
     table: Arc<RegionTable>,
     /// Per pager: the pager's core, and the one that serves this guest.
     cores: Vec<(Arc<Core>, Arc<Core>)>,
-    regions: Vec<Arc<Region>>,
+    regions: Vec<(Arc<Region>, Hold)>,
+}
+
+/// A handle on an object a guest maps, as a mapping holds one: the object
+/// is not closed (its reads cancelled) while a child maps it, and closes
+/// when the last of the parent's handles and the children's goes.
+struct Hold(Arc<ObjectCore>);
+
+impl Hold {
+    /// A handle made from a live one: the caller holds the region table's
+    /// lock over a published region of the object, whose mapping holds a
+    /// handle until after the region leaves the table.
+    fn new(object: &Arc<ObjectCore>) -> Hold {
+        object.acquire();
+        Hold(object.clone())
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if self.0.release() {
+            object::close(&self.0);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -209,7 +233,7 @@ impl Guest {
         let Some(table) = RegionTable::get_if_ready() else {
             return;
         };
-        let region = {
+        let (region, hold) = {
             let lock = table.lock();
             match lock.lookup(HostAddr(addr)) {
                 Some(r)
@@ -218,7 +242,7 @@ impl Guest {
                         && r.map.len() == len
                         && !r.map.is_disowned() =>
                 {
-                    r.clone()
+                    (r.clone(), Hold::new(&r.object))
                 }
                 _ => return,
             }
@@ -242,7 +266,7 @@ impl Guest {
         // region a fault can make writable.
         guest.object.add_mapping(&guest);
         self.table.lock().insert(guest.clone());
-        self.regions.push(guest);
+        self.regions.push((guest, hold));
     }
 
     /// Resolves the child's fault at `addr`.
@@ -262,9 +286,12 @@ impl Guest {
     /// The child is gone: its regions leave their objects and its table.
     fn end(self) {
         let lock = self.table.lock();
-        for region in &self.regions {
+        for (region, _) in &self.regions {
             region.object.remove_mapping(region);
             lock.remove(region.start());
         }
+        drop(lock);
+        // The handles last: a last one closes its object.
+        drop(self.regions);
     }
 }

@@ -285,6 +285,32 @@ impl ObjectCore {
     }
 }
 
+/// What the release of an object's last handle runs (`crate::Object`'s
+/// drop, and the end of a forked child that held one, `crate::mm::guest`):
+/// its reads ahead are cancelled (queued ones dropped unread, those in
+/// flight not cached, see `crate::mm::io`), and its dirty pages are
+/// written back, best effort, on a thread of their own that this waits for
+/// at most `Config::io_timeout` plus a second. A store write that never
+/// returns leaves that thread behind, holding the object's parts (through
+/// its `Arc`) until the store answers: this returns anyway.
+pub(crate) fn close(core: &Arc<ObjectCore>) {
+    crate::mm::io::cancel_reads_ahead(core);
+    if !crate::mm::writeback::has_work(core) {
+        return;
+    }
+    let closing = core.clone();
+    let spawned = std::thread::Builder::new()
+        .name("faultmap-final".into())
+        .spawn(move || crate::mm::writeback::on_drop(&closing));
+    match spawned {
+        Ok(thread) => {
+            crate::mm::io::join_until(vec![thread], std::time::Instant::now() + core.grace());
+        }
+        // No thread to be had: here, unbounded, rather than not at all.
+        Err(_) => crate::mm::writeback::on_drop(core),
+    }
+}
+
 /// An object's count of [`crate::Object`] handles, and its *closed* flag.
 ///
 /// Invariant: `closed` is set once, by the release that takes the count to
