@@ -113,13 +113,24 @@ fn get(fd: i32, buf: &mut [u8], limit: Duration) -> usize {
 }
 
 /// Forks; the child runs `f` (raw libc, loads and stores only: see the
-/// module's documentation) and exits with what it returns.
+/// module's documentation) and exits with what it returns. It is killed if
+/// the thread that forked it ends first (a failed test leaves no child
+/// behind).
 fn fork_child(f: impl FnOnce() -> i32) -> libc::pid_t {
+    fork_then(true, f)
+}
+
+/// [`fork_child`], but the child outlives its parent (`tied`: false).
+fn fork_then(tied: bool, f: impl FnOnce() -> i32) -> libc::pid_t {
     // SAFETY: the child runs `f`, which keeps to raw libc calls, then
     // _exits; nothing of the parent's threads is used there.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
     if pid == 0 {
+        if tied {
+            // SAFETY: a process attribute; no memory passed.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+        }
         let code = f();
         // SAFETY: leaves the forked child at once.
         unsafe { libc::_exit(code) };
@@ -630,7 +641,9 @@ fn observe_owner_death(delivery: Delivery, in_flight: bool, seed: u64) {
         let map = pager.map_trusted(store.clone(), opts).expect("map");
         let base = map.as_ptr() as usize;
         let expect = data[PAGE + 3];
-        let guest = fork_child(|| {
+        // Not tied to the owner: it must outlive it. The observer reaps (or
+        // kills) it.
+        let guest = fork_then(false, || {
             // SAFETY: the inherited mapping, served by the owner.
             let v = unsafe { std::ptr::read_volatile((base + PAGE + 3) as *const u8) };
             put(wr, if v == expect { b"r" } else { b"!" });
