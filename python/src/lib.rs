@@ -786,14 +786,37 @@ impl Mapping {
     fn map(&self) -> PyResult<Arc<Map>> {
         if self.born != generation() {
             return Err(PyRuntimeError::new_err(
-                "this faultmap.Mapping was opened before fork(): a child process \
-                 does not inherit mappings; open it again in the child",
+                "this faultmap.Mapping was opened before fork(): in a child process \
+                 only its bytes can be used (slices, memoryview, array); flush, \
+                 advise and statistics are the parent's",
             ));
         }
         lock(&self.state)
             .map
             .clone()
             .ok_or_else(|| PyValueError::new_err("I/O operation on a closed faultmap.Mapping"))
+    }
+
+    /// The Rust mapping, for its bytes only (reading, writing, exporting
+    /// them): in a forked child too, when the parent serves the range the
+    /// child inherited (`fm::Mapping::usable_here`). `ValueError` once
+    /// closed, `RuntimeError` in a child the parent does not serve.
+    fn data(&self) -> PyResult<Arc<Map>> {
+        if self.born == generation() {
+            return self.map();
+        }
+        let map = lock(&self.state)
+            .map
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("I/O operation on a closed faultmap.Mapping"))?;
+        if !either!(map.mapping(), m => m.usable_here()) {
+            return Err(PyRuntimeError::new_err(
+                "this faultmap.Mapping was opened before fork() and its parent does not \
+                 serve this process (a child of a child, or the parent is gone): \
+                 open it again here",
+            ));
+        }
+        Ok(map)
     }
 
     /// `[start, stop)` of the mapping (`stop` None: its end), or
@@ -882,7 +905,7 @@ impl Mapping {
 
     /// m[i] is the byte at i (an int); m[a:b:c] the bytes (a copy).
     fn __getitem__<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Py<PyAny>> {
-        let map = self.map()?;
+        let map = self.data()?;
         if let Ok(slice) = key.cast::<PySlice>() {
             let idx = slice.indices(self.len as isize)?;
             let n = idx.slicelength;
@@ -941,7 +964,7 @@ impl Mapping {
         // failure `obj` must be NULL, and it is set only on success below.
         unsafe { (*view).obj = std::ptr::null_mut() };
         let this = slf.get();
-        this.map()?;
+        this.data()?;
         let mut state = lock(&this.state);
         let Some(map) = state.map.as_ref() else {
             return Err(PyValueError::new_err(
@@ -997,7 +1020,7 @@ impl Mapping {
         offset: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
-        slf.get().map()?;
+        slf.get().data()?;
         let np = py
             .import("numpy")
             .map_err(|_| PyImportError::new_err("Mapping.array needs numpy: pip install numpy"))?;

@@ -126,10 +126,13 @@ def run_python(code: str, env=None, timeout=120) -> subprocess.CompletedProcess:
 # project's nginx cannot produce on demand: ranged GETs of `data`, those
 # from byte `fail_from` on answered with 500 once `fail` is set (the open's
 # own requests, at byte 0, still work), and without an ETag once
-# `validators` is cleared (it never sends a Last-Modified). Used in-process and (as source text) in
+# `validators` is cleared (it never sends a Last-Modified); `sent` counts
+# the bytes of the bodies it sent. Used in-process and (as source text) in
 # child interpreters.
 FAILING_SERVER = '''
 import http.server, threading
+
+_SENT_LOCK = threading.Lock()
 
 class FailingServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
@@ -137,6 +140,7 @@ class FailingServer(http.server.ThreadingHTTPServer):
     def __init__(self, data):
         self.data, self.fail, self.fail_from = data, False, 4096
         self.validators = True
+        self.sent = 0  # body bytes of ranged GETs, in total
         super().__init__(("127.0.0.1", 0), _Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -173,6 +177,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = data[first:last + 1]
         self._head(206, len(body), [("Content-Range", f"bytes {first}-{last}/{len(data)}")])
         self.wfile.write(body)
+        with _SENT_LOCK:
+            server.sent += len(body)
 '''
 
 exec(FAILING_SERVER)

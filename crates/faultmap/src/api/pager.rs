@@ -1820,6 +1820,19 @@ impl<A: Access> Mapping<A> {
         Ok(())
     }
 
+    /// Whether this mapping's bytes can be used here: in the process that
+    /// mapped it, or in a forked child of it, which maps the range again
+    /// and is served by the parent (see "fork" in this module). Only the
+    /// bytes: reading and writing them, [`Mapping::read_at`]; anything
+    /// else about the mapping (its options, flush, statistics) is the
+    /// parent's.
+    pub fn usable_here(&self) -> bool {
+        if self.born == sys::fork_generation() {
+            return true;
+        }
+        self.len == 0 || sys::fork::served(self.ptr.as_ptr() as usize, self.len)
+    }
+
     /// [`Mapping::read_at`] in a forked child, of a mapping it inherited
     /// (served by the parent, `crate::mm::guest`): the kernel copies what
     /// is mapped, and each page it stops at is asked of the parent

@@ -122,6 +122,9 @@ struct Entry {
     addr: usize,
     len: usize,
     share: Option<Share>,
+    /// Mapped again in this process, a forked child, and served by its
+    /// parent (`sys::share`).
+    served: bool,
 }
 
 /// The registry's lock word.
@@ -221,7 +224,12 @@ pub(super) fn list(addr: usize, len: usize, share: Option<Share>) -> bool {
     if !ARMED.load(Ordering::Acquire) {
         return false;
     }
-    let entry = Entry { addr, len, share };
+    let entry = Entry {
+        addr,
+        len,
+        share,
+        served: false,
+    };
     // A bigger buffer, allocated (and the old one freed) outside the lock.
     let mut spare: Vec<Entry> = Vec::new();
     loop {
@@ -257,6 +265,17 @@ pub(super) fn unlist(addr: usize, len: usize) {
     {
         ranges.swap_remove(i); // frees nothing
     }
+}
+
+/// Whether `[addr, addr + len)` lies in a range this process (a forked
+/// child) inherited and its parent serves (`sys::share`).
+pub(crate) fn served(addr: usize, len: usize) -> bool {
+    let mut locked = REGISTRY.lock();
+    let end = addr.saturating_add(len);
+    locked
+        .ranges()
+        .iter()
+        .any(|e| e.served && e.addr <= addr && end <= e.addr + e.len)
 }
 
 /// Whether forked children get placeholders (the at-fork handlers are
@@ -311,6 +330,7 @@ extern "C" fn child() {
                 // Kept (a placeholder in this child's children: the range
                 // is DONTFORK here too); every other entry goes.
                 entry.len |= KEEP;
+                entry.served = true;
                 continue;
             }
         }
