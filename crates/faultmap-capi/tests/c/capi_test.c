@@ -2,7 +2,8 @@
  * writes through a writable mapping and reads the file back, maps a file
  * in 2 MiB pages (FM_HUGE_PAGES), checks that every misuse is an error
  * code with a message, never a crash, and that fm_config's io_timeout_ms
- * bounds the open of a server that never answers.
+ * bounds the open of a server that never answers, and that a forked
+ * child reads and writes the mappings it inherited (served by the parent).
  * Built and run by scripts/test-all (see scripts/c-tests):
  *
  *   capi_test SCRATCH_DIR
@@ -17,6 +18,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,6 +298,47 @@ static void config_fields(void) {
     close(listener);
 }
 
+/* A child of fork() reads a mapping made before the fork (the parent
+ * serves it from its cache: the file is read once), and writes a writable
+ * one, which the parent sees and writes back. */
+static void fork_children(fm_pager *pager, const char *path, const uint8_t *data, size_t len) {
+    fm_mapping *m = fm_map(pager, path, 0, 0, 0);
+    fm_mapping *w = fm_map(pager, path, 0, 0, FM_WRITABLE);
+    CHECK(m != NULL && w != NULL, "fm_map before the fork");
+    if (!m || !w)
+        return;
+    const uint8_t *p = fm_mapping_ptr(m);
+    uint8_t *q = (uint8_t *)fm_mapping_ptr(w);
+    CHECK(p[0] == data[0], "the parent reads the first page");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        int same = memcmp(p, data, len) == 0;
+        memcpy(q + 8192, "C-CHILD!", 8);
+        _exit(same ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child read the bytes: status %#x",
+          status);
+    CHECK(memcmp(q + 8192, "C-CHILD!", 8) == 0, "the parent sees the child's write");
+    CHECK(fm_flush(w, 0, 0) >= 0, "fm_flush");
+    fm_stats stats;
+    CHECK(fm_mapping_stats(m, &stats) == 0 && stats.io_bytes <= len + 4096,
+          "the file read once: %llu bytes for %zu", (unsigned long long)stats.io_bytes, len);
+    uint8_t back[8];
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0 && pread(fd, back, 8, 8192) == 8 && memcmp(back, "C-CHILD!", 8) == 0,
+          "the child's write is in the file");
+    if (fd >= 0)
+        close(fd);
+    /* Put the file back as it was for the rest of the test. */
+    memcpy(q + 8192, data + 8192, 8);
+    CHECK(fm_flush(w, 0, 0) >= 0, "fm_flush");
+    fm_unmap(w);
+    fm_unmap(m);
+}
+
 static void read_file(const char *path, uint8_t *out, size_t len) {
     int fd = open(path, O_RDONLY);
     size_t got = 0;
@@ -354,6 +397,8 @@ int main(int argc, char **argv) {
         CHECK(memcmp(fm_mapping_ptr(part), data + 5000, 10000) == 0, "the part's bytes differ");
         fm_unmap(part);
     }
+
+    fork_children(pager, path, data, len);
 
     /* Writable: write, flush, read the file back. */
     fm_mapping *w = fm_map(pager, path, 0, 0, FM_WRITABLE);
