@@ -755,6 +755,111 @@ fn the_owners_death_ends_a_childs_fault_waiting_for_a_read_with_sigbus_handler()
     );
 }
 
+/// The next number of a xorshift generator (never 0 from a non-zero seed).
+fn xorshift(mut x: u64) -> u64 {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    x
+}
+
+/// Children read random bytes of a slow store while the parent kills them
+/// (SIGKILL) at random moments, and forks more: killed as they start (the
+/// at-fork handler registering), while a request waits for its answer, or
+/// while the read it started is in the store. Every child that is not
+/// killed reads right; afterwards no page is stuck (a last child and the
+/// parent read everything right), and no page was read twice (a read a
+/// killed child started is kept).
+fn killed_at_random(delivery: Delivery, seed: u64) {
+    watchdog(WATCHDOG, move || {
+        const PAGES: usize = 256;
+        let data = pattern(PAGES * PAGE, seed);
+        let faults = Faults {
+            slow: Some(Duration::from_millis(1)),
+            ..Faults::default()
+        };
+        let store = Instrumented::new(faultmap::MemStore::new("stress", data.clone()), faults);
+        let pager = pager(delivery);
+        let opts = MapOptions::new().readahead(faultmap::ReadaheadMode::AroundOnly);
+        let map = pager.map_trusted(store.clone(), opts).expect("map");
+        let (base, len) = (map.as_ptr() as usize, map.len());
+        let mut rng = seed | 1;
+        let mut live: Vec<libc::pid_t> = Vec::new();
+        let (mut killed, mut finished) = (0, 0);
+        let reap = |pid: libc::pid_t, status: i32, killed: &mut u32, finished: &mut u32| {
+            if died_of(status, libc::SIGKILL) {
+                *killed += 1;
+            } else {
+                assert!(exited_0(status), "{delivery:?}: child {pid} read wrong: {status:#x}");
+                *finished += 1;
+            }
+        };
+        for _ in 0..48 {
+            rng = xorshift(rng);
+            let start = rng;
+            let data = &data;
+            live.push(fork_child(move || {
+                let mut x = start;
+                for _ in 0..64 {
+                    x = xorshift(x);
+                    let at = (x % len as u64) as usize;
+                    // SAFETY: inside the inherited mapping, served by the
+                    // parent.
+                    let v = unsafe { std::ptr::read_volatile((base + at) as *const u8) };
+                    if v != data[at] {
+                        return 1;
+                    }
+                }
+                0
+            }));
+            rng = xorshift(rng);
+            std::thread::sleep(Duration::from_micros(rng % 3000));
+            if rng % 3 != 0 {
+                let victim = live[(rng >> 8) as usize % live.len()];
+                // SAFETY: the test's own child (perhaps exited, not reaped:
+                // the signal then does nothing).
+                unsafe { libc::kill(victim, libc::SIGKILL) };
+            }
+            live.retain(|&pid| {
+                let mut status = 0;
+                // SAFETY: polls the test's own child.
+                match unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } {
+                    0 => true,
+                    _ => {
+                        reap(pid, status, &mut killed, &mut finished);
+                        false
+                    }
+                }
+            });
+        }
+        for pid in live {
+            let status = wait_for(pid, CHILD_LIMIT);
+            reap(pid, status, &mut killed, &mut finished);
+        }
+        assert!(killed > 0 && finished > 0, "{delivery:?}: {killed} killed, {finished} finished");
+        let report = read_in_child(base, len, false);
+        assert_eq!(report.hash, Some(hash(&data)), "{delivery:?}: a last child");
+        assert_bytes(&map, &data, "the parent");
+        let reads = store.page_reads();
+        assert!(
+            reads.iter().all(|&n| n == 1),
+            "{delivery:?}: pages read more than once: {:?}",
+            reads.iter().enumerate().filter(|(_, &n)| n != 1).collect::<Vec<_>>()
+        );
+        store.assert_contract_kept();
+    });
+}
+
+#[test]
+fn children_killed_at_random_points_leave_the_cache_whole_signal() {
+    killed_at_random(Delivery::Signal, 2717);
+}
+
+#[test]
+fn children_killed_at_random_points_leave_the_cache_whole_handler() {
+    killed_at_random(Delivery::Handler, 2718);
+}
+
 // ---------------------------------------------------------------------------
 // A part the application moved.
 // ---------------------------------------------------------------------------

@@ -470,6 +470,8 @@ pub struct Faults {
     /// Reads including any of these scribble over their buffer, then wait at
     /// the gate, then read.
     pub gated: BTreeSet<u64>,
+    /// Every read takes at least this long (a slow store).
+    pub slow: Option<Duration>,
 }
 
 impl Faults {
@@ -583,6 +585,9 @@ impl Store for Instrumented {
         let first = offset / PAGE as u64;
         let pages: Vec<u64> = (first..end.div_ceil(PAGE as u64)).collect();
         let hits = |set: &BTreeSet<u64>| pages.iter().any(|p| set.contains(p));
+        if let Some(d) = self.faults.slow {
+            std::thread::sleep(d);
+        }
         if hits(&self.faults.gated) {
             // Half-way through: a store that streams into the buffer has
             // written some of it (allocating the cache's pages) and waits for
