@@ -659,7 +659,8 @@ fn observe_owner_death(delivery: Delivery, in_flight: bool, seed: u64) {
             put(wr, &[b'z', v]);
             0
         });
-        put(wr, &guest.to_le_bytes());
+        let p = guest.to_le_bytes();
+        put(wr, &[b'P', p[0], p[1], p[2], p[3]]);
         if in_flight && store.gate.wait_entered(1, Duration::from_secs(20)) {
             put(wr, b"e");
         }
@@ -669,17 +670,21 @@ fn observe_owner_death(delivery: Delivery, in_flight: bool, seed: u64) {
     });
     close(wr);
     close(go_rd);
-    let mut said = [0u8; 5];
-    assert_eq!(get(rd, &mut said, CHILD_LIMIT), 5, "the child's first read: {said:?}");
-    // The child's 'r' and the owner's pid record may come in either order.
-    let (tag, pid) = if said[0] == b'r' || said[0] == b'!' {
-        let mut more = [0u8; 1];
-        assert_eq!(get(rd, &mut more, CHILD_LIMIT), 1);
-        (said[0], i32::from_le_bytes([said[1], said[2], said[3], said[4]]))
-            .map_tag(more[0])
-    } else {
-        (said[4], i32::from_le_bytes([said[0], said[1], said[2], said[3]]))
-    };
+    // Two records, in either order: the child's tag (one byte, 'r' or
+    // '!') and the owner's 'P' with the child's pid.
+    let (mut tag, mut pid) = (None, None);
+    while tag.is_none() || pid.is_none() {
+        let mut t = [0u8; 1];
+        assert_eq!(get(rd, &mut t, CHILD_LIMIT), 1, "the first records");
+        if t[0] == b'P' {
+            let mut p = [0u8; 4];
+            assert_eq!(get(rd, &mut p, CHILD_LIMIT), 4);
+            pid = Some(i32::from_le_bytes(p));
+        } else {
+            tag = Some(t[0]);
+        }
+    }
+    let (tag, pid) = (tag.unwrap(), pid.unwrap());
     assert_eq!(tag, b'r', "the child read a cached page wrong");
     if in_flight {
         let mut e = [0u8; 1];
@@ -699,20 +704,6 @@ fn observe_owner_death(delivery: Delivery, in_flight: bool, seed: u64) {
         "{delivery:?}, in flight {in_flight}: the child's status {status:#x}, it said {:?}",
         &rest[..n]
     );
-}
-
-/// The observer's pipe carries the child's one-byte tag and the owner's
-/// four-byte pid in either order: when the tag came first, the byte read
-/// after the first five is the pid's last.
-trait MapTag {
-    fn map_tag(self, last: u8) -> (u8, i32);
-}
-
-impl MapTag for (u8, i32) {
-    fn map_tag(self, last: u8) -> (u8, i32) {
-        let b = self.1.to_le_bytes();
-        (self.0, i32::from_le_bytes([b[1], b[2], b[3], last]))
-    }
 }
 
 #[test]
