@@ -32,15 +32,16 @@
 //!   longer), and an `atexit` hook writes back the writable mappings never
 //!   freed (`_flush_at_exit`): their pages live in faultmap's cache, not
 //!   the kernel's, and would go with the process.
-//! - **fork.** Mappings are not inherited by a child process (the library
-//!   maps them `MADV_DONTFORK`, and reserves their ranges in the child
-//!   with inaccessible placeholders, so a `memoryview` or array exported
-//!   before the fork faults with SIGSEGV rather than reading the child's
-//!   own memory), and a pager's threads do not survive
-//!   `fork`: a `Pager` or `Mapping` used in a child raises `RuntimeError`
-//!   (each records `fm::fork_generation()`; dropping one there is
-//!   harmless, the library leaves the parent's things be); the default
-//!   pager of `open` is made anew in the child.
+//! - **fork.** A mapping opened before `fork` works in the child: the
+//!   library maps its range again there and the parent serves the
+//!   child's faults from its cache (see "fork" in the library's
+//!   `api/pager.rs`). In the child only the bytes can be used (`data()`:
+//!   the buffer protocol, slices, `array`); everything else about a
+//!   `Mapping` (`flush`, `advise`, `stats`), and a `Pager` made before the
+//!   fork, raise `RuntimeError` there (each records
+//!   `fm::fork_generation()`; dropping one there is harmless, the library
+//!   leaves the parent's things be); the default pager of `open` is made
+//!   anew in the child.
 //!
 //! Written with PyO3 (the buffer protocol through its `__getbuffer__`
 //! slots and `PyBuffer_FillInfo`, in the stable ABI since Python 3.11).

@@ -679,6 +679,21 @@ struct BenchArgs {
     /// With --remote: leave out the FUSE peers.
     #[arg(long, requires = "remote")]
     no_fuse: bool,
+    /// Many processes, one object: for each count N, N forked processes
+    /// read the same remote object (seq: each the whole object; rand: each
+    /// the same sample of --sample-pages pages) through the counting proxy,
+    /// as faultmap-shared (one mapping made before the fork: the parent's
+    /// cache serves every process), faultmap-private (a pager per process)
+    /// and each FUSE peer (each process maps the mounted file). Reports the
+    /// time until the last process is done, the bytes the server sent, and
+    /// the peak of the caches (faultmap's, summed over the processes'
+    /// caches; a FUSE peer's, the most any process found resident in the
+    /// kernel's one page cache). Implies --remote (its options apply);
+    /// the object is 256M unless --size says otherwise.
+    #[arg(long, value_delimiter = ',', value_name = "LIST",
+          value_parser = clap::value_parser!(u16).range(1..=64),
+          conflicts_with_all = ["cold", "parts", "churn", "budget", "full", "orders", "file", "threads"])]
+    procs: Vec<u16>,
     /// Print only one JSON document, {"machine": {...}, "results": [...]},
     /// on stdout (progress and notes still go to stderr).
     #[arg(long)]

@@ -458,6 +458,10 @@ pub trait Mode: Sized {
     fn row(run: &Report<Self>, cell: &Cell<Self::Workload, Self::Column>) -> Row;
     /// The `--plot` figure.
     fn figure(run: &Report<Self>) -> Figure;
+    /// A group's label in the tables: its thread count (`1 thread`).
+    fn count_label(threads: u16) -> String {
+        threads_label(threads)
+    }
 }
 
 /// A mode's results: the cells of its workloads × thread counts × columns,
@@ -610,7 +614,7 @@ impl<M: Mode> Report<M> {
             t.row(["", ""].into_iter().chain(second));
         }
         for &threads in threads {
-            let mut label = threads_label(threads);
+            let mut label = M::count_label(threads);
             for (what, show) in lines {
                 let cells: Vec<String> = columns
                     .iter()

@@ -13,6 +13,7 @@
 //! | `--churn`         | the speculative fault benchmark                     | [`scaling`] |
 //! | `--budget`        | a memory budget against a cgroup memory limit       | [`budget`]  |
 //! | `--remote`        | HTTP and S3 objects against ranged GETs and FUSE    | `remote`    |
+//! | `--procs N,..`    | N processes on one remote object: shared, private, FUSE | `remote`    |
 //!
 //! An option of one mode given to another is refused
 //! (`check_mode_options`), never ignored.
@@ -53,6 +54,8 @@ const DEFAULT_THREADS: [u16; 2] = [1, 2];
 
 /// The generated file's size without `--size` (warm and cold).
 const DEFAULT_SIZE: u64 = 1 << 30;
+/// The object of `--procs` (each process may read all of it).
+const PROCS_SIZE: u64 = 256 << 20;
 
 /// `list`, or `default` if it is empty (the option was not given).
 fn or_default<'a, T>(list: &'a [T], default: &'a [T]) -> &'a [T] {
@@ -88,7 +91,9 @@ pub use remote::engines::StoreKind as RemoteStore;
 /// The options of `--remote`, from the command line.
 fn remote_options(args: &BenchArgs) -> Result<remote::RemoteOptions> {
     use crate::access::Access;
-    let workloads = if args.workload.is_empty() {
+    let workloads = if args.workload.is_empty() && !args.procs.is_empty() {
+        vec![Access::Seq, Access::Rand]
+    } else if args.workload.is_empty() {
         vec![Access::Seq, Access::Rand, Access::Clustered]
     } else {
         args.workload
@@ -123,7 +128,11 @@ fn remote_options(args: &BenchArgs) -> Result<remote::RemoteOptions> {
         } else {
             args.threads.clone()
         },
-        size: args.size.unwrap_or(DEFAULT_SIZE),
+        size: args.size.unwrap_or(if args.procs.is_empty() {
+            DEFAULT_SIZE
+        } else {
+            PROCS_SIZE
+        }),
         repetitions: args.repetitions.unwrap_or(3),
         budget: args.memory_budget,
         config: crate::stats::pager_config(args.handler_threads, args.io_threads),
@@ -132,6 +141,7 @@ fn remote_options(args: &BenchArgs) -> Result<remote::RemoteOptions> {
         // Beside the scripts, in the source tree's target folder: the
         // generated object is kept there for the next run.
         state: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-remote"),
+        procs: args.procs.clone(),
     })
 }
 
@@ -152,7 +162,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         scaling::run(args, scaling::Kind::Churn)
     } else if args.budget {
         budget::run(args)
-    } else if args.remote {
+    } else if args.remote || !args.procs.is_empty() {
         remote::run(&remote_options(args)?, args)
     } else {
         warm::run(args)

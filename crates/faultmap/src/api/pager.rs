@@ -46,32 +46,47 @@
 //!
 //! # fork
 //!
-//! Mappings are `MADV_DONTFORK`: a child process does not inherit them,
-//! because the child would have no handler and its faults would fill the
-//! shared cache with zeros. Instead, an at-fork child handler maps an
-//! inaccessible placeholder (`PROT_NONE`, anonymous, no memory charged)
-//! over each of the parent's mappings before the child runs any other
-//! code (`crate::sys::fork`): a pointer taken in the parent (a slice of a
-//! `Mapping`, a Python `memoryview` or numpy array) faults in the child
-//! with SIGSEGV, and never reads or writes the child's own memory, since
-//! nothing the child maps without `MAP_FIXED` can land there. The
-//! placeholder stays for the child's life and is inherited by its own
-//! children; the child may `munmap` it or map over it with `MAP_FIXED`
-//! itself. (If the at-fork handlers could not be registered when the
-//! library was loaded, [`crate::sys::children_reserved`] is false and the
-//! range is free address space in the child, as the kernel leaves it.)
+//! A mapping made before `fork` works in the child, with the same bytes,
+//! from the same cache. Mappings are `MADV_DONTFORK` (a child's inherited
+//! copy would lose its userfaultfd registration and read holes as zeros,
+//! into the shared memfd); instead, an at-fork child handler maps each
+//! mapping's range again at the same address, from the memfd the child
+//! inherited, before the child runs any other code, registers it with a
+//! userfaultfd of the child's own (SIGBUS delivery), and hands that to
+//! this process, which serves the child's faults from its own cache
+//! (`crate::mm::guest`, `crate::sys::share`). So a pointer taken in the
+//! parent (a slice of a `Mapping`, a Python `memoryview` or numpy array)
+//! reads and writes the object in the child too: a page any process read
+//! is not read again, a write is seen by every process and written back
+//! once (by the parent), and the memory budget is one. The parent's death
+//! gives the child SIGBUS on its next fault (never zeros, never a wait);
+//! the child's death costs the parent nothing (a read it started is kept).
+//! In the child, [`Mapping::read_at`] asks the parent for each page the
+//! kernel's copy stops at, so that a page that cannot be read is an error,
+//! and [`Mapping::usable_here`] says whether the bytes can be used.
+//!
+//! What is not served: a child of a child (it gets an inaccessible
+//! placeholder over each range: a stale pointer is SIGSEGV there, never the
+//! child's own memory, since nothing mapped without `MAP_FIXED` can land
+//! there); a range the parent unmapped in the moment after the fork, before
+//! its service thread heard from the child (the child's faults there get
+//! SIGBUS); kernel-mode faults in the child (a `write(2)` from a page the
+//! child has not touched fails with `EFAULT`, as with signal delivery).
+//! (If the at-fork handlers could not be registered when the library was
+//! loaded, [`crate::sys::children_reserved`] is false and the range is
+//! free address space in the child, as the kernel leaves it.)
 //!
 //! A child that drops a `Mapping`, `Object` or `Pager` it inherited leaves
 //! the parent's things be (each records the fork generation that made it,
 //! [`crate::sys::fork_generation`]): its regions stay in the parent's
 //! region table, which the child leaks, so their ranges are neither
-//! unregistered (the userfaultfd is the parent's) nor unmapped (the
-//! placeholder stays, or what the child mapped over it); the object's
-//! dirty pages are not written back (the parent writes them; a child's
-//! copy could land after the parent's newer one); no lock a parent thread
-//! may have held at the fork is taken; and the pager's threads, which the
-//! child does not have, are not waited for. Use none of them in the child:
-//! make a pager there.
+//! unregistered nor unmapped; the object's dirty pages are not written
+//! back (the parent writes them; a child's copy could land after the
+//! parent's newer one); no lock a parent thread may have held at the fork
+//! is taken; and the pager's threads, which the child does not have, are
+//! not waited for. In the child use the bytes of an inherited mapping
+//! only; for anything else (flush, advice, statistics, new mappings) make
+//! a pager there.
 //!
 //! # munmap and mremap by the application
 //!

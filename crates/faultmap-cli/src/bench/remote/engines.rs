@@ -279,3 +279,153 @@ pub fn fuse(path: &Path, target: &Target<'_>, plan: &AccessPlan) -> Result<Sampl
         Ok((timed.seconds, resident, sum))
     })
 }
+
+/// How `procs` processes read the object (`faultmap bench --procs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Procs<'a> {
+    /// One pager maps the object; `n` forked children read it through the
+    /// mapping they inherited: one cache, served by the parent.
+    Shared,
+    /// `n` forked children each make a pager and map the object: `n`
+    /// caches.
+    Private,
+    /// `n` forked children each map the FUSE peer's file.
+    Fuse(&'a Path),
+}
+
+/// `n` processes (forks of this one) each walk `plan`'s part 0 (seq: the
+/// whole object; rand and clustered: the same sample), all at once, timed
+/// from the first fork to the last exit. The peak is the cache's: the
+/// parent pager's with [`Procs::Shared`], the sum of the children's with
+/// [`Procs::Private`], the most any child found resident with
+/// [`Procs::Fuse`] (the kernel's one page cache). Every child's checksum
+/// must be the same.
+pub fn procs(
+    target: &Target<'_>,
+    plan: &AccessPlan,
+    n: usize,
+    how: Procs<'_>,
+    config: &Config,
+) -> Result<Sample> {
+    use std::os::fd::AsRawFd;
+    let shared = match how {
+        Procs::Shared => {
+            let pager = Pager::new(config.clone())?;
+            let object = pager.open(target.store(RemoteTuning::default())?)?;
+            // SAFETY: as in `faultmap`.
+            let map = unsafe { pager.map(&object, MapOptions::new())? };
+            Some((pager, map))
+        }
+        _ => {
+            if let Procs::Fuse(path) = how {
+                let file = std::fs::File::open(path)
+                    .with_context(|| format!("opening {}", path.display()))?;
+                // SAFETY: posix_fadvise on an open descriptor.
+                unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            }
+            None
+        }
+    };
+    counted(target, || {
+        let start = Instant::now();
+        let mut children = Vec::new();
+        for _ in 0..n {
+            let mut fds = [0; 2];
+            // SAFETY: pipe2 writes two descriptors into `fds`.
+            if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+                bail!("pipe2: {}", std::io::Error::last_os_error());
+            }
+            // SAFETY: the child walks memory, or makes a pager of its own
+            // (a forked child's network runtime is made anew), writes 16
+            // bytes and _exits: it never returns into the benchmark.
+            let pid = unsafe { libc::fork() };
+            if pid < 0 {
+                bail!("fork: {}", std::io::Error::last_os_error());
+            }
+            if pid == 0 {
+                let (sum, peak) = child_walk(target, plan, how, shared.as_ref().map(|s| &s.1), config)
+                    .unwrap_or((0, u64::MAX));
+                let mut record = [0u8; 16];
+                record[..8].copy_from_slice(&sum.to_le_bytes());
+                record[8..].copy_from_slice(&peak.to_le_bytes());
+                // SAFETY: writes 16 bytes from a live array, then leaves.
+                unsafe {
+                    libc::write(fds[1], record.as_ptr().cast(), 16);
+                    libc::_exit(0);
+                }
+            }
+            // SAFETY: the parent's copy of the write end.
+            unsafe { libc::close(fds[1]) };
+            children.push((pid, fds[0]));
+        }
+        let mut sums = Vec::new();
+        let mut peak = 0u64;
+        for (pid, rd) in children {
+            let mut record = [0u8; 16];
+            // SAFETY: reads 16 bytes into a live array (blocking until the
+            // child writes or exits).
+            let got = unsafe { libc::read(rd, record.as_mut_ptr().cast(), 16) };
+            let mut status = 0;
+            // SAFETY: reaps the child just forked; closes its pipe.
+            unsafe {
+                libc::waitpid(pid, &mut status, 0);
+                libc::close(rd);
+            }
+            if got != 16 || !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+                bail!("a reading process failed (status {status:#x})");
+            }
+            let sum = u64::from_le_bytes(record[..8].try_into().unwrap_or_default());
+            let child_peak = u64::from_le_bytes(record[8..].try_into().unwrap_or_default());
+            if child_peak == u64::MAX {
+                bail!("a reading process could not map the object");
+            }
+            sums.push(sum);
+            peak = match how {
+                Procs::Private => peak + child_peak,
+                _ => peak.max(child_peak),
+            };
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        if sums.windows(2).any(|w| w[0] != w[1]) {
+            bail!("the processes read different bytes: checksums {sums:x?}");
+        }
+        if let Some((pager, _)) = &shared {
+            peak = pager.memory().peak;
+        }
+        Ok((seconds, peak, sums.first().copied().unwrap_or(0)))
+    })
+}
+
+/// A reading process's walk: its checksum and its cache's peak bytes.
+fn child_walk(
+    target: &Target<'_>,
+    plan: &AccessPlan,
+    how: Procs<'_>,
+    inherited: Option<&faultmap::Mapping>,
+    config: &Config,
+) -> Result<(u64, u64)> {
+    match how {
+        Procs::Shared => {
+            let map = inherited.context("no inherited mapping")?;
+            Ok((plan.walk(0, map), 0))
+        }
+        Procs::Private => {
+            let pager = Pager::new(config.clone())?;
+            let object = pager.open(target.store(RemoteTuning::default())?)?;
+            // SAFETY: as in `faultmap`.
+            let map = unsafe { pager.map(&object, MapOptions::new())? };
+            let sum = plan.walk(0, &map);
+            Ok((sum, pager.memory().peak))
+        }
+        Procs::Fuse(path) => {
+            let file = std::fs::File::open(path)?;
+            // SAFETY: as in `fuse`.
+            let map = unsafe { memmap2::Mmap::map(&file) }?;
+            let sum = plan.walk(0, &map);
+            let resident = faultmap::sys::mincore_resident(map.as_ptr(), map.len()).unwrap_or(0)
+                as u64
+                * faultmap::PAGE_SIZE as u64;
+            Ok((sum, resident))
+        }
+    }
+}

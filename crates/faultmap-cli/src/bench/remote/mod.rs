@@ -44,6 +44,10 @@ use crate::access::{Access, AccessPlan, Coverage};
 use crate::units;
 use engines::{StoreKind, Target};
 
+/// The run is `--procs`: its "threads" are processes, and every column
+/// runs at every count.
+static PROCS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// What `faultmap bench --remote` was asked for.
 #[derive(Debug)]
 pub struct RemoteOptions {
@@ -60,6 +64,8 @@ pub struct RemoteOptions {
     pub sample_pages: u64,
     pub no_fuse: bool,
     pub state: std::path::PathBuf,
+    /// `--procs`: process counts (empty: the remote benchmark proper).
+    pub procs: Vec<u16>,
 }
 
 /// An engine of the remote benchmark.
@@ -74,6 +80,11 @@ pub enum Engine {
     Replay,
     /// A FUSE peer (`s3fs`, `rclone`) and kernel `mmap`.
     Fuse(&'static str),
+    /// `--procs`: forked processes reading one faultmap mapping made
+    /// before the fork (one cache, served by the parent).
+    Shared,
+    /// `--procs`: processes each with a pager of their own.
+    Private,
 }
 
 /// A column: an engine on a store at a latency.
@@ -88,7 +99,9 @@ impl Column for RemoteColumn {
     fn heading(self) -> String {
         let engine = match self.engine {
             Engine::RawGet => "raw-get".to_string(),
-            Engine::Faultmap(_) | Engine::Replay => format!("faultmap-{}", self.variant()),
+            Engine::Faultmap(_) | Engine::Replay | Engine::Shared | Engine::Private => {
+                format!("faultmap-{}", self.variant())
+            }
             Engine::Fuse(name) => name.to_string(),
         };
         let latency = match self.latency_ms {
@@ -101,7 +114,7 @@ impl Column for RemoteColumn {
     fn engine(self) -> &'static str {
         match self.engine {
             Engine::RawGet => "raw-get",
-            Engine::Faultmap(_) | Engine::Replay => "faultmap",
+            Engine::Faultmap(_) | Engine::Replay | Engine::Shared | Engine::Private => "faultmap",
             Engine::Fuse(name) => name,
         }
     }
@@ -113,12 +126,18 @@ impl Column for RemoteColumn {
             Engine::Faultmap(_) => "full".into(),
             Engine::Replay => "replay".into(),
             Engine::Fuse(_) => "mmap".into(),
+            Engine::Shared => "shared".into(),
+            Engine::Private => "private".into(),
         }
     }
 
-    /// Only faultmap with full readahead runs at every thread count.
+    /// Only faultmap with full readahead runs at every thread count (with
+    /// `--procs`, every engine runs at every process count).
     fn once(self) -> bool {
-        self.engine != Engine::Faultmap(ReadaheadMode::Full)
+        !matches!(
+            self.engine,
+            Engine::Faultmap(ReadaheadMode::Full) | Engine::Shared | Engine::Private
+        ) && !PROCS.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -145,9 +164,13 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
     let setup = setup::Setup::start(&o.state, o.size, o.no_fuse)?;
     let len = usize::try_from(setup.len).context("the object does not fit the address space")?;
     // 2. The columns, the plans, the cells.
+    let procs = !o.procs.is_empty();
+    PROCS.store(procs, std::sync::atomic::Ordering::Relaxed);
     let columns = columns(o, &setup);
     let threads_of = |w: Access| {
-        if w == Access::Seq {
+        if procs {
+            o.procs.clone()
+        } else if w == Access::Seq {
             o.threads.clone()
         } else {
             vec![1]
@@ -160,7 +183,10 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
                 Access::Seq => Coverage::All,
                 _ => Coverage::Sample(o.sample_pages),
             };
-            plans.insert((w, t), AccessPlan::new(w, len, usize::from(t), coverage)?);
+            // With --procs every process walks the same one-thread plan:
+            // seq the whole object, rand and clustered the same sample.
+            let plan_threads = if procs { 1 } else { usize::from(t) };
+            plans.insert((w, t), AccessPlan::new(w, len, plan_threads, coverage)?);
         }
     }
     let mut cells = grid::cells(&o.workloads, threads_of, &columns);
@@ -216,7 +242,20 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
                 let Some((_, _, path)) = path else {
                     return Ok(None);
                 };
-                engines::fuse(path, &target, plan)?
+                if procs {
+                    let n = usize::from(key.threads);
+                    engines::procs(&target, plan, n, engines::Procs::Fuse(path), &o.config)?
+                } else {
+                    engines::fuse(path, &target, plan)?
+                }
+            }
+            Engine::Shared | Engine::Private => {
+                let how = if c.engine == Engine::Shared {
+                    engines::Procs::Shared
+                } else {
+                    engines::Procs::Private
+                };
+                engines::procs(&target, plan, usize::from(key.threads), how, &o.config)?
             }
         };
         sample.pages_touched = Some(plan.pages_touched());
@@ -242,7 +281,7 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
         raw,
         fuse_skipped,
     };
-    let threads = o.threads.clone();
+    let threads = if procs { o.procs.clone() } else { o.threads.clone() };
     Run::new(
         data,
         started,
@@ -261,12 +300,16 @@ fn columns(o: &RemoteOptions, setup: &setup::Setup) -> Vec<RemoteColumn> {
     let mut columns = Vec::new();
     for &latency_ms in &o.latencies_ms {
         for &store in &o.stores {
-            let mut engines = vec![
-                Engine::RawGet,
-                Engine::Faultmap(ReadaheadMode::Full),
-                Engine::Replay,
-                Engine::Faultmap(ReadaheadMode::AroundOnly),
-            ];
+            let mut engines = if o.procs.is_empty() {
+                vec![
+                    Engine::RawGet,
+                    Engine::Faultmap(ReadaheadMode::Full),
+                    Engine::Replay,
+                    Engine::Faultmap(ReadaheadMode::AroundOnly),
+                ]
+            } else {
+                vec![Engine::Shared, Engine::Private]
+            };
             let peers = setup.fuse.iter().filter(|(_, k, _)| *k == store);
             engines.extend(peers.map(|(name, _, _)| Engine::Fuse(name)));
             columns.extend(engines.into_iter().map(|engine| RemoteColumn {
@@ -324,6 +367,15 @@ impl grid::Mode for Remote {
     type Workload = Access;
     type Column = RemoteColumn;
 
+    /// With `--procs` a group is a count of processes.
+    fn count_label(threads: u16) -> String {
+        match (PROCS.load(std::sync::atomic::Ordering::Relaxed), threads) {
+            (false, _) => grid::threads_label(threads),
+            (true, 1) => "1 process".into(),
+            (true, n) => format!("{n} processes"),
+        }
+    }
+
     fn render(run: &Run) -> String {
         let m = &run.mode;
         let mut lines = vec![
@@ -340,7 +392,18 @@ impl grid::Mode for Remote {
         if let Some(why) = &m.fuse_skipped {
             lines.push(("FUSE peers", why.clone()));
         }
-        let mut out = run.header("faultmap bench --remote", lines);
+        if PROCS.load(std::sync::atomic::Ordering::Relaxed) {
+            lines.push((
+                "processes",
+                "N forked processes each read the object (seq: all of it; rand: the same sample); time until the last is done; transferred: what the server sent; peak memory: faultmap's caches summed (shared: the parent's one; private: one per process), a FUSE peer's the kernel page cache (the most any process found resident)".to_string(),
+            ));
+        }
+        let title = if PROCS.load(std::sync::atomic::Ordering::Relaxed) {
+            "faultmap bench --procs"
+        } else {
+            "faultmap bench --remote"
+        };
+        let mut out = run.header(title, lines);
         const LINES: &[grid::Line<Remote>] = &[
             ("time, seconds", |r, k| r.time(k, 3)),
             ("MiB/s", |r, k| {
