@@ -429,3 +429,69 @@ fn child_walk(
         }
     }
 }
+
+/// The fault path's cost per fault, in microseconds, on a cached object
+/// (16 MiB in memory, fault-around off, so each page is a fault):
+/// `(in-process, forked child)`. In-process is the fault path of a process
+/// that resolves its own faults (what a design with the cache's
+/// bookkeeping in shared memory would give each process); a forked child's
+/// faults go to the parent that owns the cache and back (`mm::guest`).
+/// Medians of `reps`.
+pub fn fault_path_costs(config: &Config, reps: usize) -> Result<(f64, f64)> {
+    const LEN: usize = 16 << 20;
+    let pages = LEN / faultmap::PAGE_SIZE;
+    let pager = Pager::new(config.clone())?;
+    let object = pager.open(faultmap::MemStore::new("fault-path", vec![7u8; LEN]))?;
+    let opts = MapOptions::new().fault_around_order(0);
+    let touch = |base: usize| {
+        let mut sum = 0u64;
+        for p in 0..pages {
+            // SAFETY: inside a live mapping of LEN bytes.
+            sum += u64::from(unsafe { std::ptr::read_volatile((base + p * faultmap::PAGE_SIZE) as *const u8) });
+        }
+        sum
+    };
+    // Cached first.
+    {
+        // SAFETY: the benchmark's own bytes.
+        let map = unsafe { pager.map(&object, opts.clone())? };
+        touch(map.as_ptr() as usize);
+    }
+    let mut own = Vec::new();
+    let mut guest = Vec::new();
+    for _ in 0..reps {
+        // SAFETY: as above.
+        let map = unsafe { pager.map(&object, opts.clone())? };
+        let base = map.as_ptr() as usize;
+        let start = Instant::now();
+        touch(base);
+        own.push(start.elapsed().as_secs_f64() * 1e6 / pages as f64);
+        drop(map);
+        // SAFETY: as above.
+        let map = unsafe { pager.map(&object, opts.clone())? };
+        let base = map.as_ptr() as usize;
+        let start = Instant::now();
+        // SAFETY: the child touches the inherited mapping and _exits.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            bail!("fork: {}", std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            touch(base);
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: reaps the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+            bail!("the faulting child failed (status {status:#x})");
+        }
+        guest.push(start.elapsed().as_secs_f64() * 1e6 / pages as f64);
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    Ok((median(own), median(guest)))
+}

@@ -150,6 +150,9 @@ pub struct Remote {
     raw: BTreeMap<(StoreKind, u64), (u64, usize)>,
     /// The FUSE peers that could not be used, and why.
     fuse_skipped: Option<String>,
+    /// `--procs`: microseconds per fault on a cached object, in-process
+    /// and in a forked child (`engines::fault_path_costs`).
+    fault_path: Option<(f64, f64)>,
 }
 
 type Run = Report<Remote>;
@@ -166,6 +169,12 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
     // 2. The columns, the plans, the cells.
     let procs = !o.procs.is_empty();
     PROCS.store(procs, std::sync::atomic::Ordering::Relaxed);
+    let fault_path = if procs {
+        super::note("the fault path: in-process against a forked child's");
+        Some(engines::fault_path_costs(&o.config, 5)?)
+    } else {
+        None
+    };
     let columns = columns(o, &setup);
     let threads_of = |w: Access| {
         if procs {
@@ -280,6 +289,7 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
         budget: o.budget,
         raw,
         fuse_skipped,
+        fault_path,
     };
     let threads = if procs { o.procs.clone() } else { o.threads.clone() };
     Run::new(
@@ -392,6 +402,12 @@ impl grid::Mode for Remote {
         if let Some(why) = &m.fuse_skipped {
             lines.push(("FUSE peers", why.clone()));
         }
+        if let Some((own, guest)) = m.fault_path {
+            lines.push((
+                "fault path",
+                format!("{own:.2} µs a fault in the process that owns the cache, {guest:.2} µs in a forked child served by it ({:.1}x; a cached 16 MiB object, one page a fault)", guest / own),
+            ));
+        }
         if PROCS.load(std::sync::atomic::Ordering::Relaxed) {
             lines.push((
                 "processes",
@@ -471,12 +487,14 @@ impl grid::Mode for Remote {
                 })
             })
             .collect();
+        let procs = PROCS.load(std::sync::atomic::Ordering::Relaxed);
         json!({
-            "benchmark": "remote",
+            "benchmark": if procs { "procs" } else { "remote" },
             "repetitions": m.repetitions,
             "sample_pages": m.sample_pages,
             "memory_budget": m.budget,
             "fuse_skipped": m.fuse_skipped,
+            "fault_path_us": m.fault_path.map(|(own, guest)| json!({"in_process": own, "forked_child": guest})),
             "goals": goals,
         })
     }
@@ -537,8 +555,58 @@ fn mean_request(cell: &Cell<Access, RemoteColumn>) -> Option<f64> {
     (requests > 0).then(|| bytes as f64 / requests as f64)
 }
 
+/// `--procs`' goals at the largest process count, per store and latency:
+/// the shared cache's transfer within 1.1 times the object, and its time
+/// against private caches'.
+fn procs_goals(run: &Run) -> Vec<Goal> {
+    let Some(&n) = run.threads.iter().max() else {
+        return Vec::new();
+    };
+    let mut pairs: Vec<(StoreKind, u64)> = run
+        .columns
+        .iter()
+        .map(|c| (c.store, c.latency_ms))
+        .collect();
+    pairs.dedup();
+    let mut out = Vec::new();
+    for (store, latency_ms) in pairs {
+        let col = |engine| RemoteColumn {
+            store,
+            latency_ms,
+            engine,
+        };
+        let place = format!("{} at {latency_ms} ms, {n} processes", store.name());
+        let shared = run.cell(Access::Seq, n, col(Engine::Shared));
+        let bytes = shared.and_then(|c| c.median_u64(|s| s.io_bytes));
+        if let Some(bytes) = bytes.filter(|_| run.data.bytes > 0) {
+            out.push(Goal {
+                place: place.clone(),
+                what: "seq, faultmap-shared's transfer over the object's size".into(),
+                value: bytes as f64 / run.data.bytes as f64,
+                bound: 1.1,
+                at_least: false,
+            });
+        }
+        let shared = run.seconds(Access::Seq, n, col(Engine::Shared));
+        let private = run.seconds(Access::Seq, n, col(Engine::Private));
+        if let Some(value) = private.zip(shared).and_then(|(p, s)| grid::ratio(p, s)) {
+            out.push(Goal {
+                place,
+                what: "seq, faultmap-shared over faultmap-private (time ratio)".into(),
+                value,
+                bound: 1.0,
+                at_least: true,
+            });
+        }
+    }
+    out
+}
+
 /// The goals, for every store and latency measured.
 fn goals(run: &Run) -> Vec<Goal> {
+    if PROCS.load(std::sync::atomic::Ordering::Relaxed) {
+        return procs_goals(run);
+    }
     let seconds = |w: Access, c: RemoteColumn| run.seconds(w, 1, c);
     let column = |store, latency_ms, engine| RemoteColumn {
         store,
