@@ -16,7 +16,8 @@
 //!   watchdog and truncation; `events`: the application's `munmap` and
 //!   `mremap`, seen through userfaultfd events; `trace`: recording the
 //!   first-touch order of a mapping's pages, and replaying a trace as
-//!   prefetch.
+//!   prefetch; `guest`: serving a forked child's faults on the mappings it
+//!   inherited, from this process's cache.
 //! - **Reclaim.** `evict`: the memory budget and its evictor (the CLOCK
 //!   hand); `writeback`: dirty tracking by write-protect faults, flush,
 //!   the background flusher; `invalidate`: dropping pages from the cache

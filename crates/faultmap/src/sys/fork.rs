@@ -1,48 +1,58 @@
-//! Reservations in a forked child over the parent's mappings.
+//! What a forked child gets over the parent's mappings.
 //!
 //! ## The problem
 //!
-//! A mapping is `MADV_DONTFORK` (`sys::dont_fork`): a child of `fork` would
-//! have no pager thread to serve its faults. So in the child the range is
-//! free address space, and a pointer the parent handed out before the fork
-//! (a `&[u8]` of a [`crate::Mapping`], a Python `memoryview` or numpy array
-//! over one) would read whatever the child maps there next (glibc's malloc
-//! arenas, `mmap.mmap`, numpy's buffers), and a write through it would
-//! corrupt that. A child that made 200 anonymous mappings read its own
-//! secret through the parent's view.
+//! A mapping is `MADV_DONTFORK` (`sys::dont_fork`): a child's inherited
+//! copy would lose its userfaultfd registration (without
+//! `UFFD_FEATURE_EVENT_FORK`, which needs `CAP_SYS_PTRACE`) and read every
+//! page not yet cached as zeros, into the shared memfd. So in the child
+//! the range is free address space, and a pointer the parent handed out
+//! before the fork (a `&[u8]` of a [`crate::Mapping`], a Python
+//! `memoryview` or numpy array over one) would read whatever the child
+//! maps there next (glibc's malloc arenas, `mmap.mmap`, numpy's buffers),
+//! and a write through it would corrupt that.
 //!
 //! ## The fix
 //!
 //! Every range faultmap maps and keeps out of children is listed in a
-//! process-wide *registry* of `(addr, len)` pairs. An at-fork child handler
-//! (`pthread_atfork`; it runs in the child before `fork` returns there,
-//! though after child handlers registered before faultmap's) maps an
-//! inaccessible placeholder
-//! over each listed range:
+//! process-wide *registry*, with the memfd and offset it maps when it is a
+//! mapping's. An at-fork child handler (`pthread_atfork`; it runs in the
+//! child before `fork` returns there, though after child handlers
+//! registered before faultmap's) goes through the list:
+//!
+//! - in a child of a process that serves guests (`sys::share`), each
+//!   mapping's range is mapped again at its address from the inherited
+//!   memfd and registered with the child's own userfaultfd, whose faults
+//!   the parent serves: the pointer works in the child, with the same
+//!   bytes;
+//! - anything else (a range that could not be mapped again, or a child of
+//!   a child) gets an inaccessible placeholder:
 //!
 //! ```text
 //!   parent   |-- mapping A (DONTFORK) --|  malloc  |-- mapping B --|
-//!   child    |== PROT_NONE placeholder ==|  malloc  |== placeholder ==|
+//!   child    |== A again, served =======|  malloc  |== placeholder ==|
 //!              mmap(addr, len, PROT_NONE, MAP_PRIVATE|MAP_ANONYMOUS|
 //!                   MAP_NORESERVE|MAP_FIXED_NOREPLACE)
 //! ```
 //!
-//! so a stale pointer faults (SIGSEGV: the range is mapped, not accessible)
-//! instead of aliasing, and no `mmap` without `MAP_FIXED` can land there.
-//! The placeholder costs address space only (`MAP_NORESERVE`, never
-//! touched). It is not `DONTFORK`: a grandchild inherits it. Then the
-//! handler forgets the parent's entries (the child's own mappings are
-//! listed from scratch). A placeholder stays for the child's life: the
-//! child's drop of a parent's `Mapping` leaves everything of the parent's
-//! alone (see "fork" in `api/pager.rs`); the child may `munmap` it, or map
-//! over it with `MAP_FIXED`, itself.
+//! so a stale pointer faults (SIGSEGV: the range is mapped, not
+//! accessible) instead of aliasing, and no `mmap` without `MAP_FIXED` can
+//! land there. The placeholder costs address space only (`MAP_NORESERVE`,
+//! never touched). It is not `DONTFORK`: a grandchild inherits it. Then
+//! the handler forgets the parent's entries but the ranges it mapped
+//! again, which stay listed without their memfd (DONTFORK in the child
+//! too: the child's own children get placeholders there). A placeholder
+//! stays for the child's life: the child's drop of a parent's `Mapping`
+//! leaves everything of the parent's alone (see "fork" in
+//! `api/pager.rs`); the child may `munmap` it, or map over it with
+//! `MAP_FIXED`, itself.
 //!
 //! A range something else is already mapped at in the child (the parent's
 //! own memory, inherited: a range the application unmapped or mapped over
 //! whose event the pager has not handled yet) makes `MAP_FIXED_NOREPLACE`
-//! fail with `EEXIST`; the handler then bisects the range down to pages and
-//! reserves only its holes (`reserve_holes`): `NOREPLACE` never replaces
-//! anything, so a stale entry is harmless.
+//! fail with `EEXIST`: it is not mapped again, and the handler bisects the
+//! range down to pages and reserves only its holes (`reserve_holes`):
+//! `NOREPLACE` never replaces anything, so a stale entry is harmless.
 //!
 //! ## State and invariants
 //!
@@ -69,10 +79,11 @@
 //!
 //! The child has one thread, the one that forked, which holds the lock
 //! (prepare took it). The handler reads the list in place, makes raw
-//! `mmap` system calls (not libc's wrapper: musl's takes a lock for
-//! `MAP_FIXED`), empties the `Vec` without freeing it (`clear` on a `Vec`
-//! of integers only sets its length), stores a few atomics, and lets the
-//! lock go (an atomic swap, and a futex wake when a parent thread was
+//! system calls (`mmap`, not libc's wrapper: musl's takes a lock for
+//! `MAP_FIXED`; `userfaultfd`, `ioctl`, `socketpair`, `sendmsg`, `close`:
+//! `sys::share`) over stack buffers, shrinks the `Vec` in place without
+//! freeing it (`retain` on a `Vec` of plain values only moves entries and
+//! sets its length), stores a few atomics, and lets the lock go (an atomic swap, and a futex wake when a parent thread was
 //! waiting: no one wakes in the child). It allocates nothing, takes no other
 //! lock, and saves and restores `errno`.
 //!
@@ -99,8 +110,10 @@
 //! - A part the application moved with `mremap` is listed at its new
 //!   address only once its pager has read the REMAP event.
 //! - Each fork costs a few system calls per listed range in the child
-//!   (about 2.4 µs a mapping: 24 ms for 10,000 mappings), forks that exec
-//!   at once included.
+//!   (a placeholder: about 2.4 µs a mapping; a range mapped again and
+//!   registered: an `mmap`, an `madvise` and an ioctl), and, in a child
+//!   of a process that serves guests, a userfaultfd, a socket pair and a
+//!   message per 64 ranges; forks that exec at once included.
 //! - A pager thread that adopts or gives up a range (after an
 //!   application's `munmap` or `mremap`) waits for the registry while a
 //!   fork is under way. An at-fork prepare handler registered before
