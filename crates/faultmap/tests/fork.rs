@@ -851,6 +851,58 @@ fn children_killed_at_random_points_leave_the_cache_whole_handler() {
     killed_at_random(Delivery::Handler, 2718);
 }
 
+/// A child that unmaps the range it inherited and maps a short file there
+/// gets the kernel's SIGBUS for an access past the file's end, as it would
+/// without faultmap: the parent, asked about it, finds the range is no
+/// longer the one the child registered and says so (never "mapped", which
+/// would have the access fault again for ever).
+fn child_maps_over(delivery: Delivery, seed: u64) {
+    watchdog(WATCHDOG, move || {
+        let data = pattern(16 * PAGE, seed);
+        let pager = pager(delivery);
+        let map = pager
+            .map_trusted(faultmap::MemStore::new("over", data.clone()), MapOptions::new())
+            .expect("map");
+        let (base, len) = (map.as_ptr() as usize, map.len());
+        let short = TestFile::new(PAGE, seed + 1);
+        let file = std::fs::File::open(&short.path).expect("open");
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        let pid = fork_child(|| {
+            // SAFETY: the child's own copy of the range: replaced whole by
+            // a shared mapping of a one-page file.
+            let p = unsafe {
+                libc::mmap(
+                    base as *mut libc::c_void,
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    fd,
+                    0,
+                )
+            };
+            if p as usize != base {
+                return 3;
+            }
+            // SAFETY: the file's second page: past its end, SIGBUS.
+            let _ = unsafe { std::ptr::read_volatile((base + 2 * PAGE) as *const u8) };
+            4
+        });
+        let status = wait_for(pid, CHILD_LIMIT);
+        assert!(died_of(status, libc::SIGBUS), "{delivery:?}: status {status:#x}");
+        assert_bytes(&map, &data, "the parent");
+    });
+}
+
+#[test]
+fn a_child_that_maps_over_its_range_gets_the_kernels_sigbus_signal() {
+    child_maps_over(Delivery::Signal, 2719);
+}
+
+#[test]
+fn a_child_that_maps_over_its_range_gets_the_kernels_sigbus_handler() {
+    child_maps_over(Delivery::Handler, 2720);
+}
+
 // ---------------------------------------------------------------------------
 // A part the application moved.
 // ---------------------------------------------------------------------------

@@ -1438,6 +1438,14 @@ fn continue_run(
                         out.fault = FaultPage::Unmappable;
                         return out;
                     }
+                    // A forked child's range that is no longer the one it
+                    // registered (it unmapped it, or mapped something else
+                    // there): no event will tell, and the fault would come
+                    // back for ever. The access is the child's to fail.
+                    libc::ENOENT if fault == Some(cur) && region.map.is_foreign() => {
+                        out.fault = FaultPage::Unmappable;
+                        return out;
+                    }
                     // ENOENT on one page (its VMA is gone), EFAULT, EAGAIN
                     // again: leave this page to a later fault.
                     _ => {}

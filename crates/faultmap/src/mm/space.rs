@@ -93,6 +93,24 @@ pub(crate) struct Region {
     pub(crate) trace: RegionTrace,
 }
 
+/// The least fault-around order of a forked child's region
+/// (`crate::mm::guest`): 2 MiB windows. A child's fault is a round trip to
+/// the parent, about ten times an in-process fault (`faultmap bench
+/// --procs`, its "fault path" line), while mapping more cached pages with
+/// the same `UFFDIO_CONTINUE` costs little and reads nothing: four
+/// processes scanning a cached object took about a second at order 4,
+/// most of it in round trips. Adaptive fault-around is kept as it is.
+pub(crate) const GUEST_ORDER: u8 = 9;
+
+/// A forked child's fault-around order for a region at `order`.
+fn guest_order(order: u8) -> u8 {
+    if order == crate::policy::fault_around::AUTO {
+        order
+    } else {
+        order.max(GUEST_ORDER)
+    }
+}
+
 /// One bit per region page: set once the page is known to be mapped here
 /// (a `UFFDIO_CONTINUE` mapped it, or said `EEXIST`), cleared when faultmap
 /// unmaps it (`MADV_DONTNEED`). Fault-around skips neighbours whose bit is
@@ -267,8 +285,8 @@ impl Region {
     /// A copy of this region for a forked child that mapped it again at the
     /// same address (`crate::mm::guest`), served by `owner` (the pager's
     /// core for that child): the same object, pages and options; its own
-    /// counters, mapped bits and sequence count; no trace. `None` for a
-    /// null address.
+    /// counters, mapped bits and sequence count; no trace; a fault-around
+    /// order of at least [`GUEST_ORDER`]. `None` for a null address.
     pub(crate) fn for_guest(&self, owner: Arc<Core>) -> Option<Arc<Region>> {
         let map = sys::MappedRegion::foreign(self.start().get(), self.map.len())?;
         // SAFETY: as in `ra_params`.
@@ -279,7 +297,7 @@ impl Region {
             first_page: self.first_page,
             pages: self.pages,
             page_shift: self.page_shift,
-            order: AtomicU8::new(self.order()),
+            order: AtomicU8::new(guest_order(self.order())),
             density: AtomicU32::new(crate::policy::fault_around::DENSITY_START),
             seq: SeqCount::default(),
             owner,

@@ -151,8 +151,9 @@ pub struct Remote {
     /// The FUSE peers that could not be used, and why.
     fuse_skipped: Option<String>,
     /// `--procs`: microseconds per fault on a cached object, in-process
-    /// and in a forked child (`engines::fault_path_costs`).
-    fault_path: Option<(f64, f64)>,
+    /// and in a forked child, and the pages a child's fault mapped
+    /// (`engines::fault_path_costs`).
+    fault_path: Option<(f64, f64, f64)>,
 }
 
 type Run = Report<Remote>;
@@ -402,10 +403,10 @@ impl grid::Mode for Remote {
         if let Some(why) = &m.fuse_skipped {
             lines.push(("FUSE peers", why.clone()));
         }
-        if let Some((own, guest)) = m.fault_path {
+        if let Some((own, guest, pages)) = m.fault_path {
             lines.push((
                 "fault path",
-                format!("{own:.2} µs a fault in the process that owns the cache, {guest:.2} µs in a forked child served by it ({:.1}x; a cached 16 MiB object, one page a fault)", guest / own),
+                format!("{own:.2} µs a fault in the process that owns the cache (one page a fault), {guest:.2} µs in a forked child served by it ({:.1}x; {pages:.0} pages a fault, a child's fault-around); a cached 16 MiB object", guest / own),
             ));
         }
         if PROCS.load(std::sync::atomic::Ordering::Relaxed) {
@@ -445,7 +446,7 @@ impl grid::Mode for Remote {
             }),
         ];
         for &w in &run.workloads {
-            let threads = if w == Access::Seq {
+            let threads = if w == Access::Seq || PROCS.load(std::sync::atomic::Ordering::Relaxed) {
                 run.threads.clone()
             } else {
                 vec![1]
@@ -494,7 +495,7 @@ impl grid::Mode for Remote {
             "sample_pages": m.sample_pages,
             "memory_budget": m.budget,
             "fuse_skipped": m.fuse_skipped,
-            "fault_path_us": m.fault_path.map(|(own, guest)| json!({"in_process": own, "forked_child": guest})),
+            "fault_path_us": m.fault_path.map(|(own, guest, pages)| json!({"in_process": own, "forked_child": guest, "forked_child_pages_per_fault": pages})),
             "goals": goals,
         })
     }
