@@ -463,14 +463,29 @@ fn shared_writes(delivery: Delivery, seed: u64) {
         close(to_parent);
         close(from_parent);
         let mut seen = [0u8; 16];
-        assert_eq!(get(from_child, &mut seen, CHILD_LIMIT), 16, "{delivery:?}: the child's report");
-        assert_eq!(&seen, &[b'A'; 16], "{delivery:?}: the child sees the parent's write");
-        assert_eq!(&map[2 * PAGE..2 * PAGE + 16], &[b'B'; 16], "{delivery:?}: the parent sees the child's");
+        assert_eq!(
+            get(from_child, &mut seen, CHILD_LIMIT),
+            16,
+            "{delivery:?}: the child's report"
+        );
+        assert_eq!(
+            &seen, &[b'A'; 16],
+            "{delivery:?}: the child sees the parent's write"
+        );
+        assert_eq!(
+            &map[2 * PAGE..2 * PAGE + 16],
+            &[b'B'; 16],
+            "{delivery:?}: the parent sees the child's"
+        );
         let object = map.object().clone();
         let written = || object.stats().written_back;
         let before = written();
         map.flush(0..map.len()).expect("flush");
-        assert_eq!(written() - before, 2, "{delivery:?}: pages 1 and 2, once each");
+        assert_eq!(
+            written() - before,
+            2,
+            "{delivery:?}: pages 1 and 2, once each"
+        );
         map.flush(0..map.len()).expect("flush again");
         assert_eq!(written() - before, 2, "{delivery:?}: nothing more to write");
         let on_disk = std::fs::read(&file.path).expect("read the file");
@@ -479,12 +494,21 @@ fn shared_writes(delivery: Delivery, seed: u64) {
 
         put(to_child, b"g");
         let mut d = [0u8; 1];
-        assert_eq!(get(from_child, &mut d, CHILD_LIMIT), 1, "{delivery:?}: the second write");
+        assert_eq!(
+            get(from_child, &mut d, CHILD_LIMIT),
+            1,
+            "{delivery:?}: the second write"
+        );
         assert_eq!(&map[2 * PAGE..2 * PAGE + 16], &[b'C'; 16]);
-        map.flush(0..map.len()).expect("flush after the second write");
+        map.flush(0..map.len())
+            .expect("flush after the second write");
         assert_eq!(written() - before, 3, "{delivery:?}: page 2 again, once");
         let on_disk = std::fs::read(&file.path).expect("read the file");
-        assert_eq!(&on_disk[2 * PAGE..2 * PAGE + 16], &[b'C'; 16], "{delivery:?}: the newer copy");
+        assert_eq!(
+            &on_disk[2 * PAGE..2 * PAGE + 16],
+            &[b'C'; 16],
+            "{delivery:?}: the newer copy"
+        );
         let mut expected = file.data.clone();
         expected[PAGE..PAGE + 16].copy_from_slice(&[b'A'; 16]);
         expected[2 * PAGE..2 * PAGE + 16].copy_from_slice(&[b'C'; 16]);
@@ -534,11 +558,22 @@ fn killed_mid_read(delivery: Delivery, seed: u64) {
         // SAFETY: the test's own child.
         unsafe { libc::kill(pid, libc::SIGKILL) };
         let status = wait_for(pid, CHILD_LIMIT);
-        assert!(died_of(status, libc::SIGKILL), "{delivery:?}: status {status:#x}");
+        assert!(
+            died_of(status, libc::SIGKILL),
+            "{delivery:?}: status {status:#x}"
+        );
         store.gate.open();
-        assert_bytes(&map[5 * PAGE..6 * PAGE], &data[5 * PAGE..6 * PAGE], "the parent");
+        assert_bytes(
+            &map[5 * PAGE..6 * PAGE],
+            &data[5 * PAGE..6 * PAGE],
+            "the parent",
+        );
         let report = read_in_child(base, map.len(), false);
-        assert_eq!(report.hash, Some(hash(&data)), "{delivery:?}: a later child");
+        assert_eq!(
+            report.hash,
+            Some(hash(&data)),
+            "{delivery:?}: a later child"
+        );
         assert_eq!(store.page_reads()[5], 1, "{delivery:?}: page 5 read once");
     });
 }
@@ -559,8 +594,8 @@ fn budget_across(delivery: Delivery, seed: u64) {
     watchdog(WATCHDOG, move || {
         const BUDGET: u64 = 4 << 20;
         let data = Arc::new(pattern(16 << 20, seed));
-        let pager = Pager::new(Config::default().delivery(delivery).memory_budget(BUDGET))
-            .expect("pager");
+        let pager =
+            Pager::new(Config::default().delivery(delivery).memory_budget(BUDGET)).expect("pager");
         let map = pager
             .map_trusted(
                 faultmap::MemStore::new("budget", data.as_ref().clone()),
@@ -586,7 +621,11 @@ fn budget_across(delivery: Delivery, seed: u64) {
             let mut h = [0u8; 8];
             assert_eq!(get(rd, &mut h, Duration::from_secs(5)), 8);
             close(rd);
-            assert_eq!(u64::from_le_bytes(h), hash(&data), "{delivery:?}: a child's bytes");
+            assert_eq!(
+                u64::from_le_bytes(h),
+                hash(&data),
+                "{delivery:?}: a child's bytes"
+            );
         }
         let mem = pager.memory();
         let slack = 8 * PAGE as u64 * 4;
@@ -688,7 +727,11 @@ fn observe_owner_death(delivery: Delivery, in_flight: bool, seed: u64) {
     assert_eq!(tag, b'r', "the child read a cached page wrong");
     if in_flight {
         let mut e = [0u8; 1];
-        assert_eq!(get(rd, &mut e, CHILD_LIMIT), 1, "the child's read at the store");
+        assert_eq!(
+            get(rd, &mut e, CHILD_LIMIT),
+            1,
+            "the child's read at the store"
+        );
         assert_eq!(e[0], b'e');
     }
     // SAFETY: the observer's own child.
@@ -781,7 +824,10 @@ fn killed_at_random(delivery: Delivery, seed: u64) {
             if died_of(status, libc::SIGKILL) {
                 *killed += 1;
             } else {
-                assert!(exited_0(status), "{delivery:?}: child {pid} read wrong: {status:#x}");
+                assert!(
+                    exited_0(status),
+                    "{delivery:?}: child {pid} read wrong: {status:#x}"
+                );
                 *finished += 1;
             }
         };
@@ -827,7 +873,10 @@ fn killed_at_random(delivery: Delivery, seed: u64) {
             let status = wait_for(pid, CHILD_LIMIT);
             reap(pid, status, &mut killed, &mut finished);
         }
-        assert!(killed > 0 && finished > 0, "{delivery:?}: {killed} killed, {finished} finished");
+        assert!(
+            killed > 0 && finished > 0,
+            "{delivery:?}: {killed} killed, {finished} finished"
+        );
         let report = read_in_child(base, len, false);
         assert_eq!(report.hash, Some(hash(&data)), "{delivery:?}: a last child");
         assert_bytes(&map, &data, "the parent");
@@ -835,7 +884,11 @@ fn killed_at_random(delivery: Delivery, seed: u64) {
         assert!(
             reads.iter().all(|&n| n == 1),
             "{delivery:?}: pages read more than once: {:?}",
-            reads.iter().enumerate().filter(|(_, &n)| n != 1).collect::<Vec<_>>()
+            reads
+                .iter()
+                .enumerate()
+                .filter(|(_, &n)| n != 1)
+                .collect::<Vec<_>>()
         );
         store.assert_contract_kept();
     });
@@ -861,7 +914,10 @@ fn child_maps_over(delivery: Delivery, seed: u64) {
         let data = pattern(16 * PAGE, seed);
         let pager = pager(delivery);
         let map = pager
-            .map_trusted(faultmap::MemStore::new("over", data.clone()), MapOptions::new())
+            .map_trusted(
+                faultmap::MemStore::new("over", data.clone()),
+                MapOptions::new(),
+            )
             .expect("map");
         let (base, len) = (map.as_ptr() as usize, map.len());
         let short = TestFile::new(PAGE, seed + 1);
@@ -888,7 +944,10 @@ fn child_maps_over(delivery: Delivery, seed: u64) {
             4
         });
         let status = wait_for(pid, CHILD_LIMIT);
-        assert!(died_of(status, libc::SIGBUS), "{delivery:?}: status {status:#x}");
+        assert!(
+            died_of(status, libc::SIGBUS),
+            "{delivery:?}: status {status:#x}"
+        );
         assert_bytes(&map, &data, "the parent");
     });
 }

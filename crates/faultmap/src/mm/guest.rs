@@ -254,7 +254,11 @@ impl Guest {
         {
             Some((_, core)) => core.clone(),
             None => {
-                let core = Arc::new(region.owner.for_guest(self.uffd.clone(), self.table.clone()));
+                let core = Arc::new(
+                    region
+                        .owner
+                        .for_guest(self.uffd.clone(), self.table.clone()),
+                );
                 self.cores.push((region.owner.clone(), core.clone()));
                 core
             }

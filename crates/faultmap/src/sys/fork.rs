@@ -272,10 +272,7 @@ pub(super) fn unlist(addr: usize, len: usize) {
     let mut locked = REGISTRY.lock();
     let ranges = locked.ranges();
     // From the back: mappings often go in the reverse order of their making.
-    if let Some(i) = ranges
-        .iter()
-        .rposition(|r| (r.addr, r.len) == (addr, len))
-    {
+    if let Some(i) = ranges.iter().rposition(|r| (r.addr, r.len) == (addr, len)) {
         ranges.swap_remove(i); // frees nothing
     }
 }
@@ -506,7 +503,7 @@ mod tests {
         assert!(children_reserved(), "the ELF constructor registered them");
         let (listed, len) = dontfork_range(8);
         let (unlisted, _) = dontfork_range(8);
-        assert!(list(listed, len));
+        assert!(list(listed, len, None));
         assert!(true_in_fork_child(|| {
             anything_at(listed, len)
                 && !anything_at(unlisted, len)
@@ -533,7 +530,7 @@ mod tests {
             let rc = unsafe { libc::madvise(at, PAGE_SIZE, libc::MADV_DOFORK) };
             assert_eq!(rc, 0);
         }
-        assert!(list(addr, len));
+        assert!(list(addr, len, None));
         assert!(true_in_fork_child(|| {
             (0..8).all(|p| anything_at(addr + p * PAGE_SIZE, PAGE_SIZE))
                 && fork_reservations().1 == 0
@@ -550,13 +547,13 @@ mod tests {
         let base = 1usize << 45;
         let n = 3 * FIRST_CAPACITY + 1;
         for i in 0..n {
-            assert!(list(base + i * PAGE_SIZE, PAGE_SIZE));
+            assert!(list(base + i * PAGE_SIZE, PAGE_SIZE, None));
         }
         let count = |locked: &mut Locked| {
             locked
                 .ranges()
                 .iter()
-                .filter(|&&(a, _)| a >= base && a < base + n * PAGE_SIZE)
+                .filter(|e| e.addr >= base && e.addr < base + n * PAGE_SIZE)
                 .count()
         };
         assert_eq!(count(&mut REGISTRY.lock()), n);

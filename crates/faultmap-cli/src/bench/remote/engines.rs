@@ -343,8 +343,9 @@ pub fn procs(
                 bail!("fork: {}", std::io::Error::last_os_error());
             }
             if pid == 0 {
-                let (sum, peak) = child_walk(target, plan, how, shared.as_ref().map(|s| &s.1), config)
-                    .unwrap_or((0, u64::MAX));
+                let (sum, peak) =
+                    child_walk(target, plan, how, shared.as_ref().map(|s| &s.1), config)
+                        .unwrap_or((0, u64::MAX));
                 let mut record = [0u8; 16];
                 record[..8].copy_from_slice(&sum.to_le_bytes());
                 record[8..].copy_from_slice(&peak.to_le_bytes());
@@ -449,7 +450,9 @@ pub fn fault_path_costs(config: &Config, reps: usize) -> Result<(f64, f64, f64)>
         let mut sum = 0u64;
         for p in 0..pages {
             // SAFETY: inside a live mapping of LEN bytes.
-            sum += u64::from(unsafe { std::ptr::read_volatile((base + p * faultmap::PAGE_SIZE) as *const u8) });
+            sum += u64::from(unsafe {
+                std::ptr::read_volatile((base + p * faultmap::PAGE_SIZE) as *const u8)
+            });
         }
         sum
     };

@@ -292,7 +292,11 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
         fuse_skipped,
         fault_path,
     };
-    let threads = if procs { o.procs.clone() } else { o.threads.clone() };
+    let threads = if procs {
+        o.procs.clone()
+    } else {
+        o.threads.clone()
+    };
     Run::new(
         data,
         started,
@@ -773,6 +777,7 @@ mod tests {
                 budget: Some(100),
                 raw: BTreeMap::new(),
                 fuse_skipped: None,
+                fault_path: None,
             },
         };
         let g: Vec<(String, f64, bool)> = goals(&run)
