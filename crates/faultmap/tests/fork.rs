@@ -648,10 +648,11 @@ fn the_memory_budget_holds_across_a_parent_and_its_children_handler() {
     budget_across(Delivery::Handler, 2710);
 }
 
-/// The owner dies (SIGKILL) while a child lives: the child's next fault on
-/// a page it has not mapped gets SIGBUS, never zeros and never a hang;
-/// so does a fault that was waiting for a read when the owner died
-/// (`in_flight`). The test process re-runs itself as an observer, which
+/// The owner dies (SIGKILL) while a child lives, and a sibling forked
+/// after it too (it holds copies of whatever the owner had open then): the
+/// child's next fault on a page it has not mapped gets SIGBUS, never zeros
+/// and never a hang; so does a fault that was waiting for a read when the
+/// owner died (`in_flight`). The test process re-runs itself as an observer, which
 /// forks the owner, which forks the child; the observer is a subreaper, so
 /// the child is its own once the owner is gone.
 fn owner_death(name: &str, delivery: Delivery, in_flight: bool, seed: u64) {
@@ -698,8 +699,21 @@ fn observe_owner_death(delivery: Delivery, in_flight: bool, seed: u64) {
             put(wr, &[b'z', v]);
             0
         });
+        // A sibling forked after it, alive when the owner dies: it
+        // inherits the owner's descriptors of the first child's sockets,
+        // which must not keep that child waiting.
+        let (never_rd, _never_wr) = pipe();
+        let sibling = fork_then(false, || {
+            let mut never = [0u8; 1];
+            // SAFETY: a blocking read of a pipe nobody writes; the
+            // observer kills this process.
+            unsafe { libc::read(never_rd, never.as_mut_ptr().cast(), 1) };
+            0
+        });
         let p = guest.to_le_bytes();
         put(wr, &[b'P', p[0], p[1], p[2], p[3]]);
+        let q = sibling.to_le_bytes();
+        put(wr, &[b'Q', q[0], q[1], q[2], q[3]]);
         if in_flight && store.gate.wait_entered(1, Duration::from_secs(20)) {
             put(wr, b"e");
         }
@@ -711,19 +725,24 @@ fn observe_owner_death(delivery: Delivery, in_flight: bool, seed: u64) {
     close(go_rd);
     // Two records, in either order: the child's tag (one byte, 'r' or
     // '!') and the owner's 'P' with the child's pid.
-    let (mut tag, mut pid) = (None, None);
-    while tag.is_none() || pid.is_none() {
+    let (mut tag, mut pid, mut sibling) = (None, None, None);
+    while tag.is_none() || pid.is_none() || sibling.is_none() {
         let mut t = [0u8; 1];
         assert_eq!(get(rd, &mut t, CHILD_LIMIT), 1, "the first records");
-        if t[0] == b'P' {
+        if t[0] == b'P' || t[0] == b'Q' {
             let mut p = [0u8; 4];
             assert_eq!(get(rd, &mut p, CHILD_LIMIT), 4);
-            pid = Some(i32::from_le_bytes(p));
+            let p = Some(i32::from_le_bytes(p));
+            if t[0] == b'P' {
+                pid = p;
+            } else {
+                sibling = p;
+            }
         } else {
             tag = Some(t[0]);
         }
     }
-    let (tag, pid) = (tag.unwrap(), pid.unwrap());
+    let (tag, pid, sibling) = (tag.unwrap(), pid.unwrap(), sibling.unwrap());
     assert_eq!(tag, b'r', "the child read a cached page wrong");
     if in_flight {
         let mut e = [0u8; 1];
@@ -740,6 +759,9 @@ fn observe_owner_death(delivery: Delivery, in_flight: bool, seed: u64) {
     assert!(died_of(status, libc::SIGKILL), "the owner: {status:#x}");
     put(go_wr, b"g");
     let status = wait_for(pid, Duration::from_secs(30));
+    // SAFETY: the observer's own child now (it is the subreaper).
+    unsafe { libc::kill(sibling, libc::SIGKILL) };
+    let _ = wait_for(sibling, Duration::from_secs(30));
     let mut rest = [0u8; 2];
     let n = get(rd, &mut rest, Duration::from_millis(100));
     assert!(
@@ -960,6 +982,55 @@ fn a_child_that_maps_over_its_range_gets_the_kernels_sigbus_signal() {
 #[test]
 fn a_child_that_maps_over_its_range_gets_the_kernels_sigbus_handler() {
     child_maps_over(Delivery::Handler, 2720);
+}
+
+/// A child that closes every descriptor it has (as a daemon does, or
+/// `close_range`), its userfaultfd and its channel to the parent among
+/// them: its ranges stay registered (the parent keeps its copy of the
+/// child's userfaultfd until the child exits), so a page it has not read
+/// gets SIGBUS, never zeros.
+fn child_closes_everything(delivery: Delivery, seed: u64) {
+    watchdog(WATCHDOG, move || {
+        let data = pattern(64 * PAGE, seed);
+        let pager = pager(delivery);
+        let opts = MapOptions::new().readahead(faultmap::ReadaheadMode::Off);
+        let map = pager
+            .map_trusted(faultmap::MemStore::new("closed", data.clone()), opts)
+            .expect("map");
+        let base = map.as_ptr() as usize;
+        let pid = fork_child(|| {
+            // SAFETY: closes this child's descriptors from 3 up; no memory
+            // passed.
+            if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) } != 0 {
+                return 3;
+            }
+            // Time for the parent to see the channel close.
+            std::thread::sleep(Duration::from_millis(200));
+            // SAFETY: the inherited range: expected to get SIGBUS.
+            let v = unsafe { std::ptr::read_volatile((base + 40 * PAGE) as *const u8) };
+            if v == 0 {
+                10
+            } else {
+                11
+            }
+        });
+        let status = wait_for(pid, CHILD_LIMIT);
+        assert!(
+            died_of(status, libc::SIGBUS),
+            "{delivery:?}: status {status:#x} (exit 10: it read a zero)"
+        );
+        assert_bytes(&map, &data, "the parent");
+    });
+}
+
+#[test]
+fn a_child_that_closes_its_descriptors_gets_sigbus_not_zeros_signal() {
+    child_closes_everything(Delivery::Signal, 2721);
+}
+
+#[test]
+fn a_child_that_closes_its_descriptors_gets_sigbus_not_zeros_handler() {
+    child_closes_everything(Delivery::Handler, 2722);
 }
 
 // ---------------------------------------------------------------------------

@@ -1837,7 +1837,8 @@ impl<A: Access> Mapping<A> {
 
     /// Whether this mapping's bytes can be used here: in the process that
     /// mapped it, or in a forked child of it, which maps the range again
-    /// and is served by the parent (see "fork" in this module). Only the
+    /// and is served by the parent while the parent lives (see "fork" in
+    /// this module). Only the
     /// bytes: reading and writing them, [`Mapping::read_at`]; anything
     /// else about the mapping (its options, flush, statistics) is the
     /// parent's.
@@ -1845,7 +1846,7 @@ impl<A: Access> Mapping<A> {
         if self.born == sys::fork_generation() {
             return true;
         }
-        self.len == 0 || sys::fork::served(self.ptr.as_ptr() as usize, self.len)
+        sys::is_guest() && (self.len == 0 || sys::fork::served(self.ptr.as_ptr() as usize, self.len))
     }
 
     /// [`Mapping::read_at`] in a forked child, of a mapping it inherited

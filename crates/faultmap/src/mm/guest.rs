@@ -41,7 +41,7 @@
 //!   is dropped unanswered, which the child reads as end-of-file: never a
 //!   thread left waiting.
 
-use std::os::fd::{IntoRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -98,12 +98,14 @@ pub(crate) fn serve(core: &Core, source: UffdSource) -> std::io::Result<()> {
     if core.hugetlb {
         features |= feature::MINOR_HUGETLBFS | feature::MISSING_HUGETLBFS;
     }
+    // Children close their copy of the receiving end first thing.
+    share::own_fd(recv.as_raw_fd());
     std::thread::Builder::new()
         .name("faultmap-guests".into())
         .spawn(move || Service::default().run(recv))?;
     // The sending end stays open for the process's life: every child
     // inherits it.
-    share::serve(send.into_raw_fd(), source, features);
+    share::serve(send.into_raw_fd(), source, features, signal::handler());
     *started = true;
     Ok(())
 }
@@ -111,7 +113,15 @@ pub(crate) fn serve(core: &Core, source: UffdSource) -> std::io::Result<()> {
 /// One forked child.
 struct Guest {
     uffd: Arc<Uffd>,
-    channel: OwnedFd,
+    /// Its channel, until the child closes it (it exited, exec'd, or
+    /// closed its descriptors).
+    channel: Option<OwnedFd>,
+    /// A pidfd of the child: the guest ends when the child exits, not when
+    /// its channel closes, since the child's ranges stay registered only
+    /// while a copy of its userfaultfd is open (a child that closed all
+    /// its descriptors would otherwise read holes as zeros). `None` if
+    /// `pidfd_open` is refused: the guest ends with its channel.
+    pidfd: Option<OwnedFd>,
     table: Arc<RegionTable>,
     /// Per pager: the pager's core, and the one that serves this guest.
     cores: Vec<(Arc<Core>, Arc<Core>)>,
@@ -150,8 +160,9 @@ impl Service {
     fn run(mut self, recv: OwnedFd) {
         let mut words = [0u64; share::MAX_WORDS];
         loop {
+            // Each guest's channel while it is open, then its pidfd.
             let mut fds = vec![&recv];
-            fds.extend(self.guests.iter().map(|g| &g.channel));
+            fds.extend(self.guests.iter().filter_map(|g| g.channel.as_ref().or(g.pidfd.as_ref())));
             let Ok(ready) = sys::poll_all(&fds, -1) else {
                 continue;
             };
@@ -160,7 +171,7 @@ impl Service {
             }
             let mut ended = Vec::new();
             for (i, ready) in ready[1..].iter().enumerate() {
-                if *ready && !self.guests[i].drain(&mut words) {
+                if *ready && !self.guests[i].serve(&mut words) {
                     ended.push(i);
                 }
             }
@@ -181,9 +192,18 @@ impl Service {
                     if n < 2 || words[0] != share::HELLO {
                         continue;
                     }
+                    // The child that made the channel, by the kernel's
+                    // word (SO_PEERCRED), must be the one that greeted.
+                    let pid = words[1] as i32;
+                    let pidfd = (share::peer_pid(&channel) == Some(pid))
+                        .then(|| share::pidfd_open(pid).ok())
+                        .flatten();
+                    share::own_fd(uffd.as_raw_fd());
+                    share::own_fd(channel.as_raw_fd());
                     self.guests.push(Guest {
                         uffd: Arc::new(Uffd::new(uffd)),
-                        channel,
+                        channel: Some(channel),
+                        pidfd,
                         table: Arc::new(RegionTable::new()),
                         cores: Vec::new(),
                         regions: Vec::new(),
@@ -196,11 +216,36 @@ impl Service {
 }
 
 impl Guest {
+    /// Handles what is ready: the records on the channel, or the child's
+    /// exit. Returns false once the guest is over: the child exited (or,
+    /// without a pidfd, closed its channel).
+    fn serve(&mut self, words: &mut [u64]) -> bool {
+        if self.channel.is_some() {
+            if self.drain(words) {
+                return true;
+            }
+            // The channel is closed: the child exited or exec'd, or
+            // closed its descriptors and lives on (its ranges must stay
+            // registered: the userfaultfd's copy here is kept until it
+            // exits; its faults get SIGBUS, the channel being gone).
+            if let Some(fd) = self.channel.take() {
+                share::disown_fd(fd.as_raw_fd());
+            }
+            return self.pidfd.as_ref().is_some_and(|p| !share::exited(p));
+        }
+        // Only the pidfd is polled now: readable once the child exited.
+        !self.pidfd.as_ref().is_none_or(share::exited)
+    }
+
     /// Handles every record waiting on the channel. Returns false once the
-    /// child is gone (its channel closed).
+    /// channel is closed.
     fn drain(&mut self, words: &mut [u64]) -> bool {
         loop {
-            match share::recv(&self.channel, words) {
+            let received = match self.channel.as_ref() {
+                Some(channel) => share::recv(channel, words),
+                None => return false,
+            };
+            match received {
                 Ok(Received::Record(n, mut fds)) => match words.first() {
                     Some(&share::RANGES) if n >= 2 => {
                         let count = (words[1] as usize).min((n - 2) / 3);
@@ -295,7 +340,17 @@ impl Guest {
             lock.remove(region.start());
         }
         drop(lock);
-        // The handles last: a last one closes its object.
-        drop(self.regions);
+        share::disown_fd(self.uffd.as_raw_fd());
+        if let Some(fd) = &self.channel {
+            share::disown_fd(fd.as_raw_fd());
+        }
+        // The handles last, on a thread of their own: a last one closes
+        // its object, which may wait for its final write-back, and this
+        // thread serves every other child meanwhile.
+        // (With no thread to be had, the handles go here, with the closure.)
+        let regions = self.regions;
+        let _ = std::thread::Builder::new()
+            .name("faultmap-guest-end".into())
+            .spawn(move || drop(regions));
     }
 }

@@ -277,15 +277,25 @@ pub(super) fn unlist(addr: usize, len: usize) {
     }
 }
 
-/// Whether `[addr, addr + len)` lies in a range this process (a forked
-/// child) inherited and its parent serves (`sys::share`).
+/// Whether `[addr, addr + len)` is covered by ranges this process (a
+/// forked child) inherited and its parent serves (`sys::share`): one, or
+/// several side by side (a mapping the parent split). Not for a signal
+/// handler (it takes the registry's lock).
 pub(crate) fn served(addr: usize, len: usize) -> bool {
     let mut locked = REGISTRY.lock();
+    let ranges = locked.ranges();
     let end = addr.saturating_add(len);
-    locked
-        .ranges()
-        .iter()
-        .any(|e| e.served && e.addr <= addr && end <= e.addr + e.len)
+    let mut at = addr;
+    while at < end {
+        match ranges
+            .iter()
+            .find(|e| e.served && e.addr <= at && at < e.addr + e.len)
+        {
+            Some(e) => at = e.addr + e.len,
+            None => return false,
+        }
+    }
+    true
 }
 
 /// Whether forked children get placeholders (the at-fork handlers are

@@ -56,11 +56,13 @@
 //! Everything the child handler and the SIGBUS handler call here is a raw
 //! system call over stack buffers: async-signal-safe.
 
+use std::cell::UnsafeCell;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
-use super::{errno_get, feature, mode, UffdSource};
+use super::{errno_get, feature, mode, sigbus_install, sigbus_query, Disposition, SigInfoHandler};
+use super::UffdSource;
 
 /// What a listed range needs for a child to map it again: the memfd (an fd
 /// the child inherits), the offset of the range's first byte in it, and
@@ -105,15 +107,131 @@ static SERVICE: AtomicI32 = AtomicI32::new(-1);
 /// How a child opens its userfaultfd (`UffdSource` as 1, 2, 3) in the top
 /// byte, and the features it asks for below.
 static UFFD_HOW: AtomicU64 = AtomicU64::new(0);
-/// In a guest: its channel to the owner, and its userfaultfd; else -1.
-static CHANNEL: AtomicI32 = AtomicI32::new(-1);
-static GUEST_UFFD: AtomicI32 = AtomicI32::new(-1);
+/// In a guest: its channel to the owner, its userfaultfd and a pidfd of
+/// the owner (each with its identity: a descriptor number the application
+/// closed and reused is never taken for ours).
+static CHANNEL: Ident = Ident::new();
+static GUEST_UFFD: Ident = Ident::new();
+static OWNER_PIDFD: Ident = Ident::new();
+/// The owner's pid (set by [`serve`]; a child checks it is its parent's).
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+/// faultmap's SIGBUS handler (set by [`serve`]), which a child puts back
+/// first if the application replaced it, and the disposition it replaced
+/// there (to chain to).
+static HANDLER: AtomicUsize = AtomicUsize::new(0);
+static CHILD_PREVIOUS: ChildPrevious = ChildPrevious {
+    set: AtomicBool::new(false),
+    value: UnsafeCell::new(None),
+};
+/// The owner's own descriptors of its guests (channels, userfaultfds) and
+/// its service socket's receiving end: a child of the owner inherits them
+/// and closes them first thing, so that the owner's death closes every
+/// copy (a child's sibling must not keep its channel open) and no child
+/// carries its siblings' descriptors. Slots of -1 are free.
+static OWNER_FDS: [AtomicI32; OWNER_FDS_MAX] = [const { AtomicI32::new(-1) }; OWNER_FDS_MAX];
+const OWNER_FDS_MAX: usize = 512;
+
+/// A descriptor of this process's, with the device and inode it had when
+/// it was stored.
+struct Ident {
+    fd: AtomicI32,
+    dev: AtomicU64,
+    ino: AtomicU64,
+}
+
+impl Ident {
+    const fn new() -> Self {
+        Self {
+            fd: AtomicI32::new(-1),
+            dev: AtomicU64::new(0),
+            ino: AtomicU64::new(0),
+        }
+    }
+
+    fn set(&self, fd: RawFd) {
+        let (dev, ino) = identity(fd).unwrap_or((0, 0));
+        self.dev.store(dev, Ordering::Relaxed);
+        self.ino.store(ino, Ordering::Relaxed);
+        self.fd.store(fd, Ordering::Release);
+    }
+
+    /// The descriptor, if it is still the one stored (an `fstat`).
+    fn get(&self) -> Option<RawFd> {
+        let fd = self.fd.load(Ordering::Acquire);
+        if fd < 0 {
+            return None;
+        }
+        let want = (self.dev.load(Ordering::Relaxed), self.ino.load(Ordering::Relaxed));
+        (identity(fd) == Some(want)).then_some(fd)
+    }
+
+    /// Forgets the descriptor, closing it if it is still ours.
+    fn forget(&self) {
+        if let Some(fd) = self.get() {
+            close(fd);
+        }
+        self.fd.store(-1, Ordering::Release);
+    }
+}
+
+/// `(st_dev, st_ino)` of `fd` (a raw `fstat`).
+fn identity(fd: RawFd) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero stat is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes one struct stat to a live value.
+    if unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st) } != 0 {
+        return None;
+    }
+    Some((st.st_dev, st.st_ino))
+}
+
+/// The disposition faultmap's handler replaced in a guest (set once, by
+/// the at-fork child handler, before the child runs; read by the SIGBUS
+/// handler after `set`).
+struct ChildPrevious {
+    set: AtomicBool,
+    value: UnsafeCell<Option<Disposition>>,
+}
+
+// SAFETY: `value` is written only by the at-fork child handler, while the
+// child has one thread and before `set` is stored (Release); it is read
+// only after `set` is loaded true (Acquire), and never written again.
+unsafe impl Sync for ChildPrevious {}
+
+/// In a guest, the SIGBUS disposition the application had installed over
+/// faultmap's before the fork: faultmap's handler was put back first in
+/// the child, and chains to this one.
+pub(crate) fn previous_in_child() -> Option<Disposition> {
+    if !CHILD_PREVIOUS.set.load(Ordering::Acquire) {
+        return None;
+    }
+    // SAFETY: `set` is true: `value` was written before and is never
+    // written again (see `ChildPrevious`).
+    unsafe { *CHILD_PREVIOUS.value.get() }
+}
+
+/// Lists `fd` as one of the owner's guest descriptors (see [`OWNER_FDS`]);
+/// false if the list is full (a child then keeps a copy).
+pub(crate) fn own_fd(fd: RawFd) -> bool {
+    OWNER_FDS.iter().any(|slot| {
+        slot.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })
+}
+
+/// Takes `fd` off the list, before the owner closes it (so a child never
+/// closes a number the owner closed and reused).
+pub(crate) fn disown_fd(fd: RawFd) {
+    if let Some(slot) = OWNER_FDS.iter().find(|s| s.load(Ordering::Acquire) == fd) {
+        slot.store(-1, Ordering::Release);
+    }
+}
 
 /// Makes this process an owner: children forked from now on send their
 /// userfaultfds to `service` (the sending end of the owner's service
 /// socket, kept open for the process's life), opened as `source` opened
 /// the owner's, with `features` (`UFFD_FEATURE_SIGBUS` is added).
-pub(crate) fn serve(service: RawFd, source: UffdSource, features: u64) {
+pub(crate) fn serve(service: RawFd, source: UffdSource, features: u64, handler: SigInfoHandler) {
     let how = match source {
         UffdSource::Syscall => 1u64,
         UffdSource::Device => 2,
@@ -121,13 +239,31 @@ pub(crate) fn serve(service: RawFd, source: UffdSource, features: u64) {
     };
     let features = (features | feature::SIGBUS) & ((1 << 56) - 1);
     UFFD_HOW.store(how << 56 | features, Ordering::Relaxed);
+    HANDLER.store(handler as usize, Ordering::Relaxed);
+    // SAFETY: getpid cannot fail.
+    OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     SERVICE.store(service, Ordering::Release);
 }
 
-/// Whether this process is a guest: its inherited ranges are served by the
-/// process that forked it.
+/// Whether this process is a guest whose owner is alive: its inherited
+/// ranges are served by the process that forked it.
 pub fn is_guest() -> bool {
-    CHANNEL.load(Ordering::Acquire) >= 0
+    CHANNEL.get().is_some() && !owner_gone(0)
+}
+
+/// Whether the owner has exited: its pidfd is readable within `timeout_ms`
+/// (no pidfd: unknown, false).
+fn owner_gone(timeout_ms: i32) -> bool {
+    let Some(pidfd) = OWNER_PIDFD.get() else {
+        return false;
+    };
+    let mut pfd = libc::pollfd {
+        fd: pidfd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut pfd, 1, timeout_ms) > 0 }
 }
 
 /// A socket pair for records (`SOCK_SEQPACKET`), close-on-exec.
@@ -268,6 +404,47 @@ pub(crate) fn recv(fd: &OwnedFd, words: &mut [u64]) -> std::io::Result<Received>
     Ok(Received::Record(n / 8, fds))
 }
 
+/// The pid of the process that made the other end of `sock` (a socket
+/// pair's maker), by the kernel's word (`SO_PEERCRED`).
+pub(crate) fn peer_pid(sock: &OwnedFd) -> Option<i32> {
+    // SAFETY: an all-zero ucred is a valid value to be overwritten.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(cred.pid)
+}
+
+/// A pidfd of process `pid` (close-on-exec).
+pub(crate) fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Whether the process of `pidfd` has exited (it is readable).
+pub(crate) fn exited(pidfd: &OwnedFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+}
+
 /// Answers a fault on its answer socket. A child that died meanwhile is
 /// not an error: nobody waits.
 pub(crate) fn answer(fd: &OwnedFd, answer: Answer) {
@@ -294,10 +471,16 @@ pub(crate) fn answer(fd: &OwnedFd, answer: Answer) {
 /// the userfaultfd and the channel, or `None` (not an owner's child, or
 /// the owner cannot be reached: the caller reserves instead).
 pub(super) fn start_child() -> Option<(RawFd, RawFd)> {
-    for fd in [&CHANNEL, &GUEST_UFFD] {
-        let old = fd.swap(-1, Ordering::AcqRel);
-        if old >= 0 {
-            close(old);
+    // A guest's child: its parent's guest descriptors are not its own.
+    for ident in [&CHANNEL, &GUEST_UFFD, &OWNER_PIDFD] {
+        ident.forget();
+    }
+    // An owner's child: the owner's descriptors of its other children are
+    // not its own either (see OWNER_FDS).
+    for slot in &OWNER_FDS {
+        let fd = slot.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            close(fd);
         }
     }
     // The owner's socket is the parent's, not this process's: children of
@@ -306,8 +489,28 @@ pub(super) fn start_child() -> Option<(RawFd, RawFd)> {
     if service < 0 {
         return None;
     }
+    let owner = OWNER_PID.load(Ordering::Relaxed);
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner, 0) } as RawFd;
+    // SAFETY: getppid cannot fail.
+    if unsafe { libc::getppid() } != owner {
+        // The owner died before the pidfd was taken (or this is not its
+        // child): nobody will serve this child.
+        if pidfd >= 0 {
+            close(pidfd);
+        }
+        close(service);
+        return None;
+    }
     let started = greet(service);
     close(service);
+    match (started, pidfd) {
+        (Some(_), fd) if fd >= 0 => OWNER_PIDFD.set(fd),
+        (_, fd) if fd >= 0 => close(fd),
+        // No pidfd (a seccomp filter may refuse pidfd_open): the owner's
+        // death is seen by its sockets alone.
+        _ => {}
+    }
     started
 }
 
@@ -479,10 +682,29 @@ impl RangeList {
     }
 }
 
-/// Publishes the child's guest state, once its ranges are sent.
+/// Publishes the child's guest state, once its ranges are sent, and puts
+/// faultmap's SIGBUS handler first if the application had replaced it
+/// (chaining to the application's: [`previous_in_child`]).
 pub(super) fn become_guest(uffd: RawFd, channel: RawFd) {
-    GUEST_UFFD.store(uffd, Ordering::Release);
-    CHANNEL.store(channel, Ordering::Release);
+    GUEST_UFFD.set(uffd);
+    CHANNEL.set(channel);
+    let handler = HANDLER.load(Ordering::Relaxed);
+    if handler == 0 {
+        return;
+    }
+    // SAFETY: HANDLER was stored from a SigInfoHandler by `serve`.
+    let handler: SigInfoHandler = unsafe { std::mem::transmute::<usize, SigInfoHandler>(handler) };
+    match sigbus_query() {
+        Ok(now) if !now.is(handler) => {
+            if let Ok(replaced) = sigbus_install(handler) {
+                // SAFETY: the child has one thread and `set` is false: no
+                // reader yet (see `ChildPrevious`).
+                unsafe { *CHILD_PREVIOUS.value.get() = Some(replaced) };
+                CHILD_PREVIOUS.set.store(true, Ordering::Release);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Gives up being a guest (nothing was mapped, or the owner is gone).
@@ -495,16 +717,14 @@ pub(super) fn abandon(uffd: RawFd, channel: RawFd) {
 /// (its ranges stay registered for the process's life).
 pub(super) fn abandon_channel(channel: RawFd) {
     close(channel);
+    OWNER_PIDFD.forget();
 }
 
 /// Asks the owner to resolve a fault of this guest at `addr` and waits for
 /// the answer. `None` if this process is not a guest. Async-signal-safe:
 /// called by the SIGBUS handler.
 pub(crate) fn request(addr: usize, write: bool, retry: bool) -> Option<Answer> {
-    let channel = CHANNEL.load(Ordering::Acquire);
-    if channel < 0 {
-        return None;
-    }
+    let channel = CHANNEL.get()?;
     let Ok((mine, theirs)) = raw_pair() else {
         return Some(Answer::Failed);
     };
@@ -519,12 +739,38 @@ pub(crate) fn request(addr: usize, write: bool, retry: bool) -> Option<Answer> {
     Some(answer)
 }
 
-/// Reads the one-word answer (end-of-file: the owner is gone).
+/// Reads the one-word answer; end-of-file, or the owner's exit (its pidfd
+/// readable: another process may hold a copy of the owner's end), is
+/// [`Answer::Failed`].
 fn wait_answer(fd: RawFd) -> Answer {
     let mut word = 0u64;
     loop {
+        let mut pfds = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: OWNER_PIDFD.get().unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds (a negative fd is ignored).
+        let ready = unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) };
+        if ready < 0 {
+            if errno_get() == libc::EINTR {
+                continue;
+            }
+            return Answer::Failed;
+        }
+        if pfds[0].revents == 0 {
+            // Only the owner's pidfd: it exited without answering.
+            return Answer::Failed;
+        }
         // SAFETY: reads at most 8 bytes into a live u64.
-        let rc = unsafe { libc::recv(fd, (&mut word as *mut u64).cast(), 8, 0) };
+        let rc = unsafe { libc::recv(fd, (&mut word as *mut u64).cast(), 8, libc::MSG_DONTWAIT) };
         if rc == 8 {
             return match word {
                 1 => Answer::Mapped,
@@ -532,7 +778,7 @@ fn wait_answer(fd: RawFd) -> Answer {
                 _ => Answer::Failed,
             };
         }
-        if rc < 0 && errno_get() == libc::EINTR {
+        if rc < 0 && matches!(errno_get(), libc::EINTR | libc::EAGAIN) {
             continue;
         }
         return Answer::Failed;
