@@ -702,6 +702,8 @@ fn observe_owner_death(delivery: Delivery, in_flight: bool, seed: u64) {
         // A sibling forked after it, alive when the owner dies: it
         // inherits the owner's descriptors of the first child's sockets,
         // which must not keep that child waiting.
+        // Once the first child is served (its descriptors are open here).
+        wait_until(Duration::from_secs(20), || pager.stats().pgfault >= 1);
         let (never_rd, _never_wr) = pipe();
         let sibling = fork_then(false, || {
             let mut never = [0u8; 1];
