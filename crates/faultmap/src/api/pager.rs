@@ -1846,7 +1846,8 @@ impl<A: Access> Mapping<A> {
         if self.born == sys::fork_generation() {
             return true;
         }
-        sys::is_guest() && (self.len == 0 || sys::fork::served(self.ptr.as_ptr() as usize, self.len))
+        sys::is_guest()
+            && (self.len == 0 || sys::fork::served(self.ptr.as_ptr() as usize, self.len))
     }
 
     /// [`Mapping::read_at`] in a forked child, of a mapping it inherited

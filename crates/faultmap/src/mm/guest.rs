@@ -162,7 +162,11 @@ impl Service {
         loop {
             // Each guest's channel while it is open, then its pidfd.
             let mut fds = vec![&recv];
-            fds.extend(self.guests.iter().filter_map(|g| g.channel.as_ref().or(g.pidfd.as_ref())));
+            fds.extend(
+                self.guests
+                    .iter()
+                    .filter_map(|g| g.channel.as_ref().or(g.pidfd.as_ref())),
+            );
             let Ok(ready) = sys::poll_all(&fds, -1) else {
                 continue;
             };
@@ -234,7 +238,7 @@ impl Guest {
             return self.pidfd.as_ref().is_some_and(|p| !share::exited(p));
         }
         // Only the pidfd is polled now: readable once the child exited.
-        !self.pidfd.as_ref().is_none_or(share::exited)
+        self.pidfd.as_ref().is_some_and(|p| !share::exited(p))
     }
 
     /// Handles every record waiting on the channel. Returns false once the

@@ -38,20 +38,47 @@
 //! ## Invariants
 //!
 //! - A child's range is registered before the child runs any code of its
-//!   own, and stays registered while the child lives: the child never closes
-//!   its userfaultfd. So no page of it is ever served by the kernel's shmem
-//!   fault (which would fill a hole with zeros), whatever happens to the
-//!   owner.
-//! - The owner's death closes its ends: the child's `send` fails (`EPIPE`),
-//!   or its wait for the answer reads end-of-file, and the access gets
-//!   SIGBUS (`FAILED`). Never zeros, never a wait for a process that is
-//!   gone.
-//! - The child's death closes its channel: the owner drops the child's
-//!   ranges and userfaultfd. A read the child's fault started belongs to the
-//!   owner, so it ends (and is kept) as any read does; an answer to a dead
-//!   child is dropped.
+//!   own, and stays registered while the child lives: the child never
+//!   closes its userfaultfd, and the owner keeps its copy until the child
+//!   exits (not only until its channel closes: a child that closes every
+//!   descriptor it has keeps its ranges registered). So no page of it is
+//!   ever served by the kernel's shmem fault (which would fill a hole with
+//!   zeros), whatever happens to the owner.
+//! - The owner's death is seen by the child: its wait for an answer also
+//!   polls a pidfd of the owner, taken by the at-fork handler (and checked
+//!   to be its parent's), and every child closes the owner's descriptors
+//!   of its siblings' sockets first thing (`OWNER_FDS`), so a sibling's
+//!   copy keeps no channel open. The access then gets SIGBUS (`FAILED`).
+//!   Never zeros, never a wait for a process that is gone.
+//! - The child's death closes its channel: the owner stops reading it and
+//!   drops the child's ranges and userfaultfd once the child's pidfd says
+//!   it exited. A read the child's fault started belongs to the owner, so
+//!   it ends (and is kept) as any read does; an answer to a dead child is
+//!   dropped.
+//! - A descriptor the child stored (its channel, userfaultfd, the owner's
+//!   pidfd) is used or closed only while it is still the file it was
+//!   (`Ident`: its device and inode): a number the application closed and
+//!   reused is never written to or closed.
 //! - A child of a child gets placeholders (`sys::fork`), not ranges: only
 //!   the owner's own children are guests.
+//!
+//! ## Limits
+//!
+//! - A child must not `mremap` a range it inherited: without
+//!   `UFFD_FEATURE_EVENT_REMAP` (whose events someone would have to read)
+//!   the kernel drops the moved range's registration, and it reads holes
+//!   as zeros.
+//! - A child's writes after the owner exits are not written back (the
+//!   owner's cache and dirty tracking go with it): join writing children
+//!   before the owner exits, as with any writer.
+//! - A child that `exec`s, or closed its descriptors, keeps its guest
+//!   state (its object handles) in the owner until it exits.
+//! - The owner lists at most `OWNER_FDS_MAX` descriptors for children to
+//!   close; beyond that, and for a child forked while the service thread
+//!   takes in a new child, a child keeps copies (a leak, not a hang: the
+//!   pidfd still tells it of the owner's death).
+//! - One service thread serves every child; with more mappings than fit in
+//!   a socket's buffer (thousands), a `fork` waits for it to read them.
 //!
 //! Everything the child handler and the SIGBUS handler call here is a raw
 //! system call over stack buffers: async-signal-safe.
@@ -61,8 +88,8 @@ use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
-use super::{errno_get, feature, mode, sigbus_install, sigbus_query, Disposition, SigInfoHandler};
 use super::UffdSource;
+use super::{errno_get, feature, mode, sigbus_install, sigbus_query, Disposition, SigInfoHandler};
 
 /// What a listed range needs for a child to map it again: the memfd (an fd
 /// the child inherits), the offset of the range's first byte in it, and
@@ -161,7 +188,10 @@ impl Ident {
         if fd < 0 {
             return None;
         }
-        let want = (self.dev.load(Ordering::Relaxed), self.ino.load(Ordering::Relaxed));
+        let want = (
+            self.dev.load(Ordering::Relaxed),
+            self.ino.load(Ordering::Relaxed),
+        );
         (identity(fd) == Some(want)).then_some(fd)
     }
 
