@@ -326,8 +326,10 @@ fn dropped_mappings_are_unmapped() {
 
 /// Threads of this process named `faultmap-N` (handler threads) and
 /// `faultmap-watchdog` (counted with them), and `faultmap-io-N` (I/O
-/// threads); the process-wide chunk-pool refiller
-/// (`faultmap-pool`) belongs to no pager and is not counted.
+/// threads); the process-wide chunk-pool refiller (`faultmap-pool`) and
+/// the service thread of forked children (`faultmap-guests`, and its
+/// short-lived `faultmap-guest-end`) belong to no pager and are not
+/// counted.
 fn pager_threads() -> (usize, usize) {
     let names: Vec<String> = std::fs::read_dir("/proc/self/task")
         .expect("read /proc/self/task")
@@ -339,7 +341,11 @@ fn pager_threads() -> (usize, usize) {
         .count();
     let all = names
         .iter()
-        .filter(|n| n.starts_with("faultmap-") && !n.starts_with("faultmap-pool"))
+        .filter(|n| {
+            n.starts_with("faultmap-")
+                && !n.starts_with("faultmap-pool")
+                && !n.starts_with("faultmap-guest")
+        })
         .count();
     (all - io, io)
 }
