@@ -1809,7 +1809,9 @@ impl<A: Access> Mapping<A> {
             unsafe { crate::cache::memfd::volatile_copy(src, buf) };
             return Ok(());
         }
-        if self.born != sys::fork_generation() && sys::is_guest() {
+        if self.born != sys::fork_generation() {
+            // A forked child's: nothing of the parent's (its error log, its
+            // locks) is touched here.
             return self.read_as_guest(offset, src, buf);
         }
         let mut done = 0;

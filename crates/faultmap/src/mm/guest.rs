@@ -98,14 +98,16 @@ pub(crate) fn serve(core: &Core, source: UffdSource) -> std::io::Result<()> {
     if core.hugetlb {
         features |= feature::MINOR_HUGETLBFS | feature::MISSING_HUGETLBFS;
     }
-    // Children close their copy of the receiving end first thing.
-    share::own_fd(recv.as_raw_fd());
+    let recv_fd = recv.as_raw_fd();
     std::thread::Builder::new()
         .name("faultmap-guests".into())
         .spawn(move || Service::default().run(recv))?;
+    // Children close their copy of the receiving end first thing (listed
+    // once the thread owns it: a child forked before keeps a copy).
+    share::own_fd(recv_fd);
     // The sending end stays open for the process's life: every child
     // inherits it.
-    share::serve(send.into_raw_fd(), source, features, signal::handler());
+    share::serve(send.into_raw_fd(), source, features);
     *started = true;
     Ok(())
 }
@@ -199,9 +201,11 @@ impl Service {
                     // The child that made the channel, by the kernel's
                     // word (SO_PEERCRED), must be the one that greeted.
                     let pid = words[1] as i32;
-                    let pidfd = (share::peer_pid(&channel) == Some(pid))
-                        .then(|| share::pidfd_open(pid).ok())
-                        .flatten();
+                    let pidfd = share::peer_pidfd(&channel).or_else(|| {
+                        (share::peer_pid(&channel) == Some(pid))
+                            .then(|| share::pidfd_open(pid).ok())
+                            .flatten()
+                    });
                     share::own_fd(uffd.as_raw_fd());
                     share::own_fd(channel.as_raw_fd());
                     self.guests.push(Guest {

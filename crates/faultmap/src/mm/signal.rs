@@ -322,12 +322,6 @@ pub(crate) fn install() -> std::io::Result<()> {
     Ok(())
 }
 
-/// faultmap's SIGBUS handler, for a forked child to put back first
-/// (`sys::share`).
-pub(crate) fn handler() -> sys::SigInfoHandler {
-    on_sigbus
-}
-
 /// What the handler made of a SIGBUS.
 enum Outcome {
     /// Resolved (or to be retried by faulting again): return.
@@ -356,12 +350,7 @@ fn handle_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c
             return;
         }
     }
-    // In a guest whose application had replaced faultmap's handler before
-    // the fork, faultmap's was put back first: chain to the application's.
-    let in_child = sys::share::previous_in_child();
-    let Some(prev) = in_child.as_ref().or(PREVIOUS.get()) else {
-        return;
-    };
+    let Some(prev) = PREVIOUS.get() else { return };
     let sent = !matches!(fault, Some((_, code)) if code > 0);
     // SAFETY: the arguments are this handler's own.
     unsafe { sys::sigbus_chain(prev, sig, info, ctx, sent) };

@@ -44,19 +44,21 @@
 //!   descriptor it has keeps its ranges registered). So no page of it is
 //!   ever served by the kernel's shmem fault (which would fill a hole with
 //!   zeros), whatever happens to the owner.
-//! - The owner's death is seen by the child: its wait for an answer also
-//!   polls a pidfd of the owner, taken by the at-fork handler (and checked
-//!   to be its parent's), and every child closes the owner's descriptors
-//!   of its siblings' sockets first thing (`OWNER_FDS`), so a sibling's
-//!   copy keeps no channel open. The access then gets SIGBUS (`FAILED`).
-//!   Never zeros, never a wait for a process that is gone.
+//! - The owner's death is seen by the child: it is no longer the child's
+//!   parent (`getppid`, which needs no descriptor, so no copy another
+//!   process holds can hide the death), looked at whenever a send would
+//!   wait and every 100 ms of a wait for an answer; and every child closes
+//!   the owner's descriptors of its siblings' sockets first thing
+//!   (`OWNER_FDS`), so end-of-file comes at once in the usual case. The
+//!   access then gets SIGBUS (`FAILED`). Never zeros, never a wait for a
+//!   process that is gone.
 //! - The child's death closes its channel: the owner stops reading it and
 //!   drops the child's ranges and userfaultfd once the child's pidfd says
 //!   it exited. A read the child's fault started belongs to the owner, so
 //!   it ends (and is kept) as any read does; an answer to a dead child is
 //!   dropped.
-//! - A descriptor the child stored (its channel, userfaultfd, the owner's
-//!   pidfd) is used or closed only while it is still the file it was
+//! - A descriptor the child stored (its channel, its userfaultfd) is used
+//!   or closed only while it is still the file it was
 //!   (`Ident`: its device and inode): a number the application closed and
 //!   reused is never written to or closed.
 //! - A child of a child gets placeholders (`sys::fork`), not ranges: only
@@ -76,20 +78,23 @@
 //! - The owner lists at most `OWNER_FDS_MAX` descriptors for children to
 //!   close; beyond that, and for a child forked while the service thread
 //!   takes in a new child, a child keeps copies (a leak, not a hang: the
-//!   pidfd still tells it of the owner's death).
+//!   parent check still tells it of the owner's death).
 //! - One service thread serves every child; with more mappings than fit in
 //!   a socket's buffer (thousands), a `fork` waits for it to read them.
+//! - A SIGBUS handler the application installs after faultmap's must chain
+//!   to it, or a child's faults reach the application's handler instead
+//!   (Python's `faulthandler` does not chain: enable it before the first
+//!   mapping).
 //!
 //! Everything the child handler and the SIGBUS handler call here is a raw
 //! system call over stack buffers: async-signal-safe.
 
-use std::cell::UnsafeCell;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use super::UffdSource;
-use super::{errno_get, feature, mode, sigbus_install, sigbus_query, Disposition, SigInfoHandler};
+use super::{errno_get, feature, mode};
 
 /// What a listed range needs for a child to map it again: the memfd (an fd
 /// the child inherits), the offset of the range's first byte in it, and
@@ -134,22 +139,18 @@ static SERVICE: AtomicI32 = AtomicI32::new(-1);
 /// How a child opens its userfaultfd (`UffdSource` as 1, 2, 3) in the top
 /// byte, and the features it asks for below.
 static UFFD_HOW: AtomicU64 = AtomicU64::new(0);
-/// In a guest: its channel to the owner, its userfaultfd and a pidfd of
-/// the owner (each with its identity: a descriptor number the application
-/// closed and reused is never taken for ours).
+/// In a guest: its channel to the owner and its userfaultfd (each with
+/// its identity: a descriptor number the application closed and reused is
+/// never taken for ours).
 static CHANNEL: Ident = Ident::new();
 static GUEST_UFFD: Ident = Ident::new();
-static OWNER_PIDFD: Ident = Ident::new();
-/// The owner's pid (set by [`serve`]; a child checks it is its parent's).
+/// The owner's pid (set by [`serve`]). A guest's owner is its parent: it
+/// is alive while `getppid()` says so (a child is reparented when its
+/// parent dies, before the parent's pid can be reused).
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
-/// faultmap's SIGBUS handler (set by [`serve`]), which a child puts back
-/// first if the application replaced it, and the disposition it replaced
-/// there (to chain to).
-static HANDLER: AtomicUsize = AtomicUsize::new(0);
-static CHILD_PREVIOUS: ChildPrevious = ChildPrevious {
-    set: AtomicBool::new(false),
-    value: UnsafeCell::new(None),
-};
+/// How often a guest waiting on its owner looks whether the owner is
+/// still its parent, in milliseconds.
+const OWNER_CHECK_MS: i32 = 100;
 /// The owner's own descriptors of its guests (channels, userfaultfds) and
 /// its service socket's receiving end: a child of the owner inherits them
 /// and closes them first thing, so that the owner's death closes every
@@ -215,31 +216,6 @@ fn identity(fd: RawFd) -> Option<(u64, u64)> {
     Some((st.st_dev, st.st_ino))
 }
 
-/// The disposition faultmap's handler replaced in a guest (set once, by
-/// the at-fork child handler, before the child runs; read by the SIGBUS
-/// handler after `set`).
-struct ChildPrevious {
-    set: AtomicBool,
-    value: UnsafeCell<Option<Disposition>>,
-}
-
-// SAFETY: `value` is written only by the at-fork child handler, while the
-// child has one thread and before `set` is stored (Release); it is read
-// only after `set` is loaded true (Acquire), and never written again.
-unsafe impl Sync for ChildPrevious {}
-
-/// In a guest, the SIGBUS disposition the application had installed over
-/// faultmap's before the fork: faultmap's handler was put back first in
-/// the child, and chains to this one.
-pub(crate) fn previous_in_child() -> Option<Disposition> {
-    if !CHILD_PREVIOUS.set.load(Ordering::Acquire) {
-        return None;
-    }
-    // SAFETY: `set` is true: `value` was written before and is never
-    // written again (see `ChildPrevious`).
-    unsafe { *CHILD_PREVIOUS.value.get() }
-}
-
 /// Lists `fd` as one of the owner's guest descriptors (see [`OWNER_FDS`]);
 /// false if the list is full (a child then keeps a copy).
 pub(crate) fn own_fd(fd: RawFd) -> bool {
@@ -261,7 +237,7 @@ pub(crate) fn disown_fd(fd: RawFd) {
 /// userfaultfds to `service` (the sending end of the owner's service
 /// socket, kept open for the process's life), opened as `source` opened
 /// the owner's, with `features` (`UFFD_FEATURE_SIGBUS` is added).
-pub(crate) fn serve(service: RawFd, source: UffdSource, features: u64, handler: SigInfoHandler) {
+pub(crate) fn serve(service: RawFd, source: UffdSource, features: u64) {
     let how = match source {
         UffdSource::Syscall => 1u64,
         UffdSource::Device => 2,
@@ -269,7 +245,6 @@ pub(crate) fn serve(service: RawFd, source: UffdSource, features: u64, handler: 
     };
     let features = (features | feature::SIGBUS) & ((1 << 56) - 1);
     UFFD_HOW.store(how << 56 | features, Ordering::Relaxed);
-    HANDLER.store(handler as usize, Ordering::Relaxed);
     // SAFETY: getpid cannot fail.
     OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     SERVICE.store(service, Ordering::Release);
@@ -278,22 +253,16 @@ pub(crate) fn serve(service: RawFd, source: UffdSource, features: u64, handler: 
 /// Whether this process is a guest whose owner is alive: its inherited
 /// ranges are served by the process that forked it.
 pub fn is_guest() -> bool {
-    CHANNEL.get().is_some() && !owner_gone(0)
+    CHANNEL.get().is_some() && !owner_gone()
 }
 
-/// Whether the owner has exited: its pidfd is readable within `timeout_ms`
-/// (no pidfd: unknown, false).
-fn owner_gone(timeout_ms: i32) -> bool {
-    let Some(pidfd) = OWNER_PIDFD.get() else {
-        return false;
-    };
-    let mut pfd = libc::pollfd {
-        fd: pidfd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut pfd, 1, timeout_ms) > 0 }
+/// Whether this guest's owner has exited: it is no longer the parent.
+/// Async-signal-safe (`getppid`); needs no descriptor, so no copy another
+/// process holds can hide the death.
+fn owner_gone() -> bool {
+    // SAFETY: getppid cannot fail.
+    let parent = unsafe { libc::getppid() };
+    parent != OWNER_PID.load(Ordering::Relaxed)
 }
 
 /// A socket pair for records (`SOCK_SEQPACKET`), close-on-exec.
@@ -323,6 +292,11 @@ fn raw_pair() -> Result<(RawFd, RawFd), i32> {
 /// Sends `words` on `fd` with `fds` attached (at most two), never raising
 /// SIGPIPE. Returns the errno on failure. Async-signal-safe.
 fn send_raw(fd: RawFd, words: &[u64], fds: &[RawFd]) -> Result<(), i32> {
+    send_raw_flags(fd, words, fds, 0)
+}
+
+/// [`send_raw`] with `flags` added to `MSG_NOSIGNAL`.
+fn send_raw_flags(fd: RawFd, words: &[u64], fds: &[RawFd], flags: libc::c_int) -> Result<(), i32> {
     debug_assert!(fds.len() <= 2);
     let mut iov = libc::iovec {
         iov_base: words.as_ptr() as *mut libc::c_void,
@@ -354,7 +328,7 @@ fn send_raw(fd: RawFd, words: &[u64], fds: &[RawFd]) -> Result<(), i32> {
     loop {
         // SAFETY: `msg` points at `iov` and `control`, both live for the
         // call; the kernel only reads them.
-        let rc = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+        let rc = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | flags) };
         if rc >= 0 {
             return Ok(());
         }
@@ -453,6 +427,27 @@ pub(crate) fn peer_pid(sock: &OwnedFd) -> Option<i32> {
     (rc == 0).then_some(cred.pid)
 }
 
+/// A pidfd of the process that made the other end of `sock`, by the
+/// kernel's word (`SO_PEERPIDFD`, Linux 6.5): the very process, even if
+/// it has exited and its pid was reused since.
+pub(crate) fn peer_pidfd(sock: &OwnedFd) -> Option<OwnedFd> {
+    const SO_PEERPIDFD: libc::c_int = 77;
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `fd`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_PEERPIDFD,
+            (&mut fd as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    // SAFETY: on success the kernel installed a new fd for us.
+    (rc == 0 && fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// A pidfd of process `pid` (close-on-exec).
 pub(crate) fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
@@ -502,7 +497,7 @@ pub(crate) fn answer(fd: &OwnedFd, answer: Answer) {
 /// the owner cannot be reached: the caller reserves instead).
 pub(super) fn start_child() -> Option<(RawFd, RawFd)> {
     // A guest's child: its parent's guest descriptors are not its own.
-    for ident in [&CHANNEL, &GUEST_UFFD, &OWNER_PIDFD] {
+    for ident in [&CHANNEL, &GUEST_UFFD] {
         ident.forget();
     }
     // An owner's child: the owner's descriptors of its other children are
@@ -519,28 +514,14 @@ pub(super) fn start_child() -> Option<(RawFd, RawFd)> {
     if service < 0 {
         return None;
     }
-    let owner = OWNER_PID.load(Ordering::Relaxed);
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner, 0) } as RawFd;
-    // SAFETY: getppid cannot fail.
-    if unsafe { libc::getppid() } != owner {
-        // The owner died before the pidfd was taken (or this is not its
-        // child): nobody will serve this child.
-        if pidfd >= 0 {
-            close(pidfd);
-        }
+    if owner_gone() {
+        // The owner died already (or this is not its child): nobody will
+        // serve this child.
         close(service);
         return None;
     }
     let started = greet(service);
     close(service);
-    match (started, pidfd) {
-        (Some(_), fd) if fd >= 0 => OWNER_PIDFD.set(fd),
-        (_, fd) if fd >= 0 => close(fd),
-        // No pidfd (a seccomp filter may refuse pidfd_open): the owner's
-        // death is seen by its sockets alone.
-        _ => {}
-    }
     started
 }
 
@@ -712,29 +693,10 @@ impl RangeList {
     }
 }
 
-/// Publishes the child's guest state, once its ranges are sent, and puts
-/// faultmap's SIGBUS handler first if the application had replaced it
-/// (chaining to the application's: [`previous_in_child`]).
+/// Publishes the child's guest state, once its ranges are sent.
 pub(super) fn become_guest(uffd: RawFd, channel: RawFd) {
     GUEST_UFFD.set(uffd);
     CHANNEL.set(channel);
-    let handler = HANDLER.load(Ordering::Relaxed);
-    if handler == 0 {
-        return;
-    }
-    // SAFETY: HANDLER was stored from a SigInfoHandler by `serve`.
-    let handler: SigInfoHandler = unsafe { std::mem::transmute::<usize, SigInfoHandler>(handler) };
-    match sigbus_query() {
-        Ok(now) if !now.is(handler) => {
-            if let Ok(replaced) = sigbus_install(handler) {
-                // SAFETY: the child has one thread and `set` is false: no
-                // reader yet (see `ChildPrevious`).
-                unsafe { *CHILD_PREVIOUS.value.get() = Some(replaced) };
-                CHILD_PREVIOUS.set.store(true, Ordering::Release);
-            }
-        }
-        _ => {}
-    }
 }
 
 /// Gives up being a guest (nothing was mapped, or the owner is gone).
@@ -747,7 +709,6 @@ pub(super) fn abandon(uffd: RawFd, channel: RawFd) {
 /// (its ranges stay registered for the process's life).
 pub(super) fn abandon_channel(channel: RawFd) {
     close(channel);
-    OWNER_PIDFD.forget();
 }
 
 /// Asks the owner to resolve a fault of this guest at `addr` and waits for
@@ -759,7 +720,7 @@ pub(crate) fn request(addr: usize, write: bool, retry: bool) -> Option<Answer> {
         return Some(Answer::Failed);
     };
     let flags = if write { FLAG_WRITE } else { 0 } | if retry { FLAG_RETRY } else { 0 };
-    let sent = send_raw(channel, &[FAULT, addr as u64, flags], &[theirs]);
+    let sent = send_to_owner(channel, &[FAULT, addr as u64, flags], theirs);
     close(theirs);
     let answer = match sent {
         Ok(()) => wait_answer(mine),
@@ -769,35 +730,53 @@ pub(crate) fn request(addr: usize, write: bool, retry: bool) -> Option<Answer> {
     Some(answer)
 }
 
-/// Reads the one-word answer; end-of-file, or the owner's exit (its pidfd
-/// readable: another process may hold a copy of the owner's end), is
-/// [`Answer::Failed`].
+/// Sends a fault record with its answer socket, without waiting for a
+/// full channel for ever: while it is full, the owner is looked at every
+/// [`OWNER_CHECK_MS`].
+fn send_to_owner(channel: RawFd, words: &[u64], answer: RawFd) -> Result<(), i32> {
+    loop {
+        match send_raw_flags(channel, words, &[answer], libc::MSG_DONTWAIT) {
+            Err(libc::EAGAIN) => {
+                if owner_gone() {
+                    return Err(libc::EPIPE);
+                }
+                let mut pfd = libc::pollfd {
+                    fd: channel,
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(&mut pfd, 1, OWNER_CHECK_MS) };
+            }
+            done => return done,
+        }
+    }
+}
+
+/// Reads the one-word answer; end-of-file, or the owner's exit (seen by
+/// [`owner_gone`] every [`OWNER_CHECK_MS`]: another process may hold a
+/// copy of the owner's end), is [`Answer::Failed`].
 fn wait_answer(fd: RawFd) -> Answer {
     let mut word = 0u64;
     loop {
-        let mut pfds = [
-            libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: OWNER_PIDFD.get().unwrap_or(-1),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two valid pollfds (a negative fd is ignored).
-        let ready = unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut pfd, 1, OWNER_CHECK_MS) };
         if ready < 0 {
             if errno_get() == libc::EINTR {
                 continue;
             }
             return Answer::Failed;
         }
-        if pfds[0].revents == 0 {
-            // Only the owner's pidfd: it exited without answering.
-            return Answer::Failed;
+        if ready == 0 {
+            if owner_gone() {
+                return Answer::Failed;
+            }
+            continue;
         }
         // SAFETY: reads at most 8 bytes into a live u64.
         let rc = unsafe { libc::recv(fd, (&mut word as *mut u64).cast(), 8, libc::MSG_DONTWAIT) };
