@@ -560,6 +560,17 @@ fn mean_request(cell: &Cell<Access, RemoteColumn>) -> Option<f64> {
     (requests > 0).then(|| bytes as f64 / requests as f64)
 }
 
+/// The stores and latencies of the run's columns, each once, in order.
+fn store_latencies(run: &Run) -> Vec<(StoreKind, u64)> {
+    let mut pairs: Vec<(StoreKind, u64)> = run
+        .columns
+        .iter()
+        .map(|c| (c.store, c.latency_ms))
+        .collect();
+    pairs.dedup();
+    pairs
+}
+
 /// `--procs`' goals at the largest process count, per store and latency:
 /// the shared cache's transfer within 1.1 times the object, and its time
 /// against private caches'.
@@ -567,14 +578,8 @@ fn procs_goals(run: &Run) -> Vec<Goal> {
     let Some(&n) = run.threads.iter().max() else {
         return Vec::new();
     };
-    let mut pairs: Vec<(StoreKind, u64)> = run
-        .columns
-        .iter()
-        .map(|c| (c.store, c.latency_ms))
-        .collect();
-    pairs.dedup();
     let mut out = Vec::new();
-    for (store, latency_ms) in pairs {
+    for (store, latency_ms) in store_latencies(run) {
         let col = |engine| RemoteColumn {
             store,
             latency_ms,
@@ -620,14 +625,8 @@ fn goals(run: &Run) -> Vec<Goal> {
     };
     let full = Engine::Faultmap(ReadaheadMode::Full);
     let around = Engine::Faultmap(ReadaheadMode::AroundOnly);
-    let mut pairs: Vec<(StoreKind, u64)> = run
-        .columns
-        .iter()
-        .map(|c| (c.store, c.latency_ms))
-        .collect();
-    pairs.dedup();
     let mut out = Vec::new();
-    for (store, latency) in pairs {
+    for (store, latency) in store_latencies(run) {
         let place = format!("{} at {latency} ms", store.name());
         let fm = seconds(Access::Seq, column(store, latency, full));
         let raw = seconds(Access::Seq, column(store, latency, Engine::RawGet));
