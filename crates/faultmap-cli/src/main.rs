@@ -653,31 +653,25 @@ struct BenchArgs {
     #[arg(long, conflicts_with_all = ["cold", "parts", "churn", "budget", "full", "orders", "file"])]
     remote: bool,
     /// With --remote: the stores, comma-separated (http, s3; default both).
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        requires = "remote",
-        value_name = "LIST"
-    )]
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
     store: Vec<bench::RemoteStore>,
     /// With --remote: first-byte latencies to add through the proxy, in
     /// milliseconds, comma-separated (default 0; 20 is a cloud object
     /// store's).
-    #[arg(long, value_delimiter = ',', requires = "remote", value_name = "LIST",
+    #[arg(long, value_delimiter = ',', value_name = "LIST",
           value_parser = clap::value_parser!(u64).range(0..=10_000))]
     latency_ms: Vec<u64>,
     /// With --remote: the pages rand touches (clustered: this many pages
     /// in 64 KiB clusters). Default 300.
-    #[arg(long, requires = "remote", value_name = "N",
+    #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     sample_pages: Option<u64>,
     /// With --remote: faultmap's memory budget (bytes, or with a K, M or G
     /// suffix); its goal is a peak within 1 % of it.
-    #[arg(long, requires = "remote", value_parser = units::parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = units::parse_size, value_name = "SIZE")]
     memory_budget: Option<u64>,
     /// With --remote: leave out the FUSE peers.
-    #[arg(long, requires = "remote")]
+    #[arg(long)]
     no_fuse: bool,
     /// Many processes, one object: for each count N, N forked processes
     /// read the same remote object (seq: each the whole object; rand: each
@@ -688,7 +682,8 @@ struct BenchArgs {
     /// time until the last process is done, the bytes the server sent, and
     /// the peak of the caches (faultmap's, summed over the processes'
     /// caches; a FUSE peer's, the most any process found resident in the
-    /// kernel's one page cache). Implies --remote (its options apply);
+    /// kernel's one page cache). Implies --remote (its --store,
+    /// --latency-ms, --sample-pages, --memory-budget and --no-fuse apply);
     /// the object is 256M unless --size says otherwise.
     #[arg(long, value_delimiter = ',', value_name = "LIST",
           value_parser = clap::value_parser!(u16).range(1..=64),

@@ -174,6 +174,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 /// required one is given (`--budget --ra-pages 3` would pass it, `--budget`
 /// conflicting with `--cold`), and the option would be silently ignored.
 fn check_mode_options(args: &BenchArgs) -> Result<()> {
+    let remote = args.remote || !args.procs.is_empty();
     let given: [(&str, bool, bool, &str); 10] = [
         ("--ra-pages", args.ra_pages.is_some(), args.cold, "--cold"),
         (
@@ -189,30 +190,35 @@ fn check_mode_options(args: &BenchArgs) -> Result<()> {
             "--budget",
         ),
         ("--duration", args.duration.is_some(), args.churn, "--churn"),
-        ("--store", !args.store.is_empty(), args.remote, "--remote"),
+        (
+            "--store",
+            !args.store.is_empty(),
+            remote,
+            "--remote or --procs",
+        ),
         (
             "--latency-ms",
             !args.latency_ms.is_empty(),
-            args.remote,
-            "--remote",
+            remote,
+            "--remote or --procs",
         ),
         (
             "--sample-pages",
             args.sample_pages.is_some(),
-            args.remote,
-            "--remote",
+            remote,
+            "--remote or --procs",
         ),
         (
             "--memory-budget",
             args.memory_budget.is_some(),
-            args.remote,
-            "--remote",
+            remote,
+            "--remote or --procs",
         ),
-        ("--no-fuse", args.no_fuse, args.remote, "--remote"),
+        ("--no-fuse", args.no_fuse, remote, "--remote or --procs"),
         (
             "--delivery",
             !args.delivery.is_empty(),
-            !args.remote,
+            !remote,
             "the warm benchmark, --parts or --churn (--remote's pager has the library's \
              default delivery)",
         ),

@@ -770,8 +770,9 @@ impl Pager {
     ///    while no `&[u8]` of this mapping is held are fine, and are seen
     ///    by the next one.
     /// 3. **A forked child does not map over the mapping's range**
-    ///    (`MAP_FIXED` over the placeholder faultmap leaves there, see
-    ///    "fork" above) while it can still reach a reference into it.
+    ///    (`MAP_FIXED` over the range faultmap maps again there, or the
+    ///    placeholder it leaves in a child it does not serve, see "fork"
+    ///    above) while it can still reach a reference into it.
     pub unsafe fn map(
         &self,
         source: impl IntoObject,
@@ -2076,13 +2077,14 @@ impl<A: Access> Deref for Mapping<A> {
         // mapped); the application changes them through this mapping only
         // with `&mut self` (DerefMut), and through others not while this
         // slice lives: the contract of `Pager::map`/`Pager::map_mut`. (In
-        // a forked child no handler serves the range, which holds an
-        // inaccessible placeholder, `sys::fork`: an access is SIGSEGV.
-        // A child that maps over the placeholder itself (`MAP_FIXED`), or a
-        // process whose at-fork handlers could not be registered
-        // (`sys::children_reserved`), reaches whatever is mapped there, as
-        // with any stale pointer into an unmapped range: item 3 of
-        // `Pager::map`'s contract.)
+        // a forked child the range is mapped again from the same memfd and
+        // served by the parent, `crate::mm::guest`; where it cannot be, it
+        // holds an inaccessible placeholder, `sys::fork`: an access is
+        // SIGBUS or SIGSEGV, never other bytes. A child that maps over the
+        // range itself (`MAP_FIXED`), or a process whose at-fork handlers
+        // could not be registered (`sys::children_reserved`), reaches
+        // whatever is mapped there, as with any stale pointer into an
+        // unmapped range: item 3 of `Pager::map`'s contract.)
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
@@ -2112,7 +2114,9 @@ impl<A: Access> Drop for Mapping<A> {
             // A forked child: the region is the parent's, in the parent's
             // table (leaked in the child), its object's rmap lock may be
             // held by a parent thread that is not here. Leave it all be,
-            // the placeholder over its range too (see "fork" above).
+            // what this child has at its range too (the range mapped again
+            // and served by the parent, or a placeholder; see "fork"
+            // above).
             std::mem::forget(self.region.take());
             // The replay thread is the parent's too: not here to join.
             std::mem::forget(self.replay.take());

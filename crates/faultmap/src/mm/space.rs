@@ -333,8 +333,8 @@ impl Region {
         // moved it there, and the kernel told us so), and only this
         // successor will own it: this region is disowned before the table's
         // lock is let go (see above), and a disowned region is never split
-        // again. (It inherits `self.map`'s placeholder in forked children:
-        // the part is DONTFORK too.)
+        // again. (It takes over `self.map`'s listing for forked children,
+        // at its address and offset: the part is DONTFORK too.)
         let map = unsafe {
             sys::MappedRegion::adopt(
                 &self.map,
@@ -942,9 +942,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The process's table: created on first use, never freed. A forked child
-/// starts from a table of its own: the parent's regions are not mapped in
-/// the child (mappings are `MADV_DONTFORK`; a placeholder holds their
-/// ranges, `crate::sys::fork`), its pager threads do not exist
+/// starts from a table of its own: the parent's regions are not the
+/// child's (mappings are `MADV_DONTFORK`; the child maps their ranges again
+/// and the parent serves them, `crate::mm::guest`, or a placeholder holds
+/// them, `crate::sys::fork`), its pager threads do not exist
 /// there, and its locks and read-section counters may have been held by
 /// threads that are gone; the parent's table is leaked there, never
 /// touched again.

@@ -666,16 +666,16 @@ pub(crate) struct MappedRegion {
     /// The range is no longer ours (the application unmapped or moved
     /// it): dropping must not unmap it.
     disowned: std::sync::atomic::AtomicBool,
-    /// The range is listed for a placeholder in forked children
-    /// ([`dont_fork`], `sys::fork`): to take off the list when it is
-    /// unmapped or disowned, whichever comes first.
+    /// The range is listed for forked children ([`dont_fork`],
+    /// `sys::fork`): to take off the list when it is unmapped or disowned,
+    /// whichever comes first.
     listed: std::sync::atomic::AtomicBool,
     /// Never reused in a process: names the mapping to a forked child's
     /// owner (`sys::share`).
     id: u64,
     /// Where it maps its memfd, for a forked child to map it again
-    /// (`sys::share`); set by [`dont_fork`].
-    share: std::sync::Mutex<Option<share::Share>>,
+    /// (`sys::share`); set once, by [`dont_fork`].
+    share: std::sync::OnceLock<share::Share>,
     /// Another process's range (a forked child's, `crate::mm::guest`):
     /// never unmapped, listed or advised here.
     foreign: bool,
@@ -716,7 +716,8 @@ impl MappedRegion {
     /// the part the application left mapped after unmapping the rest, or
     /// moved there with `mremap`. A part of a [`dont_fork`] range is
     /// `DONTFORK` too (the kernel keeps `VM_DONTCOPY` through splits and
-    /// moves), and is listed for a placeholder in children at its address.
+    /// moves), and is listed for children at its address, with its offset
+    /// in the memfd.
     ///
     /// # Safety
     ///
@@ -730,10 +731,10 @@ impl MappedRegion {
         addr: usize,
         len: usize,
     ) -> Option<MappedRegion> {
-        let share = (*from.share.lock().unwrap_or_else(|e| e.into_inner())).map(|s| share::Share {
+        let share = from.share.get().map(|s| share::Share {
             offset: s.offset + skip as u64,
             id: next_map_id(),
-            ..s
+            ..*s
         });
         let part = MappedRegion {
             ptr: NonNull::new(addr as *mut u8)?,
@@ -741,7 +742,7 @@ impl MappedRegion {
             disowned: std::sync::atomic::AtomicBool::new(false),
             listed: std::sync::atomic::AtomicBool::new(false),
             id: share.map_or_else(next_map_id, |s| s.id),
-            share: std::sync::Mutex::new(share),
+            share: share.map(std::sync::OnceLock::from).unwrap_or_default(),
             foreign: false,
         };
         if from.listed.load(std::sync::atomic::Ordering::Acquire) {
@@ -760,7 +761,7 @@ impl MappedRegion {
             disowned: std::sync::atomic::AtomicBool::new(false),
             listed: std::sync::atomic::AtomicBool::new(false),
             id: next_map_id(),
-            share: std::sync::Mutex::new(None),
+            share: std::sync::OnceLock::new(),
             foreign: true,
         })
     }
@@ -785,11 +786,10 @@ impl MappedRegion {
         self.unlist_for_children();
     }
 
-    /// Lists the range for a placeholder in every forked child
-    /// (`sys::fork`), until it is unmapped or disowned.
+    /// Lists the range for every forked child (`sys::fork`), until it is
+    /// unmapped or disowned.
     fn list_for_children(&self) {
-        let share = *self.share.lock().unwrap_or_else(|e| e.into_inner());
-        if fork::list(self.addr(), self.len, share) {
+        if fork::list(self.addr(), self.len, self.share.get().copied()) {
             self.listed
                 .store(true, std::sync::atomic::Ordering::Release);
         }
@@ -936,7 +936,7 @@ fn mmap_at(
         disowned: std::sync::atomic::AtomicBool::new(false),
         listed: std::sync::atomic::AtomicBool::new(false),
         id: next_map_id(),
-        share: std::sync::Mutex::new(None),
+        share: std::sync::OnceLock::new(),
         foreign: false,
     })
 }
@@ -1021,23 +1021,23 @@ pub(crate) fn read_own_memory(src: *const u8, dst: &mut [u8]) -> io::Result<usiz
 }
 
 /// Keeps the range out of forked children: `madvise(MADV_DONTFORK)`, so
-/// that a child does not inherit it, and an inaccessible placeholder over
-/// it in each child (`sys::fork`), so that a pointer into it faults there
-/// (SIGSEGV) instead of reading what the child maps in its place. Listed
-/// first: the range is never `DONTFORK` without being listed (unless the
-/// at-fork handlers could not be registered, [`children_reserved`]).
-/// On error the range stays listed until `region` is dropped.
-///
-/// With `shared` (the memfd, the range's offset in it, and whether it is
-/// writable), a child of a
-/// process that serves guests maps the range again and has it served by
-/// this process instead (`sys::share`).
+/// that a child does not inherit it (its copy would lose the userfaultfd
+/// registration), and lists it for the at-fork child handler
+/// (`sys::fork`): with `shared` (the memfd, the range's offset in it, and
+/// whether it is writable), a child of a process that serves guests maps
+/// the range again there and has it served by this process
+/// (`sys::share`); otherwise, or where that fails, the child gets an
+/// inaccessible placeholder, so that a pointer into it faults (SIGSEGV)
+/// instead of reading what the child maps in its place. Listed first: the
+/// range is never `DONTFORK` without being listed (unless the at-fork
+/// handlers could not be registered, [`children_reserved`]). On error the
+/// range stays listed until `region` is dropped.
 pub(crate) fn dont_fork(
     region: &MappedRegion,
     shared: Option<(&OwnedFd, u64, bool)>,
 ) -> io::Result<()> {
     if let Some((fd, offset, writable)) = shared {
-        *region.share.lock().unwrap_or_else(|e| e.into_inner()) = Some(share::Share {
+        let _ = region.share.set(share::Share {
             fd: fd.as_raw_fd(),
             offset,
             writable,
@@ -1067,6 +1067,22 @@ pub fn rusage_faults() -> io::Result<(u64, u64)> {
         return Err(io::Error::last_os_error());
     }
     Ok((ru.ru_minflt as u64, ru.ru_majflt as u64))
+}
+
+/// Bytes an unprivileged writer may still use on the file system of `path`
+/// (`statvfs`'s `f_bavail` blocks).
+pub fn free_bytes(path: &std::path::Path) -> io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: an all-zero statvfs is a valid value to be overwritten.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and lives for the call; statvfs writes
+    // one struct to a live value.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 /// How many pages of `[addr, addr+len)` are resident in the page cache

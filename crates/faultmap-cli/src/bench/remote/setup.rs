@@ -91,7 +91,16 @@ impl Setup {
             PathBuf::from(get("FAULTMAP_S3_ROOT")?),
         );
         let name = format!("bench-{len}");
-        write_object(&http_root.join(&name), len)?;
+        let down = || {
+            let _ = run_script("remote-servers", "down", &base);
+        };
+        // A failed write leaves nothing behind: neither a partial object
+        // (which could fill the disk) nor the servers.
+        if let Err(e) = write_object(&http_root.join(&name), len) {
+            let _ = std::fs::remove_file(http_root.join(&name));
+            down();
+            return Err(e);
+        }
         let s3_path = s3_root.join(&name);
         let _ = std::fs::remove_file(&s3_path);
         std::fs::hard_link(http_root.join(&name), &s3_path)
@@ -207,6 +216,17 @@ impl Drop for Setup {
 
 /// Writes `len` bytes of a fixed pseudo-random pattern to `path`.
 fn write_object(path: &Path, len: u64) -> Result<()> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    let free = faultmap::sys::free_bytes(parent).unwrap_or(u64::MAX);
+    // Room for the object and a margin of 1 GiB for everything else.
+    if len.saturating_add(1 << 30) > free {
+        anyhow::bail!(
+            "the {} benchmark object does not fit in {}: {} free",
+            crate::units::bytes(len),
+            parent.display(),
+            crate::units::bytes(free)
+        );
+    }
     note(&format!(
         "writing the {} benchmark object",
         crate::units::bytes(len)
