@@ -115,6 +115,13 @@ fn generation() -> u64 {
 ///     access, an entry in io_errors()); an open raises TimeoutError.
 /// io_retries: times a failed store request is tried again, 0..=16
 ///     (None: 2). At open, a timeout is not tried again.
+/// shared: share the caches of read-only mappings with the other
+///     processes of this user that map the same object version (a file's
+///     device, inode, size and mtime; a remote object's URL and ETag or
+///     version): the first to map it owns the cache, the others' reads are
+///     served from it, under its memory budget (None: on when the
+///     environment has FAULTMAP_SHARED=1). Mapping.sharing says what a
+///     mapping got.
 #[pyclass(module = "faultmap", frozen)]
 struct Pager {
     inner: Arc<fm::Pager>,
@@ -131,6 +138,7 @@ impl Pager {
         delivery: Option<&str>,
         page_size: Option<PageSize>,
         io: IoSettings,
+        shared: Option<bool>,
     ) -> PyResult<Pager> {
         let delivery = match delivery {
             None => DEFAULT_DELIVERY,
@@ -144,6 +152,9 @@ impl Pager {
         };
         let page_size = page_size.unwrap_or_default();
         let mut config = Config::default().delivery(delivery).page_size(page_size);
+        if let Some(on) = shared {
+            config = config.shared(on);
+        }
         if let Some(bytes) = memory_budget {
             config = config.memory_budget(bytes);
         }
@@ -182,7 +193,8 @@ impl Pager {
 impl Pager {
     #[new]
     #[pyo3(signature = (*, memory_budget=None, io_threads=None, delivery=None, page_size=None,
-                        io_timeout=None, io_retries=None))]
+                        io_timeout=None, io_retries=None, shared=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         memory_budget: Option<u64>,
@@ -191,6 +203,7 @@ impl Pager {
         page_size: Option<Bound<'_, PyAny>>,
         io_timeout: Option<f64>,
         io_retries: Option<u32>,
+        shared: Option<bool>,
     ) -> PyResult<Pager> {
         let page_size = page_size.as_ref().map(page_size_of).transpose()?;
         let io = IoSettings {
@@ -204,6 +217,7 @@ impl Pager {
                 delivery.as_deref(),
                 page_size,
                 io,
+                shared,
             )
         })
     }
@@ -349,7 +363,7 @@ fn default_pager(py: Python<'_>) -> PyResult<Py<Pager>> {
     // two threads from making two default pagers.
     let made = Py::new(
         py,
-        Pager::make(None, None, None, None, IoSettings::default())?,
+        Pager::make(None, None, None, None, IoSettings::default(), None)?,
     )?;
     *slot = Some(made.clone_ref(py));
     Ok(made)
@@ -1249,6 +1263,29 @@ impl Mapping {
     #[getter]
     fn closed(&self) -> bool {
         lock(&self.state).map.is_none()
+    }
+
+    /// Whose cache it reads: "private" (its own process's), "owner" (its
+    /// own, shared with other processes of this user), or "joined"
+    /// (another process's; see Pager(shared=...)).
+    #[getter]
+    fn sharing(&self) -> PyResult<&'static str> {
+        let map = self.map()?;
+        Ok(match either!(map.mapping(), m => m.sharing()) {
+            fm::Sharing::Owner => "owner",
+            fm::Sharing::Joined => "joined",
+            _ => "private",
+        })
+    }
+
+    /// Why a mapping is "private" although sharing is on, or None.
+    #[getter]
+    fn sharing_error(&self) -> PyResult<Option<String>> {
+        let map = self.map()?;
+        Ok(match either!(map.mapping(), m => m.sharing()) {
+            fm::Sharing::Private { why } => why.clone(),
+            _ => None,
+        })
     }
 
     /// Whether the mapping was opened writable=True.

@@ -736,6 +736,74 @@ def test_a_fork_pool_of_four_reads_one_cache(tmp_path, delivery):
     assert sent <= 1.1 * len(data), f"{sent} bytes sent for {len(data)}: not one cache"
 
 
+UNRELATED_READER = """
+import hashlib, random, sys, faultmap
+pager = faultmap.Pager(delivery=sys.argv[1])  # sharing on: FAULTMAP_SHARED=1
+m = pager.open(sys.argv[2])
+print(m.sharing, m.sharing_error, flush=True)
+sys.stdin.readline()
+rng = random.Random(int(sys.argv[3]))
+print(hashlib.sha256(memoryview(m)).hexdigest(), flush=True)
+for _ in range(64):
+    at = rng.randrange(len(m) - 4096)
+    print(at, hashlib.sha256(m[at:at + 4096]).hexdigest(), flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("delivery", ["handler", "signal"])
+def test_two_unrelated_processes_with_the_switch_on_read_one_cache(tmp_path, delivery):
+    # Two processes that share nothing but the user and the switch
+    # (FAULTMAP_SHARED=1) open the same URL: the first owns the cache, the
+    # second joins it, both read the whole object and random samples at
+    # once, the bytes are right, and the server sends the object about
+    # once.
+    import hashlib
+
+    data = pattern(8 * 1024 * 1024 + 321, 31)
+    server = FailingServer(data)
+    script = tmp_path / "reader.py"
+    script.write_text(UNRELATED_READER)
+    meet = tmp_path / "meet"
+    meet.mkdir(mode=0o700)
+    env = dict(os.environ, FAULTMAP_SHARED="1", FAULTMAP_SHARED_DIR=str(meet))
+    procs = []
+    try:
+        for seed in (1, 2):
+            p = subprocess.Popen(
+                [sys.executable, str(script), delivery, server.url, str(seed)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, env=env,
+            )
+            procs.append(p)
+            # Each says how it shares before the next starts.
+            procs[-1].role = p.stdout.readline().split()[0]
+        assert [p.role for p in procs] == ["owner", "joined"], [p.role for p in procs]
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outputs = [[p.stdout.readline().strip() for _ in range(65)] for p in procs]
+        for p in reversed(procs):  # the joiner first, then the owner
+            out, err = p.communicate("go\n", timeout=120)
+            assert p.returncode == 0, err
+        sent = server.sent
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        server.shutdown()
+        server.server_close()
+    whole = hashlib.sha256(data).hexdigest()
+    for who, lines in zip(["owner", "joiner"], outputs):
+        assert lines[0] == whole, f"the {who}: the whole object"
+        for line in lines[1:]:
+            at, digest = line.split()
+            at = int(at)
+            assert digest == hashlib.sha256(data[at:at + 4096]).hexdigest(), f"the {who} at {at}"
+    assert sent <= 1.1 * len(data), f"{sent} bytes sent for {len(data)}: not one cache"
+
+
 def test_writes_of_a_mapping_never_freed_reach_the_file_at_exit(small_file):
     # Held by a daemon thread until the interpreter exits: never freed, but
     # written back by the exit hook, as mmap's pages would be.

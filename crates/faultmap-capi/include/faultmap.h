@@ -101,6 +101,43 @@
 #define FM_ADVICE_DONTNEED 4
 
 /**
+ * `fm_config.shared`: as the environment says (`FAULTMAP_SHARED=1` turns
+ * sharing on).
+ */
+#define FM_SHARED_ENV 0
+
+/**
+ * `fm_config.shared`: read-only mappings of an object version (a file's
+ * device, inode, size and mtime; a URL's ETag or version) share one cache
+ * with the other processes of this user that map it with sharing on: the
+ * first owns it and serves the others (see `fm_mapping_sharing`).
+ */
+#define FM_SHARED_ON 1
+
+/**
+ * `fm_config.shared`: never shared, whatever the environment says.
+ */
+#define FM_SHARED_OFF 2
+
+/**
+ * `fm_mapping_sharing`: a cache of this process's own, shared with
+ * nobody.
+ */
+#define FM_SHARING_PRIVATE 0
+
+/**
+ * `fm_mapping_sharing`: this process owns the cache and serves the other
+ * processes that map the same object version.
+ */
+#define FM_SHARING_OWNER 1
+
+/**
+ * `fm_mapping_sharing`: another process owns the cache and serves this
+ * mapping's faults (its statistics are the owner's).
+ */
+#define FM_SHARING_JOINED 2
+
+/**
  * A mapping of an object (opaque).
  */
 typedef struct fm_mapping fm_mapping;
@@ -148,6 +185,14 @@ typedef struct fm_config {
    * open of a remote object; 0: the default (30000).
    */
   uint64_t io_timeout_ms;
+  /**
+   * `FM_SHARED_*`: whether read-only mappings share their object's
+   * cache with other processes of this user; 0 (`FM_SHARED_ENV`): as
+   * the environment says (`FAULTMAP_SHARED=1`). Added after the fields
+   * above: a program built with the `fm_config` that ends at
+   * `io_timeout_ms` (its `size` says so) gets 0.
+   */
+  int shared;
 } fm_config;
 
 /**
@@ -309,6 +354,17 @@ size_t fm_mapping_len(const struct fm_mapping *m);
  * `m` is NULL or a live mapping from `fm_map`.
  */
 size_t fm_mapping_page_size(const struct fm_mapping *m);
+
+/**
+ * Whose cache the mapping reads: `FM_SHARING_PRIVATE`,
+ * `FM_SHARING_OWNER` or `FM_SHARING_JOINED` (see `FM_SHARED_ON`);
+ * `-EINVAL` if `m` is NULL.
+ *
+ * # Safety
+ *
+ * `m` is NULL or a live mapping from `fm_map`.
+ */
+int fm_mapping_sharing(const struct fm_mapping *m);
 
 /**
  * Fills `out` with the mapping's counters; 0, or `-EINVAL` for a NULL

@@ -125,7 +125,38 @@ pub struct fm_config {
     /// Milliseconds a store request may take, and the deadline of a whole
     /// open of a remote object; 0: the default (30000).
     pub io_timeout_ms: u64,
+    /// `FM_SHARED_*`: whether read-only mappings share their object's
+    /// cache with other processes of this user; 0 (`FM_SHARED_ENV`): as
+    /// the environment says (`FAULTMAP_SHARED=1`). Added after the fields
+    /// above: a program built with the `fm_config` that ends at
+    /// `io_timeout_ms` (its `size` says so) gets 0.
+    pub shared: c_int,
 }
+
+/// `fm_config.shared`: as the environment says (`FAULTMAP_SHARED=1` turns
+/// sharing on).
+pub const FM_SHARED_ENV: c_int = 0;
+/// `fm_config.shared`: read-only mappings of an object version (a file's
+/// device, inode, size and mtime; a URL's ETag or version) share one cache
+/// with the other processes of this user that map it with sharing on: the
+/// first owns it and serves the others (see `fm_mapping_sharing`).
+pub const FM_SHARED_ON: c_int = 1;
+/// `fm_config.shared`: never shared, whatever the environment says.
+pub const FM_SHARED_OFF: c_int = 2;
+
+/// `fm_mapping_sharing`: a cache of this process's own, shared with
+/// nobody.
+pub const FM_SHARING_PRIVATE: c_int = 0;
+/// `fm_mapping_sharing`: this process owns the cache and serves the other
+/// processes that map the same object version.
+pub const FM_SHARING_OWNER: c_int = 1;
+/// `fm_mapping_sharing`: another process owns the cache and serves this
+/// mapping's faults (its statistics are the owner's).
+pub const FM_SHARING_JOINED: c_int = 2;
+
+/// The size of the first `fm_config` (it ended at `io_timeout_ms`): a
+/// program built with it is served, its later fields taken as 0.
+const FM_CONFIG_SIZE_FIRST: usize = 32;
 
 /// A mapping's fault and I/O counters (the names of faultmap's `Stats`).
 #[repr(C)]
@@ -292,6 +323,15 @@ pub unsafe extern "C" fn fm_pager_new(config: *const fm_config) -> *mut fm_pager
         if c.io_timeout_ms > 0 {
             cfg = cfg.io_timeout(std::time::Duration::from_millis(c.io_timeout_ms));
         }
+        cfg = match c.shared {
+            FM_SHARED_ENV => cfg,
+            FM_SHARED_ON => cfg.shared(true),
+            FM_SHARED_OFF => cfg.shared(false),
+            other => {
+                fail(libc::EINVAL, &format!("unknown fm_config.shared {other}"));
+                return std::ptr::null_mut();
+            }
+        };
         cfg = match c.delivery {
             FM_DELIVERY_DEFAULT => cfg,
             FM_DELIVERY_SIGNAL => cfg.delivery(Delivery::Signal),
@@ -515,9 +555,9 @@ unsafe fn read_config(config: *const fm_config) -> Result<fm_config, (c_int, Str
         ));
     }
     let theirs = size as usize;
-    if theirs < ours {
-        // The first fm_config with a size is this one: nothing smaller
-        // was ever valid.
+    if theirs < FM_CONFIG_SIZE_FIRST {
+        // The first fm_config with a size ended at io_timeout_ms: nothing
+        // smaller was ever valid.
         return Err((
             libc::EINVAL,
             format!("fm_config.size is {size}, not sizeof(fm_config) = {ours}: set it first"),
@@ -526,6 +566,20 @@ unsafe fn read_config(config: *const fm_config) -> Result<fm_config, (c_int, Str
     // SAFETY: the caller's `size` bytes are readable (the contract), and
     // `theirs` is that size.
     let bytes = unsafe { std::slice::from_raw_parts(config.cast::<u8>(), theirs) };
+    if theirs < ours {
+        // An older fm_config: its fields, and zeros for the later ones.
+        let mut c = fm_config::default();
+        // SAFETY: copies `theirs` (< sizeof(fm_config)) bytes into a live
+        // fm_config; every bit pattern is a valid fm_config (integers).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                (&mut c as *mut fm_config).cast::<u8>(),
+                theirs,
+            )
+        };
+        return Ok(c);
+    }
     if bytes[ours..].iter().any(|&b| b != 0) {
         return Err((
             libc::E2BIG,
@@ -675,6 +729,30 @@ pub unsafe extern "C" fn fm_mapping_page_size(m: *const fm_mapping) -> usize {
             fail(libc::EINVAL, "fm_mapping_page_size: the mapping is NULL");
             0
         }
+    }
+}
+
+/// Whose cache the mapping reads: `FM_SHARING_PRIVATE`,
+/// `FM_SHARING_OWNER` or `FM_SHARING_JOINED` (see `FM_SHARED_ON`);
+/// `-EINVAL` if `m` is NULL.
+///
+/// # Safety
+///
+/// `m` is NULL or a live mapping from `fm_map`.
+#[no_mangle]
+pub unsafe extern "C" fn fm_mapping_sharing(m: *const fm_mapping) -> c_int {
+    // SAFETY: NULL or a live mapping (this function's contract).
+    let Some(m) = (unsafe { m.as_ref() }) else {
+        return fail(libc::EINVAL, "fm_mapping_sharing: the mapping is NULL");
+    };
+    let sharing = match &m.map {
+        Map::Read(map) => map.sharing(),
+        Map::Write(map) => map.sharing(),
+    };
+    match sharing {
+        fm::Sharing::Owner => FM_SHARING_OWNER,
+        fm::Sharing::Joined => FM_SHARING_JOINED,
+        _ => FM_SHARING_PRIVATE,
     }
 }
 

@@ -2,8 +2,10 @@
  * writes through a writable mapping and reads the file back, maps a file
  * in 2 MiB pages (FM_HUGE_PAGES), checks that every misuse is an error
  * code with a message, never a crash, and that fm_config's io_timeout_ms
- * bounds the open of a server that never answers, and that a forked
- * child reads and writes the mappings it inherited (served by the parent).
+ * bounds the open of a server that never answers, that a forked
+ * child reads and writes the mappings it inherited (served by the parent),
+ * and that an unrelated process (this program again, exec'd) with
+ * FM_SHARED_ON joins the cache of the first.
  * Built and run by scripts/test-all (see scripts/c-tests):
  *
  *   capi_test SCRATCH_DIR
@@ -17,6 +19,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/file.h>
 #include <sys/wait.h>
 #include <stdint.h>
@@ -271,6 +274,13 @@ static void config_fields(void) {
     newer.future = 1;
     CHECK(fm_pager_new(&newer.config) == NULL && fm_last_errno() == E2BIG,
           "a larger fm_config with an unknown field set: errno %d", fm_last_errno());
+    fm_config first = {.size = 32}; /* the first fm_config ended at io_timeout_ms */
+    p = fm_pager_new(&first);
+    CHECK(p != NULL, "the first fm_config (32 bytes) is still served");
+    fm_pager_free(p);
+    fm_config bad_shared = {.size = sizeof bad_shared, .shared = 7};
+    CHECK(fm_pager_new(&bad_shared) == NULL && fm_last_errno() == EINVAL,
+          "shared 7: errno %d", fm_last_errno());
     fm_config too_many = {.size = sizeof too_many, .io_retries = 17};
     CHECK(fm_pager_new(&too_many) == NULL && fm_last_errno() == EINVAL,
           "io_retries 17: errno %d", fm_last_errno());
@@ -339,6 +349,72 @@ static void fork_children(fm_pager *pager, const char *path, const uint8_t *data
     fm_unmap(m);
 }
 
+/* The joiner's side of unrelated_processes (this program, exec'd with
+ * --joiner PATH): maps PATH with sharing on, must join, and must read the
+ * file's bytes. Returns the exit status. */
+static int joiner(const char *path) {
+    fm_config config = {.size = sizeof config, .shared = FM_SHARED_ON};
+    fm_pager *pager = fm_pager_new(&config);
+    CHECK(pager != NULL, "the joiner's pager");
+    if (!pager)
+        return 1;
+    fm_mapping *m = fm_map(pager, path, 0, 0, 0);
+    CHECK(m != NULL, "the joiner's fm_map");
+    if (m) {
+        CHECK(fm_mapping_sharing(m) == FM_SHARING_JOINED, "the joiner joined: %d",
+              fm_mapping_sharing(m));
+        size_t len = fm_mapping_len(m);
+        uint8_t *want = malloc(len);
+        int fd = open(path, O_RDONLY);
+        CHECK(fd >= 0 && pread(fd, want, len, 0) == (ssize_t)len, "reading %s", path);
+        if (fd >= 0)
+            close(fd);
+        CHECK(memcmp(fm_mapping_ptr(m), want, len) == 0, "the joiner's bytes differ");
+        free(want);
+        fm_unmap(m);
+    }
+    fm_pager_free(pager);
+    return failures ? 1 : 0;
+}
+
+/* Two unrelated processes with FM_SHARED_ON: this one maps the file first
+ * and owns its cache; the joiner (exec'd: it inherits nothing) reads all
+ * of it through this process, which then finds every page cached. */
+static void unrelated_processes(const char *self, const char *scratch, const char *path,
+                                const uint8_t *data, size_t len) {
+    char meet[4096];
+    snprintf(meet, sizeof meet, "%s/meet", scratch);
+    CHECK(mkdir(meet, 0700) == 0, "mkdir %s: %s", meet, strerror(errno));
+    setenv("FAULTMAP_SHARED_DIR", meet, 1);
+    fm_config config = {.size = sizeof config, .shared = FM_SHARED_ON};
+    fm_pager *pager = fm_pager_new(&config);
+    CHECK(pager != NULL, "the owner's pager");
+    if (!pager)
+        return;
+    fm_mapping *m = fm_map(pager, path, 0, 0, 0);
+    CHECK(m != NULL, "the owner's fm_map");
+    if (m) {
+        CHECK(fm_mapping_sharing(m) == FM_SHARING_OWNER, "the first process owns the cache: %d",
+              fm_mapping_sharing(m));
+        pid_t pid = fork();
+        if (pid == 0) {
+            execl(self, self, "--joiner", path, (char *)NULL);
+            _exit(127);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the joiner: status %#x", status);
+        CHECK(memcmp(fm_mapping_ptr(m), data, len) == 0, "the owner's bytes differ");
+        fm_stats stats;
+        CHECK(fm_mapping_stats(m, &stats) == 0 && stats.io_bytes == 0,
+              "the joiner's reads filled the owner's cache: the owner read %llu bytes",
+              (unsigned long long)stats.io_bytes);
+        fm_unmap(m);
+    }
+    fm_pager_free(pager);
+    unsetenv("FAULTMAP_SHARED_DIR");
+}
+
 static void read_file(const char *path, uint8_t *out, size_t len) {
     int fd = open(path, O_RDONLY);
     size_t got = 0;
@@ -357,6 +433,8 @@ static void read_file(const char *path, uint8_t *out, size_t len) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--joiner") == 0)
+        return joiner(argv[2]);
     if (argc != 2) {
         fprintf(stderr, "usage: %s SCRATCH_DIR\n", argv[0]);
         return 2;
@@ -399,6 +477,7 @@ int main(int argc, char **argv) {
     }
 
     fork_children(pager, path, data, len);
+    unrelated_processes(argv[0], argv[1], path, data, len);
 
     /* Writable: write, flush, read the file back. */
     fm_mapping *w = fm_map(pager, path, 0, 0, FM_WRITABLE);

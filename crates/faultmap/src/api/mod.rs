@@ -5,6 +5,8 @@
 //!   threads' loop, and the lifetimes that bound shutdown;
 //! - `object`: the counted handle to an object, with invalidation, flush,
 //!   statistics and the error log;
+//! - `shared`: whether a mapping owns its object's cache or joins another
+//!   process's (`Config::shared`), and the joining side;
 //! - `errno`: the error number an error stands for, for the C and Python
 //!   bindings.
 //!
@@ -14,3 +16,4 @@
 pub(crate) mod errno;
 pub(crate) mod object;
 pub(crate) mod pager;
+pub(crate) mod shared;

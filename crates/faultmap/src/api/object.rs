@@ -57,6 +57,13 @@ impl Object {
     }
 }
 
+impl Object {
+    /// A handle whose count was taken already (`ObjectCore::try_acquire`).
+    pub(crate) fn adopt(core: Arc<ObjectCore>) -> Object {
+        Object(core)
+    }
+}
+
 impl Clone for Object {
     fn clone(&self) -> Object {
         Object::new(self.0.clone())

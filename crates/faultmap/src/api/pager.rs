@@ -106,6 +106,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::api::object::{IntoObject, InvalidateError, Object};
+use crate::api::shared::{self, JoinedMap, Plan, Sharing};
 use crate::base::config::{
     Config, ConfigError, Delivery, HandlerPlacement, MapOptions, PageSize, RegionLookup,
     MAX_HANDLER_THREADS,
@@ -832,8 +833,36 @@ impl Pager {
             let version = object.0.store.version();
             trace.check(object.name(), object.len(), version.as_deref(), size)?;
         }
+        // With sharing on, a read-only mapping owns its object version's
+        // cache or joins another process's (`crate::api::shared`).
+        let mut object = object;
+        let mut sharing = Sharing::Private { why: None };
+        let mut joined = None;
+        let shareable = self.config.shared
+            && !A::WRITABLE
+            && extent.pages > 0
+            && opts.trace_to_replay().is_none()
+            && !opts.records_trace();
+        if let Some(key) = object.0.store.share_key().filter(|_| shareable) {
+            let key = format!("{key}, pages of {} bytes", size.bytes());
+            let timeout = self.config.io_timeout;
+            match shared::plan(&self.core, self.source, &object, &key, &extent, timeout) {
+                Plan::Own(hosted) => {
+                    object = hosted;
+                    self.core.io_shared.watch(&object.0);
+                    sharing = Sharing::Owner;
+                }
+                Plan::Join(map) => {
+                    joined = Some(map);
+                    sharing = Sharing::Joined;
+                }
+                Plan::Private(why) => sharing = Sharing::Private { why: Some(why) },
+            }
+        }
         let mut mapping = Mapping {
             region: None,
+            joined: None,
+            sharing,
             ptr: NonNull::dangling(),
             len: 0,
             object: object.clone(),
@@ -846,6 +875,17 @@ impl Pager {
             access: PhantomData,
         };
         if extent.pages == 0 {
+            return Ok(mapping);
+        }
+        if let Some(joined) = joined {
+            // SAFETY: lead < the page size <= the mapping's length, so the
+            // pointer is inside the range, which `joined` keeps mapped.
+            mapping.ptr =
+                unsafe { NonNull::new_unchecked((joined.addr() as *mut u8).add(extent.lead)) };
+            mapping.len = extent.len;
+            let mut joined = joined;
+            joined.base = object.0.cache.offset(ObjectPage(extent.first_page)) + extent.lead as u64;
+            mapping.joined = Some(joined);
             return Ok(mapping);
         }
         let name = object.name().to_string();
@@ -1491,6 +1531,10 @@ pub type MappingMut = Mapping<ReadWrite>;
 /// ```
 pub struct Mapping<A: Access = ReadOnly> {
     region: Option<Arc<Region>>,
+    /// Another process's cache, mapped here ([`Sharing::Joined`]): then
+    /// `region` is `None`.
+    joined: Option<JoinedMap>,
+    sharing: Sharing,
     ptr: NonNull<u8>,
     len: usize,
     object: Object,
@@ -1800,6 +1844,11 @@ impl<A: Access> Mapping<A> {
         // SAFETY: offset + buf.len() <= len (checked above), so the range
         // is inside the mapping, which `self` keeps mapped.
         let src = unsafe { self.ptr.as_ptr().add(offset) };
+        if self.joined.is_some() {
+            // Another process serves it: asked page by page, as a forked
+            // child asks its parent.
+            return self.read_as_guest(offset, src, buf);
+        }
         if !self.kernel_faults {
             // SAFETY: `src..src + buf.len()` is inside the mapping (above),
             // which `self` keeps mapped, so it stays readable (a page not
@@ -1846,11 +1895,23 @@ impl<A: Access> Mapping<A> {
     /// else about the mapping (its options, flush, statistics) is the
     /// parent's.
     pub fn usable_here(&self) -> bool {
+        if self.joined.is_some() {
+            return self.born == sys::fork_generation();
+        }
         if self.born == sys::fork_generation() {
             return true;
         }
         sys::is_guest()
             && (self.len == 0 || sys::fork::served(self.ptr.as_ptr() as usize, self.len))
+    }
+
+    /// Whose cache this mapping reads: its own process's, or one shared
+    /// with other processes of this user ([`crate::Config::shared`]).
+    /// With [`Sharing::Joined`] only the bytes are here: the mapping's
+    /// statistics, advice and options are the owner's, and the calls for
+    /// them do nothing here.
+    pub fn sharing(&self) -> &Sharing {
+        &self.sharing
     }
 
     /// [`Mapping::read_at`] in a forked child, of a mapping it inherited
@@ -1901,15 +1962,20 @@ impl<A: Access> Mapping<A> {
     /// The error of a guest's [`Mapping::read_at`] that stopped at byte
     /// `at` (nothing to zap: the parent serves the page).
     fn guest_read_failed(&self, at: usize) -> MapError {
-        let base = self
-            .region
-            .as_ref()
-            .map_or(0, |r| r.object_offset(self.addr()));
+        let base = match (&self.region, &self.joined) {
+            (Some(r), _) => r.object_offset(self.addr()),
+            (None, Some(j)) => j.base,
+            (None, None) => 0,
+        };
+        let who = if self.joined.is_some() {
+            "the process that owns this shared cache"
+        } else {
+            "the process that serves this inherited mapping"
+        };
         MapError::Read {
             name: self.object.name().to_string(),
             offset: base + at as u64,
-            why: "the process that serves this inherited mapping could not read it, or is gone"
-                .to_string(),
+            why: format!("{who} could not read it, or is gone"),
         }
     }
 
@@ -2118,6 +2184,10 @@ impl<A: Access> Drop for Mapping<A> {
             // and served by the parent, or a placeholder; see "fork"
             // above).
             std::mem::forget(self.region.take());
+            // A joined range's link, channel and userfaultfd were the
+            // parent's: the at-fork handler closed this child's copies
+            // (`sys::share`), and the numbers may be reused since.
+            std::mem::forget(self.joined.take());
             // The replay thread is the parent's too: not here to join.
             std::mem::forget(self.replay.take());
             return;

@@ -336,6 +336,24 @@ pub struct Config {
     /// [`PageSize::Base`], 4 KiB); [`MapOptions::page_size`] chooses per
     /// object mapped from a store.
     pub page_size: PageSize,
+    /// Share object caches with other processes of this user (default:
+    /// on when the environment has `FAULTMAP_SHARED=1`, [`SHARED_ENV`]).
+    /// A read-only mapping of an object whose store names its version
+    /// ([`crate::Store::share_key`]: files, HTTP and S3 objects) is then
+    /// served from the cache of the first process that mapped that
+    /// version, under that process's memory budget and policy; the first
+    /// process listens for the others on a socket only this user can
+    /// reach. See "Many processes" in the README.
+    pub shared: bool,
+}
+
+/// The environment variable that turns [`Config::shared`] on by default
+/// (`1`).
+pub const SHARED_ENV: &str = "FAULTMAP_SHARED";
+
+/// Whether the environment asks for sharing ([`SHARED_ENV`] is `1`).
+fn shared_from_env() -> bool {
+    std::env::var_os(SHARED_ENV).is_some_and(|v| v == "1")
 }
 
 impl Default for Config {
@@ -354,11 +372,19 @@ impl Default for Config {
             io_timeout: DEFAULT_IO_TIMEOUT,
             dirty_expire: DEFAULT_DIRTY_EXPIRE,
             page_size: PageSize::Base,
+            shared: shared_from_env(),
         }
     }
 }
 
 impl Config {
+    /// Sets whether the pager shares object caches with other processes
+    /// ([`Config::shared`]).
+    pub fn shared(mut self, on: bool) -> Self {
+        self.shared = on;
+        self
+    }
+
     /// Sets the page size of the objects the pager opens.
     pub fn page_size(mut self, size: PageSize) -> Self {
         self.page_size = size;

@@ -402,6 +402,11 @@ impl Cache {
         page.offset_in(self.size)
     }
 
+    /// The object's pages.
+    pub(crate) fn page_count(&self) -> u64 {
+        self.pages
+    }
+
     /// The bytes of `n` pages.
     pub(crate) fn bytes(&self, n: u64) -> u64 {
         n << self.size.shift()

@@ -40,10 +40,30 @@
 //! - Every fault is answered once (`GuestFault::complete`), or its socket
 //!   is dropped unanswered, which the child reads as end-of-file: never a
 //!   thread left waiting.
+//!
+//! ## Unrelated processes
+//!
+//! With sharing on (`Config::shared`), the first process of a user to map
+//! an object version *hosts* it ([`host`]): it listens on a named socket
+//! (`sys::rendezvous`) whose connections this thread takes in as guests
+//! too. Such a guest (a *joiner*) sends a `JOIN` with the version key and
+//! its userfaultfd, gets the object's memfd, maps the range it wants from
+//! it, and sends `RANGE_OF`; its regions are made from the object itself
+//! (`Region::for_joiner`), not from one of the owner's mappings, and it
+//! ends when its channel closes (its mapping's drop, or its death).
+//!
+//! - A joiner gets the object only while the object is open: its handle is
+//!   taken with `try_acquire`, which never raises a count from zero, so a
+//!   closing object is never opened again (the joiner is refused and maps
+//!   a cache of its own).
+//! - The object is unhosted when it closes (its last handle, the owner's
+//!   own and its joiners', goes): its socket is removed under the lock file,
+//!   if it is still the one this process bound.
 
-use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::base::index::HostAddr;
 use crate::cache::wait::Uffd;
@@ -52,6 +72,7 @@ use crate::mm::object::{self, ObjectCore};
 use crate::mm::pager_core::Core;
 use crate::mm::signal;
 use crate::mm::space::{Region, RegionTable};
+use crate::sys::rendezvous;
 use crate::sys::share::{self, Answer, Received};
 use crate::sys::{self, feature, UffdSource};
 
@@ -91,13 +112,7 @@ pub(crate) fn serve(core: &Core, source: UffdSource) -> std::io::Result<()> {
     // its faults here.
     signal::install()?;
     let (recv, send) = share::seqpacket_pair()?;
-    let mut features = feature::MISSING_SHMEM | feature::MINOR_SHMEM;
-    if core.write_protect {
-        features |= feature::WP_HUGETLBFS_SHMEM;
-    }
-    if core.hugetlb {
-        features |= feature::MINOR_HUGETLBFS | feature::MISSING_HUGETLBFS;
-    }
+    let features = features(core);
     let recv_fd = recv.as_raw_fd();
     std::thread::Builder::new()
         .name("faultmap-guests".into())
@@ -112,9 +127,123 @@ pub(crate) fn serve(core: &Core, source: UffdSource) -> std::io::Result<()> {
     Ok(())
 }
 
-/// One forked child.
+/// The features a guest's userfaultfd asks for (`UFFD_FEATURE_SIGBUS`
+/// besides) to be served as `core`'s own.
+pub(crate) fn features(core: &Core) -> u64 {
+    let mut features = feature::MISSING_SHMEM | feature::MINOR_SHMEM;
+    if core.write_protect {
+        features |= feature::WP_HUGETLBFS_SHMEM;
+    }
+    if core.hugetlb {
+        features |= feature::MINOR_HUGETLBFS | feature::MISSING_HUGETLBFS;
+    }
+    features
+}
+
+/// An object this process hosts for unrelated processes.
+struct Hosted {
+    /// Never reused in this process.
+    id: u64,
+    key: String,
+    object: Weak<ObjectCore>,
+    /// The pager whose policy and budget serve the joiners.
+    pager: Weak<Core>,
+    listener: Arc<OwnedFd>,
+    dir: PathBuf,
+    name: String,
+    /// The device and inode of the socket file bound.
+    file: (u64, u64),
+}
+
+/// What this process hosts (a forked child hosts nothing of its parent's).
+static HOSTED: sys::ForkLocal<Mutex<Vec<Hosted>>> = sys::ForkLocal::new();
+
+fn hosted() -> std::sync::MutexGuard<'static, Vec<Hosted>> {
+    HOSTED
+        .get_or_init(|| Mutex::new(Vec::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// A handle on the object this process hosts under `key`, if it is open:
+/// the process maps that one rather than a second copy.
+pub(crate) fn hosted_object(key: &str) -> Option<Arc<ObjectCore>> {
+    hosted().iter().find(|h| h.key == key).and_then(|h| {
+        let object = h.object.upgrade()?;
+        object.try_acquire().then_some(object)
+    })
+}
+
+/// Hosts `object` under `key` for unrelated processes of this user: listens
+/// at `<dir>/<name>.sock`. The caller holds the lock file
+/// (`rendezvous::decide`) and found nobody listening there; the service
+/// thread runs (`serve`).
+pub(crate) fn host(
+    object: &Arc<ObjectCore>,
+    pager: &Arc<Core>,
+    key: &str,
+    dir: &Path,
+    name: &str,
+) -> std::io::Result<()> {
+    let path = rendezvous::socket_path(dir, name);
+    let listener = rendezvous::listen(&path)?;
+    let file = rendezvous::file_id(&path).unwrap_or((0, 0));
+    // A child closes its copy first thing: the owner's death must leave
+    // nobody listening.
+    share::own_fd(listener.as_raw_fd());
+    object.hosted.store(true, Ordering::Release);
+    hosted().push(Hosted {
+        id: crate::sys::next_map_id(),
+        key: key.to_string(),
+        object: Arc::downgrade(object),
+        pager: Arc::downgrade(pager),
+        listener: Arc::new(listener),
+        dir: dir.to_path_buf(),
+        name: name.to_string(),
+        file,
+    });
+    share::wake();
+    Ok(())
+}
+
+/// Stops hosting `object` (it closed): its socket is removed if it is still
+/// this process's, and the service thread closes the listener.
+pub(crate) fn unhost(object: &ObjectCore) {
+    if !object.hosted.load(Ordering::Acquire) {
+        return;
+    }
+    let gone: Vec<Hosted> = {
+        let mut list = hosted();
+        let (gone, kept) = std::mem::take(&mut *list)
+            .into_iter()
+            .partition(|h| std::ptr::eq(h.object.as_ptr(), object));
+        *list = kept;
+        gone
+    };
+    for h in gone {
+        let _decide = rendezvous::decide(&h.dir, &h.name);
+        rendezvous::unlink_if(&rendezvous::socket_path(&h.dir, &h.name), h.file);
+        share::disown_fd(h.listener.as_raw_fd());
+    }
+    share::wake();
+}
+
+/// What a joiner joined: the object (a handle on it) and the pager that
+/// serves it.
+struct Joined {
+    id: u64,
+    hold: Hold,
+    pager: Arc<Core>,
+}
+
+/// One forked child, or one unrelated process's mapping.
 struct Guest {
-    uffd: Arc<Uffd>,
+    /// Its userfaultfd (a joiner's comes with its `JOIN`).
+    uffd: Option<Arc<Uffd>>,
+    /// An unrelated process's: the hosted object it connected for, until
+    /// it joins, then what it joined. It ends with its channel.
+    hosted: Option<u64>,
+    joined: Option<Joined>,
     /// Its channel, until the child closes it (it exited, exec'd, or
     /// closed its descriptors).
     channel: Option<OwnedFd>,
@@ -136,6 +265,11 @@ struct Guest {
 struct Hold(Arc<ObjectCore>);
 
 impl Hold {
+    /// A handle taken with `try_acquire` already.
+    fn adopt(object: Arc<ObjectCore>) -> Hold {
+        Hold(object)
+    }
+
     /// A handle made from a live one: the caller holds the region table's
     /// lock over a published region of the object, whose mapping holds a
     /// handle until after the region leaves the table.
@@ -162,8 +296,15 @@ impl Service {
     fn run(mut self, recv: OwnedFd) {
         let mut words = [0u64; share::MAX_WORDS];
         loop {
+            // The hosted objects' listeners (looked at again after every
+            // wake: `host` and `unhost` send one).
+            let listeners: Vec<(u64, Arc<OwnedFd>)> = hosted()
+                .iter()
+                .map(|h| (h.id, h.listener.clone()))
+                .collect();
             // Each guest's channel while it is open, then its pidfd.
             let mut fds = vec![&recv];
+            fds.extend(listeners.iter().map(|(_, l)| &**l));
             fds.extend(
                 self.guests
                     .iter()
@@ -175,8 +316,14 @@ impl Service {
             if ready[0] {
                 self.accept(&recv, &mut words);
             }
+            for (k, (id, listener)) in listeners.iter().enumerate() {
+                if ready[1 + k] {
+                    self.accept_joiners(*id, listener);
+                }
+            }
+            let first_guest = 1 + listeners.len();
             let mut ended = Vec::new();
-            for (i, ready) in ready[1..].iter().enumerate() {
+            for (i, ready) in ready[first_guest..].iter().enumerate() {
                 if *ready && !self.guests[i].serve(&mut words) {
                     ended.push(i);
                 }
@@ -209,7 +356,9 @@ impl Service {
                     share::own_fd(uffd.as_raw_fd());
                     share::own_fd(channel.as_raw_fd());
                     self.guests.push(Guest {
-                        uffd: Arc::new(Uffd::new(uffd)),
+                        uffd: Some(Arc::new(Uffd::new(uffd))),
+                        hosted: None,
+                        joined: None,
                         channel: Some(channel),
                         pidfd,
                         table: Arc::new(RegionTable::new()),
@@ -219,6 +368,28 @@ impl Service {
                 }
                 Ok(Received::Empty) | Ok(Received::Closed) | Err(_) => return,
             }
+        }
+    }
+
+    /// Takes in the processes that connected to hosted object `id`: those
+    /// of this user only (`SO_PEERCRED`), as guests that have yet to join.
+    fn accept_joiners(&mut self, id: u64, listener: &OwnedFd) {
+        while let Ok(Some(conn)) = rendezvous::accept(listener) {
+            if rendezvous::peer_uid(&conn) != Some(rendezvous::euid()) {
+                continue;
+            }
+            let pidfd = share::peer_pidfd(&conn);
+            share::own_fd(conn.as_raw_fd());
+            self.guests.push(Guest {
+                uffd: None,
+                hosted: Some(id),
+                joined: None,
+                channel: Some(conn),
+                pidfd,
+                table: Arc::new(RegionTable::new()),
+                cores: Vec::new(),
+                regions: Vec::new(),
+            });
         }
     }
 }
@@ -238,6 +409,11 @@ impl Guest {
             // exits; its faults get SIGBUS, the channel being gone).
             if let Some(fd) = self.channel.take() {
                 share::disown_fd(fd.as_raw_fd());
+            }
+            if self.hosted.is_some() {
+                // A joiner: its channel closes after its range is unmapped
+                // (or with the process).
+                return false;
             }
             return self.pidfd.as_ref().is_some_and(|p| !share::exited(p));
         }
@@ -262,7 +438,16 @@ impl Guest {
                             self.add_range(id, addr as usize, len as usize);
                         }
                     }
-                    Some(&share::FAULT) if n >= 3 && fds.len() == 1 => {
+                    Some(&share::JOIN) if n >= 3 && fds.len() == 1 => {
+                        if !self.join(&words[..n], fds.remove(0)) {
+                            return false;
+                        }
+                    }
+                    Some(&share::RANGE_OF) if n >= 6 => {
+                        let [id, addr, len, first, pages] = [1, 2, 3, 4, 5].map(|k| words[k]);
+                        self.add_range_of(id, addr as usize, len as usize, first, pages);
+                    }
+                    Some(&share::FAULT) if n >= 3 && fds.len() == 1 && self.uffd.is_some() => {
                         let fault = Arc::new(GuestFault {
                             answer: fds.remove(0),
                             write: words[2] & share::FLAG_WRITE != 0,
@@ -307,11 +492,10 @@ impl Guest {
         {
             Some((_, core)) => core.clone(),
             None => {
-                let core = Arc::new(
-                    region
-                        .owner
-                        .for_guest(self.uffd.clone(), self.table.clone()),
-                );
+                let Some(uffd) = self.uffd.clone() else {
+                    return;
+                };
+                let core = Arc::new(region.owner.for_guest(uffd, self.table.clone()));
                 self.cores.push((region.owner.clone(), core.clone()));
                 core
             }
@@ -324,6 +508,81 @@ impl Guest {
         guest.object.add_mapping(&guest);
         self.table.lock().insert(guest.clone());
         self.regions.push((guest, hold));
+    }
+
+    /// A joiner's `JOIN` (`words`, with its userfaultfd): if it names the
+    /// key of the object it connected for, and that object is open, it
+    /// gets the object's memfd. Returns false if it is refused (the
+    /// guest then ends).
+    fn join(&mut self, words: &[u64], uffd: OwnedFd) -> bool {
+        let (Some(id), None, Some(channel)) = (self.hosted, &self.joined, &self.channel) else {
+            return false;
+        };
+        let key_len = words[2] as usize;
+        let key: Vec<u8> = words[3..].iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let found = (key_len <= key.len())
+            .then(|| {
+                hosted()
+                    .iter()
+                    .find(|h| h.id == id && h.key.as_bytes() == &key[..key_len])
+                    .and_then(|h| Some((h.object.upgrade()?, h.pager.upgrade()?)))
+            })
+            .flatten()
+            .filter(|(object, _)| object.try_acquire());
+        let Some((object, pager)) = found else {
+            let _ = share::send(channel, &[share::REFUSED], &[]);
+            return false;
+        };
+        let hold = Hold::adopt(object);
+        let page_bytes = hold.0.cache.bytes(1);
+        let reply = [share::JOINED, id, hold.0.len, page_bytes];
+        let memfd: RawFd = hold.0.cache.memfd().as_raw_fd();
+        if share::send(channel, &reply, &[memfd]).is_err() {
+            return false;
+        }
+        share::own_fd(uffd.as_raw_fd());
+        self.uffd = Some(Arc::new(Uffd::new(uffd)));
+        self.joined = Some(Joined { id, hold, pager });
+        true
+    }
+
+    /// Serves a joiner's range `[addr, addr + len)`, which maps `pages`
+    /// pages of the object it joined from `first`.
+    fn add_range_of(&mut self, id: u64, addr: usize, len: usize, first: u64, pages: u64) {
+        let (Some(joined), Some(uffd)) = (&self.joined, &self.uffd) else {
+            return;
+        };
+        let object = &joined.hold.0;
+        let fits = first
+            .checked_add(pages)
+            .is_some_and(|end| end <= object.cache.page_count())
+            && pages > 0
+            && object.cache.bytes(pages) == len as u64;
+        if joined.id != id || !fits {
+            return;
+        }
+        let core = match self
+            .cores
+            .iter()
+            .find(|(pager, _)| Arc::ptr_eq(pager, &joined.pager))
+        {
+            Some((_, core)) => core.clone(),
+            None => {
+                let core = Arc::new(joined.pager.for_guest(uffd.clone(), self.table.clone()));
+                self.cores.push((joined.pager.clone(), core.clone()));
+                core
+            }
+        };
+        let Some(region) = Region::for_joiner(object, core, addr, first, pages) else {
+            return;
+        };
+        if self.table.lock().overlaps(region.start()..region.end()) {
+            return;
+        }
+        let hold = Hold::new(object);
+        region.object.add_mapping(&region);
+        self.table.lock().insert(region.clone());
+        self.regions.push((region, hold));
     }
 
     /// Resolves the child's fault at `addr`.
@@ -348,7 +607,9 @@ impl Guest {
             lock.remove(region.start());
         }
         drop(lock);
-        share::disown_fd(self.uffd.as_raw_fd());
+        if let Some(uffd) = &self.uffd {
+            share::disown_fd(uffd.as_raw_fd());
+        }
         if let Some(fd) = &self.channel {
             share::disown_fd(fd.as_raw_fd());
         }
@@ -356,9 +617,9 @@ impl Guest {
         // its object, which may wait for its final write-back, and this
         // thread serves every other child meanwhile.
         // (With no thread to be had, the handles go here, with the closure.)
-        let regions = self.regions;
+        let holds = (self.regions, self.joined);
         let _ = std::thread::Builder::new()
             .name("faultmap-guest-end".into())
-            .spawn(move || drop(regions));
+            .spawn(move || drop(holds));
     }
 }

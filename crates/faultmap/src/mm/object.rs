@@ -83,6 +83,9 @@ pub(crate) struct ObjectCore {
     /// and whether the last went: then its reads are cancelled and the
     /// final write-back runs (see `Object`'s drop).
     handles: Handles,
+    /// Hosted for unrelated processes (`crate::mm::guest::host`): unhosted
+    /// when it closes.
+    pub(crate) hosted: std::sync::atomic::AtomicBool,
     /// How long the last handle's drop waits for the final write-back:
     /// `Config::io_timeout` plus a second, of the pager that opened it.
     grace: Duration,
@@ -170,6 +173,7 @@ impl ObjectCore {
         Self {
             born: crate::sys::fork_generation(),
             handles: Handles::new(),
+            hosted: std::sync::atomic::AtomicBool::new(false),
             grace,
             io_pages,
             ra_pages,
@@ -197,6 +201,12 @@ impl ObjectCore {
     /// Counts one more [`crate::Object`] handle.
     pub(crate) fn acquire(&self) {
         self.handles.acquire();
+    }
+
+    /// Counts one handle more if one lives (a hosted object's joiner, or
+    /// a second map of it in this process): false if it closed.
+    pub(crate) fn try_acquire(&self) -> bool {
+        self.handles.try_acquire()
     }
 
     /// Counts one handle fewer; returns whether it was the last (the
@@ -294,6 +304,7 @@ impl ObjectCore {
 /// returns leaves that thread behind, holding the object's parts (through
 /// its `Arc`) until the store answers: this returns anyway.
 pub(crate) fn close(core: &Arc<ObjectCore>) {
+    crate::mm::guest::unhost(core);
     crate::mm::io::cancel_reads_ahead(core);
     if !crate::mm::writeback::has_work(core) {
         return;
@@ -342,6 +353,27 @@ impl Handles {
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// One more handle unless none is left (the count is never raised
+    /// from zero: a closed object stays closed). Acquire on success, as
+    /// the holder reads what the others did.
+    fn try_acquire(&self) -> bool {
+        let mut count = self.count.load(Ordering::Relaxed);
+        loop {
+            if count == 0 {
+                return false;
+            }
+            match self.count.compare_exchange_weak(
+                count,
+                count + 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => count = now,
+            }
+        }
+    }
+
     /// One handle fewer; returns whether it was the last, which closes the
     /// object. AcqRel, as `Arc`'s drop: the closer sees everything the
     /// other handles' holders did. The flag is stored after the count
@@ -373,9 +405,11 @@ mod loom_models {
     use loom::thread;
 
     /// Two handles, one of them cloned and both clones dropped on another
-    /// thread while the first is dropped here: exactly one drop is the
-    /// last, the object is closed only then (never while the clone lives),
-    /// and a thread that sees it closed sees no handle left.
+    /// thread while the first is dropped here, and a joiner that tries to
+    /// take a handle meanwhile: exactly one drop is the last, the object
+    /// is closed only then (never while the clone lives), a thread that
+    /// sees it closed sees no handle left, and the joiner gets a handle
+    /// exactly when the object is not closed.
     #[test]
     fn loom_models_object_closes_once_after_its_last_handle() {
         loom::model(|| {
@@ -390,17 +424,26 @@ mod loom_models {
                 let b = theirs.release();
                 u32::from(a) + u32::from(b)
             });
+            // A joiner (`try_acquire`, never from zero): it gets a handle
+            // only while one lives, and its release may be the last.
             let watcher = {
                 let h = h.clone();
                 thread::spawn(move || {
                     if h.is_closed() {
                         assert_eq!(h.count(), 0, "closed with a handle left");
                     }
+                    if h.try_acquire() {
+                        assert!(!h.is_closed(), "a handle taken on a closed object");
+                        u32::from(h.release())
+                    } else {
+                        // Refused: the count was zero, and stays so.
+                        assert_eq!(h.count(), 0, "refused while a handle lives");
+                        0
+                    }
                 })
             };
             let mine = u32::from(h.release());
-            let lasts = t.join().unwrap() + mine;
-            watcher.join().unwrap();
+            let lasts = t.join().unwrap() + mine + watcher.join().unwrap();
             assert_eq!(lasts, 1, "one drop is the last");
             assert!(h.is_closed());
         });

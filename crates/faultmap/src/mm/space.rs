@@ -313,6 +313,46 @@ impl Region {
         }))
     }
 
+    /// A region an unrelated process mapped at `addr` (served here, with
+    /// `owner`, the core for that process): pages `first..first + pages`
+    /// of `object`, with the options of a default mapping (fault-around
+    /// of at least [`GUEST_ORDER`], the object's readahead), fresh
+    /// counters, no trace. `None` for a null address or an empty range.
+    pub(crate) fn for_joiner(
+        object: &Arc<ObjectCore>,
+        owner: Arc<Core>,
+        addr: usize,
+        first: u64,
+        pages: u64,
+    ) -> Option<Arc<Region>> {
+        let len = usize::try_from(object.cache.bytes(pages)).ok()?;
+        if pages == 0 {
+            return None;
+        }
+        let map = sys::MappedRegion::foreign(addr, len)?;
+        let opts = crate::base::config::MapOptions::default();
+        Some(Arc::new(Region {
+            map,
+            object: object.clone(),
+            first_page: ObjectPage(first),
+            pages,
+            page_shift: object.cache.bytes(1).trailing_zeros(),
+            order: AtomicU8::new(guest_order(opts.order())),
+            density: AtomicU32::new(crate::policy::fault_around::DENSITY_START),
+            seq: SeqCount::default(),
+            owner,
+            counters: Counters::default(),
+            ra: RaCounters::default(),
+            ra_pages: object.ra_pages,
+            ra_mode: opts.readahead_mode(),
+            hints: AtomicPtr::new(Box::into_raw(Box::default())),
+            mapped: MappedPages::new(pages),
+            successors: Mutex::new(Vec::new()),
+            writable: false,
+            trace: RegionTrace::default(),
+        }))
+    }
+
     /// A region that takes over the pages at `part` (page-aligned, inside
     /// this one), which now live at address `at`: `at == part.start` for a
     /// part the application left in place (a partial `munmap`), another

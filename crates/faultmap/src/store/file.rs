@@ -201,6 +201,8 @@ pub struct FileStore {
     writable: bool,
     /// The modification time at open ([`Store::version`]).
     mtime: (i64, i64),
+    /// The file's device and inode ([`Store::share_key`]).
+    id: (u64, u64),
 }
 
 impl fmt::Debug for FileStore {
@@ -332,6 +334,7 @@ impl FileStore {
             name: path.display().to_string(),
             writable,
             mtime: (meta.mtime(), meta.mtime_nsec()),
+            id: (meta.dev(), meta.ino()),
         })
     }
 
@@ -467,6 +470,14 @@ impl Store for FileStore {
     fn version(&self) -> Option<String> {
         let (secs, nanos) = self.mtime;
         Some(format!("mtime {secs}.{nanos:09}"))
+    }
+
+    fn share_key(&self) -> Option<String> {
+        let ((dev, ino), (secs, nanos)) = (self.id, self.mtime);
+        Some(format!(
+            "file dev {dev} inode {ino} {} bytes, mtime {secs}.{nanos:09}",
+            self.len
+        ))
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {

@@ -364,6 +364,15 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// What names this version of the object's bytes to other processes,
+    /// so that those that map it share one cache (`Config::shared`): a
+    /// remote object's URL, length and pinned version, a file's device,
+    /// inode, length and modification time. Two stores with the same key
+    /// must hold the same bytes. Default: `None`, never shared.
+    fn share_key(&self) -> Option<String> {
+        None
+    }
+
     /// Whether the store takes writes ([`Store::write_at`]): only such a
     /// store can be mapped writable. Default: false.
     fn writable(&self) -> bool {
@@ -412,6 +421,9 @@ macro_rules! forward_store {
             }
             fn version(&self) -> Option<String> {
                 (**self).version()
+            }
+            fn share_key(&self) -> Option<String> {
+                (**self).share_key()
             }
             fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
                 (**self).read_at(offset, buf)

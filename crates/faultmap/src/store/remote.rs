@@ -369,6 +369,15 @@ macro_rules! remote_store {
                 Some(self.remote.version())
             }
 
+            fn share_key(&self) -> Option<String> {
+                Some(format!(
+                    "{} {} bytes, {}",
+                    self.remote.url(),
+                    self.remote.len(),
+                    self.remote.version()
+                ))
+            }
+
             fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
                 self.remote.read_blocking(offset, buf)
             }

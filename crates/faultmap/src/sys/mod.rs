@@ -20,6 +20,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
 pub(crate) mod fork;
+pub(crate) mod rendezvous;
 pub(crate) mod share;
 pub(crate) mod uring;
 
@@ -684,7 +685,7 @@ pub(crate) struct MappedRegion {
 /// The next [`MappedRegion::id`].
 static NEXT_MAP_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-fn next_map_id() -> u64 {
+pub(crate) fn next_map_id() -> u64 {
     NEXT_MAP_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 

@@ -29,6 +29,22 @@
 //!   owner -> answer socket    [answer]                      (MAPPED, RETRY, FAILED)
 //! ```
 //!
+//! An unrelated process (one that shares with the switch on, see
+//! `sys::rendezvous`) connects to the owner's named socket, and that
+//! connection is its channel:
+//!
+//! ```text
+//!   joiner -> channel   [JOIN, pid, key bytes, key...]        + fd [userfaultfd]
+//!   owner  -> channel   [JOINED, object id, length, page bytes] + fd [memfd]
+//!                    or [REFUSED]
+//!   joiner -> channel   [RANGE_OF, object id, addr, len, first page, pages]
+//!   joiner -> channel   [FAULT, addr, flags]                  + fd [answer socket]
+//! ```
+//!
+//! Its ranges are *links* (`LINKS`): the SIGBUS handler finds the channel
+//! of a faulting address there, and the owner's death by a pidfd of the
+//! owner (`SO_PEERPIDFD`) or, without one, by the channel's end-of-file.
+//!
 //! `id` names the owner's mapping the range copies (`MappedRegion::id`,
 //! never reused), so a range the owner unmapped and mapped again since is
 //! never taken for the old one. A fault carries a socket of its own for the
@@ -91,7 +107,7 @@
 
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 use super::UffdSource;
 use super::{errno_get, feature, mode};
@@ -115,6 +131,18 @@ pub(crate) const RANGES: u64 = 1;
 pub(crate) const FAULT: u64 = 2;
 /// Ranges per `RANGES` record.
 pub(crate) const RANGES_MAX: usize = 64;
+/// An unrelated process asks to join an object's cache (`sys::rendezvous`).
+pub(crate) const JOIN: u64 = 4;
+/// The owner's yes to a [`JOIN`], with the object's memfd.
+pub(crate) const JOINED: u64 = 5;
+/// The owner's no to a [`JOIN`] (another key, or the object is closing).
+pub(crate) const REFUSED: u64 = 6;
+/// A range an unrelated process mapped of the object it joined.
+pub(crate) const RANGE_OF: u64 = 7;
+/// Nothing but a wake of the service thread.
+pub(crate) const WAKE: u64 = 8;
+/// The longest version key a [`JOIN`] carries, in bytes.
+pub(crate) const KEY_MAX: usize = 8 * (MAX_WORDS - 3);
 /// The longest record, in words.
 pub(crate) const MAX_WORDS: usize = 2 + 3 * RANGES_MAX;
 /// `FAULT` flags: the access may be a write; the fault is the retry of one
@@ -158,6 +186,105 @@ const OWNER_CHECK_MS: i32 = 100;
 /// carries its siblings' descriptors. Slots of -1 are free.
 static OWNER_FDS: [AtomicI32; OWNER_FDS_MAX] = [const { AtomicI32::new(-1) }; OWNER_FDS_MAX];
 const OWNER_FDS_MAX: usize = 512;
+
+/// A range this process mapped of an object whose cache an unrelated
+/// process owns: its channel to that owner and a pidfd of the owner (or
+/// -1). `start` is 0 while the slot is free, [`CLAIMED`] while it is being
+/// filled or emptied; the other words are read only after an Acquire load
+/// of a real `start`.
+struct Link {
+    start: AtomicUsize,
+    end: AtomicUsize,
+    channel: AtomicI32,
+    owner: AtomicI32,
+}
+
+const CLAIMED: usize = usize::MAX;
+/// How many links a process may have at once (one per mapping of a
+/// joined object).
+pub(crate) const LINKS_MAX: usize = 1024;
+static LINKS: [Link; LINKS_MAX] = [const {
+    Link {
+        start: AtomicUsize::new(0),
+        end: AtomicUsize::new(0),
+        channel: AtomicI32::new(-1),
+        owner: AtomicI32::new(-1),
+    }
+}; LINKS_MAX];
+
+/// Links `[addr, addr + len)` to an owner: its faults go over `channel`,
+/// and the owner is gone once `owner` (a pidfd, or -1) is readable.
+/// Returns the slot, or `None` if every slot is taken.
+pub(crate) fn link(addr: usize, len: usize, channel: RawFd, owner: RawFd) -> Option<usize> {
+    let slot = LINKS.iter().position(|l| {
+        l.start
+            .compare_exchange(0, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })?;
+    let l = &LINKS[slot];
+    l.end.store(addr + len, Ordering::Relaxed);
+    l.channel.store(channel, Ordering::Relaxed);
+    l.owner.store(owner, Ordering::Relaxed);
+    l.start.store(addr, Ordering::Release);
+    Some(slot)
+}
+
+/// Frees a slot [`link`] returned, once its range is unmapped (no fault
+/// can look it up any more, but one in flight on another thread, which
+/// the mapping's contract rules out).
+pub(crate) fn unlink(slot: usize) {
+    if let Some(l) = LINKS.get(slot) {
+        l.start.store(CLAIMED, Ordering::Release);
+        l.channel.store(-1, Ordering::Relaxed);
+        l.owner.store(-1, Ordering::Relaxed);
+        l.end.store(0, Ordering::Relaxed);
+        l.start.store(0, Ordering::Release);
+    }
+}
+
+/// The channel and owner pidfd of the link holding `addr`. Async-signal-safe.
+fn link_at(addr: usize) -> Option<(RawFd, RawFd)> {
+    LINKS.iter().find_map(|l| {
+        let start = l.start.load(Ordering::Acquire);
+        if start == 0 || start == CLAIMED || addr < start || addr >= l.end.load(Ordering::Relaxed)
+        {
+            return None;
+        }
+        Some((
+            l.channel.load(Ordering::Relaxed),
+            l.owner.load(Ordering::Relaxed),
+        ))
+    })
+}
+
+/// Who serves a fault, and how its death is seen.
+#[derive(Clone, Copy)]
+enum Owner {
+    /// This process's parent, forked from it (`getppid`).
+    Parent,
+    /// An unrelated process: gone once this pidfd is readable (-1: seen by
+    /// the channel's end-of-file only).
+    Pidfd(RawFd),
+}
+
+impl Owner {
+    /// Whether the owner has exited. Async-signal-safe.
+    fn gone(self) -> bool {
+        match self {
+            Owner::Parent => owner_gone(),
+            Owner::Pidfd(fd) if fd >= 0 => {
+                let mut pfd = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+            }
+            Owner::Pidfd(_) => false,
+        }
+    }
+}
 
 /// A descriptor of this process's, with the device and inode it had when
 /// it was stored.
@@ -238,13 +365,8 @@ pub(crate) fn disown_fd(fd: RawFd) {
 /// socket, kept open for the process's life), opened as `source` opened
 /// the owner's, with `features` (`UFFD_FEATURE_SIGBUS` is added).
 pub(crate) fn serve(service: RawFd, source: UffdSource, features: u64) {
-    let how = match source {
-        UffdSource::Syscall => 1u64,
-        UffdSource::Device => 2,
-        UffdSource::UserModeOnly => 3,
-    };
     let features = (features | feature::SIGBUS) & ((1 << 56) - 1);
-    UFFD_HOW.store(how << 56 | features, Ordering::Relaxed);
+    UFFD_HOW.store(u64::from(how(source)) << 56 | features, Ordering::Relaxed);
     // SAFETY: getpid cannot fail.
     OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     SERVICE.store(service, Ordering::Release);
@@ -470,6 +592,31 @@ pub(crate) fn exited(pidfd: &OwnedFd) -> bool {
     unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
 }
 
+/// Wakes the owner's service thread (to look at its hosted objects again).
+pub(crate) fn wake() {
+    let service = SERVICE.load(Ordering::Acquire);
+    if service >= 0 {
+        let _ = send_raw_flags(service, &[WAKE], &[], libc::MSG_DONTWAIT);
+    }
+}
+
+/// Sends a record with fds attached (at most two), waiting while the
+/// socket is full.
+pub(crate) fn send(fd: &OwnedFd, words: &[u64], fds: &[RawFd]) -> std::io::Result<()> {
+    send_raw(fd.as_raw_fd(), words, fds).map_err(std::io::Error::from_raw_os_error)
+}
+
+/// Opens a userfaultfd for ranges another process serves: as `source`
+/// opens one, with `features` and `UFFD_FEATURE_SIGBUS` (its faults are
+/// this process's SIGBUSes, forwarded by its handler).
+pub(crate) fn open_guest_uffd(source: UffdSource, features: u64) -> std::io::Result<OwnedFd> {
+    let fd = open_uffd(how(source)).ok_or_else(std::io::Error::last_os_error)?;
+    // SAFETY: `fd` was just opened and belongs to no one else.
+    let uffd = unsafe { OwnedFd::from_raw_fd(fd) };
+    super::uffd_api(&uffd, features | feature::SIGBUS)?;
+    Ok(uffd)
+}
+
 /// Answers a fault on its answer socket. A child that died meanwhile is
 /// not an error: nobody waits.
 pub(crate) fn answer(fd: &OwnedFd, answer: Answer) {
@@ -499,6 +646,19 @@ pub(super) fn start_child() -> Option<(RawFd, RawFd)> {
     // A guest's child: its parent's guest descriptors are not its own.
     for ident in [&CHANNEL, &GUEST_UFFD] {
         ident.forget();
+    }
+    // Nor are its parent's links to unrelated owners: the child has a
+    // placeholder at those ranges, and its copies of the channels would
+    // keep the owners serving the parent's mappings after their drop.
+    for l in &LINKS {
+        let start = l.start.swap(0, Ordering::AcqRel);
+        if start != 0 && start != CLAIMED {
+            close(l.channel.swap(-1, Ordering::AcqRel));
+            let owner = l.owner.swap(-1, Ordering::AcqRel);
+            if owner >= 0 {
+                close(owner);
+            }
+        }
     }
     // An owner's child: the owner's descriptors of its other children are
     // not its own either (see OWNER_FDS).
@@ -550,6 +710,15 @@ fn greet(service: RawFd) -> Option<(RawFd, RawFd)> {
         return None;
     }
     Some((uffd, mine))
+}
+
+/// How [`open_uffd`] opens a userfaultfd as `source` did.
+fn how(source: UffdSource) -> u8 {
+    match source {
+        UffdSource::Syscall => 1,
+        UffdSource::Device => 2,
+        UffdSource::UserModeOnly => 3,
+    }
 }
 
 /// Opens a userfaultfd as the owner did (`how`: 1 the system call, 2
@@ -715,15 +884,21 @@ pub(super) fn abandon_channel(channel: RawFd) {
 /// the answer. `None` if this process is not a guest. Async-signal-safe:
 /// called by the SIGBUS handler.
 pub(crate) fn request(addr: usize, write: bool, retry: bool) -> Option<Answer> {
-    let channel = CHANNEL.get()?;
+    let (channel, owner) = match link_at(addr) {
+        Some((channel, pidfd)) => (channel, Owner::Pidfd(pidfd)),
+        None => (CHANNEL.get()?, Owner::Parent),
+    };
+    if owner.gone() {
+        return Some(Answer::Failed);
+    }
     let Ok((mine, theirs)) = raw_pair() else {
         return Some(Answer::Failed);
     };
     let flags = if write { FLAG_WRITE } else { 0 } | if retry { FLAG_RETRY } else { 0 };
-    let sent = send_to_owner(channel, &[FAULT, addr as u64, flags], theirs);
+    let sent = send_to_owner(channel, &[FAULT, addr as u64, flags], theirs, owner);
     close(theirs);
     let answer = match sent {
-        Ok(()) => wait_answer(mine),
+        Ok(()) => wait_answer(mine, owner),
         Err(_) => Answer::Failed,
     };
     close(mine);
@@ -733,11 +908,11 @@ pub(crate) fn request(addr: usize, write: bool, retry: bool) -> Option<Answer> {
 /// Sends a fault record with its answer socket, without waiting for a
 /// full channel for ever: while it is full, the owner is looked at every
 /// [`OWNER_CHECK_MS`].
-fn send_to_owner(channel: RawFd, words: &[u64], answer: RawFd) -> Result<(), i32> {
+fn send_to_owner(channel: RawFd, words: &[u64], answer: RawFd, owner: Owner) -> Result<(), i32> {
     loop {
         match send_raw_flags(channel, words, &[answer], libc::MSG_DONTWAIT) {
             Err(libc::EAGAIN) => {
-                if owner_gone() {
+                if owner.gone() {
                     return Err(libc::EPIPE);
                 }
                 let mut pfd = libc::pollfd {
@@ -754,9 +929,9 @@ fn send_to_owner(channel: RawFd, words: &[u64], answer: RawFd) -> Result<(), i32
 }
 
 /// Reads the one-word answer; end-of-file, or the owner's exit (seen by
-/// [`owner_gone`] every [`OWNER_CHECK_MS`]: another process may hold a
+/// [`Owner::gone`] every [`OWNER_CHECK_MS`]: another process may hold a
 /// copy of the owner's end), is [`Answer::Failed`].
-fn wait_answer(fd: RawFd) -> Answer {
+fn wait_answer(fd: RawFd, owner: Owner) -> Answer {
     let mut word = 0u64;
     loop {
         let mut pfd = libc::pollfd {
@@ -773,7 +948,7 @@ fn wait_answer(fd: RawFd) -> Answer {
             return Answer::Failed;
         }
         if ready == 0 {
-            if owner_gone() {
+            if owner.gone() {
                 return Answer::Failed;
             }
             continue;

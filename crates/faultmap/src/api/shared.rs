@@ -1,0 +1,256 @@
+//! Sharing one cache with unrelated processes ([`crate::Config::shared`]):
+//! whether a read-only mapping owns its object's cache or joins another
+//! process's, and the joining side.
+//!
+//! The first process of a user to map an object version (its store's
+//! [`crate::Store::share_key`]) *owns* the cache: it maps the object as
+//! usual and hosts it (`crate::mm::guest::host`), listening on a socket of
+//! the user's (`crate::sys::rendezvous`). A later process of the same
+//! user that maps the same version *joins*: it hands the owner a
+//! userfaultfd (SIGBUS delivery), gets the object's memfd back, maps its
+//! range from it, and its faults there are forwarded to the owner by its
+//! SIGBUS handler (`crate::sys::share::request`), as a forked child's are.
+//! A page any of them read is not read again, and the owner's memory
+//! budget holds over all of them.
+//!
+//! One process decides at a time (the lock file): it joins if someone
+//! listens, else it becomes the owner (removing a socket a dead owner
+//! left). A process that cannot join (the owner refuses, is of another
+//! user, does not answer in time) maps a cache of its own, and
+//! [`crate::Mapping::sharing`] says why.
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::api::object::Object;
+use crate::base::config::{Extent, PageSize};
+use crate::mm::guest;
+use crate::mm::pager_core::Core;
+use crate::mm::signal;
+use crate::sys::share::{self, Received};
+use crate::sys::{self, mode, range_ioctl, rendezvous, UffdSource, PAGE_SIZE, PTRS_PER_PTE};
+
+/// Whose cache a mapping reads ([`crate::Mapping::sharing`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Sharing {
+    /// A cache of this process's object, shared with no other process:
+    /// sharing is off, the mapping is writable or replays or records a
+    /// trace, the store names no version, or `why` (the reason the
+    /// owner's cache could not be joined nor this one offered).
+    Private {
+        /// Why the cache is not shared although sharing is on.
+        why: Option<String>,
+    },
+    /// This process owns the cache: other processes of this user that map
+    /// the same object version read it.
+    Owner,
+    /// Another process of this user owns the cache and serves this
+    /// mapping's faults (its policy, budget and statistics are the
+    /// owner's).
+    Joined,
+}
+
+/// How a read-only mapping with sharing on gets its cache.
+pub(crate) enum Plan {
+    /// Map this object (the one the caller opened, or the one this process
+    /// hosts already under the same key) as usual; it is hosted.
+    Own(Object),
+    /// Map nothing of this process's: the range is another's.
+    Join(JoinedMap),
+    /// Map the caller's object, shared with nobody, for this reason.
+    Private(String),
+}
+
+/// How long a joiner waits for the owner's answer to its `JOIN`.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Decides how a read-only mapping of `extent` of `object` (whose version
+/// key is `key`) gets its cache, for the pager of `core`.
+pub(crate) fn plan(
+    core: &Arc<Core>,
+    source: UffdSource,
+    object: &Object,
+    key: &str,
+    extent: &Extent,
+    timeout: Duration,
+) -> Plan {
+    if let Some(hosted) = guest::hosted_object(key) {
+        return Plan::Own(Object::adopt(hosted));
+    }
+    let dir = match rendezvous::dir() {
+        Ok(dir) => dir,
+        Err(e) => return Plan::Private(format!("no private directory to meet in: {e}")),
+    };
+    let name = rendezvous::name(key);
+    let decide = match rendezvous::decide(&dir, &name) {
+        Ok(lock) => lock,
+        Err(e) => return Plan::Private(format!("locking {}: {e}", dir.display())),
+    };
+    // Another thread of this process may have hosted it meanwhile.
+    if let Some(hosted) = guest::hosted_object(key) {
+        return Plan::Own(Object::adopt(hosted));
+    }
+    let path = rendezvous::socket_path(&dir, &name);
+    match rendezvous::connect(&path) {
+        Ok(Some(conn)) => {
+            // Connected: the owner takes it in whatever happens to the
+            // lock now, and a process that decides next must not wait
+            // for this one's handshake.
+            drop(decide);
+            match join(core, source, object, key, extent, conn, timeout.min(JOIN_TIMEOUT)) {
+                Ok(joined) => Plan::Join(joined),
+                Err(why) => Plan::Private(why),
+            }
+        }
+        Ok(None) => {
+            let hosted = guest::serve(core, source)
+                .and_then(|()| guest::host(&object.0, core, key, &dir, &name));
+            match hosted {
+                Ok(()) => Plan::Own(object.clone()),
+                Err(e) => Plan::Private(format!("offering the cache to other processes: {e}")),
+            }
+        }
+        Err(e) => Plan::Private(format!("connecting to {}: {e}", path.display())),
+    }
+}
+
+/// A range of this process's served by the process that owns its object's
+/// cache: the memfd mapped read-only, registered with a userfaultfd of its
+/// own (SIGBUS delivery) that the owner holds a copy of, and linked to the
+/// owner's channel (`share::link`) for the SIGBUS handler.
+pub(crate) struct JoinedMap {
+    /// `None` once unmapped, in the drop.
+    map: Option<sys::MappedRegion>,
+    /// The object offset of the mapping's first byte.
+    pub(crate) base: u64,
+    slot: usize,
+    _channel: OwnedFd,
+    _uffd: OwnedFd,
+    _owner: Option<OwnedFd>,
+}
+
+impl JoinedMap {
+    /// The range's first byte.
+    pub(crate) fn addr(&self) -> usize {
+        self.map.as_ref().map_or(0, |m| m.addr())
+    }
+}
+
+impl Drop for JoinedMap {
+    fn drop(&mut self) {
+        // Unmapped first: no fault can look the link up after it goes.
+        drop(self.map.take());
+        share::unlink(self.slot);
+        // Then the channel closes (a field): the owner ends this guest.
+    }
+}
+
+/// Joins the owner at the other end of `conn`: see the module
+/// documentation. The error says why (no secret: the key names a URL
+/// without credentials, and is not repeated).
+fn join(
+    core: &Arc<Core>,
+    source: UffdSource,
+    object: &Object,
+    key: &str,
+    extent: &Extent,
+    conn: OwnedFd,
+    timeout: Duration,
+) -> Result<JoinedMap, String> {
+    if rendezvous::peer_uid(&conn) != Some(rendezvous::euid()) {
+        return Err("the process listening on the cache's socket is another user's".into());
+    }
+    let owner = share::peer_pidfd(&conn);
+    let features = guest::features(core);
+    let uffd = share::open_guest_uffd(source, features)
+        .map_err(|e| format!("opening a userfaultfd for the owner: {e}"))?;
+    let key = key.as_bytes();
+    if key.len() > share::KEY_MAX {
+        return Err("the object's version key is too long to send".into());
+    }
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::getpid() } as u64;
+    let mut words = vec![share::JOIN, pid, key.len() as u64];
+    words.extend(key.chunks(8).map(|c| {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        u64::from_ne_bytes(w)
+    }));
+    share::send(&conn, &words, &[uffd.as_raw_fd()])
+        .map_err(|e| format!("sending to the owner: {e}"))?;
+    let timeout_ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    if !rendezvous::wait_readable(conn.as_raw_fd(), timeout_ms) {
+        return Err(format!("the owner did not answer in {timeout:?}"));
+    }
+    let mut reply = [0u64; share::MAX_WORDS];
+    let memfd = match share::recv(&conn, &mut reply) {
+        Ok(Received::Record(n, mut fds))
+            if n >= 4 && reply[0] == share::JOINED && fds.len() == 1 =>
+        {
+            fds.remove(0)
+        }
+        Ok(Received::Record(_, _)) if reply[0] == share::REFUSED => {
+            return Err("the owner refused (its object is closing)".into())
+        }
+        Ok(_) => return Err("the owner hung up".into()),
+        Err(e) => return Err(format!("reading the owner's answer: {e}")),
+    };
+    let [id, len, page_bytes] = [reply[1], reply[2], reply[3]];
+    let size = object.page_size();
+    if len != object.len() || page_bytes != size.bytes() as u64 {
+        return Err("the owner's object is not this one (length or page size)".into());
+    }
+    map_joined(&memfd, extent, size, id, conn, uffd, owner)
+}
+
+/// Maps `extent` of the owner's `memfd` here, registers it, links it, and
+/// tells the owner (`RANGE_OF`).
+fn map_joined(
+    memfd: &OwnedFd,
+    extent: &Extent,
+    size: PageSize,
+    id: u64,
+    conn: OwnedFd,
+    uffd: OwnedFd,
+    owner: Option<OwnedFd>,
+) -> Result<JoinedMap, String> {
+    let bytes = extent.pages as usize * size.bytes();
+    let offset = extent.first_page * size.bytes() as u64;
+    let map = sys::mmap_shared_aligned(memfd, bytes, offset, PTRS_PER_PTE * PAGE_SIZE, false)
+        .map_err(|e| format!("mapping the owner's cache: {e}"))?;
+    // A forked child of this process gets a placeholder here (its parent's
+    // owner does not serve it).
+    sys::dont_fork(&map, None).map_err(|e| format!("madvise(MADV_DONTFORK): {e}"))?;
+    let ioctls = sys::uffd_register(&uffd, map.addr(), map.len(), mode::MISSING | mode::MINOR)
+        .map_err(|e| format!("UFFDIO_REGISTER: {e}"))?;
+    if ioctls & range_ioctl::CONTINUE == 0 {
+        let _ = sys::uffd_unregister(&uffd, map.addr(), map.len());
+        return Err("UFFDIO_CONTINUE is not allowed on the owner's cache".into());
+    }
+    signal::install().map_err(|e| format!("installing the SIGBUS handler: {e}"))?;
+    let owner_fd: RawFd = owner.as_ref().map_or(-1, |o| o.as_raw_fd());
+    let slot = share::link(map.addr(), map.len(), conn.as_raw_fd(), owner_fd)
+        .ok_or_else(|| format!("more than {} joined mappings at once", share::LINKS_MAX))?;
+    let joined = JoinedMap {
+        map: Some(map),
+        base: 0,
+        slot,
+        _channel: conn,
+        _uffd: uffd,
+        _owner: owner,
+    };
+    let (addr, len) = (joined.addr(), bytes);
+    let words = [
+        share::RANGE_OF,
+        id,
+        addr as u64,
+        len as u64,
+        extent.first_page,
+        extent.pages,
+    ];
+    share::send(&joined._channel, &words, &[])
+        .map_err(|e| format!("sending the range to the owner: {e}"))?;
+    Ok(joined)
+}

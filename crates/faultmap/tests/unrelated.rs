@@ -1,0 +1,415 @@
+//! Unrelated processes share one cache with the switch on
+//! (`Config::shared`): the first process of a user to map an object
+//! version owns its cache and serves the others' faults; a page any of
+//! them read is read once; the owner's death gives the others an error,
+//! never zeros nor a hang, and the next mapping makes a fresh cache; the
+//! memory budget is the owner's, over all of them; another user's process
+//! never reaches the cache.
+//!
+//! Each process is this test binary run again (`Command`: not a fork, so
+//! nothing is inherited) with one of the `role_*` helpers below, which
+//! are ignored in a plain run and named by `FAULTMAP_ROLE`. They talk to
+//! the test over their standard input and output, one line at a time.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+use faultmap::{Config, Delivery, FileStore, MapOptions, Pager, Sharing};
+
+/// The object's length: 16 MiB and a bit.
+const LEN: usize = (16 << 20) + 12_345;
+/// How long a helper may take to say its next line.
+const LINE_LIMIT: Duration = Duration::from_secs(60);
+
+/// A helper process and its lines.
+struct Helper {
+    child: Child,
+    input: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Helper {
+    /// Runs `role` of this binary over `file`, with sharing on and its
+    /// rendezvous directory `dir` (`None`: the default one), as `uid`.
+    fn start(role: &str, file: &Path, delivery: Delivery, dir: Option<&Path>, uid: Option<u32>) -> Helper {
+        Self::start_exe(&std::env::current_exe().expect("exe"), role, file, delivery, dir, uid)
+    }
+
+    fn start_exe(
+        exe: &Path,
+        role: &str,
+        file: &Path,
+        delivery: Delivery,
+        dir: Option<&Path>,
+        uid: Option<u32>,
+    ) -> Helper {
+        let mut cmd = Command::new(exe);
+        cmd.args([role, "--exact", "--ignored", "--nocapture", "--test-threads=1", "-q"])
+            .env("FAULTMAP_ROLE", role)
+            .env("FAULTMAP_FILE", file)
+            .env("FAULTMAP_DELIVERY", format!("{delivery:?}"))
+            .env("FAULTMAP_SHARED", "1")
+            .env_remove(faultmap::SHARED_DIR_ENV)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(dir) = dir {
+            cmd.env(faultmap::SHARED_DIR_ENV, dir);
+        }
+        if let Some(uid) = uid {
+            cmd.uid(uid).gid(uid).env_remove("XDG_RUNTIME_DIR");
+        }
+        let mut child = cmd.spawn().expect("spawn a helper");
+        let out: ChildStdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                // The helper's own lines; the test harness's are not ours.
+                if let Some(line) = line.strip_prefix("@ ") {
+                    if tx.send(line.to_string()).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Helper {
+            input: child.stdin.take(),
+            child,
+            lines,
+        }
+    }
+
+    /// The helper's next line.
+    fn line(&self) -> String {
+        self.lines
+            .recv_timeout(LINE_LIMIT)
+            .expect("the helper said nothing in time")
+    }
+
+    /// Tells the helper to go on.
+    fn go(&mut self) {
+        let input = self.input.as_mut().expect("stdin");
+        input.write_all(b"go\n").expect("write to a helper");
+        input.flush().expect("flush");
+    }
+
+    /// Waits for the helper; asserts it passed.
+    fn passed(mut self, what: &str) {
+        drop(self.input.take());
+        let status = self.child.wait().expect("wait");
+        assert!(status.success(), "{what}: {status}");
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The helpers (run in processes of their own).
+// ---------------------------------------------------------------------------
+
+/// A line to the test.
+fn say(line: impl std::fmt::Display) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "@ {line}").unwrap();
+    out.flush().unwrap();
+}
+
+/// Waits for the test's word.
+fn wait_go() {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+}
+
+/// The helper's setting: the file, a pager with sharing on (from the
+/// environment, as users turn it on), the expected bytes.
+fn helper_setup(budget: Option<u64>) -> Option<(PathBuf, Pager, Vec<u8>)> {
+    let role = std::env::var("FAULTMAP_ROLE").ok()?;
+    let file = PathBuf::from(std::env::var_os("FAULTMAP_FILE")?);
+    let delivery = match std::env::var("FAULTMAP_DELIVERY").as_deref() {
+        Ok("Handler") => Delivery::Handler,
+        _ => Delivery::Signal,
+    };
+    let mut config = Config::default().delivery(delivery);
+    assert!(config.shared, "{role}: FAULTMAP_SHARED=1 turns sharing on");
+    if let Some(b) = budget {
+        config = config.memory_budget(b);
+    }
+    let pager = Pager::new(config).expect("Pager::new");
+    let data = std::fs::read(&file).expect("read the file");
+    Some((file, pager, data))
+}
+
+fn map(pager: &Pager, file: &Path) -> faultmap::Mapping {
+    // SAFETY: the test's file, which nobody writes while it is mapped.
+    unsafe { pager.map(FileStore::open(file).expect("open"), MapOptions::new()) }.expect("map")
+}
+
+fn sharing_name(s: &Sharing) -> String {
+    match s {
+        Sharing::Owner => "owner".into(),
+        Sharing::Joined => "joined".into(),
+        Sharing::Private { why } => format!("private {}", why.as_deref().unwrap_or("")),
+        _ => "other".into(),
+    }
+}
+
+/// Every byte through the slice, then random samples with `read_at`.
+fn read_all(map: &faultmap::Mapping, data: &[u8], what: &str) {
+    assert_bytes(map, data, what);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut buf = [0u8; 100];
+    for _ in 0..500 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let at = (x >> 11) as usize % (data.len() - buf.len());
+        map.read_at(at, &mut buf).expect("read_at");
+        assert_eq!(&buf[..], &data[at..at + buf.len()], "{what}: bytes at {at}");
+    }
+}
+
+/// Maps, says how it shares, waits, reads everything, says its store
+/// bytes, and waits again before it exits (an owner serves the others
+/// meanwhile).
+#[test]
+#[ignore = "a helper: run as a process of its own by the tests in this file"]
+fn role_reader() {
+    let Some((file, pager, data)) = helper_setup(None) else { return };
+    let m = map(&pager, &file);
+    say(sharing_name(m.sharing()));
+    wait_go();
+    read_all(&m, &data, "a reader");
+    say("read");
+    wait_go();
+    say(pager.stats().io_bytes);
+    wait_go();
+}
+
+/// As `role_reader`, with a memory budget of 4 MiB: says the peak bytes
+/// cached at the end.
+#[test]
+#[ignore = "a helper: run as a process of its own by the tests in this file"]
+fn role_budget_owner() {
+    let Some((file, pager, data)) = helper_setup(Some(4 << 20)) else { return };
+    let m = map(&pager, &file);
+    say(sharing_name(m.sharing()));
+    wait_go();
+    read_all(&m, &data, "the owner");
+    say("read");
+    wait_go();
+    say(pager.memory().peak);
+    wait_go();
+}
+
+/// Maps (joins), reads the first half, waits (the owner is killed), then
+/// reads the second half, which must fail (never zeros), and maps again:
+/// a fresh cache of its own, right bytes.
+#[test]
+#[ignore = "a helper: run as a process of its own by the tests in this file"]
+fn role_survivor() {
+    let Some((file, pager, data)) = helper_setup(None) else { return };
+    let m = map(&pager, &file);
+    say(sharing_name(m.sharing()));
+    let half = data.len() / 2;
+    let mut buf = vec![0u8; half];
+    m.read_at(0, &mut buf).expect("the first half");
+    assert_eq!(buf, data[..half], "the first half");
+    say("half");
+    wait_go();
+    let mut rest = vec![0u8; data.len() - half];
+    let started = std::time::Instant::now();
+    match m.read_at(half, &mut rest) {
+        Ok(()) => {
+            assert_eq!(rest, data[half..], "the second half, if it could be read");
+            say("read anyway");
+        }
+        Err(e) => say(format!("error {e}")),
+    }
+    say(format!("took {}", started.elapsed().as_secs()));
+    let again = map(&pager, &file);
+    say(sharing_name(again.sharing()));
+    read_all(&again, &data, "the new mapping");
+    say("fresh");
+}
+
+// ---------------------------------------------------------------------------
+// The tests.
+// ---------------------------------------------------------------------------
+
+/// A file for these tests, in a directory of its own; and a rendezvous
+/// directory of its own (mode 0700), so that tests running at once never
+/// meet.
+fn setting(seed: u64) -> (TestFile, tempfile::TempDir) {
+    use std::os::unix::fs::PermissionsExt;
+    let file = TestFile::new(LEN, seed);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    (file, dir)
+}
+
+fn two_processes_share(delivery: Delivery, seed: u64) {
+    let (file, dir) = setting(seed);
+    let mut a = Helper::start("role_reader", &file.path, delivery, Some(dir.path()), None);
+    assert_eq!(a.line(), "owner", "{delivery:?}: the first process");
+    let mut b = Helper::start("role_reader", &file.path, delivery, Some(dir.path()), None);
+    assert_eq!(b.line(), "joined", "{delivery:?}: the second process");
+    // Both read at once.
+    a.go();
+    b.go();
+    assert_eq!(a.line(), "read");
+    assert_eq!(b.line(), "read");
+    b.go();
+    let b_bytes: u64 = b.line().parse().unwrap();
+    a.go();
+    let a_bytes: u64 = a.line().parse().unwrap();
+    b.passed("the joiner");
+    a.passed("the owner");
+    assert_eq!(b_bytes, 0, "{delivery:?}: the joiner read nothing from the store itself");
+    let limit = LEN as u64 * 11 / 10;
+    assert!(
+        a_bytes + b_bytes <= limit,
+        "{delivery:?}: {} bytes read from the store for an object of {LEN}",
+        a_bytes + b_bytes
+    );
+    assert!(a_bytes >= LEN as u64, "{delivery:?}: the owner read the object");
+}
+
+#[test]
+fn two_unrelated_processes_share_one_cache_signal() {
+    two_processes_share(Delivery::Signal, 301);
+}
+
+#[test]
+fn two_unrelated_processes_share_one_cache_handler() {
+    two_processes_share(Delivery::Handler, 302);
+}
+
+/// The owner's death: the joiner's next read of a page it has not mapped
+/// fails (never zeros), within the owner check's bound, and its next
+/// mapping is a fresh cache with the right bytes.
+#[test]
+fn the_owners_death_gives_an_error_then_a_fresh_cache() {
+    let (file, dir) = setting(303);
+    let a = Helper::start("role_reader", &file.path, Delivery::Signal, Some(dir.path()), None);
+    assert_eq!(a.line(), "owner");
+    let mut b = Helper::start("role_survivor", &file.path, Delivery::Signal, Some(dir.path()), None);
+    assert_eq!(b.line(), "joined");
+    assert_eq!(b.line(), "half");
+    a.kill();
+    b.go();
+    // The second half is 8 MiB; the joiner maps at most 2 MiB around a
+    // fault, so some page of it is not mapped here yet.
+    let outcome = b.line();
+    assert!(
+        outcome.starts_with("error ") && outcome.contains("gone"),
+        "after the owner's death: {outcome}"
+    );
+    let took: u64 = b.line().strip_prefix("took ").unwrap().parse().unwrap();
+    assert!(took < 30, "the read waited {took} s for a dead owner");
+    assert_eq!(b.line(), "owner", "the next mapping makes a fresh cache");
+    assert_eq!(b.line(), "fresh");
+    b.passed("the survivor");
+}
+
+/// The owner's budget holds over every process: a joiner reads an object
+/// four times the owner's budget, and the owner's peak stays within it.
+#[test]
+fn the_owners_budget_holds_across_processes() {
+    let (file, dir) = setting(304);
+    let mut a = Helper::start("role_budget_owner", &file.path, Delivery::Signal, Some(dir.path()), None);
+    assert_eq!(a.line(), "owner");
+    let mut b = Helper::start("role_reader", &file.path, Delivery::Signal, Some(dir.path()), None);
+    assert_eq!(b.line(), "joined");
+    b.go();
+    assert_eq!(b.line(), "read");
+    a.go();
+    assert_eq!(a.line(), "read");
+    b.go();
+    let _ = b.line();
+    b.passed("the joiner");
+    a.go();
+    let peak: u64 = a.line().parse().unwrap();
+    a.passed("the owner");
+    let budget = 4u64 << 20;
+    let slack = 4 * 8 * 4096;
+    assert!(peak <= budget + slack, "peak {peak} bytes cached, budget {budget}");
+}
+
+/// The rendezvous directory is this user's alone (0700), its socket 0600;
+/// a directory open to others, or another user's, is refused (the mapping
+/// is private, and says why).
+#[test]
+fn the_rendezvous_is_private_to_its_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let (file, dir) = setting(305);
+    let a = Helper::start("role_reader", &file.path, Delivery::Signal, Some(dir.path()), None);
+    assert_eq!(a.line(), "owner");
+    let socket = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "sock"))
+        .expect("the owner's socket");
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the socket's mode");
+    // A directory others may enter is refused.
+    let open = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let b = Helper::start("role_reader", &file.path, Delivery::Signal, Some(open.path()), None);
+    let line = b.line();
+    assert!(
+        line.starts_with("private ") && line.contains("group or others"),
+        "a directory open to others: {line}"
+    );
+    b.kill();
+    a.kill();
+}
+
+/// Another user's process with the switch on never joins: given this
+/// user's directory it is refused (not its own), and with its own it
+/// owns a cache of its own. Run as root (CI is): the other user is
+/// `nobody`.
+#[test]
+fn another_users_process_never_joins() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        missing_feature("root, to run a process as another user");
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let (file, dir) = setting(306);
+    // nobody must reach the file and the binary: both in a directory it
+    // may enter.
+    let shelf = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(shelf.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = shelf.path().join("helper");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    let data = shelf.path().join("data.bin");
+    std::fs::copy(&file.path, &data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let a = Helper::start_exe(&exe, "role_reader", &data, Delivery::Signal, Some(dir.path()), None);
+    assert_eq!(a.line(), "owner");
+    // Given root's directory: refused.
+    let b = Helper::start_exe(&exe, "role_reader", &data, Delivery::Signal, Some(dir.path()), Some(NOBODY));
+    let line = b.line();
+    assert!(line.starts_with("private "), "nobody in root's directory: {line}");
+    b.kill();
+    // Its own directory (the default, /tmp/faultmap-65534): its own cache.
+    let mut c = Helper::start_exe(&exe, "role_reader", &data, Delivery::Signal, None, Some(NOBODY));
+    let line = c.line();
+    assert!(line == "owner" || line == "joined", "nobody's own: {line}");
+    c.go();
+    assert_eq!(c.line(), "read");
+    c.go();
+    let _ = c.line();
+    c.passed("nobody's reader");
+    a.kill();
+}
