@@ -99,16 +99,15 @@ pub mod measure;
 
 pub use api::errno::errno_of;
 pub use api::object::{IntoObject, InvalidateError, Object};
-pub use api::shared::Sharing;
 pub use api::pager::{
     Access, Advice, MapError, Mapping, MappingMut, Pager, PagerError, ReadOnly, ReadWrite,
     ReplayProgress,
 };
+pub use api::shared::Sharing;
 pub use base::config::{
     Config, ConfigError, Delivery, HandlerPlacement, MapOptions, PageSize, RegionLookup,
     MAX_REPLAY_AHEAD, MIN_BUDGET, MIN_HUGE_BUDGET_PAGES, SHARED_ENV,
 };
-pub use sys::rendezvous::DIR_ENV as SHARED_DIR_ENV;
 pub use base::report::{error_text, IoErrorKind, IoErrorReport, LOG_CAPACITY};
 pub use base::stats::{RaRow, RaStats, Stats};
 pub use base::trace::{Trace, TraceError};
@@ -123,4 +122,5 @@ pub use store::{
 pub use store::{
     FileIo, FileStore, MemStore, ParseFileIoError, ReadBuf, ReadDone, Store, StoreError,
 };
+pub use sys::rendezvous::DIR_ENV as SHARED_DIR_ENV;
 pub use sys::{fork_generation, HUGE_PAGE_SIZE, PAGE_SIZE};

@@ -38,8 +38,21 @@ struct Helper {
 impl Helper {
     /// Runs `role` of this binary over `file`, with sharing on and its
     /// rendezvous directory `dir` (`None`: the default one), as `uid`.
-    fn start(role: &str, file: &Path, delivery: Delivery, dir: Option<&Path>, uid: Option<u32>) -> Helper {
-        Self::start_exe(&std::env::current_exe().expect("exe"), role, file, delivery, dir, uid)
+    fn start(
+        role: &str,
+        file: &Path,
+        delivery: Delivery,
+        dir: Option<&Path>,
+        uid: Option<u32>,
+    ) -> Helper {
+        Self::start_exe(
+            &std::env::current_exe().expect("exe"),
+            role,
+            file,
+            delivery,
+            dir,
+            uid,
+        )
     }
 
     fn start_exe(
@@ -51,15 +64,22 @@ impl Helper {
         uid: Option<u32>,
     ) -> Helper {
         let mut cmd = Command::new(exe);
-        cmd.args([role, "--exact", "--ignored", "--nocapture", "--test-threads=1", "-q"])
-            .env("FAULTMAP_ROLE", role)
-            .env("FAULTMAP_FILE", file)
-            .env("FAULTMAP_DELIVERY", format!("{delivery:?}"))
-            .env("FAULTMAP_SHARED", "1")
-            .env_remove(faultmap::SHARED_DIR_ENV)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        cmd.args([
+            role,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+            "-q",
+        ])
+        .env("FAULTMAP_ROLE", role)
+        .env("FAULTMAP_FILE", file)
+        .env("FAULTMAP_DELIVERY", format!("{delivery:?}"))
+        .env("FAULTMAP_SHARED", "1")
+        .env_remove(faultmap::SHARED_DIR_ENV)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
         if let Some(dir) = dir {
             cmd.env(faultmap::SHARED_DIR_ENV, dir);
         }
@@ -182,7 +202,9 @@ fn read_all(map: &faultmap::Mapping, data: &[u8], what: &str) {
 #[test]
 #[ignore = "a helper: run as a process of its own by the tests in this file"]
 fn role_reader() {
-    let Some((file, pager, data)) = helper_setup(None) else { return };
+    let Some((file, pager, data)) = helper_setup(None) else {
+        return;
+    };
     let m = map(&pager, &file);
     say(sharing_name(m.sharing()));
     wait_go();
@@ -198,7 +220,9 @@ fn role_reader() {
 #[test]
 #[ignore = "a helper: run as a process of its own by the tests in this file"]
 fn role_budget_owner() {
-    let Some((file, pager, data)) = helper_setup(Some(4 << 20)) else { return };
+    let Some((file, pager, data)) = helper_setup(Some(4 << 20)) else {
+        return;
+    };
     let m = map(&pager, &file);
     say(sharing_name(m.sharing()));
     wait_go();
@@ -215,7 +239,9 @@ fn role_budget_owner() {
 #[test]
 #[ignore = "a helper: run as a process of its own by the tests in this file"]
 fn role_survivor() {
-    let Some((file, pager, data)) = helper_setup(None) else { return };
+    let Some((file, pager, data)) = helper_setup(None) else {
+        return;
+    };
     let m = map(&pager, &file);
     say(sharing_name(m.sharing()));
     let half = data.len() / 2;
@@ -272,14 +298,20 @@ fn two_processes_share(delivery: Delivery, seed: u64) {
     let a_bytes: u64 = a.line().parse().unwrap();
     b.passed("the joiner");
     a.passed("the owner");
-    assert_eq!(b_bytes, 0, "{delivery:?}: the joiner read nothing from the store itself");
+    assert_eq!(
+        b_bytes, 0,
+        "{delivery:?}: the joiner read nothing from the store itself"
+    );
     let limit = LEN as u64 * 11 / 10;
     assert!(
         a_bytes + b_bytes <= limit,
         "{delivery:?}: {} bytes read from the store for an object of {LEN}",
         a_bytes + b_bytes
     );
-    assert!(a_bytes >= LEN as u64, "{delivery:?}: the owner read the object");
+    assert!(
+        a_bytes >= LEN as u64,
+        "{delivery:?}: the owner read the object"
+    );
 }
 
 #[test]
@@ -298,9 +330,21 @@ fn two_unrelated_processes_share_one_cache_handler() {
 #[test]
 fn the_owners_death_gives_an_error_then_a_fresh_cache() {
     let (file, dir) = setting(303);
-    let a = Helper::start("role_reader", &file.path, Delivery::Signal, Some(dir.path()), None);
+    let a = Helper::start(
+        "role_reader",
+        &file.path,
+        Delivery::Signal,
+        Some(dir.path()),
+        None,
+    );
     assert_eq!(a.line(), "owner");
-    let mut b = Helper::start("role_survivor", &file.path, Delivery::Signal, Some(dir.path()), None);
+    let mut b = Helper::start(
+        "role_survivor",
+        &file.path,
+        Delivery::Signal,
+        Some(dir.path()),
+        None,
+    );
     assert_eq!(b.line(), "joined");
     assert_eq!(b.line(), "half");
     a.kill();
@@ -319,14 +363,85 @@ fn the_owners_death_gives_an_error_then_a_fresh_cache() {
     b.passed("the survivor");
 }
 
+/// Joiners killed at random points (starting, joining, with faults
+/// waiting on reads in flight) leave the owner's cache whole: a joiner
+/// after them reads every byte right, and the object is read from the
+/// store about once over all of them.
+#[test]
+fn joiners_killed_at_random_points_leave_the_cache_whole() {
+    let (file, dir) = setting(307);
+    let mut a = Helper::start(
+        "role_reader",
+        &file.path,
+        Delivery::Signal,
+        Some(dir.path()),
+        None,
+    );
+    assert_eq!(a.line(), "owner");
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for round in 0..12 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let mut victim = Helper::start(
+            "role_reader",
+            &file.path,
+            Delivery::Signal,
+            Some(dir.path()),
+            None,
+        );
+        if round % 2 == 0 {
+            // Killed once it joined, while it reads.
+            assert_eq!(victim.line(), "joined", "round {round}");
+            victim.go();
+        }
+        std::thread::sleep(Duration::from_micros(x % 40_000));
+        victim.kill();
+    }
+    let mut b = Helper::start(
+        "role_reader",
+        &file.path,
+        Delivery::Signal,
+        Some(dir.path()),
+        None,
+    );
+    assert_eq!(b.line(), "joined");
+    b.go();
+    assert_eq!(b.line(), "read");
+    a.go();
+    assert_eq!(a.line(), "read");
+    b.go();
+    let _ = b.line();
+    b.passed("the last joiner");
+    a.go();
+    let read: u64 = a.line().parse().unwrap();
+    a.passed("the owner");
+    assert!(
+        read <= LEN as u64 * 11 / 10,
+        "{read} bytes read from the store for an object of {LEN}"
+    );
+}
+
 /// The owner's budget holds over every process: a joiner reads an object
 /// four times the owner's budget, and the owner's peak stays within it.
 #[test]
 fn the_owners_budget_holds_across_processes() {
     let (file, dir) = setting(304);
-    let mut a = Helper::start("role_budget_owner", &file.path, Delivery::Signal, Some(dir.path()), None);
+    let mut a = Helper::start(
+        "role_budget_owner",
+        &file.path,
+        Delivery::Signal,
+        Some(dir.path()),
+        None,
+    );
     assert_eq!(a.line(), "owner");
-    let mut b = Helper::start("role_reader", &file.path, Delivery::Signal, Some(dir.path()), None);
+    let mut b = Helper::start(
+        "role_reader",
+        &file.path,
+        Delivery::Signal,
+        Some(dir.path()),
+        None,
+    );
     assert_eq!(b.line(), "joined");
     b.go();
     assert_eq!(b.line(), "read");
@@ -340,7 +455,10 @@ fn the_owners_budget_holds_across_processes() {
     a.passed("the owner");
     let budget = 4u64 << 20;
     let slack = 4 * 8 * 4096;
-    assert!(peak <= budget + slack, "peak {peak} bytes cached, budget {budget}");
+    assert!(
+        peak <= budget + slack,
+        "peak {peak} bytes cached, budget {budget}"
+    );
 }
 
 /// The rendezvous directory is this user's alone (0700), its socket 0600;
@@ -350,7 +468,13 @@ fn the_owners_budget_holds_across_processes() {
 fn the_rendezvous_is_private_to_its_user() {
     use std::os::unix::fs::PermissionsExt;
     let (file, dir) = setting(305);
-    let a = Helper::start("role_reader", &file.path, Delivery::Signal, Some(dir.path()), None);
+    let a = Helper::start(
+        "role_reader",
+        &file.path,
+        Delivery::Signal,
+        Some(dir.path()),
+        None,
+    );
     assert_eq!(a.line(), "owner");
     let socket = std::fs::read_dir(dir.path())
         .unwrap()
@@ -362,7 +486,13 @@ fn the_rendezvous_is_private_to_its_user() {
     // A directory others may enter is refused.
     let open = tempfile::tempdir().unwrap();
     std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let b = Helper::start("role_reader", &file.path, Delivery::Signal, Some(open.path()), None);
+    let b = Helper::start(
+        "role_reader",
+        &file.path,
+        Delivery::Signal,
+        Some(open.path()),
+        None,
+    );
     let line = b.line();
     assert!(
         line.starts_with("private ") && line.contains("group or others"),
@@ -395,15 +525,39 @@ fn another_users_process_never_joins() {
     let data = shelf.path().join("data.bin");
     std::fs::copy(&file.path, &data).unwrap();
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let a = Helper::start_exe(&exe, "role_reader", &data, Delivery::Signal, Some(dir.path()), None);
+    let a = Helper::start_exe(
+        &exe,
+        "role_reader",
+        &data,
+        Delivery::Signal,
+        Some(dir.path()),
+        None,
+    );
     assert_eq!(a.line(), "owner");
     // Given root's directory: refused.
-    let b = Helper::start_exe(&exe, "role_reader", &data, Delivery::Signal, Some(dir.path()), Some(NOBODY));
+    let b = Helper::start_exe(
+        &exe,
+        "role_reader",
+        &data,
+        Delivery::Signal,
+        Some(dir.path()),
+        Some(NOBODY),
+    );
     let line = b.line();
-    assert!(line.starts_with("private "), "nobody in root's directory: {line}");
+    assert!(
+        line.starts_with("private "),
+        "nobody in root's directory: {line}"
+    );
     b.kill();
     // Its own directory (the default, /tmp/faultmap-65534): its own cache.
-    let mut c = Helper::start_exe(&exe, "role_reader", &data, Delivery::Signal, None, Some(NOBODY));
+    let mut c = Helper::start_exe(
+        &exe,
+        "role_reader",
+        &data,
+        Delivery::Signal,
+        None,
+        Some(NOBODY),
+    );
     let line = c.line();
     assert!(line == "owner" || line == "joined", "nobody's own: {line}");
     c.go();

@@ -1945,7 +1945,7 @@ impl<A: Access> Mapping<A> {
             let page = (at as usize) & !(PAGE_SIZE - 1);
             let mut retry = false;
             let mapped = loop {
-                match sys::share::request(page, false, retry) {
+                match crate::mm::links::request(page, false, retry) {
                     Some(sys::share::Answer::Retry) => retry = true,
                     Some(sys::share::Answer::Mapped) => break true,
                     _ => break false,

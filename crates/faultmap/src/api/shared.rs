@@ -26,6 +26,7 @@ use std::time::Duration;
 use crate::api::object::Object;
 use crate::base::config::{Extent, PageSize};
 use crate::mm::guest;
+use crate::mm::links;
 use crate::mm::pager_core::Core;
 use crate::mm::signal;
 use crate::sys::share::{self, Received};
@@ -99,7 +100,15 @@ pub(crate) fn plan(
             // lock now, and a process that decides next must not wait
             // for this one's handshake.
             drop(decide);
-            match join(core, source, object, key, extent, conn, timeout.min(JOIN_TIMEOUT)) {
+            match join(
+                core,
+                source,
+                object,
+                key,
+                extent,
+                conn,
+                timeout.min(JOIN_TIMEOUT),
+            ) {
                 Ok(joined) => Plan::Join(joined),
                 Err(why) => Plan::Private(why),
             }
@@ -119,7 +128,8 @@ pub(crate) fn plan(
 /// A range of this process's served by the process that owns its object's
 /// cache: the memfd mapped read-only, registered with a userfaultfd of its
 /// own (SIGBUS delivery) that the owner holds a copy of, and linked to the
-/// owner's channel (`share::link`) for the SIGBUS handler.
+/// owner's channel (`mm::links`) for the SIGBUS handler. Its descriptors
+/// are listed for forked children to close (`share::own_fd`).
 pub(crate) struct JoinedMap {
     /// `None` once unmapped, in the drop.
     map: Option<sys::MappedRegion>,
@@ -142,8 +152,20 @@ impl Drop for JoinedMap {
     fn drop(&mut self) {
         // Unmapped first: no fault can look the link up after it goes.
         drop(self.map.take());
-        share::unlink(self.slot);
-        // Then the channel closes (a field): the owner ends this guest.
+        links::links().unlink(self.slot);
+        // Then the descriptors close (the fields): the channel's end
+        // ends this guest in the owner.
+        let owner = self._owner.as_ref().map(|o| o.as_raw_fd());
+        for fd in [
+            Some(self._channel.as_raw_fd()),
+            Some(self._uffd.as_raw_fd()),
+            owner,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            share::disown_fd(fd);
+        }
     }
 }
 
@@ -230,9 +252,18 @@ fn map_joined(
         return Err("UFFDIO_CONTINUE is not allowed on the owner's cache".into());
     }
     signal::install().map_err(|e| format!("installing the SIGBUS handler: {e}"))?;
-    let owner_fd: RawFd = owner.as_ref().map_or(-1, |o| o.as_raw_fd());
-    let slot = share::link(map.addr(), map.len(), conn.as_raw_fd(), owner_fd)
-        .ok_or_else(|| format!("more than {} joined mappings at once", share::LINKS_MAX))?;
+    let owner_fd: Option<RawFd> = owner.as_ref().map(|o| o.as_raw_fd());
+    let slot = links::links()
+        .link(map.addr(), map.len(), conn.as_raw_fd(), owner_fd)
+        .ok_or_else(|| format!("more than {} joined mappings at once", links::LINKS_MAX))?;
+    // A forked child closes its copies first thing: they must not keep
+    // this process's guest alive in the owner after the drop.
+    for fd in [Some(conn.as_raw_fd()), Some(uffd.as_raw_fd()), owner_fd]
+        .into_iter()
+        .flatten()
+    {
+        share::own_fd(fd);
+    }
     let joined = JoinedMap {
         map: Some(map),
         base: 0,

@@ -16,8 +16,11 @@
 //!   watchdog and truncation; `events`: the application's `munmap` and
 //!   `mremap`, seen through userfaultfd events; `trace`: recording the
 //!   first-touch order of a mapping's pages, and replaying a trace as
-//!   prefetch; `guest`: serving a forked child's faults on the mappings it
-//!   inherited, from this process's cache.
+//!   prefetch; `guest`: serving the faults of other processes (a forked
+//!   child's on the mappings it inherited, an unrelated process's that
+//!   joined an object this process hosts) from this process's cache;
+//!   `links`: the ranges this process joined of other processes' caches,
+//!   for its SIGBUS handler.
 //! - **Reclaim.** `evict`: the memory budget and its evictor (the CLOCK
 //!   hand); `writeback`: dirty tracking by write-protect faults, flush,
 //!   the background flusher; `invalidate`: dropping pages from the cache
@@ -48,6 +51,7 @@ pub(crate) mod fault;
 pub(crate) mod guest;
 pub(crate) mod invalidate;
 pub(crate) mod io;
+pub(crate) mod links;
 pub(crate) mod object;
 pub(crate) mod pager_core;
 pub(crate) mod rmap;

@@ -482,15 +482,17 @@ fn resolve(addr: HostAddr, write: bool) -> Outcome {
     }
 }
 
-/// A fault of a forked child on a range it inherited: the owner resolves
-/// it (`crate::sys::share`), and the access runs again, or gets SIGBUS (the
-/// page cannot be read, the owner is gone, or the address is not a range
-/// the owner serves). Not a guest: not ours.
+/// A fault on a range another process serves: one this process joined of
+/// an unrelated owner's cache (`crate::mm::links`), or, in a forked child,
+/// one it inherited. The owner resolves it (`crate::sys::share`), and the
+/// access runs again, or gets SIGBUS (the page cannot be read, the owner
+/// is gone, or the address is not a range the owner serves). Neither: not
+/// ours.
 fn guest(addr: HostAddr, write: bool) -> Outcome {
     let page_addr = addr.page_down().get();
     let mut retry = false;
     loop {
-        match sys::share::request(page_addr, write, retry) {
+        match crate::mm::links::request(page_addr, write, retry) {
             None | Some(Answer::Failed) => return Outcome::NotOurs,
             Some(Answer::Mapped) => return Outcome::Resolved,
             Some(Answer::Retry) => retry = true,

@@ -41,9 +41,10 @@
 //!   joiner -> channel   [FAULT, addr, flags]                  + fd [answer socket]
 //! ```
 //!
-//! Its ranges are *links* (`LINKS`): the SIGBUS handler finds the channel
-//! of a faulting address there, and the owner's death by a pidfd of the
-//! owner (`SO_PEERPIDFD`) or, without one, by the channel's end-of-file.
+//! Its ranges are *links* (`crate::mm::links`): the SIGBUS handler finds
+//! the channel of a faulting address there and asks with
+//! [`request_on`]; the owner's death is seen by a pidfd of the owner
+//! (`SO_PEERPIDFD`) or, without one, by the channel's end-of-file.
 //!
 //! `id` names the owner's mapping the range copies (`MappedRegion::id`,
 //! never reused), so a range the owner unmapped and mapped again since is
@@ -107,7 +108,7 @@
 
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use super::UffdSource;
 use super::{errno_get, feature, mode};
@@ -186,76 +187,6 @@ const OWNER_CHECK_MS: i32 = 100;
 /// carries its siblings' descriptors. Slots of -1 are free.
 static OWNER_FDS: [AtomicI32; OWNER_FDS_MAX] = [const { AtomicI32::new(-1) }; OWNER_FDS_MAX];
 const OWNER_FDS_MAX: usize = 512;
-
-/// A range this process mapped of an object whose cache an unrelated
-/// process owns: its channel to that owner and a pidfd of the owner (or
-/// -1). `start` is 0 while the slot is free, [`CLAIMED`] while it is being
-/// filled or emptied; the other words are read only after an Acquire load
-/// of a real `start`.
-struct Link {
-    start: AtomicUsize,
-    end: AtomicUsize,
-    channel: AtomicI32,
-    owner: AtomicI32,
-}
-
-const CLAIMED: usize = usize::MAX;
-/// How many links a process may have at once (one per mapping of a
-/// joined object).
-pub(crate) const LINKS_MAX: usize = 1024;
-static LINKS: [Link; LINKS_MAX] = [const {
-    Link {
-        start: AtomicUsize::new(0),
-        end: AtomicUsize::new(0),
-        channel: AtomicI32::new(-1),
-        owner: AtomicI32::new(-1),
-    }
-}; LINKS_MAX];
-
-/// Links `[addr, addr + len)` to an owner: its faults go over `channel`,
-/// and the owner is gone once `owner` (a pidfd, or -1) is readable.
-/// Returns the slot, or `None` if every slot is taken.
-pub(crate) fn link(addr: usize, len: usize, channel: RawFd, owner: RawFd) -> Option<usize> {
-    let slot = LINKS.iter().position(|l| {
-        l.start
-            .compare_exchange(0, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-    })?;
-    let l = &LINKS[slot];
-    l.end.store(addr + len, Ordering::Relaxed);
-    l.channel.store(channel, Ordering::Relaxed);
-    l.owner.store(owner, Ordering::Relaxed);
-    l.start.store(addr, Ordering::Release);
-    Some(slot)
-}
-
-/// Frees a slot [`link`] returned, once its range is unmapped (no fault
-/// can look it up any more, but one in flight on another thread, which
-/// the mapping's contract rules out).
-pub(crate) fn unlink(slot: usize) {
-    if let Some(l) = LINKS.get(slot) {
-        l.start.store(CLAIMED, Ordering::Release);
-        l.channel.store(-1, Ordering::Relaxed);
-        l.owner.store(-1, Ordering::Relaxed);
-        l.end.store(0, Ordering::Relaxed);
-        l.start.store(0, Ordering::Release);
-    }
-}
-
-/// The channel and owner pidfd of the link holding `addr`. Async-signal-safe.
-fn link_at(addr: usize) -> Option<(RawFd, RawFd)> {
-    LINKS.iter().find_map(|l| {
-        let start = l.start.load(Ordering::Acquire);
-        if start == 0 || start == CLAIMED || addr < start || addr >= l.end.load(Ordering::Relaxed)
-        {
-            return None;
-        }
-        Some((
-            l.channel.load(Ordering::Relaxed),
-            l.owner.load(Ordering::Relaxed),
-        ))
-    })
-}
 
 /// Who serves a fault, and how its death is seen.
 #[derive(Clone, Copy)]
@@ -647,19 +578,6 @@ pub(super) fn start_child() -> Option<(RawFd, RawFd)> {
     for ident in [&CHANNEL, &GUEST_UFFD] {
         ident.forget();
     }
-    // Nor are its parent's links to unrelated owners: the child has a
-    // placeholder at those ranges, and its copies of the channels would
-    // keep the owners serving the parent's mappings after their drop.
-    for l in &LINKS {
-        let start = l.start.swap(0, Ordering::AcqRel);
-        if start != 0 && start != CLAIMED {
-            close(l.channel.swap(-1, Ordering::AcqRel));
-            let owner = l.owner.swap(-1, Ordering::AcqRel);
-            if owner >= 0 {
-                close(owner);
-            }
-        }
-    }
     // An owner's child: the owner's descriptors of its other children are
     // not its own either (see OWNER_FDS).
     for slot in &OWNER_FDS {
@@ -884,15 +802,29 @@ pub(super) fn abandon_channel(channel: RawFd) {
 /// the answer. `None` if this process is not a guest. Async-signal-safe:
 /// called by the SIGBUS handler.
 pub(crate) fn request(addr: usize, write: bool, retry: bool) -> Option<Answer> {
-    let (channel, owner) = match link_at(addr) {
-        Some((channel, pidfd)) => (channel, Owner::Pidfd(pidfd)),
-        None => (CHANNEL.get()?, Owner::Parent),
-    };
+    let channel = CHANNEL.get()?;
+    Some(ask(channel, Owner::Parent, addr, write, retry))
+}
+
+/// Asks the unrelated owner at the other end of `channel` (whose pidfd
+/// is `owner`, or -1) to resolve a fault at `addr` of a range this
+/// process joined, and waits for the answer. Async-signal-safe.
+pub(crate) fn request_on(
+    channel: RawFd,
+    owner: RawFd,
+    addr: usize,
+    write: bool,
+    retry: bool,
+) -> Answer {
+    ask(channel, Owner::Pidfd(owner), addr, write, retry)
+}
+
+fn ask(channel: RawFd, owner: Owner, addr: usize, write: bool, retry: bool) -> Answer {
     if owner.gone() {
-        return Some(Answer::Failed);
+        return Answer::Failed;
     }
     let Ok((mine, theirs)) = raw_pair() else {
-        return Some(Answer::Failed);
+        return Answer::Failed;
     };
     let flags = if write { FLAG_WRITE } else { 0 } | if retry { FLAG_RETRY } else { 0 };
     let sent = send_to_owner(channel, &[FAULT, addr as u64, flags], theirs, owner);
@@ -902,7 +834,7 @@ pub(crate) fn request(addr: usize, write: bool, retry: bool) -> Option<Answer> {
         Err(_) => Answer::Failed,
     };
     close(mine);
-    Some(answer)
+    answer
 }
 
 /// Sends a fault record with its answer socket, without waiting for a
