@@ -1,5 +1,7 @@
-//! Guests: a forked child's faults on the mappings it inherited, served by
-//! the process that owns their cache (the *owner*, `crate::mm::guest`).
+//! Guests: a forked child's faults on the mappings it inherited, and an
+//! unrelated process's on the ranges it joined (`crate::api::shared`),
+//! served by the process that owns their cache (the *owner*,
+//! `crate::mm::guest`).
 //!
 //! ## Why the owner serves them
 //!
