@@ -270,6 +270,24 @@ fn role_survivor() {
 // The tests.
 // ---------------------------------------------------------------------------
 
+/// The end of a run with an owner `a` and a joiner `b` that waits for its
+/// go: `b` reads everything, then `a`; `b` exits; returns `a`'s last line
+/// (its store bytes, or its peak with `role_budget_owner`).
+fn both_read_then_owner_says(mut a: Helper, mut b: Helper) -> u64 {
+    assert_eq!(b.line(), "joined");
+    b.go();
+    assert_eq!(b.line(), "read");
+    a.go();
+    assert_eq!(a.line(), "read");
+    b.go();
+    let _ = b.line();
+    b.passed("the joiner");
+    a.go();
+    let said = a.line().parse().unwrap();
+    a.passed("the owner");
+    said
+}
+
 /// A file for these tests, in a directory of its own; and a rendezvous
 /// directory of its own (mode 0700), so that tests running at once never
 /// meet.
@@ -370,7 +388,7 @@ fn the_owners_death_gives_an_error_then_a_fresh_cache() {
 #[test]
 fn joiners_killed_at_random_points_leave_the_cache_whole() {
     let (file, dir) = setting(307);
-    let mut a = Helper::start(
+    let a = Helper::start(
         "role_reader",
         &file.path,
         Delivery::Signal,
@@ -398,24 +416,14 @@ fn joiners_killed_at_random_points_leave_the_cache_whole() {
         std::thread::sleep(Duration::from_micros(x % 40_000));
         victim.kill();
     }
-    let mut b = Helper::start(
+    let b = Helper::start(
         "role_reader",
         &file.path,
         Delivery::Signal,
         Some(dir.path()),
         None,
     );
-    assert_eq!(b.line(), "joined");
-    b.go();
-    assert_eq!(b.line(), "read");
-    a.go();
-    assert_eq!(a.line(), "read");
-    b.go();
-    let _ = b.line();
-    b.passed("the last joiner");
-    a.go();
-    let read: u64 = a.line().parse().unwrap();
-    a.passed("the owner");
+    let read = both_read_then_owner_says(a, b);
     assert!(
         read <= LEN as u64 * 11 / 10,
         "{read} bytes read from the store for an object of {LEN}"
@@ -427,7 +435,7 @@ fn joiners_killed_at_random_points_leave_the_cache_whole() {
 #[test]
 fn the_owners_budget_holds_across_processes() {
     let (file, dir) = setting(304);
-    let mut a = Helper::start(
+    let a = Helper::start(
         "role_budget_owner",
         &file.path,
         Delivery::Signal,
@@ -435,24 +443,14 @@ fn the_owners_budget_holds_across_processes() {
         None,
     );
     assert_eq!(a.line(), "owner");
-    let mut b = Helper::start(
+    let b = Helper::start(
         "role_reader",
         &file.path,
         Delivery::Signal,
         Some(dir.path()),
         None,
     );
-    assert_eq!(b.line(), "joined");
-    b.go();
-    assert_eq!(b.line(), "read");
-    a.go();
-    assert_eq!(a.line(), "read");
-    b.go();
-    let _ = b.line();
-    b.passed("the joiner");
-    a.go();
-    let peak: u64 = a.line().parse().unwrap();
-    a.passed("the owner");
+    let peak = both_read_then_owner_says(a, b);
     let budget = 4u64 << 20;
     let slack = 4 * 8 * 4096;
     assert!(

@@ -485,20 +485,8 @@ impl Guest {
                 _ => return,
             }
         };
-        let core = match self
-            .cores
-            .iter()
-            .find(|(pager, _)| Arc::ptr_eq(pager, &region.owner))
-        {
-            Some((_, core)) => core.clone(),
-            None => {
-                let Some(uffd) = self.uffd.clone() else {
-                    return;
-                };
-                let core = Arc::new(region.owner.for_guest(uffd, self.table.clone()));
-                self.cores.push((region.owner.clone(), core.clone()));
-                core
-            }
+        let Some(core) = self.core_for(&region.owner) else {
+            return;
         };
         let Some(guest) = region.for_guest(core) else {
             return;
@@ -549,7 +537,7 @@ impl Guest {
     /// Serves a joiner's range `[addr, addr + len)`, which maps `pages`
     /// pages of the object it joined from `first`.
     fn add_range_of(&mut self, id: u64, addr: usize, len: usize, first: u64, pages: u64) {
-        let (Some(joined), Some(uffd)) = (&self.joined, &self.uffd) else {
+        let Some(joined) = &self.joined else {
             return;
         };
         let object = &joined.hold.0;
@@ -561,28 +549,30 @@ impl Guest {
         if joined.id != id || !fits {
             return;
         }
-        let core = match self
-            .cores
-            .iter()
-            .find(|(pager, _)| Arc::ptr_eq(pager, &joined.pager))
-        {
-            Some((_, core)) => core.clone(),
-            None => {
-                let core = Arc::new(joined.pager.for_guest(uffd.clone(), self.table.clone()));
-                self.cores.push((joined.pager.clone(), core.clone()));
-                core
-            }
+        let (object, pager) = (object.clone(), joined.pager.clone());
+        let Some(core) = self.core_for(&pager) else {
+            return;
         };
-        let Some(region) = Region::for_joiner(object, core, addr, first, pages) else {
+        let Some(region) = Region::for_joiner(&object, core, addr, first, pages) else {
             return;
         };
         if self.table.lock().overlaps(region.start()..region.end()) {
             return;
         }
-        let hold = Hold::new(object);
+        let hold = Hold::new(&object);
         region.object.add_mapping(&region);
         self.table.lock().insert(region.clone());
         self.regions.push((region, hold));
+    }
+
+    /// The core that serves this guest for `pager` (made on first use).
+    fn core_for(&mut self, pager: &Arc<Core>) -> Option<Arc<Core>> {
+        if let Some((_, core)) = self.cores.iter().find(|(p, _)| Arc::ptr_eq(p, pager)) {
+            return Some(core.clone());
+        }
+        let core = Arc::new(pager.for_guest(self.uffd.clone()?, self.table.clone()));
+        self.cores.push((pager.clone(), core.clone()));
+        Some(core)
     }
 
     /// Resolves the child's fault at `addr`.

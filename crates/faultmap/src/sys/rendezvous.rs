@@ -250,20 +250,7 @@ pub(crate) fn accept(listener: &OwnedFd) -> io::Result<Option<OwnedFd>> {
 /// The effective user of the process at the other end of `sock`, by the
 /// kernel's word (`SO_PEERCRED`: as it was at `connect` or `listen`).
 pub(crate) fn peer_uid(sock: &OwnedFd) -> Option<u32> {
-    // SAFETY: an all-zero ucred is a valid value to be overwritten.
-    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
-    let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then_some(cred.uid)
+    super::share::peer_cred(sock).map(|c| c.uid)
 }
 
 /// This process's effective user.

@@ -466,6 +466,12 @@ pub(crate) fn recv(fd: &OwnedFd, words: &mut [u64]) -> std::io::Result<Received>
 /// The pid of the process that made the other end of `sock` (a socket
 /// pair's maker), by the kernel's word (`SO_PEERCRED`).
 pub(crate) fn peer_pid(sock: &OwnedFd) -> Option<i32> {
+    peer_cred(sock).map(|c| c.pid)
+}
+
+/// The credentials of the process at the other end of `sock` as they were
+/// when it connected or made the pair (`SO_PEERCRED`).
+pub(crate) fn peer_cred(sock: &OwnedFd) -> Option<libc::ucred> {
     // SAFETY: an all-zero ucred is a valid value to be overwritten.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
@@ -479,7 +485,7 @@ pub(crate) fn peer_pid(sock: &OwnedFd) -> Option<i32> {
             &mut len,
         )
     };
-    (rc == 0).then_some(cred.pid)
+    (rc == 0).then_some(cred)
 }
 
 /// A pidfd of the process that made the other end of `sock`, by the
