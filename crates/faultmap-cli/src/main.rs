@@ -677,8 +677,11 @@ struct BenchArgs {
     /// read the same remote object (seq: each the whole object; rand: each
     /// the same sample of --sample-pages pages) through the counting proxy,
     /// as faultmap-shared (one mapping made before the fork: the parent's
-    /// cache serves every process), faultmap-private (a pager per process)
-    /// and each FUSE peer (each process maps the mounted file). Reports the
+    /// cache serves every process), faultmap-joined (each process maps the
+    /// object itself with sharing on, FAULTMAP_SHARED=1, and joins the cache
+    /// of the parent, which mapped it first, over its socket: what unrelated
+    /// processes do), faultmap-private (a pager per process) and each FUSE
+    /// peer (each process maps the mounted file). Reports the
     /// time until the last process is done, the bytes the server sent, and
     /// the peak of the caches (faultmap's, summed over the processes'
     /// caches; a FUSE peer's, the most any process found resident in the

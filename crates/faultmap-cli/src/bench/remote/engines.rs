@@ -289,6 +289,10 @@ pub enum Procs<'a> {
     /// `n` forked children each make a pager and map the object: `n`
     /// caches.
     Private,
+    /// As `Private`, with sharing on: one pager maps the object first and
+    /// owns its cache; each child's mapping joins it over the owner's
+    /// socket (`Config::shared`), as an unrelated process's would.
+    Joined,
     /// `n` forked children each map the FUSE peer's file.
     Fuse(&'a Path),
 }
@@ -308,12 +312,22 @@ pub fn procs(
     config: &Config,
 ) -> Result<Sample> {
     use std::os::fd::AsRawFd;
+    // Sharing on, in the user's own rendezvous directory: the parent's
+    // mapping owns the cache (a dead owner's socket of an earlier run is
+    // replaced), the children's join it.
+    let config = &match how {
+        Procs::Joined => config.clone().shared(true),
+        _ => config.clone(),
+    };
     let shared = match how {
-        Procs::Shared => {
+        Procs::Shared | Procs::Joined => {
             let pager = Pager::new(config.clone())?;
             let object = pager.open(target.store(RemoteTuning::default())?)?;
             // SAFETY: as in `faultmap`.
             let map = unsafe { pager.map(&object, MapOptions::new())? };
+            if how == Procs::Joined && *map.sharing() != faultmap::Sharing::Owner {
+                bail!("the first mapping does not own the cache: {:?}", map.sharing());
+            }
             Some((pager, map))
         }
         _ => {
@@ -410,11 +424,14 @@ fn child_walk(
             let map = inherited.context("no inherited mapping")?;
             Ok((plan.walk(0, map), 0))
         }
-        Procs::Private => {
+        Procs::Private | Procs::Joined => {
             let pager = Pager::new(config.clone())?;
             let object = pager.open(target.store(RemoteTuning::default())?)?;
             // SAFETY: as in `faultmap`.
             let map = unsafe { pager.map(&object, MapOptions::new())? };
+            if how == Procs::Joined && *map.sharing() != faultmap::Sharing::Joined {
+                bail!("a reading process did not join: {:?}", map.sharing());
+            }
             let sum = plan.walk(0, &map);
             Ok((sum, pager.memory().peak))
         }

@@ -85,6 +85,10 @@ pub enum Engine {
     Shared,
     /// `--procs`: processes each with a pager of their own.
     Private,
+    /// `--procs`: processes each with a pager of their own, sharing on
+    /// (`FAULTMAP_SHARED=1`): they join the cache of the process that
+    /// mapped the object first, over its socket, as unrelated processes do.
+    Joined,
 }
 
 /// A column: an engine on a store at a latency.
@@ -99,7 +103,11 @@ impl Column for RemoteColumn {
     fn heading(self) -> String {
         let engine = match self.engine {
             Engine::RawGet => "raw-get".to_string(),
-            Engine::Faultmap(_) | Engine::Replay | Engine::Shared | Engine::Private => {
+            Engine::Faultmap(_)
+            | Engine::Replay
+            | Engine::Shared
+            | Engine::Private
+            | Engine::Joined => {
                 format!("faultmap-{}", self.variant())
             }
             Engine::Fuse(name) => name.to_string(),
@@ -114,7 +122,11 @@ impl Column for RemoteColumn {
     fn engine(self) -> &'static str {
         match self.engine {
             Engine::RawGet => "raw-get",
-            Engine::Faultmap(_) | Engine::Replay | Engine::Shared | Engine::Private => "faultmap",
+            Engine::Faultmap(_)
+            | Engine::Replay
+            | Engine::Shared
+            | Engine::Private
+            | Engine::Joined => "faultmap",
             Engine::Fuse(name) => name,
         }
     }
@@ -128,6 +140,7 @@ impl Column for RemoteColumn {
             Engine::Fuse(_) => "mmap".into(),
             Engine::Shared => "shared".into(),
             Engine::Private => "private".into(),
+            Engine::Joined => "joined".into(),
         }
     }
 
@@ -136,7 +149,10 @@ impl Column for RemoteColumn {
     fn once(self) -> bool {
         !matches!(
             self.engine,
-            Engine::Faultmap(ReadaheadMode::Full) | Engine::Shared | Engine::Private
+            Engine::Faultmap(ReadaheadMode::Full)
+                | Engine::Shared
+                | Engine::Private
+                | Engine::Joined
         ) && !PROCS.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
@@ -259,11 +275,11 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
                     engines::fuse(path, &target, plan)?
                 }
             }
-            Engine::Shared | Engine::Private => {
-                let how = if c.engine == Engine::Shared {
-                    engines::Procs::Shared
-                } else {
-                    engines::Procs::Private
+            Engine::Shared | Engine::Private | Engine::Joined => {
+                let how = match c.engine {
+                    Engine::Shared => engines::Procs::Shared,
+                    Engine::Joined => engines::Procs::Joined,
+                    _ => engines::Procs::Private,
                 };
                 engines::procs(&target, plan, usize::from(key.threads), how, &o.config)?
             }
@@ -323,7 +339,7 @@ fn columns(o: &RemoteOptions, setup: &setup::Setup) -> Vec<RemoteColumn> {
                     Engine::Faultmap(ReadaheadMode::AroundOnly),
                 ]
             } else {
-                vec![Engine::Shared, Engine::Private]
+                vec![Engine::Shared, Engine::Joined, Engine::Private]
             };
             let peers = setup.fuse.iter().filter(|(_, k, _)| *k == store);
             engines.extend(peers.map(|(name, _, _)| Engine::Fuse(name)));
@@ -416,7 +432,7 @@ impl grid::Mode for Remote {
         if PROCS.load(std::sync::atomic::Ordering::Relaxed) {
             lines.push((
                 "processes",
-                "N forked processes each read the object (seq: all of it; rand: the same sample); time until the last is done; transferred: what the server sent; peak memory: faultmap's caches summed (shared: the parent's one; private: one per process), a FUSE peer's the kernel page cache (the most any process found resident)".to_string(),
+                "N forked processes each read the object (seq: all of it; rand: the same sample); time until the last is done; transferred: what the server sent; peak memory: faultmap's caches summed (shared: the parent's one, through the mapping each inherited; joined: the parent's one, each process mapping the object itself with sharing on, as an unrelated process does; private: one per process), a FUSE peer's the kernel page cache (the most any process found resident)".to_string(),
             ));
         }
         let title = if PROCS.load(std::sync::atomic::Ordering::Relaxed) {
@@ -586,16 +602,18 @@ fn procs_goals(run: &Run) -> Vec<Goal> {
             engine,
         };
         let place = format!("{} at {latency_ms} ms, {n} processes", store.name());
-        let shared = run.cell(Access::Seq, n, col(Engine::Shared));
-        let bytes = shared.and_then(|c| c.median_u64(|s| s.io_bytes));
-        if let Some(bytes) = bytes.filter(|_| run.data.bytes > 0) {
-            out.push(Goal {
-                place: place.clone(),
-                what: "seq, faultmap-shared's transfer over the object's size".into(),
-                value: bytes as f64 / run.data.bytes as f64,
-                bound: 1.1,
-                at_least: false,
-            });
+        for (engine, name) in [(Engine::Shared, "shared"), (Engine::Joined, "joined")] {
+            let cell = run.cell(Access::Seq, n, col(engine));
+            let bytes = cell.and_then(|c| c.median_u64(|s| s.io_bytes));
+            if let Some(bytes) = bytes.filter(|_| run.data.bytes > 0) {
+                out.push(Goal {
+                    place: place.clone(),
+                    what: format!("seq, faultmap-{name}'s transfer over the object's size"),
+                    value: bytes as f64 / run.data.bytes as f64,
+                    bound: 1.1,
+                    at_least: false,
+                });
+            }
         }
         let shared = run.seconds(Access::Seq, n, col(Engine::Shared));
         let private = run.seconds(Access::Seq, n, col(Engine::Private));
