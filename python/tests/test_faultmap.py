@@ -768,13 +768,23 @@ def test_two_unrelated_processes_with_the_switch_on_read_one_cache(tmp_path, del
     meet.mkdir(mode=0o700)
     env = dict(os.environ, FAULTMAP_SHARED="1", FAULTMAP_SHARED_DIR=str(meet))
     procs = []
+    # A hang fails the test instead of hanging it: the readers are killed
+    # after 3 minutes, and their lines then end early.
+    def kill_all():
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    watchdog = threading.Timer(180, kill_all)
+    watchdog.start()
     try:
         for seed in (1, 2):
+            err = open(tmp_path / f"reader-{seed}.err", "w")
             p = subprocess.Popen(
                 [sys.executable, str(script), delivery, server.url, str(seed)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                 text=True, env=env,
             )
+            err.close()
             procs.append(p)
             # Each says how it shares before the next starts.
             procs[-1].role = p.stdout.readline().split()[0]
@@ -783,11 +793,12 @@ def test_two_unrelated_processes_with_the_switch_on_read_one_cache(tmp_path, del
             p.stdin.write("go\n")
             p.stdin.flush()
         outputs = [[p.stdout.readline().strip() for _ in range(65)] for p in procs]
-        for p in reversed(procs):  # the joiner first, then the owner
-            out, err = p.communicate("go\n", timeout=120)
-            assert p.returncode == 0, err
+        for seed, p in reversed(list(zip((1, 2), procs))):  # the joiner first, then the owner
+            p.communicate("go\n", timeout=120)
+            assert p.returncode == 0, (tmp_path / f"reader-{seed}.err").read_text()
         sent = server.sent
     finally:
+        watchdog.cancel()
         for p in procs:
             if p.poll() is None:
                 p.kill()
@@ -856,6 +867,34 @@ def test_fork_child_opens_a_url_after_the_parent_did():
         (root / name).unlink(missing_ok=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["exit", "0"]
+
+
+def test_a_fork_child_that_maps_its_own_object_still_reads_the_inherited_one(tmp_path):
+    # A child that maps something itself becomes an owner of its own; the
+    # mapping it inherited is still served by its parent.
+    big = tmp_path / "big.bin"
+    data = pattern(4 * 1024 * 1024 + 5, 41)
+    big.write_bytes(data)
+    other = tmp_path / "other.bin"
+    other.write_bytes(pattern(100_000, 42))
+    r = run_python(
+        f"""
+        import hashlib, os, faultmap
+        a = faultmap.open({str(big)!r})
+        pid = os.fork()
+        if pid == 0:
+            b = faultmap.open({str(other)!r})
+            ok = bytes(b[:10]) == open({str(other)!r}, "rb").read()[:10]
+            whole = hashlib.sha256(memoryview(a)).hexdigest()
+            print(ok, whole, flush=True)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    import hashlib
+    assert r.stdout.split() == ["True", hashlib.sha256(data).hexdigest(), "0"], r.stdout + r.stderr
 
 
 def test_fork_child_makes_its_own_default_pager(small_file):

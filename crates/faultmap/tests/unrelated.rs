@@ -45,14 +45,15 @@ impl Helper {
         dir: Option<&Path>,
         uid: Option<u32>,
     ) -> Helper {
-        Self::start_exe(
-            &std::env::current_exe().expect("exe"),
-            role,
-            file,
-            delivery,
-            dir,
-            uid,
-        )
+        let exe = std::env::current_exe().expect("exe");
+        Self::start_exe(&exe, role, file, delivery, dir, uid, None)
+    }
+
+    /// As [`Helper::start`], mapping only `len` bytes from `offset`.
+    fn start_window(role: &str, file: &Path, dir: &Path, offset: u64, len: u64) -> Helper {
+        let exe = std::env::current_exe().expect("exe");
+        let window = Some((offset, len));
+        Self::start_exe(&exe, role, file, Delivery::Signal, Some(dir), None, window)
     }
 
     fn start_exe(
@@ -62,8 +63,12 @@ impl Helper {
         delivery: Delivery,
         dir: Option<&Path>,
         uid: Option<u32>,
+        window: Option<(u64, u64)>,
     ) -> Helper {
         let mut cmd = Command::new(exe);
+        if let Some((offset, len)) = window {
+            cmd.env("FAULTMAP_WINDOW", format!("{offset},{len}"));
+        }
         cmd.args([
             role,
             "--exact",
@@ -123,7 +128,18 @@ impl Helper {
     /// Waits for the helper; asserts it passed.
     fn passed(mut self, what: &str) {
         drop(self.input.take());
-        let status = self.child.wait().expect("wait");
+        let deadline = std::time::Instant::now() + LINE_LIMIT;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                break status;
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("{what}: did not exit in {LINE_LIMIT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
         assert!(status.success(), "{what}: {status}");
     }
 
@@ -171,7 +187,20 @@ fn helper_setup(budget: Option<u64>) -> Option<(PathBuf, Pager, Vec<u8>)> {
 
 fn map(pager: &Pager, file: &Path) -> faultmap::Mapping {
     // SAFETY: the test's file, which nobody writes while it is mapped.
-    unsafe { pager.map(FileStore::open(file).expect("open"), MapOptions::new()) }.expect("map")
+    unsafe { pager.map(FileStore::open(file).expect("open"), window().0) }.expect("map")
+}
+
+/// The part of the file a helper maps (`FAULTMAP_WINDOW=offset,len`;
+/// default the whole file), and its first byte.
+fn window() -> (MapOptions, usize) {
+    match std::env::var("FAULTMAP_WINDOW") {
+        Ok(w) => {
+            let (offset, len) = w.split_once(',').expect("offset,len");
+            let (offset, len): (u64, u64) = (offset.parse().unwrap(), len.parse().unwrap());
+            (MapOptions::new().offset(offset).len(len), offset as usize)
+        }
+        Err(_) => (MapOptions::new(), 0),
+    }
 }
 
 fn sharing_name(s: &Sharing) -> String {
@@ -208,7 +237,8 @@ fn role_reader() {
     let m = map(&pager, &file);
     say(sharing_name(m.sharing()));
     wait_go();
-    read_all(&m, &data, "a reader");
+    let first = window().1;
+    read_all(&m, &data[first..first + m.len()], "a reader");
     say("read");
     wait_go();
     say(pager.stats().io_bytes);
@@ -500,12 +530,19 @@ fn the_rendezvous_is_private_to_its_user() {
     a.kill();
 }
 
-/// Another user's process with the switch on never joins: given this
-/// user's directory it is refused (not its own), and with its own it
-/// owns a cache of its own. Run as root (CI is): the other user is
-/// `nobody`.
+/// Another user's process with the switch on never joins, and a process
+/// never joins another user's owner, even when that owner's socket is put
+/// where it looks:
+///
+/// - nobody, given root's directory, is refused (not its own);
+/// - nobody, with its own directory, owns a cache of its own;
+/// - a socket of nobody's owner, moved (by root) to the name a root
+///   process looks for, is refused by the root process (`SO_PEERCRED`),
+///   which then keeps a private cache: it never reads nobody's cache.
+///
+/// Run as root (CI is): the other user is `nobody`.
 #[test]
-fn another_users_process_never_joins() {
+fn another_users_owner_is_never_joined() {
     use std::os::unix::fs::PermissionsExt;
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
@@ -515,7 +552,7 @@ fn another_users_process_never_joins() {
     const NOBODY: u32 = 65534;
     let (file, dir) = setting(306);
     // nobody must reach the file and the binary: both in a directory it
-    // may enter.
+    // may enter, and a rendezvous directory of its own.
     let shelf = tempfile::tempdir().unwrap();
     std::fs::set_permissions(shelf.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let exe = shelf.path().join("helper");
@@ -523,45 +560,67 @@ fn another_users_process_never_joins() {
     let data = shelf.path().join("data.bin");
     std::fs::copy(&file.path, &data).unwrap();
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let a = Helper::start_exe(
-        &exe,
+    let theirs = shelf.path().join("meet");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(NOBODY), Some(NOBODY)).unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let start = |dir: Option<&Path>, uid: Option<u32>| {
+        Helper::start_exe(&exe, "role_reader", &data, Delivery::Signal, dir, uid, None)
+    };
+    let socket_in = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "sock"))
+            .expect("an owner's socket")
+    };
+
+    // Root's owner: its socket's name is the one root's processes look for.
+    let a = start(Some(dir.path()), None);
+    assert_eq!(a.line(), "owner");
+    let root_name = socket_in(dir.path());
+    // nobody, given root's directory: refused; with its own: an owner.
+    let b = start(Some(dir.path()), Some(NOBODY));
+    let line = b.line();
+    assert!(
+        line.starts_with("private ") && line.contains("another user"),
+        "nobody in root's directory: {line}"
+    );
+    b.kill();
+    let c = start(Some(&theirs), Some(NOBODY));
+    assert_eq!(c.line(), "owner", "nobody in its own directory");
+    // nobody's socket where root looks (root's owner gone).
+    a.kill();
+    std::fs::rename(socket_in(&theirs), &root_name).unwrap();
+    let mut d = start(Some(dir.path()), None);
+    let line = d.line();
+    assert!(
+        line.starts_with("private ") && line.contains("another user"),
+        "root given nobody's socket: {line}"
+    );
+    d.go();
+    assert_eq!(d.line(), "read", "root reads its own cache");
+    d.go();
+    let _ = d.line();
+    d.passed("root's reader");
+    c.kill();
+}
+
+/// A joiner that maps a part of the object (not from its first page, nor
+/// from a page boundary) reads that part's bytes from the owner's cache.
+#[test]
+fn a_joiner_maps_a_part_of_the_object() {
+    let (file, dir) = setting(308);
+    let a = Helper::start(
         "role_reader",
-        &data,
+        &file.path,
         Delivery::Signal,
         Some(dir.path()),
         None,
     );
     assert_eq!(a.line(), "owner");
-    // Given root's directory: refused.
-    let b = Helper::start_exe(
-        &exe,
-        "role_reader",
-        &data,
-        Delivery::Signal,
-        Some(dir.path()),
-        Some(NOBODY),
-    );
-    let line = b.line();
-    assert!(
-        line.starts_with("private "),
-        "nobody in root's directory: {line}"
-    );
-    b.kill();
-    // Its own directory (the default, /tmp/faultmap-65534): its own cache.
-    let mut c = Helper::start_exe(
-        &exe,
-        "role_reader",
-        &data,
-        Delivery::Signal,
-        None,
-        Some(NOBODY),
-    );
-    let line = c.line();
-    assert!(line == "owner" || line == "joined", "nobody's own: {line}");
-    c.go();
-    assert_eq!(c.line(), "read");
-    c.go();
-    let _ = c.line();
-    c.passed("nobody's reader");
-    a.kill();
+    let (offset, len) = (5 * 4096 + 123, (3 << 20) + 777);
+    let b = Helper::start_window("role_reader", &file.path, dir.path(), offset, len);
+    let read = both_read_then_owner_says(a, b);
+    assert!(read >= LEN as u64, "the owner read the object");
 }

@@ -838,15 +838,27 @@ impl Pager {
         let mut object = object;
         let mut sharing = Sharing::Private { why: None };
         let mut joined = None;
+        // Not 2 MiB pages: a joiner opens the object before it decides,
+        // and that open checks the pool for a whole cache of its own.
         let shareable = self.config.shared
             && !A::WRITABLE
+            && size == PageSize::Base
             && extent.pages > 0
             && opts.trace_to_replay().is_none()
             && !opts.records_trace();
         if let Some(key) = object.0.store.share_key().filter(|_| shareable) {
             let key = format!("{key}, pages of {} bytes", size.bytes());
             let timeout = self.config.io_timeout;
-            match shared::plan(&self.core, self.source, &object, &key, &extent, timeout) {
+            let threads = self.workers.clone();
+            match shared::plan(
+                &self.core,
+                threads,
+                self.source,
+                &object,
+                &key,
+                &extent,
+                timeout,
+            ) {
                 Plan::Own(hosted) => {
                     object = hosted;
                     self.core.io_shared.watch(&object.0);

@@ -29,8 +29,9 @@ use crate::mm::guest;
 use crate::mm::links;
 use crate::mm::pager_core::Core;
 use crate::mm::signal;
+use crate::sys::rendezvous::{self, Connected};
 use crate::sys::share::{self, Received};
-use crate::sys::{self, mode, range_ioctl, rendezvous, UffdSource, PAGE_SIZE, PTRS_PER_PTE};
+use crate::sys::{self, mode, range_ioctl, UffdSource, PAGE_SIZE, PTRS_PER_PTE};
 
 /// Whose cache a mapping reads ([`crate::Mapping::sharing`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,6 +72,7 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// key is `key`) gets its cache, for the pager of `core`.
 pub(crate) fn plan(
     core: &Arc<Core>,
+    threads: guest::Keep,
     source: UffdSource,
     object: &Object,
     key: &str,
@@ -84,18 +86,24 @@ pub(crate) fn plan(
         Ok(dir) => dir,
         Err(e) => return Plan::Private(format!("no private directory to meet in: {e}")),
     };
-    let name = rendezvous::name(key);
-    let decide = match rendezvous::decide(&dir, &name) {
+    let decide = match rendezvous::decide(&dir) {
         Ok(lock) => lock,
-        Err(e) => return Plan::Private(format!("locking {}: {e}", dir.display())),
+        Err(e) => return Plan::Private(format!("deciding in {}: {e}", dir.display())),
     };
+    // Once a process: the sockets of owners that died without closing
+    // their objects go.
+    static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SWEPT.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        rendezvous::sweep(&dir, SWEEP_MAX);
+    }
     // Another thread of this process may have hosted it meanwhile.
     if let Some(hosted) = guest::hosted_object(key) {
         return Plan::Own(Object::adopt(hosted));
     }
+    let name = decide.name(key);
     let path = rendezvous::socket_path(&dir, &name);
     match rendezvous::connect(&path) {
-        Ok(Some(conn)) => {
+        Ok(Connected::To(conn)) => {
             // Connected: the owner takes it in whatever happens to the
             // lock now, and a process that decides next must not wait
             // for this one's handshake.
@@ -113,9 +121,12 @@ pub(crate) fn plan(
                 Err(why) => Plan::Private(why),
             }
         }
-        Ok(None) => {
+        Ok(Connected::Busy) => {
+            Plan::Private("the owner of the cache is not taking processes in (stopped?)".into())
+        }
+        Ok(Connected::Nobody) => {
             let hosted = guest::serve(core, source)
-                .and_then(|()| guest::host(&object.0, core, key, &dir, &name));
+                .and_then(|()| guest::host(&object.0, core, threads, key, &dir, &name));
             match hosted {
                 Ok(()) => Plan::Own(object.clone()),
                 Err(e) => Plan::Private(format!("offering the cache to other processes: {e}")),
@@ -124,6 +135,9 @@ pub(crate) fn plan(
         Err(e) => Plan::Private(format!("connecting to {}: {e}", path.display())),
     }
 }
+
+/// The most stale sockets a process removes (once).
+const SWEEP_MAX: usize = 64;
 
 /// A range of this process's served by the process that owns its object's
 /// cache: the memfd mapped read-only, registered with a userfaultfd of its
@@ -150,9 +164,10 @@ impl JoinedMap {
 
 impl Drop for JoinedMap {
     fn drop(&mut self) {
-        // Unmapped first: no fault can look the link up after it goes.
-        drop(self.map.take());
+        // Unlinked first, then unmapped: a mapping made at this address
+        // after the unmap must never find this link.
         links::links().unlink(self.slot);
+        drop(self.map.take());
         // Then the descriptors close (the fields): the channel's end
         // ends this guest in the owner.
         let owner = self._owner.as_ref().map(|o| o.as_raw_fd());
@@ -184,7 +199,10 @@ fn join(
     if rendezvous::peer_uid(&conn) != Some(rendezvous::euid()) {
         return Err("the process listening on the cache's socket is another user's".into());
     }
-    let owner = share::peer_pidfd(&conn);
+    // Its death is seen by a pidfd (by the kernel's word, or made from
+    // its pid now, while it is connected and so alive).
+    let owner = share::peer_pidfd(&conn)
+        .or_else(|| share::peer_pid(&conn).and_then(|pid| share::pidfd_open(pid).ok()));
     let features = guest::features(core);
     let uffd = share::open_guest_uffd(source, features)
         .map_err(|e| format!("opening a userfaultfd for the owner: {e}"))?;
@@ -257,12 +275,21 @@ fn map_joined(
         .link(map.addr(), map.len(), conn.as_raw_fd(), owner_fd)
         .ok_or_else(|| format!("more than {} joined mappings at once", links::LINKS_MAX))?;
     // A forked child closes its copies first thing: they must not keep
-    // this process's guest alive in the owner after the drop.
-    for fd in [Some(conn.as_raw_fd()), Some(uffd.as_raw_fd()), owner_fd]
+    // this process's guest alive in the owner after the drop, nor hide
+    // the owner's death.
+    let fds: Vec<RawFd> = [Some(conn.as_raw_fd()), Some(uffd.as_raw_fd()), owner_fd]
         .into_iter()
         .flatten()
-    {
-        share::own_fd(fd);
+        .collect();
+    let listed: Vec<RawFd> = fds
+        .iter()
+        .copied()
+        .take_while(|&fd| share::own_fd(fd))
+        .collect();
+    if listed.len() < fds.len() {
+        listed.iter().for_each(|&fd| share::disown_fd(fd));
+        links::links().unlink(slot);
+        return Err("too many descriptors for forked children to close".into());
     }
     let joined = JoinedMap {
         map: Some(map),

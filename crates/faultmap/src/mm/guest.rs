@@ -147,13 +147,19 @@ struct Hosted {
     key: String,
     object: Weak<ObjectCore>,
     /// The pager whose policy and budget serve the joiners.
-    pager: Weak<Core>,
+    pager: Arc<Core>,
+    /// The pager's threads (its I/O threads, evictor, watchdog), kept
+    /// running while the object is hosted or a joiner is served.
+    threads: Keep,
     listener: Arc<OwnedFd>,
     dir: PathBuf,
     name: String,
     /// The device and inode of the socket file bound.
     file: (u64, u64),
 }
+
+/// Something kept alive (a pager's threads) by whoever holds a clone.
+pub(crate) type Keep = Arc<dyn std::any::Any + Send + Sync>;
 
 /// What this process hosts (a forked child hosts nothing of its parent's).
 static HOSTED: sys::ForkLocal<Mutex<Vec<Hosted>>> = sys::ForkLocal::new();
@@ -181,6 +187,7 @@ pub(crate) fn hosted_object(key: &str) -> Option<Arc<ObjectCore>> {
 pub(crate) fn host(
     object: &Arc<ObjectCore>,
     pager: &Arc<Core>,
+    threads: Keep,
     key: &str,
     dir: &Path,
     name: &str,
@@ -189,14 +196,20 @@ pub(crate) fn host(
     let listener = rendezvous::listen(&path)?;
     let file = rendezvous::file_id(&path).unwrap_or((0, 0));
     // A child closes its copy first thing: the owner's death must leave
-    // nobody listening.
-    share::own_fd(listener.as_raw_fd());
+    // nobody listening (else no one hosts).
+    if !share::own_fd(listener.as_raw_fd()) {
+        rendezvous::unlink_if(&path, file);
+        return Err(std::io::Error::other(
+            "too many descriptors for forked children to close",
+        ));
+    }
     object.hosted.store(true, Ordering::Release);
     hosted().push(Hosted {
         id: crate::sys::next_map_id(),
         key: key.to_string(),
         object: Arc::downgrade(object),
-        pager: Arc::downgrade(pager),
+        pager: pager.clone(),
+        threads,
         listener: Arc::new(listener),
         dir: dir.to_path_buf(),
         name: name.to_string(),
@@ -221,7 +234,7 @@ pub(crate) fn unhost(object: &ObjectCore) {
         gone
     };
     for h in gone {
-        let _decide = rendezvous::decide(&h.dir, &h.name);
+        let _decide = rendezvous::decide(&h.dir);
         rendezvous::unlink_if(&rendezvous::socket_path(&h.dir, &h.name), h.file);
         share::disown_fd(h.listener.as_raw_fd());
     }
@@ -229,11 +242,12 @@ pub(crate) fn unhost(object: &ObjectCore) {
 }
 
 /// What a joiner joined: the object (a handle on it) and the pager that
-/// serves it.
+/// serves it, whose threads run while it is served.
 struct Joined {
     id: u64,
     hold: Hold,
     pager: Arc<Core>,
+    _threads: Keep,
 }
 
 /// One forked child, or one unrelated process's mapping.
@@ -310,7 +324,9 @@ impl Service {
                     .iter()
                     .filter_map(|g| g.channel.as_ref().or(g.pidfd.as_ref())),
             );
-            let Ok(ready) = sys::poll_all(&fds, -1) else {
+            // A second at most: a wake lost to a full service socket
+            // delays a new listener by that much, never for good.
+            let Ok(ready) = sys::poll_all(&fds, 1000) else {
                 continue;
             };
             if ready[0] {
@@ -374,12 +390,26 @@ impl Service {
     /// Takes in the processes that connected to hosted object `id`: those
     /// of this user only (`SO_PEERCRED`), as guests that have yet to join.
     fn accept_joiners(&mut self, id: u64, listener: &OwnedFd) {
-        while let Ok(Some(conn)) = rendezvous::accept(listener) {
+        loop {
+            let conn = match rendezvous::accept(listener) {
+                Ok(Some(conn)) => conn,
+                Ok(None) => return,
+                Err(_) => {
+                    // Out of descriptors, say: the listener stays readable,
+                    // so the next poll would return at once. Breathe.
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    return;
+                }
+            };
             if rendezvous::peer_uid(&conn) != Some(rendezvous::euid()) {
                 continue;
             }
             let pidfd = share::peer_pidfd(&conn);
-            share::own_fd(conn.as_raw_fd());
+            if !share::own_fd(conn.as_raw_fd()) {
+                // A forked child of this process would keep the channel
+                // open after the joiner's death: refused (it hangs up).
+                continue;
+            }
             self.guests.push(Guest {
                 uffd: None,
                 hosted: Some(id),
@@ -431,7 +461,7 @@ impl Guest {
             };
             match received {
                 Ok(Received::Record(n, mut fds)) => match words.first() {
-                    Some(&share::RANGES) if n >= 2 => {
+                    Some(&share::RANGES) if n >= 2 && self.hosted.is_none() => {
                         let count = (words[1] as usize).min((n - 2) / 3);
                         for r in 0..count {
                             let [id, addr, len] = [0, 1, 2].map(|k| words[2 + 3 * r + k]);
@@ -439,7 +469,9 @@ impl Guest {
                         }
                     }
                     Some(&share::JOIN) if n >= 3 && fds.len() == 1 => {
-                        if !self.join(&words[..n], fds.remove(0)) {
+                        let uffd = fds.remove(0);
+                        let joined = self.join(&words[..n], uffd);
+                        if !joined {
                             return false;
                         }
                     }
@@ -513,11 +545,11 @@ impl Guest {
                 hosted()
                     .iter()
                     .find(|h| h.id == id && h.key.as_bytes() == &key[..key_len])
-                    .and_then(|h| Some((h.object.upgrade()?, h.pager.upgrade()?)))
+                    .and_then(|h| Some((h.object.upgrade()?, h.pager.clone(), h.threads.clone())))
             })
             .flatten()
-            .filter(|(object, _)| object.try_acquire());
-        let Some((object, pager)) = found else {
+            .filter(|(object, _, _)| object.try_acquire());
+        let Some((object, pager, threads)) = found else {
             let _ = share::send(channel, &[share::REFUSED], &[]);
             return false;
         };
@@ -525,12 +557,17 @@ impl Guest {
         let page_bytes = hold.0.cache.bytes(1);
         let reply = [share::JOINED, id, hold.0.len, page_bytes];
         let memfd: RawFd = hold.0.cache.memfd().as_raw_fd();
-        if share::send(channel, &reply, &[memfd]).is_err() {
+        if !share::own_fd(uffd.as_raw_fd()) || share::send(channel, &reply, &[memfd]).is_err() {
+            share::disown_fd(uffd.as_raw_fd());
             return false;
         }
-        share::own_fd(uffd.as_raw_fd());
         self.uffd = Some(Arc::new(Uffd::new(uffd)));
-        self.joined = Some(Joined { id, hold, pager });
+        self.joined = Some(Joined {
+            id,
+            hold,
+            pager,
+            _threads: threads,
+        });
         true
     }
 

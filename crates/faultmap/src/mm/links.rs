@@ -95,9 +95,9 @@ impl Links {
     /// No lock, no allocation: async-signal-safe.
     pub(crate) fn find(&self, addr: usize) -> Option<(RawFd, RawFd)> {
         for l in self.slots.iter() {
-            loop {
-                // A writer at work: a range being made or unmapped.
-                let Some(seen) = l.seq.begin() else { break };
+            // A writer at work (odd count): a range being made or
+            // unmapped, skipped.
+            while let Some(seen) = l.seq.begin() {
                 let start = l.start.load(Ordering::Relaxed);
                 let end = l.end.load(Ordering::Relaxed);
                 let channel = l.channel.load(Ordering::Relaxed);

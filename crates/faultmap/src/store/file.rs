@@ -201,8 +201,10 @@ pub struct FileStore {
     writable: bool,
     /// The modification time at open ([`Store::version`]).
     mtime: (i64, i64),
-    /// The file's device and inode ([`Store::share_key`]).
+    /// The file's device and inode, and its change time
+    /// ([`Store::share_key`]).
     id: (u64, u64),
+    ctime: (i64, i64),
 }
 
 impl fmt::Debug for FileStore {
@@ -335,6 +337,7 @@ impl FileStore {
             writable,
             mtime: (meta.mtime(), meta.mtime_nsec()),
             id: (meta.dev(), meta.ino()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
         })
     }
 
@@ -473,9 +476,9 @@ impl Store for FileStore {
     }
 
     fn share_key(&self) -> Option<String> {
-        let ((dev, ino), (secs, nanos)) = (self.id, self.mtime);
+        let ((dev, ino), (secs, nanos), (csecs, cnanos)) = (self.id, self.mtime, self.ctime);
         Some(format!(
-            "file dev {dev} inode {ino} {} bytes, mtime {secs}.{nanos:09}",
+            "file dev {dev} inode {ino} {} bytes, mtime {secs}.{nanos:09}, ctime {csecs}.{cnanos:09}",
             self.len
         ))
     }

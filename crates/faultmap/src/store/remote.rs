@@ -370,12 +370,7 @@ macro_rules! remote_store {
             }
 
             fn share_key(&self) -> Option<String> {
-                Some(format!(
-                    "{} {} bytes, {}",
-                    self.remote.url(),
-                    self.remote.len(),
-                    self.remote.version()
-                ))
+                self.remote.share_key()
             }
 
             fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
@@ -412,6 +407,8 @@ pub(crate) struct Remote {
     pin: ObjectMeta,
     secrets: Secrets,
     tuning: RemoteTuning,
+    /// Where the object lives beyond its URL ([`Remote::with_origin`]).
+    origin: String,
 }
 
 impl fmt::Debug for Remote {
@@ -454,6 +451,7 @@ impl Remote {
             pin,
             secrets,
             tuning,
+            origin: String::new(),
         };
         if remote.pin.size > 0 {
             let mut probe = [0u8; 1];
@@ -466,6 +464,33 @@ impl Remote {
 
     pub(crate) fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Where the object lives beyond its URL (an S3 endpoint and region).
+    pub(crate) fn with_origin(mut self, origin: String) -> Self {
+        self.origin = origin;
+        self
+    }
+
+    /// What names this version of the object to other processes
+    /// (`Store::share_key`): `None` when the pin does not promise the
+    /// same bytes (no ETag and no version id, or a weak ETag).
+    pub(crate) fn share_key(&self) -> Option<String> {
+        let strong = self
+            .pin
+            .e_tag
+            .as_deref()
+            .is_some_and(|t| !t.starts_with("W/"));
+        if !strong && self.pin.version.is_none() {
+            return None;
+        }
+        Some(format!(
+            "{} {} {} bytes, {}",
+            self.url,
+            self.origin,
+            self.pin.size,
+            self.version()
+        ))
     }
 
     pub(crate) fn len(&self) -> u64 {

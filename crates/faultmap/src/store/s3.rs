@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path;
 use object_store::ClientConfigKey;
 
@@ -149,12 +149,20 @@ impl S3Store {
                 .with_access_key_id(id)
                 .with_secret_access_key(secret);
         }
+        // Where the bucket is, for the version key of shared caches
+        // (`Store::share_key`): an `s3://` URL does not say.
+        let origin = [AmazonS3ConfigKey::Endpoint, AmazonS3ConfigKey::Region]
+            .iter()
+            .map(|k| builder.get_config_value(k).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join(" ");
         let client = builder.build().map_err(|e| StoreError::Remote {
             url: shown.clone(),
             kind: RemoteErrorKind::Other,
             source: Some(std::io::Error::other(secrets.scrub(&e.to_string()))),
         })?;
-        let remote = Remote::open(Arc::new(client), path, shown, secrets, tuning)?;
+        let remote =
+            Remote::open(Arc::new(client), path, shown, secrets, tuning)?.with_origin(origin);
         Ok(Self { remote })
     }
 

@@ -6,10 +6,21 @@
 //! ```text
 //!   $FAULTMAP_SHARED_DIR, or $XDG_RUNTIME_DIR/faultmap, or /tmp/faultmap-<euid>
 //!     (a directory owned by this user, mode 0700, not a symlink)
-//!       <hash of the version key>.lock   flock'd while a process decides
-//!       <hash of the version key>.sock   SOCK_SEQPACKET, mode 0600, listened
-//!                                        on by the owner
+//!       lock                     a POSIX record lock, held while a process
+//!                                decides whether to join or to own
+//!       secret                   16 random bytes, mode 0600: the key of
+//!                                the socket names' hash
+//!       <SipHash of the key>.sock   SOCK_SEQPACKET, mode 0600, listened
+//!                                   on by the owner
 //! ```
+//!
+//! The lock is a record lock (`fcntl(F_SETLK)`), not `flock`: a forked
+//! child does not inherit it (a child forked while a thread decides must
+//! not hold the directory for its life), and the kernel drops it when the
+//! process dies. Threads of one process take an in-process mutex first
+//! (record locks do not exclude one's own threads), one per fork
+//! generation. A process waits at most [`DECIDE_WAIT`] for it, then
+//! shares nothing.
 //!
 //! ## How it is secured
 //!
@@ -23,8 +34,14 @@
 //!   user, and a process joins only an owner of its own user. A root
 //!   process is no exception: it joins only root's owners.
 //! - The version key names the bytes (a remote object's URL and pinned
-//!   ETag or version, a file's device, inode, size and modification time),
-//!   and the owner compares the whole key a process sends, not its hash.
+//!   ETag or version, a file's device, inode, size, modification and
+//!   change times), and the owner compares the whole key a process sends,
+//!   not its hash.
+//! - Socket names are listed to every user (`/proc/net/unix`): they are a
+//!   SipHash of the key under the directory's secret, so another user
+//!   cannot tell which objects are mapped by checking names.
+//! - A set-user-ID or set-group-ID process (`AT_SECURE`) shares nothing:
+//!   the environment that names the directory is not its user's.
 //!
 //! The socket is a `std`-less one (`SOCK_SEQPACKET` has no `std` type),
 //! so its system calls are here.
@@ -42,6 +59,13 @@ pub const DIR_ENV: &str = "FAULTMAP_SHARED_DIR";
 /// The directory of this user's rendezvous sockets, made if missing, and
 /// checked (see the module documentation).
 pub(crate) fn dir() -> io::Result<PathBuf> {
+    // SAFETY: getauxval reads the process's auxiliary vector.
+    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "a set-user-ID or set-group-ID process shares no cache",
+        ));
+    }
     // SAFETY: geteuid cannot fail.
     let euid = unsafe { libc::geteuid() };
     let dir = match std::env::var_os(DIR_ENV).filter(|d| !d.is_empty()) {
@@ -84,39 +108,159 @@ fn private_to(dir: &Path, uid: u32) -> io::Result<()> {
     Ok(())
 }
 
-/// The file names for a version key: a 64-bit FNV-1a hash in hex (the
-/// owner compares the whole key, so a collision only refuses).
-pub(crate) fn name(key: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in key.as_bytes() {
-        hash ^= u64::from(*b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+/// How long a process waits to decide (another process of this user
+/// holds the directory's lock that long only if it is stopped).
+pub(crate) const DECIDE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The directory's lock, held: the one process (and thread) that decides
+/// at a time whether to join an owner or to become one, and reads or
+/// makes the directory's secret.
+pub(crate) struct Decide {
+    /// Let go when the file closes (a record lock).
+    _file: std::fs::File,
+    _thread: std::sync::MutexGuard<'static, ()>,
+    secret: [u64; 2],
 }
 
-/// An exclusive `flock` on `<dir>/<name>.lock`, held until dropped (or the
-/// process dies): the one process that decides at a time whether to join
-/// the socket's owner or to become it.
-pub(crate) struct Decide(#[allow(dead_code)] std::fs::File);
+impl Decide {
+    /// The socket file name for a version key: its SipHash under the
+    /// directory's secret, in hex (the owner compares the whole key, so a
+    /// collision only refuses).
+    pub(crate) fn name(&self, key: &str) -> String {
+        use std::hash::Hasher;
+        let mut h = siphasher::sip::SipHasher24::new_with_keys(self.secret[0], self.secret[1]);
+        h.write(key.as_bytes());
+        format!("{:016x}", h.finish())
+    }
+}
 
-pub(crate) fn decide(dir: &Path, name: &str) -> io::Result<Decide> {
+/// Takes the directory's lock (see the module documentation), waiting at
+/// most [`DECIDE_WAIT`].
+pub(crate) fn decide(dir: &Path) -> io::Result<Decide> {
+    static THREADS: super::ForkLocal<std::sync::Mutex<()>> = super::ForkLocal::new();
+    let deadline = std::time::Instant::now() + DECIDE_WAIT;
+    let threads = THREADS.get_or_init(|| std::sync::Mutex::new(()));
+    let thread = loop {
+        match threads.try_lock() {
+            Ok(guard) => break guard,
+            Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "another thread held the lock of {} for {DECIDE_WAIT:?}",
+                    dir.display()
+                ),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
+        .read(true)
         .write(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir.join(format!("{name}.lock")))?;
+        .open(dir.join("lock"))?;
     loop {
-        // SAFETY: flock on an open file.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-            return Ok(Decide(file));
+        // SAFETY: an all-zero flock is valid; a write lock of the whole
+        // file (l_start 0, l_len 0).
+        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+        lock.l_type = libc::F_WRLCK as libc::c_short;
+        lock.l_whence = libc::SEEK_SET as libc::c_short;
+        // SAFETY: fcntl F_SETLK with a valid flock, on an open file.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) } == 0 {
+            break;
         }
         let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EAGAIN | libc::EACCES) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            Some(libc::EAGAIN | libc::EACCES) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "another process held the lock of {} for {DECIDE_WAIT:?}",
+                        dir.display()
+                    ),
+                ))
+            }
+            _ => return Err(e),
         }
+    }
+    let secret = secret(dir)?;
+    Ok(Decide {
+        _file: file,
+        _thread: thread,
+        secret,
+    })
+}
+
+/// The directory's secret (made on first use; the caller holds the lock).
+fn secret(dir: &Path) -> io::Result<[u64; 2]> {
+    use std::io::{Read, Write};
+    let path = dir.join("secret");
+    let mut bytes = [0u8; 16];
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+    {
+        Ok(mut file) => file.read_exact(&mut bytes)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            getrandom(&mut bytes)?;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)?;
+            file.write_all(&bytes)?;
+        }
+        Err(e) => return Err(e),
+    }
+    let word = |i: usize| u64::from_ne_bytes(bytes[i..i + 8].try_into().unwrap_or([0; 8]));
+    Ok([word(0), word(8)])
+}
+
+/// Fills `buf` from the kernel's random source.
+fn getrandom(buf: &mut [u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: writes at most `buf.len() - done` bytes into `buf`.
+        let n = unsafe { libc::getrandom(buf[done..].as_mut_ptr().cast(), buf.len() - done, 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+            continue;
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Removes the sockets in `dir` that nobody listens on (their owners
+/// died without closing their objects), at most `limit` of them. The
+/// caller holds the lock.
+pub(crate) fn sweep(dir: &Path, limit: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let stale = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+        .filter(|p| matches!(connect(p), Ok(Connected::Nobody)))
+        .take(limit);
+    for path in stale {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -147,9 +291,11 @@ fn sockaddr(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
     Ok((addr, len as libc::socklen_t))
 }
 
+/// A `SOCK_SEQPACKET` Unix socket, close-on-exec and non-blocking.
 fn seqpacket() -> io::Result<OwnedFd> {
+    let kind = libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
     // SAFETY: socket returns a new fd or -1.
-    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
+    let fd = unsafe { libc::socket(libc::AF_UNIX, kind, 0) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -157,9 +303,21 @@ fn seqpacket() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Connects to the socket at `path`: `None` if nobody listens there (no
-/// such file, or a socket its owner left when it died).
-pub(crate) fn connect(path: &Path) -> io::Result<Option<OwnedFd>> {
+/// What [`connect`] found.
+pub(crate) enum Connected {
+    /// A connection, non-blocking (its owner may not have taken it in
+    /// yet).
+    To(OwnedFd),
+    /// Nobody listens there: no such file, or a socket its owner left when
+    /// it died.
+    Nobody,
+    /// Someone listens, but its queue of connections is full (it is
+    /// stopped, or not taking them in): never waited for.
+    Busy,
+}
+
+/// Connects to the socket at `path`, without waiting.
+pub(crate) fn connect(path: &Path) -> io::Result<Connected> {
     let (addr, len) = sockaddr(path)?;
     let sock = seqpacket()?;
     loop {
@@ -172,19 +330,21 @@ pub(crate) fn connect(path: &Path) -> io::Result<Option<OwnedFd>> {
             )
         };
         if rc == 0 {
-            return Ok(Some(sock));
+            return Ok(Connected::To(sock));
         }
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
             Some(libc::EINTR) => continue,
-            Some(libc::ENOENT | libc::ECONNREFUSED) => return Ok(None),
+            Some(libc::ENOENT | libc::ECONNREFUSED) => return Ok(Connected::Nobody),
+            Some(libc::EAGAIN) => return Ok(Connected::Busy),
             _ => return Err(e),
         }
     }
 }
 
 /// Listens at `path` (a stale socket there is removed first: call under
-/// [`decide`], after [`connect`] found nobody), mode 0600, non-blocking.
+/// [`decide`], after [`connect`] found nobody), mode 0600, non-blocking
+/// (the service thread takes connections in as they come).
 pub(crate) fn listen(path: &Path) -> io::Result<OwnedFd> {
     let (addr, len) = sockaddr(path)?;
     match std::fs::remove_file(path) {
@@ -210,13 +370,9 @@ pub(crate) fn listen(path: &Path) -> io::Result<OwnedFd> {
     if unsafe { libc::chmod(cpath.as_ptr(), 0o600) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: listen and fcntl on an open socket.
-    unsafe {
-        if libc::listen(sock.as_raw_fd(), 64) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let flags = libc::fcntl(sock.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(sock.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+    // SAFETY: listen on an open socket.
+    if unsafe { libc::listen(sock.as_raw_fd(), 64) } != 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(sock)
 }

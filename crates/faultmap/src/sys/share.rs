@@ -175,10 +175,15 @@ static UFFD_HOW: AtomicU64 = AtomicU64::new(0);
 /// never taken for ours).
 static CHANNEL: Ident = Ident::new();
 static GUEST_UFFD: Ident = Ident::new();
-/// The owner's pid (set by [`serve`]). A guest's owner is its parent: it
-/// is alive while `getppid()` says so (a child is reparented when its
-/// parent dies, before the parent's pid can be reused).
+/// This process's pid once it serves children (set by [`serve`]); a child
+/// inherits it as its parent's.
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+/// In a guest: the pid of the owner that serves it, its parent (set by
+/// [`start_child`], kept when the guest becomes an owner itself, which
+/// sets [`OWNER_PID`] anew). The owner is alive while `getppid()` says so
+/// (a child is reparented when its parent dies, before the parent's pid
+/// can be reused).
+static SERVED_BY: AtomicI32 = AtomicI32::new(0);
 /// How often a guest waiting on its owner looks whether the owner is
 /// still its parent, in milliseconds.
 const OWNER_CHECK_MS: i32 = 100;
@@ -188,7 +193,7 @@ const OWNER_CHECK_MS: i32 = 100;
 /// copy (a child's sibling must not keep its channel open) and no child
 /// carries its siblings' descriptors. Slots of -1 are free.
 static OWNER_FDS: [AtomicI32; OWNER_FDS_MAX] = [const { AtomicI32::new(-1) }; OWNER_FDS_MAX];
-const OWNER_FDS_MAX: usize = 512;
+const OWNER_FDS_MAX: usize = 4096;
 
 /// Who serves a fault, and how its death is seen.
 #[derive(Clone, Copy)]
@@ -317,7 +322,7 @@ pub fn is_guest() -> bool {
 fn owner_gone() -> bool {
     // SAFETY: getppid cannot fail.
     let parent = unsafe { libc::getppid() };
-    parent != OWNER_PID.load(Ordering::Relaxed)
+    parent != SERVED_BY.load(Ordering::Relaxed)
 }
 
 /// A socket pair for records (`SOCK_SEQPACKET`), close-on-exec.
@@ -600,6 +605,8 @@ pub(super) fn start_child() -> Option<(RawFd, RawFd)> {
     if service < 0 {
         return None;
     }
+    // The parent's pid, as the parent stored it when it began to serve.
+    SERVED_BY.store(OWNER_PID.load(Ordering::Relaxed), Ordering::Relaxed);
     if owner_gone() {
         // The owner died already (or this is not its child): nobody will
         // serve this child.

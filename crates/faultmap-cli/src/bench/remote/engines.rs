@@ -326,7 +326,10 @@ pub fn procs(
             // SAFETY: as in `faultmap`.
             let map = unsafe { pager.map(&object, MapOptions::new())? };
             if how == Procs::Joined && *map.sharing() != faultmap::Sharing::Owner {
-                bail!("the first mapping does not own the cache: {:?}", map.sharing());
+                bail!(
+                    "the first mapping does not own the cache: {:?}",
+                    map.sharing()
+                );
             }
             Some((pager, map))
         }
