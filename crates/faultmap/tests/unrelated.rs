@@ -263,6 +263,22 @@ fn role_budget_owner() {
     wait_go();
 }
 
+/// Maps (owns), waits, drops its mapping and pager, says so, and waits.
+#[test]
+#[ignore = "a helper: run as a process of its own by the tests in this file"]
+fn role_closer() {
+    let Some((file, pager, _)) = helper_setup(None) else {
+        return;
+    };
+    let m = map(&pager, &file);
+    say(sharing_name(m.sharing()));
+    wait_go();
+    drop(m);
+    drop(pager);
+    say("closed");
+    wait_go();
+}
+
 /// Maps (joins), reads the first half, waits (the owner is killed), then
 /// reads the second half, which must fail (never zeros), and maps again:
 /// a fresh cache of its own, right bytes.
@@ -604,6 +620,47 @@ fn another_users_owner_is_never_joined() {
     let _ = d.line();
     d.passed("root's reader");
     c.kill();
+}
+
+/// An owner that closes its object removes its socket: the next process
+/// owns a fresh cache at once (no dead socket to find, no wait).
+#[test]
+fn an_owner_that_closes_its_object_removes_its_socket() {
+    let (file, dir) = setting(309);
+    let mut a = Helper::start(
+        "role_closer",
+        &file.path,
+        Delivery::Signal,
+        Some(dir.path()),
+        None,
+    );
+    assert_eq!(a.line(), "owner");
+    let sockets = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "sock")
+            })
+            .count()
+    };
+    assert_eq!(sockets(), 1, "the owner's socket");
+    a.go();
+    assert_eq!(a.line(), "closed");
+    assert_eq!(sockets(), 0, "the socket after the object closed");
+    let b = Helper::start(
+        "role_reader",
+        &file.path,
+        Delivery::Signal,
+        Some(dir.path()),
+        None,
+    );
+    assert_eq!(b.line(), "owner", "the next process");
+    b.kill();
+    a.passed("the closer");
 }
 
 /// A joiner that maps a part of the object (not from its first page, nor
