@@ -473,15 +473,12 @@ impl Remote {
     }
 
     /// What names this version of the object to other processes
-    /// (`Store::share_key`): `None` when the pin does not promise the
-    /// same bytes (no ETag and no version id, or a weak ETag).
+    /// (`Store::share_key`): the pin this process's own reads are checked
+    /// against, so a joiner is served the bytes its own reads would have
+    /// had. `None` for an object opened with nothing to pin
+    /// (`allow_unpinned`).
     pub(crate) fn share_key(&self) -> Option<String> {
-        let strong = self
-            .pin
-            .e_tag
-            .as_deref()
-            .is_some_and(|t| !t.starts_with("W/"));
-        if !strong && self.pin.version.is_none() {
+        if !has_validator(&self.pin) {
             return None;
         }
         Some(format!(

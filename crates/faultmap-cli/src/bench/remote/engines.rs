@@ -327,8 +327,10 @@ pub fn procs(
             let map = unsafe { pager.map(&object, MapOptions::new())? };
             if how == Procs::Joined && *map.sharing() != faultmap::Sharing::Owner {
                 bail!(
-                    "the first mapping does not own the cache: {:?}",
-                    map.sharing()
+                    "the first mapping does not own the cache: {:?} (sharing {}, page size {:?})",
+                    map.sharing(),
+                    config.shared,
+                    object.page_size()
                 );
             }
             Some((pager, map))
