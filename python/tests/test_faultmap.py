@@ -8,8 +8,10 @@ import os
 import pathlib
 import signal
 import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -764,8 +766,9 @@ def test_two_unrelated_processes_with_the_switch_on_read_one_cache(tmp_path, del
     server = FailingServer(data)
     script = tmp_path / "reader.py"
     script.write_text(UNRELATED_READER)
-    meet = tmp_path / "meet"
-    meet.mkdir(mode=0o700)
+    # A short path: a Unix socket's path holds at most 107 bytes, and
+    # pytest's tmp_path can be long.
+    meet = pathlib.Path(tempfile.mkdtemp(prefix="fm-meet-", dir="/tmp"))
     env = dict(os.environ, FAULTMAP_SHARED="1", FAULTMAP_SHARED_DIR=str(meet))
     procs = []
     # A hang fails the test instead of hanging it: the readers are killed
@@ -799,6 +802,7 @@ def test_two_unrelated_processes_with_the_switch_on_read_one_cache(tmp_path, del
         sent = server.sent
     finally:
         watchdog.cancel()
+        shutil.rmtree(meet, ignore_errors=True)
         for p in procs:
             if p.poll() is None:
                 p.kill()

@@ -263,7 +263,8 @@ fn role_budget_owner() {
     wait_go();
 }
 
-/// Maps (owns), waits, drops its mapping and pager, says so, and waits.
+/// Maps (owns), waits, drops its mapping (not its pager), says so, and
+/// waits.
 #[test]
 #[ignore = "a helper: run as a process of its own by the tests in this file"]
 fn role_closer() {
@@ -273,10 +274,11 @@ fn role_closer() {
     let m = map(&pager, &file);
     say(sharing_name(m.sharing()));
     wait_go();
+    // The mapping only: its object closes with it, while the pager lives.
     drop(m);
-    drop(pager);
     say("closed");
     wait_go();
+    drop(pager);
 }
 
 /// Maps (joins), reads the first half, waits (the owner is killed), then

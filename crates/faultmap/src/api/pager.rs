@@ -897,7 +897,7 @@ impl Pager {
             mapping.len = extent.len;
             let mut joined = joined;
             joined.base = object.0.cache.offset(ObjectPage(extent.first_page)) + extent.lead as u64;
-            mapping.joined = Some(joined);
+            mapping.joined = Some(Box::new(joined));
             return Ok(mapping);
         }
         let name = object.name().to_string();
@@ -1545,7 +1545,7 @@ pub struct Mapping<A: Access = ReadOnly> {
     region: Option<Arc<Region>>,
     /// Another process's cache, mapped here ([`Sharing::Joined`]): then
     /// `region` is `None`.
-    joined: Option<JoinedMap>,
+    joined: Option<Box<JoinedMap>>,
     sharing: Sharing,
     ptr: NonNull<u8>,
     len: usize,

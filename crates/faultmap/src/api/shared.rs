@@ -139,6 +139,29 @@ pub(crate) fn plan(
 /// The most stale sockets a process removes (once).
 const SWEEP_MAX: usize = 64;
 
+/// Descriptors listed for forked children to close (`share::own_fd`),
+/// from their making: a child forked meanwhile must not keep a copy (it
+/// would keep this process's guest alive in the owner, or hide the
+/// owner's death). Taken off the list when dropped, before they close.
+#[derive(Default)]
+struct Listed(Vec<RawFd>);
+
+impl Listed {
+    fn add(&mut self, fd: RawFd) -> Result<(), String> {
+        if !share::own_fd(fd) {
+            return Err("too many descriptors for forked children to close".into());
+        }
+        self.0.push(fd);
+        Ok(())
+    }
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|&fd| share::disown_fd(fd));
+    }
+}
+
 /// A range of this process's served by the process that owns its object's
 /// cache: the memfd mapped read-only, registered with a userfaultfd of its
 /// own (SIGBUS delivery) that the owner holds a copy of, and linked to the
@@ -150,6 +173,8 @@ pub(crate) struct JoinedMap {
     /// The object offset of the mapping's first byte.
     pub(crate) base: u64,
     slot: usize,
+    /// Off the list before the descriptors below close (field order).
+    _listed: Listed,
     _channel: OwnedFd,
     _uffd: OwnedFd,
     _owner: Option<OwnedFd>,
@@ -168,19 +193,9 @@ impl Drop for JoinedMap {
         // after the unmap must never find this link.
         links::links().unlink(self.slot);
         drop(self.map.take());
-        // Then the descriptors close (the fields): the channel's end
-        // ends this guest in the owner.
-        let owner = self._owner.as_ref().map(|o| o.as_raw_fd());
-        for fd in [
-            Some(self._channel.as_raw_fd()),
-            Some(self._uffd.as_raw_fd()),
-            owner,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            share::disown_fd(fd);
-        }
+        // Then the descriptors are taken off the list and close (the
+        // fields, in order): the channel's end ends this guest in the
+        // owner.
     }
 }
 
@@ -206,6 +221,16 @@ fn join(
     let features = guest::features(core);
     let uffd = share::open_guest_uffd(source, features)
         .map_err(|e| format!("opening a userfaultfd for the owner: {e}"))?;
+    // Listed before the handshake, and declared after the descriptors:
+    // taken off the list before they close, on every way out.
+    let mut listed = Listed::default();
+    let owner_fd = owner.as_ref().map(|o| o.as_raw_fd());
+    for fd in [Some(conn.as_raw_fd()), Some(uffd.as_raw_fd()), owner_fd]
+        .into_iter()
+        .flatten()
+    {
+        listed.add(fd)?;
+    }
     let key = key.as_bytes();
     if key.len() > share::KEY_MAX {
         return Err("the object's version key is too long to send".into());
@@ -242,7 +267,8 @@ fn join(
     if len != object.len() || page_bytes != size.bytes() as u64 {
         return Err("the owner's object is not this one (length or page size)".into());
     }
-    map_joined(&memfd, extent, size, id, conn, uffd, owner)
+    let fds = (conn, uffd, owner, listed);
+    map_joined(&memfd, extent, size, id, fds)
 }
 
 /// Maps `extent` of the owner's `memfd` here, registers it, links it, and
@@ -252,9 +278,8 @@ fn map_joined(
     extent: &Extent,
     size: PageSize,
     id: u64,
-    conn: OwnedFd,
-    uffd: OwnedFd,
-    owner: Option<OwnedFd>,
+    // `listed` last: dropped first on an error, before the descriptors.
+    (conn, uffd, owner, listed): (OwnedFd, OwnedFd, Option<OwnedFd>, Listed),
 ) -> Result<JoinedMap, String> {
     let bytes = extent.pages as usize * size.bytes();
     let offset = extent.first_page * size.bytes() as u64;
@@ -274,27 +299,11 @@ fn map_joined(
     let slot = links::links()
         .link(map.addr(), map.len(), conn.as_raw_fd(), owner_fd)
         .ok_or_else(|| format!("more than {} joined mappings at once", links::LINKS_MAX))?;
-    // A forked child closes its copies first thing: they must not keep
-    // this process's guest alive in the owner after the drop, nor hide
-    // the owner's death.
-    let fds: Vec<RawFd> = [Some(conn.as_raw_fd()), Some(uffd.as_raw_fd()), owner_fd]
-        .into_iter()
-        .flatten()
-        .collect();
-    let listed: Vec<RawFd> = fds
-        .iter()
-        .copied()
-        .take_while(|&fd| share::own_fd(fd))
-        .collect();
-    if listed.len() < fds.len() {
-        listed.iter().for_each(|&fd| share::disown_fd(fd));
-        links::links().unlink(slot);
-        return Err("too many descriptors for forked children to close".into());
-    }
     let joined = JoinedMap {
         map: Some(map),
         base: 0,
         slot,
+        _listed: listed,
         _channel: conn,
         _uffd: uffd,
         _owner: owner,

@@ -233,8 +233,10 @@ pub(crate) fn unhost(object: &ObjectCore) {
         *list = kept;
         gone
     };
+    // No lock needed: while the socket file is ours and our listener is
+    // open, nobody finds it dead, so nobody replaces it before the unlink;
+    // after it, a successor's file is never ours.
     for h in gone {
-        let _decide = rendezvous::decide(&h.dir);
         rendezvous::unlink_if(&rendezvous::socket_path(&h.dir, &h.name), h.file);
         share::disown_fd(h.listener.as_raw_fd());
     }
@@ -316,17 +318,27 @@ impl Service {
                 .iter()
                 .map(|h| (h.id, h.listener.clone()))
                 .collect();
-            // Each guest's channel while it is open, then its pidfd.
+            // Each guest's channel while it is open, then its pidfd; a
+            // joiner's pidfd too (its death ends it even while a forked
+            // child of it keeps a copy of its channel), each with the
+            // guest it is of.
             let mut fds = vec![&recv];
             fds.extend(listeners.iter().map(|(_, l)| &**l));
-            fds.extend(
-                self.guests
-                    .iter()
-                    .filter_map(|g| g.channel.as_ref().or(g.pidfd.as_ref())),
-            );
-            // A second at most: a wake lost to a full service socket
-            // delays a new listener by that much, never for good.
-            let Ok(ready) = sys::poll_all(&fds, 1000) else {
+            let mut of = Vec::new();
+            for (i, g) in self.guests.iter().enumerate() {
+                let watched = match (&g.channel, &g.pidfd) {
+                    (Some(c), Some(p)) if g.hosted.is_some() => vec![c, p],
+                    (Some(c), _) => vec![c],
+                    (None, Some(p)) => vec![p],
+                    (None, None) => vec![],
+                };
+                of.extend(std::iter::repeat(i).take(watched.len()));
+                fds.extend(watched);
+            }
+            // While something is hosted, a second at most: a wake lost to
+            // a full service socket delays a new listener by that much.
+            let timeout = if listeners.is_empty() { -1 } else { 1000 };
+            let Ok(ready) = sys::poll_all(&fds, timeout) else {
                 continue;
             };
             if ready[0] {
@@ -338,9 +350,16 @@ impl Service {
                 }
             }
             let first_guest = 1 + listeners.len();
+            let mut ready_guests: Vec<usize> = ready[first_guest..]
+                .iter()
+                .zip(&of)
+                .filter(|(r, _)| **r)
+                .map(|(_, &i)| i)
+                .collect();
+            ready_guests.dedup();
             let mut ended = Vec::new();
-            for (i, ready) in ready[first_guest..].iter().enumerate() {
-                if *ready && !self.guests[i].serve(&mut words) {
+            for i in ready_guests {
+                if !self.guests[i].serve(&mut words) {
                     ended.push(i);
                 }
             }
@@ -429,6 +448,10 @@ impl Guest {
     /// exit. Returns false once the guest is over: the child exited (or,
     /// without a pidfd, closed its channel).
     fn serve(&mut self, words: &mut [u64]) -> bool {
+        if self.hosted.is_some() && self.pidfd.as_ref().is_some_and(share::exited) {
+            // A joiner that exited (a child of it may hold its channel).
+            return false;
+        }
         if self.channel.is_some() {
             if self.drain(words) {
                 return true;
@@ -559,6 +582,9 @@ impl Guest {
         let memfd: RawFd = hold.0.cache.memfd().as_raw_fd();
         if !share::own_fd(uffd.as_raw_fd()) || share::send(channel, &reply, &[memfd]).is_err() {
             share::disown_fd(uffd.as_raw_fd());
+            // Perhaps the object's last handle, and the pager's threads'
+            // last keeper: let go elsewhere, not on this thread.
+            release_elsewhere((hold, threads));
             return false;
         }
         self.uffd = Some(Arc::new(Uffd::new(uffd)));
@@ -643,10 +669,24 @@ impl Guest {
         // The handles last, on a thread of their own: a last one closes
         // its object, which may wait for its final write-back, and this
         // thread serves every other child meanwhile.
-        // (With no thread to be had, the handles go here, with the closure.)
-        let holds = (self.regions, self.joined);
-        let _ = std::thread::Builder::new()
-            .name("faultmap-guest-end".into())
-            .spawn(move || drop(holds));
+        if !self.regions.is_empty() || self.joined.is_some() {
+            release_elsewhere((self.regions, self.joined));
+        }
+    }
+}
+
+/// Drops `what` (object handles, a pager's threads) on a thread of its
+/// own: a last handle closes its object (unhosts it, waits for its final
+/// write-back), and a last keeper of a pager's threads joins them, while
+/// the service thread serves every other guest. With no thread to be
+/// had, here.
+fn release_elsewhere<T: Send + 'static>(what: T) {
+    let slot = Arc::new(Mutex::new(Some(what)));
+    let theirs = slot.clone();
+    let spawned = std::thread::Builder::new()
+        .name("faultmap-guest-end".into())
+        .spawn(move || drop(theirs.lock().map(|mut w| w.take())));
+    if spawned.is_err() {
+        drop(slot.lock().map(|mut w| w.take()));
     }
 }

@@ -10,8 +10,8 @@
 //! again if a writer changed it meanwhile, so it never acts on a mix of
 //! two links' words (one slot freed and taken by another mapping while
 //! the handler looked at it). A slot in a write section is skipped: it is
-//! a range being made (not handed out yet) or unmapped (no access may
-//! fault on it). Modelled by `loom_models_a_link_is_never_read_torn`.
+//! a range being made (not handed out yet) or dropped (no access may
+//! fault on it while its mapping is dropped). Modelled by `loom_models_a_link_is_never_read_torn`.
 //!
 //! The table is one per fork generation (`sys::ForkLocal`): a forked
 //! child has no links (its parent's ranges are placeholders there), and
@@ -79,7 +79,7 @@ impl Links {
         Some(slot)
     }
 
-    /// Frees `slot` (its range is unmapped already).
+    /// Frees `slot` (its mapping is being dropped: unmapped next).
     pub(crate) fn unlink(&self, slot: usize) {
         let _w = self.writers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(l) = self.slots.get(slot) {

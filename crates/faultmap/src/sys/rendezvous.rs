@@ -20,7 +20,11 @@
 //! process dies. Threads of one process take an in-process mutex first
 //! (record locks do not exclude one's own threads), one per fork
 //! generation. A process waits at most [`DECIDE_WAIT`] for it, then
-//! shares nothing.
+//! shares nothing. (Two copies of faultmap linked into one process, a
+//! Python extension and a C library say, have a mutex each: their
+//! decisions are not serialised against each other, and the first to let
+//! go of the record lock lets go of the other's too. At worst both own a
+//! cache: one socket replaces the other, never wrong bytes.)
 //!
 //! ## How it is secured
 //!
@@ -202,27 +206,38 @@ pub(crate) fn decide(dir: &Path) -> io::Result<Decide> {
 }
 
 /// The directory's secret (made on first use; the caller holds the lock).
+/// A secret file of the wrong length (a process died while it wrote one)
+/// is made again: no socket name came from it. It is written whole under
+/// another name and renamed into place.
 fn secret(dir: &Path) -> io::Result<[u64; 2]> {
     use std::io::{Read, Write};
     let path = dir.join("secret");
     let mut bytes = [0u8; 16];
-    match std::fs::OpenOptions::new()
+    let read = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)
-    {
-        Ok(mut file) => file.read_exact(&mut bytes)?,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        .and_then(|mut file| {
+            let mut all = Vec::new();
+            file.read_to_end(&mut all)?;
+            Ok(all)
+        });
+    match read {
+        Ok(all) if all.len() == bytes.len() => bytes.copy_from_slice(&all),
+        Ok(_) | Err(_) => {
             getrandom(&mut bytes)?;
+            let fresh = dir.join("secret.new");
+            let _ = std::fs::remove_file(&fresh);
             let mut file = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&path)?;
+                .open(&fresh)?;
             file.write_all(&bytes)?;
+            file.sync_all()?;
+            std::fs::rename(&fresh, &path)?;
         }
-        Err(e) => return Err(e),
     }
     let word = |i: usize| u64::from_ne_bytes(bytes[i..i + 8].try_into().unwrap_or([0; 8]));
     Ok([word(0), word(8)])
