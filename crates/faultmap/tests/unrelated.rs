@@ -49,6 +49,11 @@ impl Helper {
         Self::start_exe(&exe, role, file, delivery, dir, uid, None)
     }
 
+    /// `role_reader` over `file`, signal delivery, meeting in `dir`.
+    fn reader(file: &Path, dir: &Path) -> Helper {
+        Self::start("role_reader", file, Delivery::Signal, Some(dir), None)
+    }
+
     /// As [`Helper::start`], mapping only `len` bytes from `offset`.
     fn start_window(role: &str, file: &Path, dir: &Path, offset: u64, len: u64) -> Helper {
         let exe = std::env::current_exe().expect("exe");
@@ -396,13 +401,7 @@ fn two_unrelated_processes_share_one_cache_handler() {
 #[test]
 fn the_owners_death_gives_an_error_then_a_fresh_cache() {
     let (file, dir) = setting(303);
-    let a = Helper::start(
-        "role_reader",
-        &file.path,
-        Delivery::Signal,
-        Some(dir.path()),
-        None,
-    );
+    let a = Helper::reader(&file.path, dir.path());
     assert_eq!(a.line(), "owner");
     let mut b = Helper::start(
         "role_survivor",
@@ -436,26 +435,14 @@ fn the_owners_death_gives_an_error_then_a_fresh_cache() {
 #[test]
 fn joiners_killed_at_random_points_leave_the_cache_whole() {
     let (file, dir) = setting(307);
-    let a = Helper::start(
-        "role_reader",
-        &file.path,
-        Delivery::Signal,
-        Some(dir.path()),
-        None,
-    );
+    let a = Helper::reader(&file.path, dir.path());
     assert_eq!(a.line(), "owner");
     let mut x = 0x2545_f491_4f6c_dd1du64;
     for round in 0..12 {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let mut victim = Helper::start(
-            "role_reader",
-            &file.path,
-            Delivery::Signal,
-            Some(dir.path()),
-            None,
-        );
+        let mut victim = Helper::reader(&file.path, dir.path());
         if round % 2 == 0 {
             // Killed once it joined, while it reads.
             assert_eq!(victim.line(), "joined", "round {round}");
@@ -464,13 +451,7 @@ fn joiners_killed_at_random_points_leave_the_cache_whole() {
         std::thread::sleep(Duration::from_micros(x % 40_000));
         victim.kill();
     }
-    let b = Helper::start(
-        "role_reader",
-        &file.path,
-        Delivery::Signal,
-        Some(dir.path()),
-        None,
-    );
+    let b = Helper::reader(&file.path, dir.path());
     let read = both_read_then_owner_says(a, b);
     assert!(
         read <= LEN as u64 * 11 / 10,
@@ -491,13 +472,7 @@ fn the_owners_budget_holds_across_processes() {
         None,
     );
     assert_eq!(a.line(), "owner");
-    let b = Helper::start(
-        "role_reader",
-        &file.path,
-        Delivery::Signal,
-        Some(dir.path()),
-        None,
-    );
+    let b = Helper::reader(&file.path, dir.path());
     let peak = both_read_then_owner_says(a, b);
     let budget = 4u64 << 20;
     let slack = 4 * 8 * 4096;
@@ -514,13 +489,7 @@ fn the_owners_budget_holds_across_processes() {
 fn the_rendezvous_is_private_to_its_user() {
     use std::os::unix::fs::PermissionsExt;
     let (file, dir) = setting(305);
-    let a = Helper::start(
-        "role_reader",
-        &file.path,
-        Delivery::Signal,
-        Some(dir.path()),
-        None,
-    );
+    let a = Helper::reader(&file.path, dir.path());
     assert_eq!(a.line(), "owner");
     let socket = std::fs::read_dir(dir.path())
         .unwrap()
@@ -653,13 +622,7 @@ fn an_owner_that_closes_its_object_removes_its_socket() {
     a.go();
     assert_eq!(a.line(), "closed");
     assert_eq!(sockets(), 0, "the socket after the object closed");
-    let b = Helper::start(
-        "role_reader",
-        &file.path,
-        Delivery::Signal,
-        Some(dir.path()),
-        None,
-    );
+    let b = Helper::reader(&file.path, dir.path());
     assert_eq!(b.line(), "owner", "the next process");
     b.kill();
     a.passed("the closer");
@@ -670,13 +633,7 @@ fn an_owner_that_closes_its_object_removes_its_socket() {
 #[test]
 fn a_joiner_maps_a_part_of_the_object() {
     let (file, dir) = setting(308);
-    let a = Helper::start(
-        "role_reader",
-        &file.path,
-        Delivery::Signal,
-        Some(dir.path()),
-        None,
-    );
+    let a = Helper::reader(&file.path, dir.path());
     assert_eq!(a.line(), "owner");
     let (offset, len) = (5 * 4096 + 123, (3 << 20) + 777);
     let b = Helper::start_window("role_reader", &file.path, dir.path(), offset, len);
