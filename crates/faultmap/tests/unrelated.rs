@@ -286,6 +286,37 @@ fn role_closer() {
     drop(pager);
 }
 
+/// Maps (joins), forks a child that sleeps (it keeps whatever it
+/// inherited), drops its mapping, says so, waits, and kills the child.
+#[test]
+#[ignore = "a helper: run as a process of its own by the tests in this file"]
+fn role_forking_joiner() {
+    let Some((file, pager, data)) = helper_setup(None) else {
+        return;
+    };
+    let m = map(&pager, &file);
+    say(sharing_name(m.sharing()));
+    assert_bytes(&m[..4096], &data[..4096], "the joiner's first page");
+    // SAFETY: the child only sleeps and exits (async-signal-safe calls).
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: as above.
+        unsafe {
+            libc::sleep(60);
+            libc::_exit(0);
+        }
+    }
+    assert!(child > 0, "fork");
+    drop(m);
+    say("dropped");
+    wait_go();
+    // SAFETY: the child this process forked.
+    unsafe {
+        libc::kill(child, libc::SIGKILL);
+        libc::waitpid(child, std::ptr::null_mut(), 0);
+    }
+}
+
 /// Maps (joins), reads the first half, waits (the owner is killed), then
 /// reads the second half, which must fail (never zeros), and maps again:
 /// a fresh cache of its own, right bytes.
@@ -625,6 +656,45 @@ fn an_owner_that_closes_its_object_removes_its_socket() {
     let b = Helper::reader(&file.path, dir.path());
     assert_eq!(b.line(), "owner", "the next process");
     b.kill();
+    a.passed("the closer");
+}
+
+/// A joiner's forked child keeps no copy of the joiner's channel: once the
+/// joiner drops its mapping (its child alive), the owner ends the guest,
+/// and the owner's own drop then closes the object and removes its socket.
+#[test]
+fn a_joiners_child_does_not_keep_its_guest_alive() {
+    let (file, dir) = setting(310);
+    let mut a = Helper::start(
+        "role_closer",
+        &file.path,
+        Delivery::Signal,
+        Some(dir.path()),
+        None,
+    );
+    assert_eq!(a.line(), "owner");
+    let mut b = Helper::start(
+        "role_forking_joiner",
+        &file.path,
+        Delivery::Signal,
+        Some(dir.path()),
+        None,
+    );
+    assert_eq!(b.line(), "joined");
+    assert_eq!(b.line(), "dropped");
+    a.go();
+    assert_eq!(a.line(), "closed");
+    let gone = wait_until(Duration::from_secs(10), || {
+        !std::fs::read_dir(dir.path())
+            .unwrap()
+            .any(|e| e.unwrap().path().extension().is_some_and(|x| x == "sock"))
+    });
+    assert!(
+        gone,
+        "the owner's socket outlived every mapping: a guest was kept alive"
+    );
+    b.go();
+    b.passed("the joiner");
     a.passed("the closer");
 }
 
