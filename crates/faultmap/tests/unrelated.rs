@@ -372,6 +372,15 @@ fn both_read_then_owner_says(mut a: Helper, mut b: Helper) -> u64 {
     said
 }
 
+/// The owners' sockets in rendezvous directory `dir`.
+fn sockets_in(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sock"))
+        .collect()
+}
+
 /// A file for these tests, in a directory of its own; and a rendezvous
 /// directory of its own (mode 0700), so that tests running at once never
 /// meet.
@@ -522,11 +531,7 @@ fn the_rendezvous_is_private_to_its_user() {
     let (file, dir) = setting(305);
     let a = Helper::reader(&file.path, dir.path());
     assert_eq!(a.line(), "owner");
-    let socket = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "sock"))
-        .expect("the owner's socket");
+    let socket = sockets_in(dir.path()).pop().expect("the owner's socket");
     let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the socket's mode");
     // A directory others may enter is refused.
@@ -585,13 +590,7 @@ fn another_users_owner_is_never_joined() {
     let start = |dir: Option<&Path>, uid: Option<u32>| {
         Helper::start_exe(&exe, "role_reader", &data, Delivery::Signal, dir, uid, None)
     };
-    let socket_in = |dir: &Path| {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.extension().is_some_and(|e| e == "sock"))
-            .expect("an owner's socket")
-    };
+    let socket_in = |dir: &Path| sockets_in(dir).pop().expect("an owner's socket");
 
     // Root's owner: its socket's name is the one root's processes look for.
     let a = start(Some(dir.path()), None);
@@ -637,18 +636,7 @@ fn an_owner_that_closes_its_object_removes_its_socket() {
         None,
     );
     assert_eq!(a.line(), "owner");
-    let sockets = || {
-        std::fs::read_dir(dir.path())
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .path()
-                    .extension()
-                    .is_some_and(|x| x == "sock")
-            })
-            .count()
-    };
+    let sockets = || sockets_in(dir.path()).len();
     assert_eq!(sockets(), 1, "the owner's socket");
     a.go();
     assert_eq!(a.line(), "closed");
@@ -685,9 +673,7 @@ fn a_joiners_child_does_not_keep_its_guest_alive() {
     a.go();
     assert_eq!(a.line(), "closed");
     let gone = wait_until(Duration::from_secs(10), || {
-        !std::fs::read_dir(dir.path())
-            .unwrap()
-            .any(|e| e.unwrap().path().extension().is_some_and(|x| x == "sock"))
+        sockets_in(dir.path()).is_empty()
     });
     assert!(
         gone,

@@ -57,8 +57,10 @@
 //!   closing object is never opened again (the joiner is refused and maps
 //!   a cache of its own).
 //! - The object is unhosted when it closes (its last handle, the owner's
-//!   own and its joiners', goes): its socket is removed under the lock file,
-//!   if it is still the one this process bound.
+//!   own and its joiners', goes): its socket is removed if it is still
+//!   the one this process bound (its device and inode), and the listener
+//!   closes. A joiner's guest also ends when the joiner exits (its pidfd
+//!   is watched beside its channel).
 
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};

@@ -37,8 +37,8 @@
 //!   (`SO_PEERCRED`): an owner serves only processes of its own effective
 //!   user, and a process joins only an owner of its own user. A root
 //!   process is no exception: it joins only root's owners.
-//! - The version key names the bytes (a remote object's URL and pinned
-//!   ETag or version, a file's device, inode, size, modification and
+//! - The version key names the bytes (a remote object's URL and the pin
+//!   its reads are checked against, a file's device, inode, size, modification and
 //!   change times), and the owner compares the whole key a process sends,
 //!   not its hash.
 //! - Socket names are listed to every user (`/proc/net/unix`): they are a
