@@ -381,6 +381,19 @@ fn sockets_in(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// [`setting`], and a reader that owns the file's cache there.
+fn with_owner(seed: u64) -> (TestFile, tempfile::TempDir, Helper) {
+    with_owner_as("role_reader", seed)
+}
+
+/// [`setting`], and a helper in `role` that owns the file's cache there.
+fn with_owner_as(role: &str, seed: u64) -> (TestFile, tempfile::TempDir, Helper) {
+    let (file, dir) = setting(seed);
+    let owner = Helper::start(role, &file.path, Delivery::Signal, Some(dir.path()), None);
+    assert_eq!(owner.line(), "owner", "the first process");
+    (file, dir, owner)
+}
+
 /// A file for these tests, in a directory of its own; and a rendezvous
 /// directory of its own (mode 0700), so that tests running at once never
 /// meet.
@@ -440,9 +453,7 @@ fn two_unrelated_processes_share_one_cache_handler() {
 /// mapping is a fresh cache with the right bytes.
 #[test]
 fn the_owners_death_gives_an_error_then_a_fresh_cache() {
-    let (file, dir) = setting(303);
-    let a = Helper::reader(&file.path, dir.path());
-    assert_eq!(a.line(), "owner");
+    let (file, dir, a) = with_owner(303);
     let mut b = Helper::start(
         "role_survivor",
         &file.path,
@@ -474,9 +485,7 @@ fn the_owners_death_gives_an_error_then_a_fresh_cache() {
 /// store about once over all of them.
 #[test]
 fn joiners_killed_at_random_points_leave_the_cache_whole() {
-    let (file, dir) = setting(307);
-    let a = Helper::reader(&file.path, dir.path());
-    assert_eq!(a.line(), "owner");
+    let (file, dir, a) = with_owner(307);
     let mut x = 0x2545_f491_4f6c_dd1du64;
     for round in 0..12 {
         x ^= x << 13;
@@ -528,9 +537,7 @@ fn the_owners_budget_holds_across_processes() {
 #[test]
 fn the_rendezvous_is_private_to_its_user() {
     use std::os::unix::fs::PermissionsExt;
-    let (file, dir) = setting(305);
-    let a = Helper::reader(&file.path, dir.path());
-    assert_eq!(a.line(), "owner");
+    let (file, dir, a) = with_owner(305);
     let socket = sockets_in(dir.path()).pop().expect("the owner's socket");
     let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the socket's mode");
@@ -627,15 +634,7 @@ fn another_users_owner_is_never_joined() {
 /// owns a fresh cache at once (no dead socket to find, no wait).
 #[test]
 fn an_owner_that_closes_its_object_removes_its_socket() {
-    let (file, dir) = setting(309);
-    let mut a = Helper::start(
-        "role_closer",
-        &file.path,
-        Delivery::Signal,
-        Some(dir.path()),
-        None,
-    );
-    assert_eq!(a.line(), "owner");
+    let (file, dir, mut a) = with_owner_as("role_closer", 309);
     let sockets = || sockets_in(dir.path()).len();
     assert_eq!(sockets(), 1, "the owner's socket");
     a.go();
@@ -652,15 +651,7 @@ fn an_owner_that_closes_its_object_removes_its_socket() {
 /// and the owner's own drop then closes the object and removes its socket.
 #[test]
 fn a_joiners_child_does_not_keep_its_guest_alive() {
-    let (file, dir) = setting(310);
-    let mut a = Helper::start(
-        "role_closer",
-        &file.path,
-        Delivery::Signal,
-        Some(dir.path()),
-        None,
-    );
-    assert_eq!(a.line(), "owner");
+    let (file, dir, mut a) = with_owner_as("role_closer", 310);
     let mut b = Helper::start(
         "role_forking_joiner",
         &file.path,
@@ -688,9 +679,7 @@ fn a_joiners_child_does_not_keep_its_guest_alive() {
 /// from a page boundary) reads that part's bytes from the owner's cache.
 #[test]
 fn a_joiner_maps_a_part_of_the_object() {
-    let (file, dir) = setting(308);
-    let a = Helper::reader(&file.path, dir.path());
-    assert_eq!(a.line(), "owner");
+    let (file, dir, a) = with_owner(308);
     let (offset, len) = (5 * 4096 + 123, (3 << 20) + 777);
     let b = Helper::start_window("role_reader", &file.path, dir.path(), offset, len);
     let read = both_read_then_owner_says(a, b);
