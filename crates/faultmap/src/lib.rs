@@ -100,18 +100,19 @@ pub mod measure;
 pub use api::errno::errno_of;
 pub use api::object::{IntoObject, InvalidateError, Object};
 pub use api::pager::{
-    Access, Advice, MapError, Mapping, MappingMut, Pager, PagerError, ReadOnly, ReadWrite,
-    ReplayProgress,
+    Access, Advice, EngineInfo, MapError, Mapping, MappingMut, Pager, PagerError, ReadOnly,
+    ReadWrite, ReplayProgress,
 };
 pub use api::shared::Sharing;
 pub use base::config::{
-    Config, ConfigError, Delivery, HandlerPlacement, MapOptions, PageSize, RegionLookup,
-    MAX_REPLAY_AHEAD, MIN_BUDGET, MIN_HUGE_BUDGET_PAGES, SHARED_ENV,
+    Config, ConfigError, Delivery, Engine, HandlerPlacement, MapOptions, PageSize, RegionLookup,
+    ENGINE_ENV, MAX_REPLAY_AHEAD, MIN_BUDGET, MIN_HUGE_BUDGET_PAGES, SHARED_ENV,
 };
 pub use base::report::{error_text, IoErrorKind, IoErrorReport, LOG_CAPACITY};
 pub use base::stats::{RaRow, RaStats, Stats};
 pub use base::trace::{Trace, TraceError};
 pub use cache::CacheError;
+pub use mm::engine::AreaStats;
 pub use mm::evict::Memory;
 pub use mm::writeback::WriteBackError;
 pub use policy::readahead::Mode as ReadaheadMode;

@@ -196,7 +196,7 @@ impl UffdProbe {
         use crate::sys::{self, mode, range_ioctl, PAGE_SIZE};
         // Whole pages: userfaultfd registers no partial page.
         let pages = self.len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
-        let region = sys::mmap_shared_aligned(&self.memfd, pages, 0, 1 << 21, false)?;
+        let region = sys::mmap_shared_aligned(&self.memfd, pages, 0, 1 << 21, sys::Prot::Read)?;
         let ioctls = sys::uffd_register(&self.uffd, region.addr(), region.len(), mode::MINOR)?;
         let view = ProbeView {
             region,

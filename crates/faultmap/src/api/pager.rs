@@ -108,7 +108,7 @@ use std::time::{Duration, Instant};
 use crate::api::object::{IntoObject, InvalidateError, Object};
 use crate::api::shared::{self, JoinedMap, Plan, Sharing};
 use crate::base::config::{
-    Config, ConfigError, Delivery, HandlerPlacement, MapOptions, PageSize, RegionLookup,
+    engine_from_env, Config, ConfigError, Delivery, Engine, HandlerPlacement, MapOptions, PageSize, RegionLookup,
     MAX_HANDLER_THREADS,
 };
 use crate::base::index::{HostAddr, ObjectPage, RegionPage};
@@ -117,6 +117,7 @@ use crate::base::stats::{Counters, RaCounters, RaStats, RaTally, Stats};
 use crate::base::trace::{Trace, TraceError};
 use crate::cache::wait::Uffd;
 use crate::cache::{Cache, CacheError};
+use crate::mm::engine::{AreaStats, ArmError, PagingEngine, Protect};
 use crate::mm::errors;
 use crate::mm::events;
 use crate::mm::evict::{Budget, Evictor, Memory};
@@ -131,7 +132,7 @@ use crate::mm::writeback::{self, Flusher, FlusherEnv, WriteBackError};
 use crate::policy::readahead::{Hint, Mode as ReadaheadMode};
 use crate::store::{Store, StoreError};
 use crate::sync::seqcount::SeqCount;
-use crate::sys::{self, feature, mode, range_ioctl, UffdMsg, UffdSource, PAGE_SIZE, PTRS_PER_PTE};
+use crate::sys::{self, feature, UffdMsg, UffdSource, PAGE_SIZE, PTRS_PER_PTE};
 
 /// The kernel features faultmap cannot work without, and why.
 const REQUIRED_FEATURES: [(u64, &str); 6] = [
@@ -442,7 +443,86 @@ pub struct Pager {
     core: Arc<Core>,
     workers: Arc<Workers>,
     config: Config,
+    /// How the userfaultfd was opened; `None` under the Protect engine.
+    source: Option<UffdSource>,
+    engine: EngineInfo,
+}
+
+/// Which paging engine a pager runs ([`Pager::engine`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineInfo {
+    /// [`Engine::Userfaultfd`] or [`Engine::Protect`] (never
+    /// [`Engine::Auto`]).
+    pub engine: Engine,
+    /// Why: who asked for it, or what [`Engine::Auto`] found.
+    pub why: String,
+}
+
+impl std::fmt::Display for EngineInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.engine, self.why)
+    }
+}
+
+/// A userfaultfd opened for a pager, with what its kernel supports.
+struct OpenedUffd {
+    uffd: OwnedFd,
     source: UffdSource,
+    /// `UFFD_FEATURE_WP_HUGETLBFS_SHMEM`: writable mappings.
+    write_protect: bool,
+    /// `MINOR_HUGETLBFS | MISSING_HUGETLBFS`: 2 MiB pages.
+    hugetlb: bool,
+}
+
+/// Opens the userfaultfd of a pager: learns the kernel's features on a
+/// throw-away fd (the handshake can be made once per fd) and names any
+/// that is missing, then opens the real one with exactly those features
+/// (and WP on shmem and hugetlb minor faults if the kernel has them).
+fn open_uffd_engine(signal: bool) -> Result<OpenedUffd, PagerError> {
+    let (probe, _) = open_uffd()?;
+    let have = sys::uffd_api(&probe, 0).map_err(|source| PagerError::Sys {
+        op: "UFFDIO_API",
+        source,
+    })?;
+    drop(probe);
+    for (bit, why) in REQUIRED_FEATURES {
+        if have & bit == 0 {
+            return Err(PagerError::MissingFeature {
+                feature: feature::name(bit),
+                why,
+            });
+        }
+    }
+    if signal && have & feature::SIGBUS == 0 {
+        return Err(PagerError::MissingFeature {
+            feature: feature::name(feature::SIGBUS),
+            why: "for signal delivery (use Delivery::Handler)",
+        });
+    }
+    let (uffd, source) = open_uffd()?;
+    let mut wanted = REQUIRED_FEATURES.iter().fold(0, |acc, (bit, _)| acc | bit);
+    if signal {
+        wanted |= feature::SIGBUS;
+    }
+    let write_protect = have & feature::WP_HUGETLBFS_SHMEM != 0;
+    if write_protect {
+        wanted |= feature::WP_HUGETLBFS_SHMEM;
+    }
+    let hugetlb_bits = feature::MINOR_HUGETLBFS | feature::MISSING_HUGETLBFS;
+    let hugetlb = have & hugetlb_bits == hugetlb_bits;
+    if hugetlb {
+        wanted |= hugetlb_bits;
+    }
+    sys::uffd_api(&uffd, wanted).map_err(|source| PagerError::Sys {
+        op: "UFFDIO_API",
+        source,
+    })?;
+    Ok(OpenedUffd {
+        uffd,
+        source,
+        write_protect,
+        hugetlb,
+    })
 }
 
 impl std::fmt::Debug for Pager {
@@ -454,56 +534,59 @@ impl std::fmt::Debug for Pager {
 }
 
 impl Pager {
-    /// Creates a pager: opens the userfaultfd, checks the kernel's features,
-    /// and starts the handler threads.
+    /// Creates a pager: picks its engine ([`Config::engine`], or
+    /// [`ENGINE_ENV`](crate::ENGINE_ENV) in the environment), opens the
+    /// userfaultfd and checks the kernel's features (under the Userfaultfd
+    /// engine), and starts the pager threads.
     pub fn new(config: Config) -> Result<Pager, PagerError> {
         config.validate()?;
         if !sys::page_size_matches() {
             return Err(PagerError::PageSize);
         }
-        // 1. Learn the kernel's features on a throw-away fd (the handshake can
-        //    be made once per fd), and name any that is missing.
-        let (probe, _) = open_uffd()?;
-        let have = sys::uffd_api(&probe, 0).map_err(|source| PagerError::Sys {
-            op: "UFFDIO_API",
-            source,
-        })?;
-        drop(probe);
-        for (bit, why) in REQUIRED_FEATURES {
-            if have & bit == 0 {
-                return Err(PagerError::MissingFeature {
-                    feature: feature::name(bit),
-                    why,
-                });
-            }
-        }
         let signal = config.delivery == Delivery::Signal;
-        if signal && have & feature::SIGBUS == 0 {
-            return Err(PagerError::MissingFeature {
-                feature: feature::name(feature::SIGBUS),
-                why: "for signal delivery (use Delivery::Handler)",
-            });
-        }
-        // 2. The real userfaultfd, with exactly those features (and WP on
-        //    shmem if the kernel has it: writable mappings need it).
-        let (uffd, source) = open_uffd()?;
-        let mut wanted = REQUIRED_FEATURES.iter().fold(0, |acc, (bit, _)| acc | bit);
-        if signal {
-            wanted |= feature::SIGBUS;
-        }
-        let write_protect = have & feature::WP_HUGETLBFS_SHMEM != 0;
-        if write_protect {
-            wanted |= feature::WP_HUGETLBFS_SHMEM;
-        }
-        let hugetlb_bits = feature::MINOR_HUGETLBFS | feature::MISSING_HUGETLBFS;
-        let hugetlb = have & hugetlb_bits == hugetlb_bits;
-        if hugetlb {
-            wanted |= hugetlb_bits;
-        }
-        sys::uffd_api(&uffd, wanted).map_err(|source| PagerError::Sys {
-            op: "UFFDIO_API",
-            source,
-        })?;
+        // 1-2. The engine.
+        let (wanted, asked_by) = match engine_from_env()? {
+            Some(engine) => (engine, crate::base::config::ENGINE_ENV),
+            None => (config.engine, "the configuration"),
+        };
+        let opened = match wanted {
+            Engine::Userfaultfd => Some(open_uffd_engine(signal)?),
+            Engine::Protect => None,
+            Engine::Auto => match open_uffd_engine(signal) {
+                Ok(opened) => Some(opened),
+                Err(e) => {
+                    let why = format!("auto: no userfaultfd here ({e}); mprotect instead");
+                    return Pager::start(config, None, why);
+                }
+            },
+        };
+        let why = match (&opened, wanted) {
+            (Some(opened), Engine::Auto) => format!("auto: {}", opened.source.describe()),
+            (Some(opened), _) => format!("asked for by {asked_by}: {}", opened.source.describe()),
+            (None, _) => format!("asked for by {asked_by}"),
+        };
+        Pager::start(config, opened, why)
+    }
+
+    /// [`Pager::new`] once the engine is chosen: `opened` is the
+    /// userfaultfd (`None`: the Protect engine).
+    fn start(config: Config, opened: Option<OpenedUffd>, why: String) -> Result<Pager, PagerError> {
+        let signal = opened.is_none() || config.delivery == Delivery::Signal;
+        let (engine, source, write_protect, hugetlb) = match opened {
+            Some(o) => (
+                PagingEngine::Userfaultfd(Arc::new(Uffd::new(o.uffd))),
+                Some(o.source),
+                o.write_protect,
+                o.hugetlb,
+            ),
+            // mprotect needs no kernel feature: writable mappings and 2
+            // MiB pages work wherever the memfd does.
+            None => (PagingEngine::Protect(Protect::new()), None, true, true),
+        };
+        let engine_info = EngineInfo {
+            engine: engine.kind(),
+            why,
+        };
         // 3. The I/O threads, then the handler threads.
         let counters = Arc::new(Counters::default());
         let io_shared = Arc::new(IoShared::new(
@@ -519,8 +602,12 @@ impl Pager {
                 }
             })?;
         let requests = if signal {
-            signal::install().map_err(|source| PagerError::Sys {
-                op: "sigaction(SIGBUS)",
+            let installed = match engine {
+                PagingEngine::Userfaultfd(_) => signal::install(),
+                PagingEngine::Protect(_) => signal::install_protect(),
+            };
+            installed.map_err(|source| PagerError::Sys {
+                op: "sigaction(SIGBUS, SIGSEGV)",
                 source,
             })?;
             Some(Arc::new(Requests::new().map_err(|source| {
@@ -533,7 +620,7 @@ impl Pager {
             None
         };
         let core = Arc::new(Core {
-            uffd: Arc::new(Uffd::new(uffd)),
+            engine,
             counters: counters.clone(),
             ra: RaCounters::default(),
             io,
@@ -594,7 +681,7 @@ impl Pager {
                 .unwrap_or_else(|e| e.into_inner())
                 .push(handle);
         }
-        for (i, place) in handler_places(&config).into_iter().enumerate() {
+        for (i, place) in handler_places(&config, signal).into_iter().enumerate() {
             let core = core.clone();
             let stop = workers
                 .stop
@@ -615,7 +702,15 @@ impl Pager {
                         // thread serves faults from wherever it runs.
                         let _ = sys::pin_current_thread(&[cpu]);
                     }
-                    handler_loop(&core, &stop, reading)
+                    match (&core.engine, core.requests()) {
+                        (PagingEngine::Userfaultfd(uffd), _) => {
+                            handler_loop(&core, uffd, &stop, reading)
+                        }
+                        (PagingEngine::Protect(_), Some(requests)) => {
+                            request_loop(&core, requests, &stop, reading.spin)
+                        }
+                        (PagingEngine::Protect(_), None) => {}
+                    }
                 })
                 .map_err(|source| PagerError::Sys {
                     op: "spawning a handler thread",
@@ -632,7 +727,20 @@ impl Pager {
             workers,
             config,
             source,
+            engine: engine_info,
         })
+    }
+
+    /// Which paging engine this pager runs, and why: [`Engine::Auto`]
+    /// resolved, and what it found.
+    pub fn engine(&self) -> &EngineInfo {
+        &self.engine
+    }
+
+    /// The Protect engine's memory areas (`None` under the Userfaultfd
+    /// engine): see "In containers" in the README.
+    pub fn areas(&self) -> Option<AreaStats> {
+        self.core.engine.protect().map(Protect::stats)
     }
 
     /// The pager's configuration.
@@ -649,7 +757,7 @@ impl Pager {
     /// system call fails with `EFAULT` on a page not yet mapped: touch the
     /// range first, or copy it out in user space.
     pub fn serves_kernel_faults(&self) -> bool {
-        self.source.serves_kernel_faults()
+        self.source.is_some_and(UffdSource::serves_kernel_faults)
     }
 
     /// Opens `store` as an object with a cache of its own, to map once or
@@ -840,20 +948,34 @@ impl Pager {
         let mut joined = None;
         // Not 2 MiB pages: a joiner opens the object before it decides,
         // and that open checks the pool for a whole cache of its own.
+        // The Protect engine has no userfaultfd to hand a joiner's faults
+        // to (`crate::api::shared`): its mappings are private.
+        let protect = self.core.engine.protect().is_some();
+        if self.config.shared && protect {
+            sharing = Sharing::Private {
+                why: Some(
+                    "the protect engine shares no cache with other processes \
+                     (it needs a userfaultfd in each)"
+                        .into(),
+                ),
+            };
+        }
         let shareable = self.config.shared
+            && !protect
             && !A::WRITABLE
             && size == PageSize::Base
             && extent.pages > 0
             && opts.trace_to_replay().is_none()
             && !opts.records_trace();
-        if let Some(key) = object.0.store.share_key().filter(|_| shareable) {
+        let source = self.source.filter(|_| shareable);
+        if let Some((key, source)) = object.0.store.share_key().zip(source) {
             let key = format!("{key}, pages of {} bytes", size.bytes());
             let timeout = self.config.io_timeout;
             let threads = self.workers.clone();
             match shared::plan(
                 &self.core,
                 threads,
-                self.source,
+                source,
                 &object,
                 &key,
                 &extent,
@@ -903,7 +1025,8 @@ impl Pager {
         let name = object.name().to_string();
         let writable = A::WRITABLE;
         // 0. A writable mapping needs a store that takes writes, a kernel
-        //    with WP on shmem, and the flusher.
+        //    with WP on shmem (under the Userfaultfd engine), and the
+        //    flusher.
         if writable {
             if !object.0.store.writable() {
                 return Err(MapError::ReadOnlyStore { name });
@@ -978,15 +1101,15 @@ impl Pager {
         // The table's lock for the whole operation, as mmap holds
         // mmap_lock (let go only while it waits for a stale region, below).
         let mut table = RegionTable::get().lock();
-        // 1. Map the memfd (read-only unless writable), congruent to its
-        //    offset modulo 2 MiB.
+        // 1. Map the memfd (read-only unless writable; inaccessible under
+        //    the Protect engine), congruent to its offset modulo 2 MiB.
         let bytes = extent.pages as usize * size.bytes();
         let map = sys::mmap_shared_aligned(
             object.0.cache.memfd(),
             bytes,
             object.0.cache.offset(first_page),
             PTRS_PER_PTE * PAGE_SIZE,
-            writable,
+            self.core.engine.initial_prot(writable),
         )
         .map_err(|e| map_err("mmap", e))?;
         // A region still published over the range the kernel just gave us
@@ -1014,38 +1137,39 @@ impl Pager {
         //    again from the memfd and this process serves its faults from
         //    the same cache (`crate::mm::guest`), or, if that cannot be
         //    had, gets an inaccessible placeholder there (`sys::fork`).
-        crate::mm::guest::serve(&self.core, self.source)
-            .map_err(|e| map_err("starting the service for forked children", e))?;
-        let shared = (
-            object.0.cache.memfd(),
-            object.0.cache.offset(first_page),
-            writable,
-        );
-        sys::dont_fork(&map, Some(shared)).map_err(|e| map_err("madvise(MADV_DONTFORK)", e))?;
-        // 3. Register MISSING|MINOR (|WP); CONTINUE, WAKE and POISON (and
-        //    WRITEPROTECT) must be allowed.
-        let modes = if writable {
-            mode::MISSING | mode::MINOR | mode::WP
-        } else {
-            mode::MISSING | mode::MINOR
+        //    Under the Protect engine a child cannot be served (its
+        //    accessible pages could not be taken back when they are
+        //    evicted here): a placeholder.
+        let shared = match self.source {
+            Some(source) => {
+                crate::mm::guest::serve(&self.core, source)
+                    .map_err(|e| map_err("starting the service for forked children", e))?;
+                Some((
+                    object.0.cache.memfd(),
+                    object.0.cache.offset(first_page),
+                    writable,
+                ))
+            }
+            None => None,
         };
-        let ioctls = sys::uffd_register(&self.core.uffd, map.addr(), map.len(), modes)
-            .map_err(|e| map_err("UFFDIO_REGISTER", e))?;
-        // From here on a failure unregisters the range before `map` unmaps
-        // it: a registered range's munmap raises an UNMAP event and waits
-        // until a pager thread reads it; its handling would then detach
-        // nothing, and the wait is needless.
-        let missing = [
-            (range_ioctl::CONTINUE, "UFFDIO_CONTINUE", true),
-            (range_ioctl::WAKE, "UFFDIO_WAKE", true),
-            (range_ioctl::POISON, "UFFDIO_POISON", true),
-            (range_ioctl::WRITEPROTECT, "UFFDIO_WRITEPROTECT", writable),
-        ]
-        .into_iter()
-        .find(|&(bit, _, needed)| needed && (ioctls & bit == 0 || fail_after_register()));
-        if let Some((_, ioctl, _)) = missing {
-            let _ = sys::uffd_unregister(&self.core.uffd, map.addr(), map.len());
-            return Err(MapError::MissingIoctl { name, ioctl });
+        sys::dont_fork(&map, shared).map_err(|e| map_err("madvise(MADV_DONTFORK)", e))?;
+        // 3. Arm it (`PagingEngine::arm`): under the Userfaultfd engine,
+        //    register MISSING|MINOR (|WP); CONTINUE, WAKE and POISON (and
+        //    WRITEPROTECT) must be allowed. From here on a failure
+        //    unregisters the range before `map` unmaps it: a registered
+        //    range's munmap raises an UNMAP event and waits until a pager
+        //    thread reads it; its handling would then detach nothing, and
+        //    the wait is needless.
+        match self
+            .core
+            .engine
+            .arm(map.addr(), map.len(), writable, fail_after_register())
+        {
+            Ok(()) => {}
+            Err(ArmError::Register(e)) => return Err(map_err("UFFDIO_REGISTER", e)),
+            Err(ArmError::MissingIoctl(ioctl)) => {
+                return Err(MapError::MissingIoctl { name, ioctl })
+            }
         }
         // 4. Publish the region: from here on its faults are served.
         let region = Arc::new(Region {
@@ -1135,9 +1259,16 @@ fn open_uffd() -> Result<(OwnedFd, UffdSource), PagerError> {
         let hint = match source.raw_os_error() {
             Some(libc::EPERM) | Some(libc::EACCES) => {
                 "run as root, give this user read-write access to /dev/userfaultfd, \
-                 or set the sysctl vm.unprivileged_userfaultfd=1"
+                 or set the sysctl vm.unprivileged_userfaultfd=1; in a container, \
+                 pass --device /dev/userfaultfd or a seccomp profile that allows the call, \
+                 or use the protect engine (FAULTMAP_ENGINE=protect; engine auto falls back \
+                 to it): see \"In containers\" in the README"
             }
-            Some(libc::ENOSYS) => "this kernel was built without CONFIG_USERFAULTFD",
+            Some(libc::ENOSYS) => {
+                "this kernel was built without CONFIG_USERFAULTFD, or a sandbox such as \
+                 gVisor has none: use the protect engine (FAULTMAP_ENGINE=protect; engine \
+                 auto falls back to it)"
+            }
             _ => "see the README's troubleshooting section",
         };
         PagerError::Unavailable { source, hint }
@@ -1152,7 +1283,7 @@ const READ_ERROR_BACKOFF: Duration = Duration::from_millis(1);
 /// time) and handle them; when none is pending, keep polling for
 /// `reading.spin`, then sleep in `poll` on the userfaultfd and the stop
 /// eventfd.
-fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
+fn handler_loop(core: &Arc<Core>, uffd: &Uffd, stop: &OwnedFd, reading: Reading) {
     let env = core.env();
     let mut msgs: Vec<UffdMsg> = Vec::with_capacity(MSG_BATCH);
     let per_read = reading.per_read.clamp(1, MSG_BATCH);
@@ -1165,7 +1296,7 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
     let read_more = |msgs: &mut Vec<UffdMsg>, k: usize| {
         let start = msgs.len();
         msgs.resize(start + k, UffdMsg::default());
-        let got = match sys::uffd_read(&core.uffd, &mut msgs[start..]) {
+        let got = match sys::uffd_read(uffd, &mut msgs[start..]) {
             Ok(got) => got,
             // No error a valid read of a live userfaultfd meets (EAGAIN
             // and EINTR are `Ok(0)`). Should one come, the thread backs off
@@ -1185,7 +1316,7 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
     // doorbell; handler threads: as userfaultfd messages. Either way the
     // userfaultfd carries the UNMAP and REMAP events (`crate::mm::events`),
     // whose senders wait until they are read.
-    let source: &OwnedFd = core.requests.as_ref().map_or(&core.uffd, |r| r.doorbell());
+    let source: &OwnedFd = core.requests.as_ref().map_or(&**uffd, |r| r.doorbell());
     let read_uffd = |msgs: &mut Vec<UffdMsg>| {
         msgs.clear();
         if msgs.capacity() > 4 * MSG_BATCH {
@@ -1197,7 +1328,7 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
         // classic path waits on it). Handler threads read it for every
         // fault: the read itself says whether there is anything.
         if core.requests.is_some()
-            && !matches!(sys::poll_readable(&[&core.uffd], 0), Ok(r) if r != 0)
+            && !matches!(sys::poll_readable(&[uffd], 0), Ok(r) if r != 0)
         {
             return 0;
         }
@@ -1236,7 +1367,7 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
         // signal) let fault again meanwhile. Such a thread's fault may
         // then be read twice; the second is handled as a new fault of a
         // page mapped already (`EEXIST`), harmless.
-        let (take, count) = next_take(per_read, small_reads.get(), core.uffd.take_event_waiting());
+        let (take, count) = next_take(per_read, small_reads.get(), uffd.take_event_waiting());
         small_reads.set(count);
         match take {
             Take::Read(k) => {
@@ -1320,7 +1451,7 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
         // The userfaultfd once: each entry is one more wake-up call per
         // fault.
         let polled = if core.requests.is_some() {
-            sys::poll_readable(&[source, stop, &core.uffd], -1)
+            sys::poll_readable(&[source, stop, uffd], -1)
         } else {
             sys::poll_readable(&[source, stop], -1)
         };
@@ -1336,6 +1467,44 @@ fn handler_loop(core: &Arc<Core>, stop: &OwnedFd, reading: Reading) {
             return;
         }
         idle_since = Instant::now();
+    }
+}
+
+/// A pager thread of the Protect engine: every fault comes forwarded
+/// from a SIGSEGV handler ([`Requests`]), announced on the doorbell. Serve
+/// what is posted; when nothing is, keep looking for `spin`, then sleep in
+/// `poll` on the doorbell and the stop eventfd.
+fn request_loop(core: &Arc<Core>, requests: &Arc<Requests>, stop: &OwnedFd, spin: Duration) {
+    let env = core.env();
+    let doorbell = requests.doorbell();
+    let serve = || {
+        requests.serve(|addr, r| {
+            fault::handle(&env, addr, fault::Origin::Request(r));
+        })
+    };
+    let mut idle_since = Instant::now();
+    loop {
+        if serve() > 0 {
+            idle_since = Instant::now();
+            continue;
+        }
+        if idle_since.elapsed() < spin {
+            std::hint::spin_loop();
+            continue;
+        }
+        // Drained, then looked at once more: a request posted after the
+        // look rings the doorbell again, so poll sees it.
+        sys::eventfd_drain(doorbell);
+        if serve() > 0 {
+            idle_since = Instant::now();
+            continue;
+        }
+        match sys::poll_readable(&[doorbell, stop], -1) {
+            Ok(ready) if ready & 0b10 != 0 => return,
+            Ok(_) => idle_since = Instant::now(),
+            // poll has no other failure we could cause; back off and go on.
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
     }
 }
 
@@ -1399,14 +1568,15 @@ impl Reading {
     }
 }
 
-/// The pager threads a configuration asks for: with handler delivery and
+/// The pager threads a configuration asks for (`signal`: faults come
+/// forwarded from signal handlers, signal delivery or the Protect engine):
+/// with handler delivery and
 /// [`HandlerPlacement::PerCpu`], one per CPU the creating thread may run
 /// on, the first [`MAX_HANDLER_THREADS`] (see there for why); else
 /// `handler_threads` floating ones.
-fn handler_places(config: &Config) -> Vec<Place> {
+fn handler_places(config: &Config, signal: bool) -> Vec<Place> {
     let floating = vec![Place::Floating; config.handler_threads];
-    if config.delivery != Delivery::Handler || config.handler_placement != HandlerPlacement::PerCpu
-    {
+    if signal || config.handler_placement != HandlerPlacement::PerCpu {
         return floating;
     }
     match sys::allowed_cpus() {
@@ -1767,21 +1937,121 @@ impl<A: Access> Mapping<A> {
                 Advice::Sequential => set_hint(Hint::Sequential),
                 Advice::Random => set_hint(Hint::Random),
                 Advice::WillNeed => {}
+                // The mapping's pages are unmapped (`MADV_DONTNEED`, or
+                // `PROT_NONE` under the Protect engine); the cache keeps
+                // them.
                 Advice::DontNeed => {
-                    let addr = live.addr_of(pages.start).get();
-                    let len = (pages.end.since(pages.start) as usize) << live.page_shift;
-                    // Cleared first: a bit set for an unmapped page would
-                    // keep fault-around from mapping it.
-                    live.mapped.mark(pages.clone(), false);
-                    sys::madvise_dontneed(addr, len).map_err(|source| MapError::Map {
-                        name: self.object.name().to_string(),
-                        op: "madvise(MADV_DONTNEED)",
-                        source,
-                    })?;
+                    live.owner
+                        .engine
+                        .zap(&live, pages.clone())
+                        .map_err(|source| MapError::Map {
+                            name: self.object.name().to_string(),
+                            op: "madvise(MADV_DONTNEED)",
+                            source,
+                        })?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// Reads the pages that hold bytes `range` of the mapping (offsets
+    /// into the slice) into the cache, waits for them, and maps them here,
+    /// readable (and writable, on a writable mapping: each page is
+    /// marked dirty, as the kernel's own writes would), so that a system
+    /// call can use the memory: `write(fd, &map[a..b])`, `send`, a
+    /// `readinto` of a writable mapping. Those are the kernel's accesses,
+    /// which raise no signal: under the Protect engine, or a userfaultfd
+    /// that serves only user-mode faults, they fail with `EFAULT` on a
+    /// page that is not mapped yet. Works under both engines.
+    ///
+    /// A page that cannot be read is [`MapError::Read`], not SIGBUS. The
+    /// pages stay mapped until the memory budget's evictor takes them
+    /// (they were just used: it takes colder pages first), or the
+    /// application advises `DontNeed`; populate right before the system
+    /// call, in pieces no larger than the budget.
+    pub fn populate(&self, range: std::ops::Range<usize>) -> Result<(), MapError> {
+        if range.start > range.end || range.end > self.len {
+            return Err(MapError::Options(ConfigError::AdviseRange {
+                start: range.start,
+                end: range.end,
+                len: self.len,
+            }));
+        }
+        if range.is_empty() {
+            return Ok(());
+        }
+        self.prefetch(range.clone())?;
+        let page = self.object.page_size().bytes();
+        let base = self.ptr.as_ptr() as usize;
+        let first = (base + range.start) & !(page - 1);
+        let end = base + range.end;
+        for at in (first..end).step_by(page) {
+            // The byte at `at`, or the mapping's first if the page starts
+            // before it (its lead).
+            let byte = at.max(base);
+            self.wait_cached(byte - base)?;
+            // SAFETY: `byte` is inside the mapping (base <= byte < end <=
+            // base + len), which `self` keeps mapped; the access faults and
+            // is served like any other. Volatile through a raw pointer, as
+            // `read_at`: another mapping's writer may change the byte.
+            unsafe {
+                if A::WRITABLE {
+                    // A write that changes nothing, atomically, so that a
+                    // concurrent writer's byte is never lost.
+                    (*(byte as *const std::sync::atomic::AtomicU8)).fetch_or(0, Ordering::Relaxed);
+                } else {
+                    std::ptr::read_volatile(byte as *const u8);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until the page that holds byte `at` of the mapping is cached,
+    /// or says why it cannot be: a failed read, or one the watchdog gave
+    /// up on. A page that is not cached and not being read (the budget
+    /// left it out of the prefetch, or evicted it since) is left to the
+    /// access, which reads it.
+    fn wait_cached(&self, at: usize) -> Result<(), MapError> {
+        let Some(region) = self.region.as_ref() else {
+            // Another process serves it: asked directly, so that a page it
+            // cannot read is an error here.
+            return self.read_at(at, &mut [0u8]);
+        };
+        if self.born != sys::fork_generation() {
+            return self.read_at(at, &mut [0u8]);
+        }
+        let addr = self.addr().add(at);
+        let opage = region.object_page(region.page_of(addr));
+        let Some(state) = region.object.cache.states.get(opage) else {
+            return Ok(());
+        };
+        let mut waited = 0u32;
+        loop {
+            let word = state.load();
+            match word.state() {
+                crate::cache::page_state::State::UpToDate => return Ok(()),
+                crate::cache::page_state::State::Absent if word.has_failed() => {
+                    return Err(self.read_failed(at))
+                }
+                crate::cache::page_state::State::Absent => return Ok(()),
+                crate::cache::page_state::State::Reading if word.is_stalled() => {
+                    return Err(self.read_failed(at))
+                }
+                crate::cache::page_state::State::Reading
+                | crate::cache::page_state::State::Evicting => {
+                    // A read ends by itself, or the watchdog stalls it at
+                    // the store timeout: the loop ends.
+                    waited += 1;
+                    if waited < 64 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                }
+            }
+        }
     }
 
     /// Starts reading bytes `range` of the mapping (offsets into the

@@ -142,6 +142,83 @@ pub enum ConfigError {
     /// A page size other than 4 KiB and 2 MiB.
     #[error("page size must be 4K or 2M, got {0:?}")]
     PageSize(String),
+    /// An engine name other than `auto`, `userfaultfd` and `protect`.
+    #[error("engine must be auto, userfaultfd or protect, got {0:?}")]
+    Engine(String),
+    /// [`ENGINE_ENV`] names no engine.
+    #[error("{ENGINE_ENV} must be auto, userfaultfd or protect, got {0:?}")]
+    EngineEnv(String),
+}
+
+/// The paging engine a pager runs: how a fault reaches faultmap and how
+/// cached pages get mapped. The cache, the I/O path, readahead, the
+/// budget, write-back and the statistics are the same under both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// [`Engine::Userfaultfd`] if this process can open a userfaultfd with
+    /// the features faultmap needs (the system call, then
+    /// `/dev/userfaultfd`), else [`Engine::Protect`]. The default. The
+    /// pager says which runs and why ([`crate::Pager::engine`]).
+    #[default]
+    Auto,
+    /// Faults arrive through a userfaultfd (`MISSING | MINOR`, and `WP`
+    /// for writable mappings); pages are mapped with `UFFDIO_CONTINUE`.
+    /// Refused in Docker's, containerd's, CRI-O's and Podman's default
+    /// seccomp profiles and absent under gVisor.
+    Userfaultfd,
+    /// No userfaultfd: a mapping starts `PROT_NONE`, an access raises
+    /// SIGSEGV in the faulting thread, and a cached window is mapped with
+    /// `mprotect`. Works wherever `mmap` does; see "In containers" in the
+    /// README for what it costs.
+    Protect,
+}
+
+impl Engine {
+    /// The engine's name, as [`Engine::from_str`](std::str::FromStr) and
+    /// [`ENGINE_ENV`] take it: `auto`, `userfaultfd` or `protect`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Auto => "auto",
+            Engine::Userfaultfd => "userfaultfd",
+            Engine::Protect => "protect",
+        }
+    }
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Engine {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Engine::Auto),
+            "userfaultfd" | "uffd" => Ok(Engine::Userfaultfd),
+            "protect" => Ok(Engine::Protect),
+            _ => Err(ConfigError::Engine(s.to_string())),
+        }
+    }
+}
+
+/// The environment variable that overrides [`Config::engine`] (`auto`,
+/// `userfaultfd` or `protect`), for every pager of the process.
+pub const ENGINE_ENV: &str = "FAULTMAP_ENGINE";
+
+/// The engine the environment asks for ([`ENGINE_ENV`]), if it names one.
+pub(crate) fn engine_from_env() -> Result<Option<Engine>, ConfigError> {
+    match std::env::var(ENGINE_ENV) {
+        Ok(v) if v.is_empty() => Ok(None),
+        Ok(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| ConfigError::EngineEnv(v.chars().take(64).collect())),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::EngineEnv("(not UTF-8)".into())),
+    }
 }
 
 /// How faults reach the pager.
@@ -309,7 +386,13 @@ pub struct Config {
     /// `io_threads` in flight. Reads that a fault waits for, and retries,
     /// are never held back by it.
     pub io_depth: usize,
-    /// How faults reach the pager (default [`Delivery::Signal`]).
+    /// The paging engine (default [`Engine::Auto`]; [`ENGINE_ENV`] in the
+    /// environment overrides it).
+    pub engine: Engine,
+    /// How faults reach the pager under [`Engine::Userfaultfd`] (default
+    /// [`Delivery::Signal`]). Under [`Engine::Protect`] a fault is always
+    /// the faulting thread's (a SIGSEGV), forwarded to a pager thread on a
+    /// miss as with signal delivery.
     pub delivery: Delivery,
     /// How a fault finds its region (default
     /// [`RegionLookup::Speculative`]).
@@ -364,6 +447,7 @@ impl Default for Config {
             handler_spin_us: DEFAULT_HANDLER_SPIN_US,
             io_threads: 4,
             io_depth: DEFAULT_IO_DEPTH,
+            engine: Engine::default(),
             delivery: Delivery::default(),
             region_lookup: RegionLookup::default(),
             bench_global_cache_lock: false,
@@ -382,6 +466,12 @@ impl Config {
     /// ([`Config::shared`]).
     pub fn shared(mut self, on: bool) -> Self {
         self.shared = on;
+        self
+    }
+
+    /// Sets the paging engine ([`Config::engine`]).
+    pub fn engine(mut self, engine: Engine) -> Self {
+        self.engine = engine;
         self
     }
 

@@ -130,6 +130,7 @@ use crate::base::index::{HostAddr, ObjectPage, RegionPage};
 use crate::base::stats::{Counters, RaCounters, RaTally, Stats};
 use crate::cache::page_state::{State, Word};
 use crate::cache::wait::Uffd;
+use crate::mm::engine::PagingEngine;
 use crate::mm::guest::GuestFault;
 use crate::mm::io::{IoQueue, ReadJob, Urgency};
 use crate::mm::object::ObjectCore;
@@ -142,9 +143,11 @@ use crate::sys::{self, ContinueResult, PAGE_SIZE, PTRS_PER_PTE};
 
 /// What the fault path needs from its pager.
 pub(crate) struct FaultEnv<'a> {
-    pub(crate) uffd: &'a Arc<Uffd>,
-    /// The regions `uffd` serves: the process's table, or a forked child's
-    /// (`crate::mm::guest`).
+    /// How pages get mapped; under the Userfaultfd engine, the userfaultfd
+    /// that woken and poisoned threads sleep in.
+    pub(crate) engine: &'a PagingEngine,
+    /// The regions the engine serves: the process's table, or a forked
+    /// child's (`crate::mm::guest`).
     pub(crate) table: &'a RegionTable,
     pub(crate) counters: &'a Counters,
     pub(crate) ra: &'a RaCounters,
@@ -299,7 +302,10 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: HostAddr, origin: Origin<'_>) {
     // The retry of a fault that was parked and woken: counted with it, and
     // no readahead bookkeeping (FAULT_FLAG_TRIED).
     let retry = match origin {
-        Origin::Uffd { tid, .. } => env.uffd.take_retry(tid, page_addr),
+        Origin::Uffd { tid, .. } => env
+            .engine
+            .uffd()
+            .is_some_and(|uffd| uffd.take_retry(tid, page_addr)),
         Origin::Request(r) => r.is_retry(),
         Origin::Guest(g) => g.retry,
     };
@@ -371,7 +377,9 @@ pub(crate) fn handle(env: &FaultEnv<'_>, addr: HostAddr, origin: Origin<'_>) {
             // kernel sort it out (the thread faults again), and have the
             // next read reach the event.
             None => {
-                env.uffd.note_event_waiting();
+                if let Some(uffd) = env.engine.uffd() {
+                    uffd.note_event_waiting();
+                }
                 Ending::Resolved
             }
         }
@@ -403,7 +411,9 @@ pub(crate) fn handle_wp(env: &FaultEnv<'_>, addr: HostAddr, tid: u32) {
                 tally.pgfault = 1;
                 tally.spf_success = 1;
                 let (at, len) = region.span_of(page_addr);
-                let _ = sys::uffd_wake(env.uffd, at.get(), len);
+                if let Some(uffd) = env.engine.uffd() {
+                    let _ = sys::uffd_wake(uffd, at.get(), len);
+                }
             }
             for (c, b) in sets.into_iter().zip(begun) {
                 c.end(&tally, b);
@@ -429,19 +439,27 @@ fn finish(
     let (at, len) = (span.0.get(), span.1);
     match (origin, ending) {
         (_, Ending::Parked) | (Origin::Uffd { .. }, Ending::Woken) => {}
-        (Origin::Uffd { .. }, Ending::Resolved) => {
-            let _ = sys::uffd_wake(env.uffd, at, len);
-        }
-        (Origin::Uffd { tid, .. }, Ending::Again) => {
-            // Recorded before the wake: the retry may arrive at once.
-            env.uffd.expect_retry(tid, page_addr);
-            let _ = sys::uffd_wake(env.uffd, at, len);
-        }
-        (Origin::Uffd { .. }, Ending::Failed) => {
-            let poisoned = sys::uffd_poison(env.uffd, at, len);
-            env.uffd.note_if_eagain(&poisoned);
-            if poisoned.is_err() {
-                let _ = sys::uffd_wake(env.uffd, at, len);
+        // A userfaultfd message comes only under the Userfaultfd engine.
+        (Origin::Uffd { tid, .. }, ending) => {
+            let Some(uffd) = env.engine.uffd() else {
+                return;
+            };
+            match ending {
+                Ending::Again => {
+                    // Recorded before the wake: the retry may arrive at once.
+                    uffd.expect_retry(tid, page_addr);
+                    let _ = sys::uffd_wake(uffd, at, len);
+                }
+                Ending::Failed => {
+                    let poisoned = sys::uffd_poison(uffd, at, len);
+                    uffd.note_if_eagain(&poisoned);
+                    if poisoned.is_err() {
+                        let _ = sys::uffd_wake(uffd, at, len);
+                    }
+                }
+                _ => {
+                    let _ = sys::uffd_wake(uffd, at, len);
+                }
             }
         }
         // Again: the handler returns and the access faults anew, which
@@ -559,7 +577,8 @@ fn resolve(
             }
         }
         // 4. Map the window's ready pages.
-        match map_window(env, region, &window, page, &mut tally, &mut ra, spec) {
+        let mapped = map_window(env, region, &window, page, &mut tally, &mut ra, spec);
+        match write_next(env, region, mapped, origin.may_write()) {
             MapOutcome::Woken => ending = Some(Ending::Woken),
             // The page was mapped already: in a writable region, a write
             // to a write-protected page, if the fault may be a write
@@ -706,7 +725,8 @@ pub(crate) fn fast(
         region.counters.begin(),
         object.counters.begin(),
     );
-    let mut outcome = map_window(env, region, &window, page, &mut tally, &mut ra, spec);
+    let mapped = map_window(env, region, &window, page, &mut tally, &mut ra, spec);
+    let mut outcome = write_next(env, region, mapped, write);
     // Mapped already, in a writable region: a write to a write-protected
     // page, if the access may be a write (`write`: the SIGBUS's error
     // code; a spurious one only costs a write-back). A page that cannot be
@@ -803,8 +823,7 @@ pub(crate) fn write_fault(
     // anyway: at worst an extra write-back.
     let clean = crate::mm::writeback::dirty_after_unprotect(state, || {
         let addr = region.addr_of(page).get();
-        let unprotected = sys::uffd_writeprotect(env.uffd, addr, region.page_bytes(), false, true);
-        env.uffd.note_if_eagain(&unprotected);
+        let _ = env.engine.allow_write(addr, region.page_bytes());
     });
     if clean {
         tally.write_faults += 1;
@@ -1071,10 +1090,14 @@ fn park(
         return false;
     };
     let target = match origin {
-        Origin::Uffd { tid, .. } => WakeTarget::Uffd {
-            uffd: env.uffd.clone(),
-            addr,
-            tid,
+        Origin::Uffd { tid, .. } => match env.engine.uffd() {
+            Some(uffd) => WakeTarget::Uffd {
+                uffd: uffd.clone(),
+                addr,
+                tid,
+            },
+            // A userfaultfd message comes only under the Userfaultfd engine.
+            None => return false,
         },
         Origin::Request(r) => WakeTarget::Request(r.clone()),
         Origin::Guest(g) => WakeTarget::Guest((*g).clone()),
@@ -1281,6 +1304,20 @@ fn map_window(
     }
 }
 
+/// Under the Protect engine, a fault that may be a write on a writable
+/// region goes on to [`write_fault`] once its window is mapped (readable),
+/// as a fault on a page mapped already does: `mprotect` does not say
+/// whether the page was accessible before (the userfaultfd's `EEXIST`),
+/// and a write would fault again on the readable page for ever.
+fn write_next(env: &FaultEnv<'_>, region: &Region, outcome: MapOutcome, write: bool) -> MapOutcome {
+    match outcome {
+        MapOutcome::Woken if write && region.writable && env.engine.protect().is_some() => {
+            MapOutcome::NotWoken
+        }
+        outcome => outcome,
+    }
+}
+
 /// The benchmark-only global cache lock (`parts`: the lock-free page
 /// lookup against a cache behind one mutex, the lockless page cache's comparison). In a
 /// SIGBUS handler a mutex is unsafe in general; the interrupted code never
@@ -1402,20 +1439,17 @@ fn continue_run(
         tally.map_calls += 1;
         // A writable region maps every page write-protected: its first
         // write faults (`crate::mm::writeback`).
-        let result = sys::uffd_continue(
-            env.uffd,
-            region.addr_of(base.add(cur as u64)).get(),
-            len << region.page_shift,
-            wake,
-            region.writable,
-        );
+        let first = base.add(cur as u64);
+        let result = env.engine.map(region, first..first.add(len as u64), wake);
         let done = match result {
             ContinueResult::Done => len,
             ContinueResult::Partial { bytes } => bytes >> region.page_shift,
             ContinueResult::Failed { errno } => {
                 match errno {
                     libc::EAGAIN if eagain < MAX_EAGAIN => {
-                        env.uffd.note_event_waiting();
+                        if let Some(uffd) = env.engine.uffd() {
+                            uffd.note_event_waiting();
+                        }
                         eagain += 1;
                         continue;
                     }

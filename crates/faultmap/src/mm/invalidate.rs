@@ -190,10 +190,19 @@ pub(crate) fn drop_frozen(object: &ObjectCore, frozen: &[u64]) -> std::io::Resul
     let mut result = Ok(());
     for run in &runs {
         let pages = ObjectPage::range(run.clone());
+        let mut accessible = false;
         for region in &object.rmap.overlapping(pages.clone()) {
             if let Err(e) = zap(region, pages.clone()) {
+                accessible |= region.owner.engine.protect().is_some();
                 result = Err(e);
             }
+        }
+        if accessible {
+            // A Protect mapping that may still reach these pages would
+            // read the hole as zeros: keep the bytes (the budget is
+            // uncharged all the same; the next read overwrites them with
+            // the same object bytes before anything maps them again).
+            continue;
         }
         let offset = object.cache.offset(ObjectPage(run.start));
         let len = object.cache.bytes(run.end - run.start);
@@ -240,7 +249,9 @@ fn freeze(object: &ObjectCore, page: ObjectPage) -> Freeze {
     }
 }
 
-/// Unmaps object pages `pages` from `region`, if it maps any of them.
+/// Unmaps object pages `pages` from `region`, if it maps any of them
+/// (`PagingEngine::zap`). An error under the Protect engine means the
+/// pages may still be accessible there: the caller must not punch them.
 pub(crate) fn zap(region: &Arc<Region>, pages: Range<ObjectPage>) -> std::io::Result<()> {
     // A range the application unmapped is not faultmap's any more
     // (`crate::mm::events`).
@@ -250,17 +261,7 @@ pub(crate) fn zap(region: &Arc<Region>, pages: Range<ObjectPage>) -> std::io::Re
     let Some(pages) = region.region_pages(pages) else {
         return Ok(());
     };
-    // Cleared first: a set bit for an unmapped page would keep fault-around
-    // from mapping it later.
-    region.mapped.mark(pages.clone(), false);
-    // A forked child's range cannot be advised from here: the hole punched
-    // after this unmaps the page from every process (a sample unmap only
-    // misses the child's references).
-    if region.map.is_foreign() {
-        return Ok(());
-    }
-    let len = (pages.end.since(pages.start) as usize) << region.page_shift;
-    sys::madvise_dontneed(region.addr_of(pages.start).get(), len)
+    region.owner.engine.zap(region, pages)
 }
 
 /// Sorted pages as maximal runs.

@@ -9,9 +9,13 @@
 //!   and read without a lock (speculative lookup, checked by each region's
 //!   sequence count); `rmap`: an object's interval tree of the regions that
 //!   map it; `pager_core`: what a pager's threads and regions share.
-//! - **The fault path.** `fault`: resolving one fault (lookup, readahead
-//!   decision, fault-around mapping); `signal`: SIGBUS delivery, where the
-//!   faulting thread maps a hit itself and forwards a miss; `io`: the I/O
+//! - **The fault path.** `engine`: the two paging engines (userfaultfd,
+//!   and `mprotect` with SIGSEGV when userfaultfd is refused), each the
+//!   same five operations (arm, map, allow and stop writes, zap);
+//!   `fault`: resolving one fault (lookup, readahead
+//!   decision, fault-around mapping); `signal`: SIGBUS and SIGSEGV
+//!   delivery, where the faulting thread maps a hit itself and forwards a
+//!   miss; `io`: the I/O
 //!   threads that run read jobs; `errors`: retries, the store-timeout
 //!   watchdog and truncation; `events`: the application's `munmap` and
 //!   `mremap`, seen through userfaultfd events; `trace`: recording the
@@ -44,6 +48,7 @@
 //! never [`crate::api`]. What it needs from a pager comes in a `Core`
 //! (`pager_core`) built by the API layer.
 
+pub(crate) mod engine;
 pub(crate) mod errors;
 pub(crate) mod events;
 pub(crate) mod evict;

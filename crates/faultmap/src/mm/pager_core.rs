@@ -1,9 +1,9 @@
 //! A pager's core: what its threads, its mappings and their regions share.
 //!
 //! Every region holds its pager's [`Core`] (`Region::owner`): a fault
-//! resolved in a SIGBUS handler finds there the userfaultfd to map with and
-//! the request slots to forward a miss to; reclaim finds the userfaultfd to
-//! write-protect with. The public [`crate::Pager`] (`crate::api::pager`)
+//! resolved in a SIGBUS or SIGSEGV handler finds there the paging engine
+//! to map with and the request slots to forward a miss to; reclaim finds
+//! the engine to unmap and write-protect with. The public [`crate::Pager`] (`crate::api::pager`)
 //! owns one, and its threads.
 
 use std::sync::atomic::AtomicUsize;
@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::base::stats::{Counters, RaCounters};
 use crate::cache::wait::Uffd;
+use crate::mm::engine::PagingEngine;
 use crate::mm::evict::Budget;
 use crate::mm::fault::FaultEnv;
 use crate::mm::io::{IoQueue, IoShared};
@@ -21,7 +22,8 @@ use crate::mm::space::RegionTable;
 /// What the handler threads share with the pager and its mappings (and a
 /// SIGBUS handler reaches through a region's `owner`).
 pub(crate) struct Core {
-    pub(crate) uffd: Arc<Uffd>,
+    /// How faults arrive and pages get mapped (`crate::mm::engine`).
+    pub(crate) engine: PagingEngine,
     pub(crate) counters: Arc<Counters>,
     pub(crate) ra: RaCounters,
     pub(crate) io: IoQueue,
@@ -36,7 +38,8 @@ pub(crate) struct Core {
     /// lock): a thread that finds `reading` taken sleeps on it instead of
     /// polling again.
     pub(crate) handling_events: std::sync::atomic::AtomicBool,
-    /// Signal delivery's forwarded faults; `None` with handler threads.
+    /// Forwarded faults (signal delivery, and the Protect engine); `None`
+    /// with handler threads.
     pub(crate) requests: Option<Arc<Requests>>,
     /// Live non-empty mappings.
     pub(crate) mappings: AtomicUsize,
@@ -64,7 +67,7 @@ impl Core {
 
     pub(crate) fn env(&self) -> FaultEnv<'_> {
         FaultEnv {
-            uffd: &self.uffd,
+            engine: &self.engine,
             table: match &self.table {
                 Some(table) => table,
                 None => RegionTable::get(),
@@ -82,7 +85,7 @@ impl Core {
     /// queue, memory budget and I/O state are this pager's own.
     pub(crate) fn for_guest(&self, uffd: Arc<Uffd>, table: Arc<RegionTable>) -> Core {
         Core {
-            uffd,
+            engine: PagingEngine::Userfaultfd(uffd),
             counters: self.counters.clone(),
             ra: RaCounters::default(),
             io: self.io.clone(),

@@ -304,36 +304,71 @@ impl Requests {
     }
 }
 
-/// The disposition faultmap's handler replaced, to chain to.
+/// The SIGBUS disposition faultmap's handler replaced, to chain to.
 static PREVIOUS: OnceLock<Disposition> = OnceLock::new();
+/// The SIGSEGV disposition the Protect engine's handler replaced.
+static PREVIOUS_SEGV: OnceLock<Disposition> = OnceLock::new();
 
 /// Installs the process's SIGBUS handler, once. Called by the first
 /// signal-delivery pager, before any of its mappings exists.
 pub(crate) fn install() -> std::io::Result<()> {
-    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    install_for(libc::SIGBUS, &PREVIOUS, on_sigbus)
+}
+
+/// Installs the process's SIGSEGV handler, once. Called by the first
+/// Protect-engine pager, before any of its mappings exists.
+pub(crate) fn install_protect() -> std::io::Result<()> {
+    install_for(libc::SIGSEGV, &PREVIOUS_SEGV, on_sigsegv)
+}
+
+fn install_for(
+    sig: libc::c_int,
+    previous: &OnceLock<Disposition>,
+    handler: sys::SigInfoHandler,
+) -> std::io::Result<()> {
+    static INSTALLED: std::sync::Mutex<[bool; 2]> = std::sync::Mutex::new([false; 2]);
     let mut done = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
-    if *done {
+    let which = usize::from(sig == libc::SIGSEGV);
+    if done[which] {
         return Ok(());
     }
-    // Recorded before ours goes in: a SIGBUS in between is chained.
-    let _ = PREVIOUS.set(sys::sigbus_query()?);
-    sys::sigbus_install(on_sigbus)?;
-    *done = true;
+    // Recorded before ours goes in: a signal in between is chained.
+    let _ = previous.set(sys::fault_signal_query(sig)?);
+    sys::fault_signal_install(sig, handler)?;
+    done[which] = true;
     Ok(())
 }
 
-/// What the handler made of a SIGBUS.
+/// What the handler made of a SIGBUS or SIGSEGV.
 enum Outcome {
     /// Resolved (or to be retried by faulting again): return.
     Resolved,
     /// Not a fault faultmap serves, or one it cannot: chain.
     NotOurs,
+    /// A Protect mapping's page that cannot be read: SIGBUS, as the
+    /// kernel raises for a file page it cannot read.
+    Failed,
+}
+
+/// Which engine's faults a signal carries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// SIGBUS from a userfaultfd (`UFFD_FEATURE_SIGBUS`).
+    Userfaultfd,
+    /// SIGSEGV on a Protect mapping's `PROT_NONE` (or read-only) page.
+    Protect,
 }
 
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // The interrupted code's errno survives the system calls made here.
     let errno = sys::errno_get();
     handle_sigbus(sig, info, ctx);
+    sys::errno_set(errno);
+}
+
+extern "C" fn on_sigsegv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let errno = sys::errno_get();
+    handle_sigsegv(sig, info, ctx);
     sys::errno_set(errno);
 }
 
@@ -345,15 +380,43 @@ fn handle_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c
     if let Some((addr, libc::BUS_ADRERR)) = fault {
         // SAFETY: `ctx` is the kernel's ucontext for this SA_SIGINFO
         // handler (or null).
-        let write = unsafe { sys::sigbus_may_write(ctx) };
-        if let Outcome::Resolved = resolve(HostAddr(addr), write) {
+        let write = unsafe { sys::fault_may_write(ctx) };
+        if let Outcome::Resolved = resolve(HostAddr(addr), write, Via::Userfaultfd) {
             return;
         }
     }
-    let Some(prev) = PREVIOUS.get() else { return };
     let sent = !matches!(fault, Some((_, code)) if code > 0);
     // SAFETY: the arguments are this handler's own.
-    unsafe { sys::sigbus_chain(prev, sig, info, ctx, sent) };
+    unsafe { chain_sigbus(sig, info, ctx, sent) };
+}
+
+/// Hands a SIGBUS to the disposition faultmap's handler replaced (or, with
+/// no SIGBUS handler of faultmap's, the current one).
+///
+/// # Safety
+///
+/// `info` and `ctx` must be a running handler's arguments (`info` may be a
+/// copy changed to say SIGBUS).
+unsafe fn chain_sigbus(
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    ctx: *mut libc::c_void,
+    sent: bool,
+) {
+    let installed = matches!(sys::fault_signal_query(libc::SIGBUS), Ok(now) if now.is(on_sigbus));
+    let prev = match (installed, PREVIOUS.get()) {
+        (true, Some(prev)) => *prev,
+        (true, None) => return,
+        (false, _) => match sys::fault_signal_query(libc::SIGBUS) {
+            Ok(now) => now,
+            Err(_) => return sys::fault_signal_die(libc::SIGBUS),
+        },
+    };
+    // SAFETY: the caller's contract.
+    unsafe { sys::fault_signal_chain(&prev, sig, info, ctx, sent) };
+    if !installed {
+        return;
+    }
     // A chained handler may reset SIGBUS to the default and return (Rust's
     // stack-overflow handler does, for an address outside a guard page).
     // After a fault that is the kernel's way to die on the access's retry;
@@ -361,12 +424,60 @@ fn handle_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c
     // the page) and leave the process with no SIGBUS handler for
     // faultmap's faults. After a sent signal the process goes on: put
     // faultmap's handler back.
-    match sys::sigbus_query() {
-        Ok(now) if !now.is(on_sigbus) && now.is_default_or_ignore() && !sent => sys::sigbus_die(),
+    match sys::fault_signal_query(libc::SIGBUS) {
+        Ok(now) if !now.is(on_sigbus) && now.is_default_or_ignore() && !sent => {
+            sys::fault_signal_die(libc::SIGBUS)
+        }
         Ok(now) if !now.is(on_sigbus) && sent => {
-            let _ = sys::sigbus_reinstall(on_sigbus);
+            let _ = sys::fault_signal_reinstall(libc::SIGBUS, on_sigbus);
         }
         _ => {}
+    }
+}
+
+fn handle_sigsegv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: `info` is the kernel's siginfo for this SA_SIGINFO handler.
+    let fault = unsafe { sys::siginfo_fault(info) };
+    // Only an access refused by a mapping's protection (SEGV_ACCERR); a
+    // sent SIGSEGV or an access to no mapping at all is never ours.
+    if let Some((addr, sys::SEGV_ACCERR)) = fault {
+        // SAFETY: as in `handle_sigbus`.
+        let write = unsafe { sys::fault_may_write(ctx) };
+        match resolve(HostAddr(addr), write, Via::Protect) {
+            Outcome::Resolved => return,
+            Outcome::NotOurs => {}
+            Outcome::Failed => {
+                // The page cannot be read: the application gets SIGBUS at
+                // the same address, as for a kernel file's failed page.
+                // SAFETY: `info` is readable (above); the copy is ours.
+                let mut bus = unsafe { *info };
+                bus.si_signo = libc::SIGBUS;
+                bus.si_code = libc::BUS_ADRERR;
+                // SAFETY: `bus` is a siginfo changed to say SIGBUS; `ctx`
+                // is this handler's.
+                unsafe { chain_sigbus(libc::SIGBUS, &mut bus, ctx, false) };
+                return;
+            }
+        }
+    }
+    let sent = !matches!(fault, Some((_, code)) if code > 0);
+    let Some(prev) = PREVIOUS_SEGV.get() else {
+        return;
+    };
+    if prev.is_default_or_ignore() && !sent {
+        // The default action, exactly as without faultmap: put it back and
+        // return; the access faults again and the kernel ends the process
+        // with the very same SIGSEGV (and core dump).
+        sys::fault_signal_default(libc::SIGSEGV);
+        return;
+    }
+    // SAFETY: the arguments are this handler's own.
+    unsafe { sys::fault_signal_chain(prev, sig, info, ctx, sent) };
+    // As for SIGBUS: after a sent signal, put faultmap's handler back if
+    // the chained one took itself out; after a fault, a handler that reset
+    // the default and returned gets the access's retry, as it expects.
+    if sent {
+        let _ = sys::fault_signal_reinstall(libc::SIGSEGV, on_sigsegv);
     }
 }
 
@@ -409,11 +520,16 @@ fn classic(
 }
 
 /// Steps 1 to 3 of the module documentation, for an access at `addr`
-/// that may be a write (`write`).
-fn resolve(addr: HostAddr, write: bool) -> Outcome {
+/// that may be a write (`write`), raised as `via` says: a region of the
+/// other engine's is not this signal's.
+fn resolve(addr: HostAddr, write: bool, via: Via) -> Outcome {
     let Some(table) = RegionTable::get_if_ready() else {
-        return guest(addr, write);
+        return match via {
+            Via::Userfaultfd => guest(addr, write),
+            Via::Protect => Outcome::NotOurs,
+        };
     };
+    let ours = |core: &Core| (core.engine.protect().is_some()) == (via == Via::Protect);
     let page_addr = addr.page_down();
     let mut retry = false;
     let mut waited = false;
@@ -424,9 +540,15 @@ fn resolve(addr: HostAddr, write: bool) -> Outcome {
         let requests: *const Requests = match table.speculate(page_addr) {
             Speculated::Found(spec) => {
                 let core: &Core = &spec.region.owner;
-                let Some(requests) = core.requests() else {
+                let Some(requests) = core.requests().filter(|_| ours(core)) else {
                     return Outcome::NotOurs;
                 };
+                // A write to a read-only Protect mapping is the
+                // application's own fault, as it would be to any
+                // read-only mapping.
+                if via == Via::Protect && write && !spec.region.writable && sys::FAULT_WRITE_KNOWN {
+                    return Outcome::NotOurs;
+                }
                 let env = core.env();
                 if !env.speculative {
                     let core: *const Core = core;
@@ -448,10 +570,12 @@ fn resolve(addr: HostAddr, write: bool) -> Outcome {
                     Arc::as_ptr(requests)
                 }
             }
-            Speculated::Busy(region, _section) => match region.owner.requests() {
-                Some(requests) => Arc::as_ptr(requests),
-                None => return Outcome::NotOurs,
-            },
+            Speculated::Busy(region, _section) => {
+                match region.owner.requests().filter(|_| ours(&region.owner)) {
+                    Some(requests) => Arc::as_ptr(requests),
+                    None => return Outcome::NotOurs,
+                }
+            }
             // No region here, yet. An mremap destination is ours before
             // its successor is published: the application's mremap
             // returns once a pager thread has *read* its REMAP event, and
@@ -469,6 +593,7 @@ fn resolve(addr: HostAddr, write: bool) -> Outcome {
                 waited = true;
                 continue;
             }
+            Speculated::None if via == Via::Protect => return Outcome::NotOurs,
             Speculated::None => return guest(addr, write),
         };
         // SAFETY: see above: the Core that owns the requests outlives every
@@ -477,6 +602,7 @@ fn resolve(addr: HostAddr, write: bool) -> Outcome {
         match requests.forward(page_addr, retry, write) {
             Some(Reply::Mapped) | None => return Outcome::Resolved,
             Some(Reply::Retry) => retry = true,
+            Some(Reply::Failed) if via == Via::Protect => return Outcome::Failed,
             Some(Reply::Failed) => return Outcome::NotOurs,
         }
     }

@@ -457,7 +457,7 @@ impl Drop for Region {
         // there may be none left). A detached range is not ours any more:
         // neither unregistered nor unmapped here.
         if !self.map.is_disowned() && !self.map.is_foreign() {
-            let _ = sys::uffd_unregister(self.owner.env().uffd, self.start().get(), self.map.len());
+            self.owner.engine.disarm(self);
         }
         // SAFETY: the last owner; the list came from Box::into_raw.
         drop(unsafe { Box::from_raw(*self.hints.get_mut()) });

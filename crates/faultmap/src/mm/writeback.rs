@@ -146,7 +146,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use crate::base::index::{HostAddr, ObjectPage, RegionPage};
 use crate::base::stats::{Counters, Stats};
 use crate::cache::page_state::{PageState, State};
-use crate::cache::wait::Uffd;
+use crate::mm::engine::PagingEngine;
 use crate::mm::invalidate::runs_of;
 use crate::mm::object::ObjectCore;
 use crate::mm::pager_core::Core;
@@ -567,7 +567,7 @@ fn protect(object: &ObjectCore, runs: &[Range<u64>]) -> Result<(), Failure> {
             let addr = region.addr_of(pages.start);
             let len = (pages.end.since(pages.start) as usize) << region.page_shift;
             let page = region.page_bytes();
-            protect_range(env.uffd, addr, len, page, true).map_err(|e| Failure::Protect {
+            protect_range(env.engine, addr, len, page, true).map_err(|e| Failure::Protect {
                 offset: object.cache.offset(region.object_page(pages.start)),
                 kind: e.kind(),
                 message: e.to_string(),
@@ -598,12 +598,16 @@ fn protect(object: &ObjectCore, runs: &[Range<u64>]) -> Result<(), Failure> {
 /// write-back) waits for it, up to `EAGAIN_PATIENCE`; the event handler
 /// itself tries a few times only: waiting would wait for itself.
 fn protect_range(
-    uffd: &Uffd,
+    engine: &PagingEngine,
     addr: HostAddr,
     len: usize,
     page: usize,
     patient: bool,
 ) -> io::Result<()> {
+    // Under Protect an `mprotect`: no events, no registration to miss.
+    let Some(uffd) = engine.uffd() else {
+        return engine.protect_write(addr.get(), len);
+    };
     let mut eagain = 0;
     let mut since = None;
     loop {
@@ -617,8 +621,8 @@ fn protect_range(
                     return Ok(());
                 }
                 let half = (len / page).div_ceil(2) * page;
-                protect_range(uffd, addr, half, page, patient)?;
-                return protect_range(uffd, addr.add(half), len - half, page, patient);
+                protect_range(engine, addr, half, page, patient)?;
+                return protect_range(engine, addr.add(half), len - half, page, patient);
             }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && eagain < MAX_EAGAIN => {
                 uffd.note_event_waiting();
@@ -650,7 +654,7 @@ fn protect_range(
 pub(crate) fn adopt_moved(region: &Region) {
     let env = region.owner.env();
     if protect_range(
-        env.uffd,
+        env.engine,
         region.start(),
         region.map.len(),
         region.page_bytes(),

@@ -251,6 +251,15 @@ pub(crate) enum UffdSource {
 }
 
 impl UffdSource {
+    /// How it was opened, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            UffdSource::Syscall => "the userfaultfd system call",
+            UffdSource::Device => "/dev/userfaultfd",
+            UffdSource::UserModeOnly => "the userfaultfd system call, user-mode faults only",
+        }
+    }
+
     /// Whether faults that the kernel takes on the application's behalf
     /// (inside `write(2)`, `send(2)`, O_DIRECT reads) are served.
     pub fn serves_kernel_faults(self) -> bool {
@@ -839,8 +848,70 @@ pub(crate) fn mmap_shared_rw(fd: &OwnedFd, len: usize, offset: u64) -> io::Resul
     )
 }
 
+/// What a mapping's range lets the application do: its `mprotect`
+/// protection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Prot {
+    /// `PROT_NONE`: every access faults (SIGSEGV).
+    None,
+    /// `PROT_READ`.
+    Read,
+    /// `PROT_READ | PROT_WRITE`.
+    ReadWrite,
+}
+
+impl Prot {
+    fn bits(self) -> libc::c_int {
+        match self {
+            Prot::None => libc::PROT_NONE,
+            Prot::Read => libc::PROT_READ,
+            Prot::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
+        }
+    }
+}
+
+/// `mprotect` on `[addr, addr + len)` of a faultmap mapping (page-aligned,
+/// inside a live region). Async-signal-safe.
+///
+/// `ENOMEM` here is the process's `vm.max_map_count`: the change would
+/// split an area past the limit.
+pub(crate) fn protect(addr: usize, len: usize, prot: Prot) -> io::Result<()> {
+    // SAFETY: changes the protection of a page-aligned range inside a
+    // shared memfd mapping this process owns (the caller computed it from a
+    // live region). No Rust reference is created or invalidated: the
+    // application reaches the range through raw pointers, and an access
+    // the new protection refuses faults into faultmap's SIGSEGV handler.
+    let rc = unsafe { libc::mprotect(addr as *mut libc::c_void, len, prot.bits()) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The kernel's limit on a process's memory areas (`vm.max_map_count`;
+/// 65,530 unless the file cannot be read).
+pub(crate) fn max_map_count() -> usize {
+    std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(65_530)
+}
+
+/// How many memory areas this process has now: the lines of
+/// `/proc/self/maps` (reads the whole file: for measurements and tests).
+pub fn process_map_areas() -> io::Result<usize> {
+    use std::io::BufRead;
+    let file = std::io::BufReader::new(File::open("/proc/self/maps")?);
+    let mut n = 0;
+    for line in file.split(b'\n') {
+        line?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// Maps `len` bytes of `fd` at file offset `offset`, `MAP_SHARED`,
-/// read-only (read-write if `writable`), at an address congruent to
+/// with protection `prot`, at an address congruent to
 /// `offset` modulo `align` (a power of two), so that the VA-aligned
 /// fault-around window is aligned in the file too, as the kernel arranges
 /// for large-folio file mappings.
@@ -849,13 +920,9 @@ pub(crate) fn mmap_shared_aligned(
     len: usize,
     offset: u64,
     align: usize,
-    writable: bool,
+    prot: Prot,
 ) -> io::Result<MappedRegion> {
-    let prot = if writable {
-        libc::PROT_READ | libc::PROT_WRITE
-    } else {
-        libc::PROT_READ
-    };
+    let prot = prot.bits();
     // 1. Reserve len + align bytes of address space, inaccessible.
     let reserve_len = len
         .checked_add(align)
@@ -1264,7 +1331,7 @@ pub fn pin_current_thread(cpus: &[usize]) -> io::Result<()> {
     Ok(())
 }
 
-/// A SIGBUS handler with `SA_SIGINFO`'s arguments.
+/// A SIGBUS or SIGSEGV handler with `SA_SIGINFO`'s arguments.
 pub(crate) type SigInfoHandler =
     extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
 
@@ -1272,7 +1339,7 @@ pub(crate) type SigInfoHandler =
 #[derive(Clone, Copy)]
 pub(crate) struct Disposition(libc::sigaction);
 
-/// Installs `handler` for SIGBUS (`SA_SIGINFO | SA_NODEFER`; every
+/// Installs `handler` for `sig`, SIGBUS or SIGSEGV (`SA_SIGINFO | SA_NODEFER`; every
 /// asynchronous signal blocked while it runs, so no other handler can run
 /// inside it; synchronous ones, SIGBUS included, are not) and returns the
 /// disposition it replaced.
@@ -1283,7 +1350,10 @@ pub(crate) struct Disposition(libc::sigaction);
 /// that; the fault path's frames (larger in unoptimised builds) overflowed
 /// it. A thread that faults on a mapping with less stack left than one
 /// fault needs would overflow anyway on its next call.
-pub(crate) fn sigbus_install(handler: SigInfoHandler) -> io::Result<Disposition> {
+pub(crate) fn fault_signal_install(
+    sig: libc::c_int,
+    handler: SigInfoHandler,
+) -> io::Result<Disposition> {
     // SAFETY: an all-zero sigaction is a valid value (SIG_DFL, no flags,
     // empty mask), filled in below.
     let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -1304,7 +1374,7 @@ pub(crate) fn sigbus_install(handler: SigInfoHandler) -> io::Result<Disposition>
         ] {
             libc::sigdelset(&mut new.sa_mask, sync);
         }
-        libc::sigaction(libc::SIGBUS, &new, &mut old)
+        libc::sigaction(sig, &new, &mut old)
     };
     if rc < 0 {
         return Err(io::Error::last_os_error());
@@ -1312,15 +1382,15 @@ pub(crate) fn sigbus_install(handler: SigInfoHandler) -> io::Result<Disposition>
     Ok(Disposition(old))
 }
 
-/// Puts `handler` back as the SIGBUS handler if something replaced it.
-pub(crate) fn sigbus_reinstall(handler: SigInfoHandler) -> io::Result<()> {
-    if sigbus_query()?.is(handler) {
+/// Puts `handler` back as the handler of `sig` if something replaced it.
+pub(crate) fn fault_signal_reinstall(sig: libc::c_int, handler: SigInfoHandler) -> io::Result<()> {
+    if fault_signal_query(sig)?.is(handler) {
         return Ok(());
     }
-    sigbus_install(handler).map(drop)
+    fault_signal_install(sig, handler).map(drop)
 }
 
-/// The faulting address and the `si_code` of a SIGBUS.
+/// The faulting address and the `si_code` of a SIGBUS or SIGSEGV.
 ///
 /// # Safety
 ///
@@ -1335,7 +1405,15 @@ pub(crate) unsafe fn siginfo_fault(info: *const libc::siginfo_t) -> Option<(usiz
     unsafe { Some(((*info).si_addr() as usize, (*info).si_code)) }
 }
 
-/// Whether the access that raised a SIGBUS may be a write: on x86-64 the
+/// `si_code` of a SIGSEGV raised by an access that the mapping's
+/// protection refuses (the `libc` crate does not carry it).
+pub(crate) const SEGV_ACCERR: libc::c_int = 2;
+
+/// Whether [`fault_may_write`] tells reads from writes (x86-64's error
+/// code), rather than answering "may be" for every access.
+pub(crate) const FAULT_WRITE_KNOWN: bool = cfg!(target_arch = "x86_64");
+
+/// Whether the access that raised a SIGBUS or SIGSEGV may be a write: on x86-64 the
 /// page-fault error code the kernel saved in the signal frame (`REG_ERR`,
 /// bit 1: a write); elsewhere, or without a frame, it may be.
 ///
@@ -1343,7 +1421,7 @@ pub(crate) unsafe fn siginfo_fault(info: *const libc::siginfo_t) -> Option<(usiz
 ///
 /// `ctx` must be the `ucontext_t` the kernel passed to an `SA_SIGINFO`
 /// handler (or null).
-pub(crate) unsafe fn sigbus_may_write(ctx: *const libc::c_void) -> bool {
+pub(crate) unsafe fn fault_may_write(ctx: *const libc::c_void) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         if ctx.is_null() {
@@ -1363,18 +1441,18 @@ pub(crate) unsafe fn sigbus_may_write(ctx: *const libc::c_void) -> bool {
     }
 }
 
-/// Hands a SIGBUS to the disposition `prev` as if it had been delivered
-/// there (`sent`: by kill/raise, not by a fault): its handler is called
-/// with the same arguments; an ignored sent signal is dropped; the default
-/// (or ignore, which the kernel does not honour for a fault) is restored and
-/// the signal raised again, which ends the process with SIGBUS as it would
-/// have ended without faultmap.
+/// Hands signal `sig` (SIGBUS or SIGSEGV) to the disposition `prev` as if
+/// it had been delivered there (`sent`: by kill/raise, not by a fault): its
+/// handler is called with the same arguments; an ignored sent signal is
+/// dropped; the default (or ignore, which the kernel does not honour for a
+/// fault) is restored and the signal raised again, which ends the process
+/// with `sig` as it would have ended without faultmap.
 ///
 /// # Safety
 ///
 /// `info` and `ctx` must be the arguments the kernel passed to the running
-/// SIGBUS handler.
-pub(crate) unsafe fn sigbus_chain(
+/// handler (or `info` a copy of them, changed to say `sig`).
+pub(crate) unsafe fn fault_signal_chain(
     prev: &Disposition,
     sig: libc::c_int,
     info: *mut libc::siginfo_t,
@@ -1382,7 +1460,7 @@ pub(crate) unsafe fn sigbus_chain(
     sent: bool,
 ) {
     let action = prev.0.sa_sigaction;
-    // An ignored SIGBUS that was sent (kill, raise) is dropped; an ignored
+    // An ignored signal that was sent (kill, raise) is dropped; an ignored
     // fault is not honoured by the kernel, which kills.
     if action == libc::SIG_IGN && sent {
         return;
@@ -1392,13 +1470,13 @@ pub(crate) unsafe fn sigbus_chain(
         let mut dfl: libc::sigaction = unsafe { std::mem::zeroed() };
         dfl.sa_sigaction = libc::SIG_DFL;
         // SAFETY: sigaction reads a live struct; raise takes an integer.
-        // SIGBUS is not blocked in the handler (SA_NODEFER), so the raise
-        // ends the process here. (Returning and letting the access fault
-        // again would not do: another thread may map the page meanwhile,
-        // and the process would go on with no SIGBUS handler at all.)
+        // The signal is not blocked in the handler (SA_NODEFER), so the
+        // raise ends the process here. (Returning and letting the access
+        // fault again would not do: another thread may map the page
+        // meanwhile, and the process would go on with no handler at all.)
         unsafe {
-            libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
-            libc::raise(libc::SIGBUS);
+            libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            libc::raise(sig);
         }
         return;
     }
@@ -1596,12 +1674,12 @@ pub(crate) fn errno_set(value: i32) {
     unsafe { *libc::__errno_location() = value };
 }
 
-/// The current SIGBUS disposition.
-pub(crate) fn sigbus_query() -> io::Result<Disposition> {
+/// The current disposition of `sig`.
+pub(crate) fn fault_signal_query(sig: libc::c_int) -> io::Result<Disposition> {
     // SAFETY: an all-zero sigaction is a valid value to be overwritten.
     let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: a null new action only queries the current one into `cur`.
-    if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut cur) } < 0 {
+    if unsafe { libc::sigaction(sig, std::ptr::null(), &mut cur) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(Disposition(cur))
@@ -1619,15 +1697,26 @@ impl Disposition {
     }
 }
 
-/// Ends the process with SIGBUS now: the default disposition, raised.
-pub(crate) fn sigbus_die() {
+/// Puts the default disposition of `sig` back. Async-signal-safe.
+pub(crate) fn fault_signal_default(sig: libc::c_int) {
+    // SAFETY: an all-zero sigaction is SIG_DFL with no flags; sigaction
+    // reads it.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, &dfl, std::ptr::null_mut());
+    }
+}
+
+/// Ends the process with `sig` now: the default disposition, raised.
+pub(crate) fn fault_signal_die(sig: libc::c_int) {
     // SAFETY: an all-zero sigaction is SIG_DFL with no flags; sigaction
     // reads it; raise takes an integer.
     unsafe {
         let mut dfl: libc::sigaction = std::mem::zeroed();
         dfl.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
-        libc::raise(libc::SIGBUS);
+        libc::sigaction(sig, &dfl, std::ptr::null_mut());
+        libc::raise(sig);
     }
 }
 

@@ -1,0 +1,416 @@
+//! The paging engines: how a fault reaches faultmap and how a window of
+//! cached pages gets mapped.
+//!
+//! Everything else (the memfd cache, the page-state word, readahead, the
+//! budget, write-back, the statistics) is the same under both engines. An
+//! engine is the answer to five questions, each one method here:
+//!
+//! | operation | [`PagingEngine::Userfaultfd`] | [`PagingEngine::Protect`] |
+//! |---|---|---|
+//! | arm a new mapping ([`PagingEngine::arm`]) | `mmap` readable, `UFFDIO_REGISTER` `MISSING\|MINOR(\|WP)` | `mmap` `PROT_NONE` |
+//! | map a window of pinned pages ([`PagingEngine::map`]) | `UFFDIO_CONTINUE` (WP in a writable region) | `mprotect(PROT_READ)` |
+//! | let a page be written ([`PagingEngine::allow_write`]) | `UFFDIO_WRITEPROTECT` off | `mprotect(PROT_READ\|PROT_WRITE)` |
+//! | stop writes before write-back ([`PagingEngine::protect_write`]) | `UFFDIO_WRITEPROTECT` on | `mprotect(PROT_READ)` |
+//! | unmap before the hole is punched ([`PagingEngine::zap`]) | `MADV_DONTNEED` | `mprotect(PROT_NONE)` |
+//!
+//! and a fault arrives as a userfaultfd message or SIGBUS
+//! (`crate::mm::signal`, `api::pager`'s handler threads) under the first,
+//! as a SIGSEGV in the faulting thread (`crate::mm::signal` too) under the
+//! second. Waking, poisoning and the userfaultfd's events exist only under
+//! the first ([`PagingEngine::uffd`]): a Protect fault always ends by its
+//! handler returning (the access runs again) or chaining to SIGBUS.
+//!
+//! # The Protect engine's invariant
+//!
+//! A page of a Protect mapping is accessible (`PROT_READ` or more) only
+//! while its memfd page holds the object's bytes. A hole in a `MAP_SHARED`
+//! memfd mapping is not an error to the kernel: an access to it would
+//! allocate a zero page in the cache, and the application would read zeros
+//! as data. So:
+//!
+//! - [`PagingEngine::map`] is called on pinned UPTODATE pages only (the
+//!   fault path's step 4, `crate::mm::fault`): a pinned page cannot be
+//!   evicted, and the `mprotect` returns before the pin is let go;
+//! - eviction and invalidation move a page to EVICTING (which needs no
+//!   pins) *before* [`PagingEngine::zap`] protects it `PROT_NONE` in every
+//!   region of the object's rmap, and punch the hole only after every zap
+//!   succeeded (`crate::mm::invalidate::drop_frozen`);
+//! - a zap that the kernel refuses (`ENOMEM`: `vm.max_map_count`) protects
+//!   the whole region instead ([`Protect::reset`]), which only merges
+//!   areas and so cannot fail for that reason.
+//!
+//! `mprotect` takes the address space's lock for writing, so each call is
+//! atomic with respect to the application's accesses and to the others.
+//!
+//! # Memory areas
+//!
+//! Every `mprotect` of part of an area splits it, and the kernel refuses
+//! a split past `vm.max_map_count` (65,530 by default) with `ENOMEM`: a
+//! random 4 KiB access pattern leaves two areas per isolated page. The
+//! engine keeps an estimate of the areas its mappings add (from the
+//! regions' mapped-page bits, which say whether a window's neighbours are
+//! accessible: mapping a window with no accessible neighbour adds two,
+//! next to one adds none, between two removes two). When the estimate
+//! passes half the limit (the other half is the application's), the fault
+//! that pushed it there protects its whole region again (one area) and the
+//! region's pages fault back in on their next touch, from the cache,
+//! merging as they come: the kernel's way of reclaiming page tables
+//! without dropping the page cache. The same happens when a `mprotect`
+//! fails with `ENOMEM` anyway (the application's own areas). Counted in
+//! [`AreaStats`].
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::base::index::RegionPage;
+use crate::cache::wait::Uffd;
+use crate::mm::space::Region;
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::sys::{self, ContinueResult, Prot};
+
+/// A pager's paging engine.
+pub(crate) enum PagingEngine {
+    /// Faults arrive through this userfaultfd.
+    Userfaultfd(Arc<Uffd>),
+    /// Faults arrive as SIGSEGV on `PROT_NONE` pages.
+    Protect(Protect),
+}
+
+/// The Protect engine's state: the process-wide area estimate is in
+/// statics ([`AREAS`]), since the limit is the process's.
+pub(crate) struct Protect {
+    /// Areas above which a fault protects its whole region again.
+    mark: usize,
+}
+
+/// Memory areas the Protect engine's mappings add to the process, as
+/// estimated (see the module documentation).
+static AREAS: AtomicUsize = AtomicUsize::new(0);
+/// Times a region was protected whole to give areas back.
+static RESETS: AtomicU64 = AtomicU64::new(0);
+/// The most areas estimated at once.
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+/// The Protect engine's memory areas, for the process (every pager).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AreaStats {
+    /// Areas the engine's mappings add now (an estimate: the neighbours of
+    /// a window are read without a lock).
+    pub areas: u64,
+    /// The most at once.
+    pub peak: u64,
+    /// The estimate at which a region is protected whole again: half of
+    /// `vm.max_map_count`.
+    pub mark: u64,
+    /// Times a region was protected whole to stay under the mark (or
+    /// because the kernel refused a split).
+    pub resets: u64,
+}
+
+impl Protect {
+    pub(crate) fn new() -> Self {
+        Self {
+            mark: sys::max_map_count() / 2,
+        }
+    }
+
+    /// The process's area statistics.
+    pub(crate) fn stats(&self) -> AreaStats {
+        AreaStats {
+            areas: AREAS.load(Ordering::Relaxed) as u64,
+            peak: PEAK.load(Ordering::Relaxed) as u64,
+            mark: self.mark as u64,
+            resets: RESETS.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Protects the whole of `region` `PROT_NONE` and forgets its mapped
+    /// pages: every page faults again on its next touch (from the cache).
+    /// A whole region is one area, so this never needs a split.
+    /// Async-signal-safe.
+    pub(crate) fn reset(region: &Region) -> std::io::Result<()> {
+        let before = areas_of(region);
+        let result = sys::protect(region.start().get(), region.map.len(), Prot::None);
+        if result.is_ok() {
+            region.mapped.mark(RegionPage(0)..RegionPage(region.pages), false);
+            sub_areas(before);
+            RESETS.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// Forgets a region that is going away (its range is unmapped).
+    pub(crate) fn forget(region: &Region) {
+        sub_areas(areas_of(region));
+    }
+}
+
+/// The areas a region adds: two per run of mapped pages, less one for a
+/// run at either end of the region (the region is one area when nothing or
+/// everything is mapped).
+fn areas_of(region: &Region) -> usize {
+    let pages = region.pages;
+    let mut runs = 0usize;
+    let mut ends = 0usize;
+    let mut prev = false;
+    for p in 0..pages {
+        let on = region.mapped.contains(RegionPage(p));
+        if on && !prev {
+            runs += 1;
+            if p == 0 {
+                ends += 1;
+            }
+        }
+        prev = on;
+    }
+    if prev && pages > 0 {
+        ends += 1;
+    }
+    (2 * runs).saturating_sub(ends)
+}
+
+fn add_areas(n: usize) -> usize {
+    let now = AREAS.fetch_add(n, Ordering::Relaxed) + n;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+    now
+}
+
+fn sub_areas(n: usize) {
+    // Saturating: the estimate's races must not wrap it.
+    let _ = AREAS.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
+        Some(a.saturating_sub(n))
+    });
+}
+
+/// Whether region page `p` (which may be out of the region) is mapped.
+fn mapped(region: &Region, p: Option<u64>) -> bool {
+    p.is_some_and(|p| p < region.pages && region.mapped.contains(RegionPage(p)))
+}
+
+impl PagingEngine {
+    /// The userfaultfd, under the Userfaultfd engine.
+    pub(crate) fn uffd(&self) -> Option<&Arc<Uffd>> {
+        match self {
+            PagingEngine::Userfaultfd(uffd) => Some(uffd),
+            PagingEngine::Protect(_) => None,
+        }
+    }
+
+    /// The Protect engine's state, under it.
+    pub(crate) fn protect(&self) -> Option<&Protect> {
+        match self {
+            PagingEngine::Protect(p) => Some(p),
+            PagingEngine::Userfaultfd(_) => None,
+        }
+    }
+
+    /// The public name of this engine.
+    pub(crate) fn kind(&self) -> crate::base::config::Engine {
+        match self {
+            PagingEngine::Userfaultfd(_) => crate::base::config::Engine::Userfaultfd,
+            PagingEngine::Protect(_) => crate::base::config::Engine::Protect,
+        }
+    }
+
+    /// The protection a new mapping starts with.
+    pub(crate) fn initial_prot(&self, writable: bool) -> Prot {
+        match self {
+            PagingEngine::Userfaultfd(_) if writable => Prot::ReadWrite,
+            PagingEngine::Userfaultfd(_) => Prot::Read,
+            PagingEngine::Protect(_) => Prot::None,
+        }
+    }
+
+    /// Arms the new mapping `[addr, addr + len)` (mapped with
+    /// [`PagingEngine::initial_prot`]): under the Userfaultfd engine,
+    /// registers it `MISSING | MINOR` (`| WP` if `writable`) and checks that
+    /// every ioctl the fault path needs is allowed there (`Err(Some(name))`
+    /// names a missing one; the range is left unregistered). Nothing to do
+    /// under Protect: `PROT_NONE` is armed.
+    pub(crate) fn arm(
+        &self,
+        addr: usize,
+        len: usize,
+        writable: bool,
+        fail_after_register: bool,
+    ) -> Result<(), ArmError> {
+        let PagingEngine::Userfaultfd(uffd) = self else {
+            return Ok(());
+        };
+        use sys::{mode, range_ioctl};
+        let modes = if writable {
+            mode::MISSING | mode::MINOR | mode::WP
+        } else {
+            mode::MISSING | mode::MINOR
+        };
+        let ioctls = sys::uffd_register(uffd, addr, len, modes).map_err(ArmError::Register)?;
+        let missing = [
+            (range_ioctl::CONTINUE, "UFFDIO_CONTINUE", true),
+            (range_ioctl::WAKE, "UFFDIO_WAKE", true),
+            (range_ioctl::POISON, "UFFDIO_POISON", true),
+            (range_ioctl::WRITEPROTECT, "UFFDIO_WRITEPROTECT", writable),
+        ]
+        .into_iter()
+        .find(|&(bit, _, needed)| needed && (ioctls & bit == 0 || fail_after_register));
+        if let Some((_, ioctl, _)) = missing {
+            let _ = sys::uffd_unregister(uffd, addr, len);
+            return Err(ArmError::MissingIoctl(ioctl));
+        }
+        Ok(())
+    }
+
+    /// Undoes [`PagingEngine::arm`] before the range is unmapped (so that
+    /// the munmap raises no UNMAP event), and forgets its areas.
+    pub(crate) fn disarm(&self, region: &Region) {
+        match self {
+            PagingEngine::Userfaultfd(uffd) => {
+                let _ = sys::uffd_unregister(uffd, region.start().get(), region.map.len());
+            }
+            PagingEngine::Protect(_) => Protect::forget(region),
+        }
+    }
+
+    /// Maps `pages` of `region` (all pinned UPTODATE by the caller), whose
+    /// first byte is `addr` and length `len`: `UFFDIO_CONTINUE` (waking the
+    /// faulting thread if `wake`; write-protected in a writable region), or
+    /// `mprotect(PROT_READ)`. Async-signal-safe.
+    pub(crate) fn map(
+        &self,
+        region: &Region,
+        pages: Range<RegionPage>,
+        wake: bool,
+    ) -> ContinueResult {
+        let addr = region.addr_of(pages.start).get();
+        let len = (pages.end.since(pages.start) as usize) << region.page_shift;
+        let protect = match self {
+            PagingEngine::Userfaultfd(uffd) => {
+                return sys::uffd_continue(uffd, addr, len, wake, region.writable)
+            }
+            PagingEngine::Protect(p) => p,
+        };
+        // The areas this adds, from the neighbours' bits (read before the
+        // caller marks the run mapped).
+        let left = mapped(region, pages.start.0.checked_sub(1));
+        let right = mapped(region, Some(pages.end.0));
+        let mut result = sys::protect(addr, len, Prot::Read);
+        if matches!(&result, Err(e) if e.raw_os_error() == Some(libc::ENOMEM)) {
+            // Out of areas (the application's, or a race past the mark):
+            // give this region's back and try once more.
+            if Protect::reset(region).is_ok() {
+                result = sys::protect(addr, len, Prot::Read);
+            }
+        }
+        match result {
+            Ok(()) => {
+                let now = match (left, right) {
+                    (false, false) => add_areas(2),
+                    (true, true) => {
+                        sub_areas(2);
+                        0
+                    }
+                    _ => 0,
+                };
+                if now > protect.mark {
+                    // Past the mark: this region's pages fault back in
+                    // from the cache as they are touched (the faulting
+                    // page included, once: its handler returns and the
+                    // access faults again, now a plain hit that merges).
+                    let _ = Protect::reset(region);
+                }
+                ContinueResult::Done
+            }
+            Err(e) => ContinueResult::Failed {
+                errno: e.raw_os_error().unwrap_or(libc::EINVAL),
+            },
+        }
+    }
+
+    /// Lets the mapped page(s) `[addr, addr + len)` of writable region
+    /// `region` be written: its first write after mapping or write-back
+    /// (`crate::mm::writeback`). Async-signal-safe.
+    pub(crate) fn allow_write(&self, addr: usize, len: usize) -> std::io::Result<()> {
+        match self {
+            PagingEngine::Userfaultfd(uffd) => {
+                let result = sys::uffd_writeprotect(uffd, addr, len, false, true);
+                uffd.note_if_eagain(&result);
+                result
+            }
+            PagingEngine::Protect(_) => {
+                let result = sys::protect(addr, len, Prot::ReadWrite);
+                if result.is_ok() {
+                    // A writable page between readable ones: two more.
+                    add_areas(2);
+                }
+                result
+            }
+        }
+    }
+
+    /// Stops writes to `[addr, addr + len)` of a writable region before
+    /// write-back copies it (`crate::mm::writeback`, step F2): every page
+    /// in it is cached (dirty, or being written back). Under the
+    /// Userfaultfd engine this is `UFFDIO_WRITEPROTECT`, whose errors the
+    /// caller sorts out; under Protect `mprotect(PROT_READ)`, safe over
+    /// pages that were not accessible since they are all cached.
+    pub(crate) fn protect_write(&self, addr: usize, len: usize) -> std::io::Result<()> {
+        match self {
+            PagingEngine::Userfaultfd(uffd) => sys::uffd_writeprotect(uffd, addr, len, true, false),
+            PagingEngine::Protect(_) => {
+                let result = sys::protect(addr, len, Prot::Read);
+                if result.is_ok() {
+                    // The writable run's areas, as `allow_write` added them.
+                    sub_areas(2);
+                }
+                result
+            }
+        }
+    }
+
+    /// Unmaps `pages` of `region` before their memfd pages are punched
+    /// (they are EVICTING or being invalidated: no fault maps them
+    /// meanwhile), and clears their mapped bits (first: a set bit for an
+    /// unmapped page would keep fault-around from mapping it later). Under
+    /// Protect an error means the range may still be accessible, and the
+    /// caller must not punch it.
+    pub(crate) fn zap(&self, region: &Region, pages: Range<RegionPage>) -> std::io::Result<()> {
+        let addr = region.addr_of(pages.start).get();
+        let len = (pages.end.since(pages.start) as usize) << region.page_shift;
+        let was_mapped = region.mapped.count(pages.start.0..pages.end.0) > 0;
+        region.mapped.mark(pages.clone(), false);
+        match self {
+            // A forked child's range cannot be advised from here: the hole
+            // punched after this unmaps the page from every process (a
+            // sample unmap only misses the child's references).
+            PagingEngine::Userfaultfd(_) if region.map.is_foreign() => Ok(()),
+            PagingEngine::Userfaultfd(_) => sys::madvise_dontneed(addr, len),
+            PagingEngine::Protect(_) => {
+                let left = mapped(region, pages.start.0.checked_sub(1));
+                let right = mapped(region, Some(pages.end.0));
+                match sys::protect(addr, len, Prot::None) {
+                    Ok(()) => {
+                        match (was_mapped, left, right) {
+                            (false, ..) => {}
+                            (true, false, false) => sub_areas(2),
+                            (true, true, true) => {
+                                add_areas(2);
+                            }
+                            _ => {}
+                        }
+                        Ok(())
+                    }
+                    // A split past `vm.max_map_count`: protect it all.
+                    Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => Protect::reset(region),
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+}
+
+/// Why [`PagingEngine::arm`] failed.
+pub(crate) enum ArmError {
+    /// `UFFDIO_REGISTER` failed.
+    Register(std::io::Error),
+    /// The kernel does not allow this ioctl on the range.
+    MissingIoctl(&'static str),
+}
