@@ -272,6 +272,12 @@ struct MapArgs {
     #[arg(long, default_value_t = 1, value_name = "H",
           value_parser = clap::value_parser!(u16).range(1..=64))]
     handler_threads: u16,
+    /// The paging engine: userfaultfd, protect (mprotect and SIGSEGV, for
+    /// containers that refuse userfaultfd), or auto (userfaultfd if it can
+    /// be had, else protect). FAULTMAP_ENGINE in the environment overrides
+    /// it. The output's `engine` line says which ran and why.
+    #[arg(long, default_value = "auto", value_name = "ENGINE", value_parser = parse_engine)]
+    engine: faultmap::Engine,
     /// Record the order in which pages are first touched, and write it to
     /// FILE at the end: an access trace, as runs of pages (a few bytes per
     /// run). While it records, the mapping maps one page per fault
@@ -741,6 +747,19 @@ pub fn serialize_order<S: serde::Serializer>(order: &u8, s: S) -> Result<S::Ok, 
     } else {
         s.serialize_u8(*order)
     }
+}
+
+/// A paging engine as its name in JSON.
+pub fn serialize_engine<S: serde::Serializer>(
+    engine: &faultmap::Engine,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_str(engine.name())
+}
+
+/// `--engine`: auto, userfaultfd or protect.
+fn parse_engine(s: &str) -> Result<faultmap::Engine, String> {
+    s.parse().map_err(|e: faultmap::ConfigError| e.to_string())
 }
 
 /// A page size: `4K` or `2M` (or their bytes).

@@ -35,6 +35,11 @@ use crate::{Readahead, ScanArgs};
 #[derive(Debug, Serialize)]
 struct ScanReport<'a> {
     file: &'a str,
+    /// The paging engine that ran (userfaultfd or protect).
+    #[serde(serialize_with = "crate::serialize_engine")]
+    engine: faultmap::Engine,
+    /// Why that engine: who asked for it, or what auto found.
+    engine_why: String,
     crc32: u32,
     crc32_hex: String,
     bytes: u64,
@@ -59,9 +64,11 @@ pub fn run(args: &ScanArgs) -> Result<()> {
     let opts = crate::stats::map_options(args.map.order, args.map.ra_pages, args.map.readahead);
     let opts = args.map.with_trace(opts)?;
     opts.validate()?;
-    let pager =
-        Pager::new(Config::default().handler_threads(usize::from(args.map.handler_threads)))
-            .context("cannot start the pager")?;
+    let config = Config::default()
+        .handler_threads(usize::from(args.map.handler_threads))
+        .engine(args.map.engine);
+    let pager = Pager::new(config).context("cannot start the pager")?;
+    let engine = pager.engine().clone();
     let store = open_url_with(&args.map.file, &RemoteTuning::for_config(pager.config()))?;
     let object = pager.open_with_page_size(store, args.map.page_size())?;
     let map = crate::map_readonly(&pager, &object, opts)
@@ -88,6 +95,8 @@ pub fn run(args: &ScanArgs) -> Result<()> {
         readahead: args.map.readahead,
         threads: args.map.threads,
         handler_threads: args.map.handler_threads,
+        engine: engine.engine,
+        engine_why: engine.why,
         trace,
         stats: object.stats(),
     };
@@ -178,6 +187,7 @@ fn human(r: &ScanReport<'_>) -> String {
             r.handler_threads
         ),
     ]);
+    head.row(["engine".to_string(), format!("{} ({})", r.engine, r.engine_why)]);
     if let Some(t) = &r.trace {
         head.row(["trace".to_string(), t.line()]);
     }

@@ -41,6 +41,11 @@ use crate::{Readahead, StatsArgs};
 #[derive(Debug, Serialize)]
 struct StatsReport<'a> {
     file: &'a str,
+    /// The paging engine that ran (userfaultfd or protect).
+    #[serde(serialize_with = "crate::serialize_engine")]
+    engine: faultmap::Engine,
+    /// Why that engine: who asked for it, or what auto found.
+    engine_why: String,
     access: Access,
     #[serde(serialize_with = "crate::serialize_order")]
     order: u8,
@@ -79,11 +84,12 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     let opts = map_options(args.map.order, args.map.ra_pages, args.map.readahead);
     let opts = args.map.with_trace(opts)?;
     opts.validate()?;
-    let config = pager_config(args.map.handler_threads, args.io_threads);
+    let config = pager_config(args.map.handler_threads, args.io_threads).engine(args.map.engine);
     config.validate()?;
     // 2. The pager, the file, the mapping.
     let io_threads = config.io_threads;
     let pager = Pager::new(config).context("cannot start the pager")?;
+    let engine = pager.engine().clone();
     let (store, file_io): (Box<dyn Store>, &str) = if is_url(&args.map.file) {
         let tuning = RemoteTuning::for_config(pager.config());
         (open_url_with(&args.map.file, &tuning)?, "remote")
@@ -132,6 +138,8 @@ pub fn run(args: &StatsArgs) -> Result<()> {
         pages_touched: plan.pages_touched(),
         cold: args.cold,
         kernel_cache_dropped,
+        engine: engine.engine,
+        engine_why: engine.why,
         trace,
         stats: object.stats(),
         readahead_stats: object.ra_stats(),
@@ -182,6 +190,7 @@ fn human(r: &StatsReport<'_>) -> String {
     head.row(["file".to_string(), r.file.to_string()]);
     head.row(["access".to_string(), access_line(r)]);
     head.row(["settings".to_string(), settings_line(r)]);
+    head.row(["engine".to_string(), format!("{} ({})", r.engine, r.engine_why)]);
     head.row(["caches".to_string(), cache_line(r)]);
     head.row(["time".to_string(), time_line(r)]);
     if let Some(t) = &r.trace {

@@ -555,7 +555,13 @@ impl Pager {
             Engine::Auto => match open_uffd_engine(signal) {
                 Ok(opened) => Some(opened),
                 Err(e) => {
-                    let why = format!("auto: no userfaultfd here ({e}); mprotect instead");
+                    let found = match &e {
+                        PagerError::Unavailable { source, .. } => {
+                            format!("userfaultfd refused: {source}")
+                        }
+                        other => other.to_string(),
+                    };
+                    let why = format!("auto: {found}; mprotect instead");
                     return Pager::start(config, None, why);
                 }
             },
@@ -2008,6 +2014,34 @@ impl<A: Access> Mapping<A> {
         Ok(())
     }
 
+    /// Brings the pages that hold bytes `range` (inside the mapping, not
+    /// empty) into the cache and waits for them, so that a page the store
+    /// cannot read is an error: at once if every page is cached already
+    /// (one load of its state each).
+    fn read_in(&self, range: std::ops::Range<usize>) -> Result<(), MapError> {
+        let Some(region) = self.region.as_ref() else {
+            return Ok(());
+        };
+        if self.born != sys::fork_generation() {
+            return Ok(());
+        }
+        let page = self.object.page_size().bytes();
+        let base = self.ptr.as_ptr() as usize;
+        let states = &region.object.cache.states;
+        let cached = |at: usize| {
+            let opage = region.object_page(region.page_of(HostAddr(base + at)));
+            states.load(opage).state() == crate::cache::page_state::State::UpToDate
+        };
+        let first = (base + range.start) & !(page - 1);
+        let end = base + range.end;
+        let offsets = || (first..end).step_by(page).map(|a| a.max(base) - base);
+        if offsets().all(cached) {
+            return Ok(());
+        }
+        self.prefetch(range)?;
+        offsets().try_for_each(|at| self.wait_cached(at))
+    }
+
     /// Waits until the page that holds byte `at` of the mapping is cached,
     /// or says why it cannot be: a failed read, or one the watchdog gave
     /// up on. A page that is not cached and not being read (the budget
@@ -2132,6 +2166,9 @@ impl<A: Access> Mapping<A> {
             return self.read_as_guest(offset, src, buf);
         }
         if !self.kernel_faults {
+            // The pages are read first, so that one the store cannot read
+            // is an error here rather than SIGBUS on the copy below.
+            self.read_in(offset..offset + buf.len())?;
             // SAFETY: `src..src + buf.len()` is inside the mapping (above),
             // which `self` keeps mapped, so it stays readable (a page not
             // mapped yet faults and is served). Volatile loads through raw

@@ -414,21 +414,19 @@ unsafe fn chain_sigbus(
     };
     // SAFETY: the caller's contract.
     unsafe { sys::fault_signal_chain(&prev, sig, info, ctx, sent) };
-    if !installed {
-        return;
-    }
     // A chained handler may reset SIGBUS to the default and return (Rust's
     // stack-overflow handler does, for an address outside a guard page).
     // After a fault that is the kernel's way to die on the access's retry;
     // die now instead, since the retry may succeed (another thread mapped
     // the page) and leave the process with no SIGBUS handler for
-    // faultmap's faults. After a sent signal the process goes on: put
-    // faultmap's handler back.
+    // faultmap's faults, and a Protect mapping's retry raises SIGSEGV, not
+    // SIGBUS. After a sent signal the process goes on: put faultmap's
+    // handler back.
     match sys::fault_signal_query(libc::SIGBUS) {
         Ok(now) if !now.is(on_sigbus) && now.is_default_or_ignore() && !sent => {
             sys::fault_signal_die(libc::SIGBUS)
         }
-        Ok(now) if !now.is(on_sigbus) && sent => {
+        Ok(now) if !now.is(on_sigbus) && sent && installed => {
             let _ = sys::fault_signal_reinstall(libc::SIGBUS, on_sigbus);
         }
         _ => {}

@@ -685,3 +685,21 @@ pub fn run_child(name: &str, limit: Duration) -> ChildEnd {
         stderr: err.join().unwrap_or_default(),
     }
 }
+
+/// Whether the tests run as root (whose userfaultfd serves the kernel's
+/// own accesses; another user's serves user-mode faults only).
+#[allow(dead_code)]
+pub fn running_as_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether this process's pagers run the Protect engine by default: the
+/// environment asks for it, or no userfaultfd can be had (a container's
+/// seccomp profile, `scripts/nouffd`).
+#[allow(dead_code)]
+pub fn protect_engine() -> bool {
+    faultmap::Pager::new(faultmap::Config::default())
+        .map(|p| p.engine().engine == faultmap::Engine::Protect)
+        .unwrap_or(false)
+}
