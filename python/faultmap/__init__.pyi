@@ -47,8 +47,9 @@ def open(
     """
 
 class Pager:
-    """A userfaultfd, the threads that serve its faults and read its
-    stores, and a memory budget, shared by the mappings it makes."""
+    """A paging engine (userfaultfd, or mprotect where it is refused), the
+    threads that serve its faults and read its stores, and a memory budget,
+    shared by the mappings it makes."""
 
     def __init__(
         self,
@@ -60,6 +61,7 @@ class Pager:
         io_timeout: float | None = None,
         io_retries: int | None = None,
         shared: bool | None = None,
+        engine: Literal["auto", "userfaultfd", "protect"] | None = None,
     ) -> None: ...
     def open(
         self,
@@ -85,6 +87,14 @@ class Pager:
         """{"budget", "cached", "peak", "active"} in bytes."""
     def io_errors(self) -> list[dict[str, Any]]:
         """The store failures of the pager's objects, newest last."""
+    @property
+    def engine(self) -> Literal["userfaultfd", "protect"]:
+        """The paging engine that runs."""
+    @property
+    def engine_why(self) -> str:
+        """Why that engine runs (who asked, or what "auto" found)."""
+    def areas(self) -> dict[str, int] | None:
+        """The protect engine's memory areas, or None under userfaultfd."""
     @property
     def serves_kernel_faults(self) -> bool:
         """Whether f.write(m) and os.write(fd, m) wait for unmapped pages."""
@@ -117,6 +127,8 @@ class Mapping(Buffer):
         """A zero-copy numpy array over the mapping from byte offset."""
     def advise(self, advice: _Advice, start: int = 0, stop: int | None = None) -> None:
         """Tells faultmap how bytes [start, stop) will be used (madvise)."""
+    def populate(self, start: int = 0, stop: int | None = None) -> None:
+        """Reads bytes [start, stop) in and maps them, for a system call."""
     def prefetch(self, start: int = 0, stop: int | None = None) -> None:
         """Starts reading bytes [start, stop) now, and returns."""
     def invalidate(self, start: int = 0, stop: int | None = None) -> int:

@@ -93,13 +93,20 @@ fn generation() -> u64 {
     fm::fork_generation()
 }
 
-/// A pager: a userfaultfd, the threads that serve its faults and read its
-/// stores, and a memory budget, shared by the mappings it makes.
+/// A pager: a paging engine (userfaultfd, or mprotect where containers
+/// refuse it), the threads that serve its faults and read its stores, and
+/// a memory budget, shared by the mappings it makes.
 ///
 /// memory_budget: the most bytes of cache its objects may hold together
 ///     (at least 1 MiB; None: no budget). Pages beyond it are evicted in
 ///     CLOCK order (recently used pages stay) and read again when touched.
 /// io_threads: threads reading stores (None: faultmap's default).
+/// engine: "auto" (the default: userfaultfd if this process may have one,
+///     else "protect"), "userfaultfd", or "protect" (no userfaultfd: pages
+///     are mapped with mprotect from a SIGSEGV handler; for containers
+///     whose seccomp profile refuses userfaultfd, and gVisor). The
+///     environment's FAULTMAP_ENGINE overrides it; Pager.engine and
+///     Pager.engine_why say which runs and why.
 /// delivery: "handler" (the default for Python: handler threads serve
 ///     every fault, including the kernel's own reads of a mapping in
 ///     f.write(m)) or "signal" (the faulting thread serves a cached page
@@ -139,7 +146,14 @@ impl Pager {
         page_size: Option<PageSize>,
         io: IoSettings,
         shared: Option<bool>,
+        engine: Option<&str>,
     ) -> PyResult<Pager> {
+        let engine = match engine {
+            None => fm::Engine::Auto,
+            Some(name) => name.parse().map_err(|e: fm::ConfigError| {
+                PyValueError::new_err(e.to_string())
+            })?,
+        };
         let delivery = match delivery {
             None => DEFAULT_DELIVERY,
             Some("handler") => Delivery::Handler,
@@ -151,7 +165,10 @@ impl Pager {
             }
         };
         let page_size = page_size.unwrap_or_default();
-        let mut config = Config::default().delivery(delivery).page_size(page_size);
+        let mut config = Config::default()
+            .delivery(delivery)
+            .page_size(page_size)
+            .engine(engine);
         if let Some(on) = shared {
             config = config.shared(on);
         }
@@ -193,7 +210,7 @@ impl Pager {
 impl Pager {
     #[new]
     #[pyo3(signature = (*, memory_budget=None, io_threads=None, delivery=None, page_size=None,
-                        io_timeout=None, io_retries=None, shared=None))]
+                        io_timeout=None, io_retries=None, shared=None, engine=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -204,6 +221,7 @@ impl Pager {
         io_timeout: Option<f64>,
         io_retries: Option<u32>,
         shared: Option<bool>,
+        engine: Option<String>,
     ) -> PyResult<Pager> {
         let page_size = page_size.as_ref().map(page_size_of).transpose()?;
         let io = IoSettings {
@@ -218,6 +236,7 @@ impl Pager {
                 page_size,
                 io,
                 shared,
+                engine.as_deref(),
             )
         })
     }
@@ -320,6 +339,25 @@ impl Pager {
         delivery_name(self.delivery)
     }
 
+    /// The paging engine that runs: "userfaultfd" or "protect".
+    #[getter]
+    fn engine(&self) -> &'static str {
+        self.inner.engine().engine.name()
+    }
+
+    /// Why that engine runs: who asked for it, or what engine="auto"
+    /// found (a userfaultfd refused, as in a default container).
+    #[getter]
+    fn engine_why(&self) -> String {
+        self.inner.engine().why.clone()
+    }
+
+    /// The protect engine's memory areas, for the process: {"areas",
+    /// "peak", "mark", "resets"} (None under the userfaultfd engine).
+    fn areas<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.inner.areas().map(|a| to_py(py, &a)).transpose()
+    }
+
     /// The page size in bytes of the objects its open() maps without a
     /// page_size of their own: 4096 or 2097152.
     #[getter]
@@ -363,7 +401,7 @@ fn default_pager(py: Python<'_>) -> PyResult<Py<Pager>> {
     // two threads from making two default pagers.
     let made = Py::new(
         py,
-        Pager::make(None, None, None, None, IoSettings::default(), None)?,
+        Pager::make(None, None, None, None, IoSettings::default(), None, None)?,
     )?;
     *slot = Some(made.clone_ref(py));
     Ok(made)
@@ -1114,6 +1152,23 @@ impl Mapping {
         let range = self.range(start, stop)?;
         let map = self.map()?;
         py.detach(|| either!(map.mapping(), m => m.advise(advice, range)))
+            .map_err(|e| py_err(&e))
+    }
+
+    /// Reads bytes [start, stop) into the cache, waits for them, and maps
+    /// them here (writable too, on a writable mapping), so that a system
+    /// call can use this memory: f.write(m[a:b]) through a memoryview,
+    /// sock.sendall, f.readinto. The kernel's own accesses raise no fault
+    /// faultmap can serve under the protect engine (or signal delivery,
+    /// or a userfaultfd without kernel faults): they fail with EFAULT
+    /// (OSError) on a page not mapped yet. A page the store cannot read
+    /// is an OSError here. Pages stay mapped until the memory budget
+    /// evicts them: populate right before the call.
+    #[pyo3(signature = (start=0, stop=None))]
+    fn populate(&self, py: Python<'_>, start: usize, stop: Option<usize>) -> PyResult<()> {
+        let range = self.range(start, stop)?;
+        let map = self.map()?;
+        py.detach(|| either!(map.mapping(), m => m.populate(range)))
             .map_err(|e| py_err(&e))
     }
 

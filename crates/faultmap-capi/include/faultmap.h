@@ -101,6 +101,28 @@
 #define FM_ADVICE_DONTNEED 4
 
 /**
+ * `fm_config.engine`: userfaultfd if this process can have one (the
+ * system call, then `/dev/userfaultfd`), else `FM_ENGINE_PROTECT`.
+ */
+#define FM_ENGINE_AUTO 0
+
+/**
+ * `fm_config.engine`: faults through a userfaultfd; `fm_pager_new` fails
+ * where it is refused.
+ */
+#define FM_ENGINE_USERFAULTFD 1
+
+/**
+ * `fm_config.engine`: no userfaultfd: a mapping starts inaccessible
+ * (`PROT_NONE`), a SIGSEGV handler in the faulting thread serves the
+ * access and maps cached pages with `mprotect`. For containers whose
+ * seccomp profile refuses userfaultfd (Docker's default), and gVisor.
+ * System calls that read a page not mapped yet fail with `EFAULT`:
+ * `fm_populate` first.
+ */
+#define FM_ENGINE_PROTECT 2
+
+/**
  * `fm_config.shared`: as the environment says (`FAULTMAP_SHARED=1` turns
  * sharing on).
  */
@@ -193,6 +215,17 @@ typedef struct fm_config {
    * `io_timeout_ms` (its `size` says so) gets 0.
    */
   int shared;
+  /**
+   * `FM_ENGINE_*`: the paging engine; 0 (`FM_ENGINE_AUTO`): userfaultfd
+   * if this process can have one, else protect. `FAULTMAP_ENGINE` in the
+   * environment overrides it. A program built with an `fm_config` that
+   * ends at `shared` gets 0.
+   */
+  int engine;
+  /**
+   * Must be 0.
+   */
+  int reserved;
 } fm_config;
 
 /**
@@ -354,6 +387,35 @@ size_t fm_mapping_len(const struct fm_mapping *m);
  * `m` is NULL or a live mapping from `fm_map`.
  */
 size_t fm_mapping_page_size(const struct fm_mapping *m);
+
+/**
+ * The paging engine `pager` runs: `FM_ENGINE_USERFAULTFD` or
+ * `FM_ENGINE_PROTECT`; `-EINVAL` if `pager` is NULL. If `why` is not NULL,
+ * up to `why_len` bytes (NUL-terminated, cut short if need be) say why:
+ * who asked for it, or what `FM_ENGINE_AUTO` found.
+ *
+ * # Safety
+ *
+ * `pager` is NULL or a live pager from `fm_pager_new`; `why` is NULL or
+ * points to `why_len` writable bytes.
+ */
+int fm_pager_engine(const struct fm_pager *pager, char *why, size_t why_len);
+
+/**
+ * Reads bytes `[offset, offset + length)` of the mapping (0: to the end)
+ * into the cache, waits for them, and maps them (writable too, for an
+ * `FM_WRITABLE` mapping), so that a system call can use the memory
+ * (`write(fd, ptr, n)`, `send`, `read` into a writable mapping): the
+ * kernel's own accesses fail with `EFAULT` on a page not mapped yet
+ * under `FM_ENGINE_PROTECT`, signal delivery, or a user-mode-only
+ * userfaultfd. 0, or a negative errno (`-EIO`: a page the store cannot
+ * read). The pages stay mapped until the memory budget evicts them.
+ *
+ * # Safety
+ *
+ * `m` is NULL or a live mapping from `fm_map`.
+ */
+int fm_populate(const struct fm_mapping *m, uint64_t offset, uint64_t length);
 
 /**
  * Whose cache the mapping reads: `FM_SHARING_PRIVATE`,

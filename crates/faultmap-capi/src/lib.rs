@@ -131,7 +131,32 @@ pub struct fm_config {
     /// above: a program built with the `fm_config` that ends at
     /// `io_timeout_ms` (its `size` says so) gets 0.
     pub shared: c_int,
+    /// `FM_ENGINE_*`: the paging engine; 0 (`FM_ENGINE_AUTO`): userfaultfd
+    /// if this process can have one, else protect. `FAULTMAP_ENGINE` in the
+    /// environment overrides it. A program built with an `fm_config` that
+    /// ends at `shared` gets 0.
+    pub engine: c_int,
+    /// Must be 0.
+    pub reserved: c_int,
 }
+
+/// `fm_config.engine`: userfaultfd if this process can have one (the
+/// system call, then `/dev/userfaultfd`), else `FM_ENGINE_PROTECT`.
+pub const FM_ENGINE_AUTO: c_int = 0;
+/// `fm_config.engine`: faults through a userfaultfd; `fm_pager_new` fails
+/// where it is refused.
+pub const FM_ENGINE_USERFAULTFD: c_int = 1;
+/// `fm_config.engine`: no userfaultfd: a mapping starts inaccessible
+/// (`PROT_NONE`), a SIGSEGV handler in the faulting thread serves the
+/// access and maps cached pages with `mprotect`. For containers whose
+/// seccomp profile refuses userfaultfd (Docker's default), and gVisor.
+/// System calls that read a page not mapped yet fail with `EFAULT`:
+/// `fm_populate` first.
+pub const FM_ENGINE_PROTECT: c_int = 2;
+
+/// The size of the `fm_config` that ended at `shared` (its last 4 bytes
+/// were padding, which a caller may not have zeroed).
+const FM_CONFIG_SIZE_SHARED: usize = 40;
 
 /// `fm_config.shared`: as the environment says (`FAULTMAP_SHARED=1` turns
 /// sharing on).
@@ -332,6 +357,19 @@ pub unsafe extern "C" fn fm_pager_new(config: *const fm_config) -> *mut fm_pager
                 return std::ptr::null_mut();
             }
         };
+        cfg = match c.engine {
+            FM_ENGINE_AUTO => cfg,
+            FM_ENGINE_USERFAULTFD => cfg.engine(fm::Engine::Userfaultfd),
+            FM_ENGINE_PROTECT => cfg.engine(fm::Engine::Protect),
+            other => {
+                fail(libc::EINVAL, &format!("unknown fm_config.engine {other}"));
+                return std::ptr::null_mut();
+            }
+        };
+        if c.reserved != 0 {
+            fail(libc::EINVAL, "fm_config.reserved must be 0");
+            return std::ptr::null_mut();
+        }
         cfg = match c.delivery {
             FM_DELIVERY_DEFAULT => cfg,
             FM_DELIVERY_SIGNAL => cfg.delivery(Delivery::Signal),
@@ -578,6 +616,11 @@ unsafe fn read_config(config: *const fm_config) -> Result<fm_config, (c_int, Str
                 theirs,
             )
         };
+        if theirs <= FM_CONFIG_SIZE_SHARED {
+            // Its padding, not an engine.
+            c.engine = FM_ENGINE_AUTO;
+            c.reserved = 0;
+        }
         return Ok(c);
     }
     if bytes[ours..].iter().any(|&b| b != 0) {
@@ -730,6 +773,80 @@ pub unsafe extern "C" fn fm_mapping_page_size(m: *const fm_mapping) -> usize {
             0
         }
     }
+}
+
+/// The paging engine `pager` runs: `FM_ENGINE_USERFAULTFD` or
+/// `FM_ENGINE_PROTECT`; `-EINVAL` if `pager` is NULL. If `why` is not NULL,
+/// up to `why_len` bytes (NUL-terminated, cut short if need be) say why:
+/// who asked for it, or what `FM_ENGINE_AUTO` found.
+///
+/// # Safety
+///
+/// `pager` is NULL or a live pager from `fm_pager_new`; `why` is NULL or
+/// points to `why_len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn fm_pager_engine(
+    pager: *const fm_pager,
+    why: *mut c_char,
+    why_len: usize,
+) -> c_int {
+    // SAFETY: NULL or a live pager (this function's contract).
+    let Some(pager) = (unsafe { pager.as_ref() }) else {
+        return fail(libc::EINVAL, "fm_pager_engine: the pager is NULL");
+    };
+    let info = pager.pager.engine();
+    if !why.is_null() && why_len > 0 {
+        let text = info.why.as_bytes();
+        let n = text.len().min(why_len - 1);
+        // SAFETY: `why` has `why_len` writable bytes (the contract), and
+        // n + 1 <= why_len.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), why.cast::<u8>(), n);
+            *why.add(n) = 0;
+        }
+    }
+    match info.engine {
+        fm::Engine::Protect => FM_ENGINE_PROTECT,
+        _ => FM_ENGINE_USERFAULTFD,
+    }
+}
+
+/// Reads bytes `[offset, offset + length)` of the mapping (0: to the end)
+/// into the cache, waits for them, and maps them (writable too, for an
+/// `FM_WRITABLE` mapping), so that a system call can use the memory
+/// (`write(fd, ptr, n)`, `send`, `read` into a writable mapping): the
+/// kernel's own accesses fail with `EFAULT` on a page not mapped yet
+/// under `FM_ENGINE_PROTECT`, signal delivery, or a user-mode-only
+/// userfaultfd. 0, or a negative errno (`-EIO`: a page the store cannot
+/// read). The pages stay mapped until the memory budget evicts them.
+///
+/// # Safety
+///
+/// `m` is NULL or a live mapping from `fm_map`.
+#[no_mangle]
+pub unsafe extern "C" fn fm_populate(m: *const fm_mapping, offset: u64, length: u64) -> c_int {
+    guard(-libc::EIO, || {
+        // SAFETY: NULL or a live mapping (this function's contract).
+        let Some(m) = (unsafe { m.as_ref() }) else {
+            return fail(libc::EINVAL, "fm_populate: the mapping is NULL");
+        };
+        let len = match &m.map {
+            Map::Read(map) => map.len(),
+            Map::Write(map) => map.len(),
+        };
+        let range = match byte_range(offset, length, len) {
+            Ok(r) => r,
+            Err(code) => return code,
+        };
+        let done = match &m.map {
+            Map::Read(map) => map.populate(range),
+            Map::Write(map) => map.populate(range),
+        };
+        match done {
+            Ok(()) => 0,
+            Err(e) => fail_with(&e),
+        }
+    })
 }
 
 /// Whose cache the mapping reads: `FM_SHARING_PRIVATE`,

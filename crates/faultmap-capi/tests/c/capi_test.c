@@ -5,7 +5,10 @@
  * bounds the open of a server that never answers, that a forked
  * child reads and writes the mappings it inherited (served by the parent),
  * and that an unrelated process (this program again, exec'd) with
- * FM_SHARED_ON joins the cache of the first.
+ * FM_SHARED_ON joins the cache of the first; that FM_ENGINE_PROTECT reads,
+ * writes and populates for a system call, and that FM_ENGINE_AUTO picks it
+ * where userfaultfd is refused (scripts/nouffd, as a container's seccomp
+ * profile refuses it).
  * Built and run by scripts/test-all (see scripts/c-tests):
  *
  *   capi_test SCRATCH_DIR
@@ -21,6 +24,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -162,6 +167,11 @@ static void grow_pool(long extra) {
  * not replayed in 2 MiB ones; an empty pool refuses with ENOMEM and says
  * how to grow it; nothing falls back to 4 KiB pages. */
 static void huge_pages(const char *dir, const char *traced, const char *trace) {
+    if (geteuid() != 0) {
+        printf("capi_test: 2 MiB pages not run: growing vm.nr_hugepages needs root "
+               "(scripts/test-all runs this test as root too)\n");
+        return;
+    }
     char path[4096], big[4096];
     snprintf(path, sizeof path, "%s/capi-huge.bin", dir);
     snprintf(big, sizeof big, "%s/capi-huge-big.bin", dir);
@@ -312,6 +322,11 @@ static void config_fields(void) {
  * serves it from its cache: the file is read once), and writes a writable
  * one, which the parent sees and writes back. */
 static void fork_children(fm_pager *pager, const char *path, const uint8_t *data, size_t len) {
+    if (fm_pager_engine(pager, NULL, 0) == FM_ENGINE_PROTECT) {
+        printf("capi_test: fork children not run: the protect engine does not serve a "
+               "child's inherited mappings yet (they are inaccessible there)\n");
+        return;
+    }
     fm_mapping *m = fm_map(pager, path, 0, 0, 0);
     fm_mapping *w = fm_map(pager, path, 0, 0, FM_WRITABLE);
     CHECK(m != NULL && w != NULL, "fm_map before the fork");
@@ -393,6 +408,16 @@ static void unrelated_processes(const char *self, const char *scratch, const cha
         return;
     fm_mapping *m = fm_map(pager, path, 0, 0, 0);
     CHECK(m != NULL, "the owner's fm_map");
+    if (m && fm_pager_engine(pager, NULL, 0) == FM_ENGINE_PROTECT) {
+        /* No userfaultfd to hand a joiner's faults to: a cache of its own,
+         * with the same bytes. */
+        CHECK(fm_mapping_sharing(m) == FM_SHARING_PRIVATE, "private under protect: %d",
+              fm_mapping_sharing(m));
+        CHECK(memcmp(fm_mapping_ptr(m), data, len) == 0, "the bytes differ");
+        printf("capi_test: unrelated processes share no cache under the protect engine\n");
+        fm_unmap(m);
+        m = NULL;
+    }
     if (m) {
         CHECK(fm_mapping_sharing(m) == FM_SHARING_OWNER, "the first process owns the cache: %d",
               fm_mapping_sharing(m));
@@ -413,6 +438,95 @@ static void unrelated_processes(const char *self, const char *scratch, const cha
     }
     fm_pager_free(pager);
     unsetenv("FAULTMAP_SHARED_DIR");
+}
+
+/* USERFAULTFD_IOC_NEW on /dev/userfaultfd: a new userfaultfd, or -1. */
+static long ioctl_new(int dev) {
+    return ioctl(dev, 0xAA00, O_CLOEXEC);
+}
+
+/* Whether this process can have no userfaultfd at all, not even one for
+ * user-mode faults (a container's seccomp profile; scripts/nouffd): then
+ * FM_ENGINE_AUTO must pick the protect engine. */
+static int userfaultfd_refused(void) {
+    long fd = syscall(SYS_userfaultfd, O_CLOEXEC | 1 /* UFFD_USER_MODE_ONLY */);
+    if (fd >= 0) {
+        close((int)fd);
+        return 0;
+    }
+    int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+    if (dev >= 0) {
+        long got = ioctl_new(dev);
+        close(dev);
+        if (got >= 0) {
+            close((int)got);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* FM_ENGINE_PROTECT, asked for: the bytes of a file, the kernel's write(2)
+ * from a cold mapping failing with EFAULT until fm_populate, and a
+ * writable mapping's writes reaching the file. */
+static void protect_engine(const char *path, uint8_t *data, size_t len) {
+    fm_config config = {.size = sizeof config, .engine = FM_ENGINE_PROTECT};
+    fm_pager *pager = fm_pager_new(&config);
+    CHECK(pager != NULL, "a protect pager");
+    if (!pager)
+        return;
+    char why[256];
+    CHECK(fm_pager_engine(pager, why, sizeof why) == FM_ENGINE_PROTECT, "the engine");
+    CHECK(strstr(why, "asked for") != NULL, "why: %s", why);
+    CHECK(fm_pager_engine(NULL, NULL, 0) == -EINVAL, "fm_pager_engine(NULL)");
+    fm_mapping *m = fm_map(pager, path, 0, 0, 0);
+    CHECK(m != NULL, "fm_map under protect");
+    if (m) {
+        /* A pipe: its write copies the bytes (/dev/null reads none). */
+        int pipe_fds[2];
+        CHECK(pipe(pipe_fds) == 0, "pipe: %s", strerror(errno));
+        int out = pipe_fds[1];
+        const uint8_t *p = fm_mapping_ptr(m);
+        errno = 0;
+        CHECK(write(out, p + 65536, 4096) == -1 && errno == EFAULT,
+              "write(2) from a page not mapped yet: errno %d", errno);
+        CHECK(fm_populate(m, 65536, 8192) == 0, "fm_populate");
+        CHECK(write(out, p + 65536, 8192) == 8192, "write(2) once populated: %s",
+              strerror(errno));
+        uint8_t got[8192];
+        CHECK(read(pipe_fds[0], got, sizeof got) == (ssize_t)sizeof got &&
+                  memcmp(got, data + 65536, sizeof got) == 0,
+              "the bytes written from the mapping");
+        close(out);
+        close(pipe_fds[0]);
+        CHECK(fm_populate(m, len, 1) == -EINVAL, "fm_populate past the end");
+        CHECK(fm_populate(NULL, 0, 0) == -EINVAL, "fm_populate(NULL)");
+        CHECK(memcmp(p, data, len) == 0, "the bytes under protect differ");
+        fm_unmap(m);
+    }
+    fm_mapping *w = fm_map(pager, path, 0, 0, FM_WRITABLE);
+    CHECK(w != NULL, "fm_map writable under protect");
+    if (w) {
+        uint8_t *q = (uint8_t *)fm_mapping_ptr(w);
+        memcpy(q + 12345, "PROTECT!", 8);
+        memcpy(data + 12345, "PROTECT!", 8);
+        CHECK(fm_flush(w, 0, 0) == 0, "fm_flush under protect");
+        uint8_t back[8];
+        int fd = open(path, O_RDONLY);
+        CHECK(fd >= 0 && pread(fd, back, 8, 12345) == 8 && memcmp(back, "PROTECT!", 8) == 0,
+              "the write is in the file");
+        if (fd >= 0)
+            close(fd);
+        /* A read(2) into the writable mapping: the kernel writes it. */
+        CHECK(fm_populate(w, 0, 4096) == 0, "fm_populate a writable mapping");
+        fd = open(path, O_RDONLY);
+        CHECK(fd >= 0 && pread(fd, q, 4096, 0) == 4096, "read(2) into it: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        CHECK(memcmp(q, data, len) == 0, "the writable mapping's bytes");
+        fm_unmap(w);
+    }
+    fm_pager_free(pager);
 }
 
 static void read_file(const char *path, uint8_t *out, size_t len) {
@@ -451,6 +565,14 @@ int main(int argc, char **argv) {
     CHECK(pager != NULL, "fm_pager_new");
     if (!pager)
         return 1;
+    char why[256];
+    int engine = fm_pager_engine(pager, why, sizeof why);
+    printf("capi_test: engine %s (%s)\n", engine == FM_ENGINE_PROTECT ? "protect" : "userfaultfd",
+           why);
+    if (userfaultfd_refused())
+        CHECK(engine == FM_ENGINE_PROTECT, "auto picks protect where userfaultfd is refused");
+    else if (getenv("FAULTMAP_ENGINE") == NULL)
+        CHECK(engine == FM_ENGINE_USERFAULTFD, "auto picks userfaultfd where it is allowed");
 
     /* Read-only: every byte, the whole file and a part of it. */
     fm_mapping *m = fm_map(pager, path, 0, 0, 0);
@@ -476,6 +598,7 @@ int main(int argc, char **argv) {
         fm_unmap(part);
     }
 
+    protect_engine(path, data, len);
     fork_children(pager, path, data, len);
     unrelated_processes(argv[0], argv[1], path, data, len);
 

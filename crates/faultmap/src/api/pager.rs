@@ -2004,8 +2004,19 @@ impl<A: Access> Mapping<A> {
             unsafe {
                 if A::WRITABLE {
                     // A write that changes nothing, atomically, so that a
-                    // concurrent writer's byte is never lost.
-                    (*(byte as *const std::sync::atomic::AtomicU8)).fetch_or(0, Ordering::Relaxed);
+                    // concurrent writer's byte is never lost: a
+                    // compare-and-swap of the byte with itself, which
+                    // needs write access (an idempotent `fetch_or(0)` may
+                    // be compiled to a load).
+                    let cell = &*(byte as *const std::sync::atomic::AtomicU8);
+                    let seen = cell.load(Ordering::Relaxed);
+                    std::hint::black_box(cell.compare_exchange(
+                        seen,
+                        seen,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ))
+                    .ok();
                 } else {
                     std::ptr::read_volatile(byte as *const u8);
                 }

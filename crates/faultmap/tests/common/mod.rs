@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
@@ -645,10 +645,19 @@ impl ChildEnd {
 /// set to `name` (the test then plays the child), with core dumps off.
 /// Kills it if it has not ended within `limit`.
 pub fn run_child(name: &str, limit: Duration) -> ChildEnd {
+    run_child_under(name, limit, None)
+}
+
+/// [`run_child`], the child run by `launcher` (a program that takes the
+/// command to run as its arguments: `scripts/nouffd`'s binary).
+pub fn run_child_under(name: &str, limit: Duration, launcher: Option<&Path>) -> ChildEnd {
     let exe = std::env::current_exe().expect("current_exe");
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -c 0; exec \"$0\" \"$@\"")
+    let mut command = Command::new("sh");
+    command.arg("-c").arg("ulimit -c 0; exec \"$0\" \"$@\"");
+    if let Some(launcher) = launcher {
+        command.arg(launcher);
+    }
+    let mut child = command
         .arg(exe)
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, name)
