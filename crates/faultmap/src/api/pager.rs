@@ -1159,6 +1159,10 @@ impl Pager {
             None => None,
         };
         sys::dont_fork(&map, shared).map_err(|e| map_err("madvise(MADV_DONTFORK)", e))?;
+        // Faultmap's SIGSEGV handler, put back if something replaced it.
+        if self.core.engine.protect().is_some() {
+            signal::keep_protect_handler().map_err(|e| map_err("sigaction(SIGSEGV)", e))?;
+        }
         // 3. Arm it (`PagingEngine::arm`): under the Userfaultfd engine,
         //    register MISSING|MINOR (|WP); CONTINUE, WAKE and POISON (and
         //    WRITEPROTECT) must be allowed. From here on a failure
@@ -2044,8 +2048,10 @@ impl<A: Access> Mapping<A> {
             states.load(opage).state() == crate::cache::page_state::State::UpToDate
         };
         let first = (base + range.start) & !(page - 1);
-        let end = base + range.end;
-        let offsets = || (first..end).step_by(page).map(|a| a.max(base) - base);
+        let (start, end) = (base + range.start, base + range.end);
+        // Each page's first byte in the range (the range's own first byte
+        // for the first page): what an error names.
+        let offsets = || (first..end).step_by(page).map(|a| a.max(start) - base);
         if offsets().all(cached) {
             return Ok(());
         }

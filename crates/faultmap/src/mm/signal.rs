@@ -306,8 +306,15 @@ impl Requests {
 
 /// The SIGBUS disposition faultmap's handler replaced, to chain to.
 static PREVIOUS: OnceLock<Disposition> = OnceLock::new();
-/// The SIGSEGV disposition the Protect engine's handler replaced.
-static PREVIOUS_SEGV: OnceLock<Disposition> = OnceLock::new();
+/// The SIGSEGV dispositions the Protect engine's handler replaced: the
+/// first when it was installed, then each one that replaced it in turn
+/// (`keep_protect_handler`). Write-once slots, so that a handler reading
+/// one never races its writer; the current one is `SEGV_CURRENT`'s.
+static PREVIOUS_SEGV: [OnceLock<Disposition>; SEGV_CHAIN] = [const { OnceLock::new() }; SEGV_CHAIN];
+/// How many times faultmap's SIGSEGV handler is put back at most.
+const SEGV_CHAIN: usize = 64;
+/// The slot of `PREVIOUS_SEGV` the handler chains to.
+static SEGV_CURRENT: AtomicUsize = AtomicUsize::new(0);
 
 /// Installs the process's SIGBUS handler, once. Called by the first
 /// signal-delivery pager, before any of its mappings exists.
@@ -318,7 +325,35 @@ pub(crate) fn install() -> std::io::Result<()> {
 /// Installs the process's SIGSEGV handler, once. Called by the first
 /// Protect-engine pager, before any of its mappings exists.
 pub(crate) fn install_protect() -> std::io::Result<()> {
-    install_for(libc::SIGSEGV, &PREVIOUS_SEGV, on_sigsegv)
+    install_for(libc::SIGSEGV, &PREVIOUS_SEGV[0], on_sigsegv)
+}
+
+/// Puts the Protect engine's SIGSEGV handler back if something replaced
+/// it since (Python's `faulthandler.enable()`, or its `disable()`, which
+/// restores what it found before it: pytest does both), chaining to the
+/// replacement from then on. Called before each Protect mapping is
+/// published: an access to a mapping faults into faultmap's handler as
+/// long as nothing replaces it after the mapping is made (see "In
+/// containers" in the README). Gives up after [`SEGV_CHAIN`] times.
+pub(crate) fn keep_protect_handler() -> std::io::Result<()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _held = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let now = sys::fault_signal_query(libc::SIGSEGV)?;
+    if now.is(on_sigsegv) {
+        return Ok(());
+    }
+    let next = SEGV_CURRENT.load(Ordering::Relaxed) + 1;
+    let Some(slot) = PREVIOUS_SEGV.get(next) else {
+        return Err(std::io::Error::other(
+            "SIGSEGV's handler was replaced too many times: faultmap's protect engine \
+             cannot keep its own",
+        ));
+    };
+    // Recorded, then published, then installed: a SIGSEGV in between is
+    // chained to the handler that runs now either way.
+    let _ = slot.set(now);
+    SEGV_CURRENT.store(next, Ordering::Release);
+    sys::fault_signal_install(libc::SIGSEGV, on_sigsegv).map(drop)
 }
 
 fn install_for(
@@ -459,7 +494,8 @@ fn handle_sigsegv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::
         }
     }
     let sent = !matches!(fault, Some((_, code)) if code > 0);
-    let Some(prev) = PREVIOUS_SEGV.get() else {
+    let current = SEGV_CURRENT.load(Ordering::Acquire);
+    let Some(prev) = PREVIOUS_SEGV.get(current).and_then(OnceLock::get) else {
         return;
     };
     if prev.is_default_or_ignore() && !sent {
