@@ -449,11 +449,51 @@ pub enum DeliveryArg {
 }
 
 impl DeliveryArg {
-    /// The library's mode.
-    pub fn mode(self) -> faultmap::Delivery {
+    /// The benchmark's way of faulting.
+    pub fn mode(self) -> Fault {
         match self {
-            DeliveryArg::Signal => faultmap::Delivery::Signal,
-            DeliveryArg::Handler => faultmap::Delivery::Handler,
+            DeliveryArg::Signal => Fault::Signal,
+            DeliveryArg::Handler => Fault::Handler,
+        }
+    }
+}
+
+/// A paging engine on the command line (`bench --engine`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineArg {
+    /// userfaultfd, in each delivery mode of `--delivery`.
+    Userfaultfd,
+    /// The protect engine (`PROT_NONE`, SIGSEGV, `mprotect`): what runs
+    /// where userfaultfd is refused (a default container).
+    Protect,
+}
+
+/// How a fault reaches faultmap in a benchmark column: the userfaultfd
+/// engine in one of its delivery modes, or the protect engine (whose
+/// faults are always the faulting thread's, a SIGSEGV, forwarded on a
+/// miss).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fault {
+    /// userfaultfd, signal delivery (the library's default).
+    #[default]
+    Signal,
+    /// userfaultfd, handler delivery.
+    Handler,
+    /// The protect engine.
+    Protect,
+}
+
+impl Fault {
+    /// `config` set up for this way of faulting.
+    pub fn configure(self, config: faultmap::Config) -> faultmap::Config {
+        match self {
+            Fault::Signal => config
+                .engine(faultmap::Engine::Userfaultfd)
+                .delivery(faultmap::Delivery::Signal),
+            Fault::Handler => config
+                .engine(faultmap::Engine::Userfaultfd)
+                .delivery(faultmap::Delivery::Handler),
+            Fault::Protect => config.engine(faultmap::Engine::Protect),
         }
     }
 }
@@ -479,10 +519,11 @@ pub fn map_readonly(
 }
 
 /// The name of a delivery mode on the command line and in JSON.
-pub fn delivery_name(delivery: faultmap::Delivery) -> &'static str {
+pub fn delivery_name(delivery: Fault) -> &'static str {
     match delivery {
-        faultmap::Delivery::Signal => "signal",
-        faultmap::Delivery::Handler => "handler",
+        Fault::Signal => "signal",
+        Fault::Handler => "handler",
+        Fault::Protect => "protect",
     }
 }
 
@@ -635,6 +676,13 @@ struct BenchArgs {
         value_name = "LIST"
     )]
     delivery: Vec<DeliveryArg>,
+    /// faultmap's paging engines, comma-separated: userfaultfd (in each
+    /// mode of --delivery), protect (mprotect and SIGSEGV: what runs where
+    /// userfaultfd is refused). Default userfaultfd. The warm benchmark
+    /// gets a `protect` column per order beside the delivery modes; the
+    /// remote benchmark a `faultmap-protect` column (full readahead).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "E,...")]
+    engine: Vec<EngineArg>,
     /// With --cold: faultmap's largest readahead window, in pages (0..=16384).
     /// Default: the store's, from the device's read_ahead_kb, like the
     /// kernel's, which this does not change.

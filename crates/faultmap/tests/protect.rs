@@ -215,7 +215,7 @@ fn populate_lets_system_calls_use_the_mapping() {
 fn random_touches_over_a_large_object_stay_under_the_area_limit() {
     watchdog(Duration::from_secs(300), || {
         const OBJECT: u64 = 16 << 30;
-        const TOUCHES: usize = 120_000;
+        const TOUCHES: usize = 60_000;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sparse.bin");
         let file = std::fs::File::create(&path).unwrap();

@@ -51,9 +51,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use faultmap::policy::fault_around::{AUTO, MAX_ORDER};
-use faultmap::{
-    Delivery, FileStore, MapOptions, Mapping, Object, PageSize, Pager, Stats, PAGE_SIZE,
-};
+use faultmap::{FileStore, MapOptions, Mapping, Object, PageSize, Pager, Stats, PAGE_SIZE};
+use crate::Fault;
 use memmap2::Mmap;
 
 use super::data::Data;
@@ -90,7 +89,7 @@ pub enum Engine {
         /// 2 MiB pages, where it is 0).
         order: u8,
         /// How faults reach the pager.
-        delivery: Delivery,
+        delivery: Fault,
         /// The object's page size.
         page: PageSize,
     },
@@ -103,7 +102,7 @@ impl Engine {
     /// 2 MiB pages (if `pages` has them) in each delivery mode.
     pub fn all(
         orders: &[u8],
-        deliveries: &[Delivery],
+        deliveries: &[Fault],
         probes: &[ProbeCpu],
         pages: &[PageSize],
     ) -> Vec<Engine> {
@@ -206,7 +205,7 @@ impl Column for Engine {
                     PageSize::Base => format!("order={}", crate::order_name(order)),
                     PageSize::Huge => "page=2M".into(),
                 };
-                if delivery != Delivery::default() {
+                if delivery != Fault::default() {
                     v += &format!(",delivery={}", crate::delivery_name(delivery));
                 }
                 v
@@ -214,7 +213,7 @@ impl Column for Engine {
         }
     }
 
-    fn delivery(self) -> Option<Delivery> {
+    fn delivery(self) -> Option<Fault> {
         match self {
             Engine::Faultmap { delivery, .. } => Some(delivery),
             Engine::KernelFile | Engine::KernelMemfd | Engine::UffdProbe(_) => None,
@@ -256,7 +255,7 @@ pub struct Engines {
     file: File,
     memfd: File,
     /// One pager per delivery mode measured.
-    pagers: Vec<(Delivery, Pager)>,
+    pagers: Vec<(Fault, Pager)>,
     object: Object,
     /// The same file with 2 MiB pages (`--page-size 2M`).
     huge: Option<Object>,
@@ -277,7 +276,7 @@ impl Engines {
     /// file, filled too (its huge pages reserved by the caller).
     pub fn new(
         data: &Data,
-        pagers: Vec<(Delivery, Pager)>,
+        pagers: Vec<(Fault, Pager)>,
         threads: usize,
         huge: bool,
     ) -> Result<Engines> {
@@ -396,7 +395,7 @@ impl Engines {
     }
 
     /// The pager of a delivery mode.
-    fn pager(&self, delivery: Delivery) -> Result<&Pager> {
+    fn pager(&self, delivery: Fault) -> Result<&Pager> {
         self.pagers
             .iter()
             .find(|(d, _)| *d == delivery)
@@ -498,7 +497,7 @@ mod tests {
 
     #[test]
     fn columns_and_variants() {
-        let deliveries = [Delivery::Signal, Delivery::Handler];
+        let deliveries = [Fault::Signal, Fault::Handler];
         let engines = Engine::all(&[0, 4], &deliveries, &ProbeCpu::ALL, &[PageSize::Base]);
         let v: Vec<String> = engines.iter().map(|e| e.variant()).collect();
         assert_eq!(
@@ -545,7 +544,7 @@ mod tests {
     fn adaptive_fault_around_is_named_auto_and_has_no_order() {
         let auto = Engine::Faultmap {
             order: AUTO,
-            delivery: Delivery::Signal,
+            delivery: Fault::Signal,
             page: PageSize::Base,
         };
         assert_eq!(auto.heading(), "order=auto");
@@ -553,7 +552,7 @@ mod tests {
         assert_eq!(auto.order(), None);
         let handler = Engine::Faultmap {
             order: AUTO,
-            delivery: Delivery::Handler,
+            delivery: Fault::Handler,
             page: PageSize::Base,
         };
         assert_eq!(handler.variant(), "order=auto,delivery=handler");

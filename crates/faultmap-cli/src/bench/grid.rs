@@ -47,7 +47,8 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use faultmap::{Delivery, RaStats, Stats, PAGE_SIZE};
+use faultmap::{RaStats, Stats, PAGE_SIZE};
+use crate::Fault;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -128,7 +129,7 @@ pub trait Column: Copy + PartialEq {
     /// The `variant` field of a JSON row.
     fn variant(self) -> String;
     /// faultmap's delivery mode, for the second heading line.
-    fn delivery(self) -> Option<Delivery> {
+    fn delivery(self) -> Option<Fault> {
         None
     }
     /// The second heading line of a column that has no delivery mode (the
@@ -476,7 +477,7 @@ pub struct Report<M: Mode> {
     /// Thread counts, in the order asked.
     pub threads: Vec<u16>,
     /// faultmap's delivery modes (a second heading line when more than one).
-    pub deliveries: Vec<Delivery>,
+    pub deliveries: Vec<Fault>,
     /// Columns, in order.
     pub columns: Vec<M::Column>,
     /// The cells, in measurement order.
@@ -764,16 +765,20 @@ pub fn count(v: Option<u64>) -> String {
 }
 
 /// What the delivery modes of a run are.
-pub fn deliveries_text(deliveries: &[Delivery]) -> String {
+pub fn deliveries_text(deliveries: &[Fault]) -> String {
     let text: Vec<&str> = deliveries
         .iter()
         .map(|&d| match d {
-            Delivery::Signal => {
+            Fault::Signal => {
                 "signal delivery (the faulting thread resolves its own hit in a SIGBUS handler)"
             }
-            Delivery::Handler => {
+            Fault::Handler => {
                 "handler delivery (a handler thread reads the userfaultfd message and \
                  wakes the faulting thread)"
+            }
+            Fault::Protect => {
+                "the protect engine (no userfaultfd: the faulting thread's SIGSEGV handler \
+                 maps its hit with mprotect)"
             }
         })
         .collect();

@@ -43,11 +43,12 @@ pub mod workload;
 use std::io::Write;
 
 use anyhow::{Context, Result};
-use faultmap::{Config, Delivery, Pager};
+use faultmap::{Config, Pager};
+use crate::Fault;
 
 use self::data::Data;
 use crate::units;
-use crate::{BenchArgs, DeliveryArg};
+use crate::{BenchArgs, DeliveryArg, EngineArg};
 
 /// Thread counts without `--threads` (warm and cold).
 const DEFAULT_THREADS: [u16; 2] = [1, 2];
@@ -68,11 +69,25 @@ fn or_default<'a, T>(list: &'a [T], default: &'a [T]) -> &'a [T] {
 
 /// The library's delivery modes of `--delivery`, or of `default` without
 /// it, in order, without repeats.
-fn deliveries(arg: &[DeliveryArg], default: &[DeliveryArg]) -> Vec<Delivery> {
+fn deliveries(arg: &[DeliveryArg], default: &[DeliveryArg]) -> Vec<Fault> {
     dedup(or_default(arg, default))
         .into_iter()
         .map(DeliveryArg::mode)
         .collect()
+}
+
+/// How faultmap's columns fault: for `--engine userfaultfd` (the default)
+/// the delivery modes of `--delivery` (or `default`), then `protect` for
+/// `--engine protect`.
+fn faults(args: &BenchArgs, default: &[DeliveryArg]) -> Vec<Fault> {
+    let mut out = Vec::new();
+    for engine in dedup(or_default(&args.engine, &[EngineArg::Userfaultfd])) {
+        match engine {
+            EngineArg::Userfaultfd => out.extend(deliveries(&args.delivery, default)),
+            EngineArg::Protect => out.push(Fault::Protect),
+        }
+    }
+    out
 }
 
 /// The items of `list` in order, without repeats.
@@ -142,6 +157,7 @@ fn remote_options(args: &BenchArgs) -> Result<remote::RemoteOptions> {
         // generated object is kept there for the next run.
         state: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-remote"),
         procs: args.procs.clone(),
+        protect: args.engine.contains(&EngineArg::Protect),
     })
 }
 
@@ -233,8 +249,34 @@ fn check_mode_options(args: &BenchArgs) -> Result<()> {
 
 /// A pager with `config`; its error names the delivery mode.
 fn start_pager(config: Config) -> Result<Pager> {
-    let delivery = crate::delivery_name(config.delivery);
-    Pager::new(config).with_context(|| format!("cannot start the pager ({delivery} delivery)"))
+    let how = match (config.engine, config.delivery) {
+        (faultmap::Engine::Protect, _) => "the protect engine",
+        (_, faultmap::Delivery::Signal) => "signal delivery",
+        (_, faultmap::Delivery::Handler) => "handler delivery",
+    };
+    Pager::new(config).with_context(|| format!("cannot start the pager ({how})"))
+}
+
+/// A pager faulting as `fault` says, with `config`; its error names how.
+fn start_pager_for(fault: Fault, config: Config) -> Result<Pager> {
+    let pager = Pager::new(fault.configure(config)).with_context(|| {
+        format!("cannot start the pager ({})", crate::delivery_name(fault))
+    })?;
+    // FAULTMAP_ENGINE overrides the configuration: a column must measure
+    // what its heading says.
+    let want = match fault {
+        Fault::Protect => faultmap::Engine::Protect,
+        Fault::Signal | Fault::Handler => faultmap::Engine::Userfaultfd,
+    };
+    if pager.engine().engine != want {
+        anyhow::bail!(
+            "the {} column got the {} engine ({}): unset FAULTMAP_ENGINE to measure it",
+            crate::delivery_name(fault),
+            pager.engine().engine,
+            pager.engine().why
+        );
+    }
+    Ok(pager)
 }
 
 /// The `--file`, or a generated file of `--size` bytes (`default_size`

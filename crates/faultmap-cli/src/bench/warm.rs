@@ -77,7 +77,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use faultmap::policy::fault_around::AUTO;
-use faultmap::{Delivery, PageSize};
+use faultmap::{PageSize};
+use crate::Fault;
 use serde_json::{json, Value};
 
 use super::engine::{Engine, Engines, WarmUp};
@@ -89,7 +90,7 @@ use super::reps::{
 };
 use super::uffd_probe::ProbeCpu;
 use super::workload::{Plan, Workload};
-use super::{dedup, deliveries, or_default};
+use super::{dedup, faults, or_default};
 use crate::{units, BenchArgs, DeliveryArg};
 
 /// The workloads without `--workload`.
@@ -173,7 +174,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             w.name()
         );
     }
-    let deliveries = deliveries(&args.delivery, &DELIVERIES);
+    let deliveries = faults(args, &DELIVERIES);
     let mut pages = dedup(or_default(&args.page_size, &[PageSize::Base]));
     let reps = match (args.repetitions, args.full) {
         (Some(n), _) => Repetitions::Fixed(n),
@@ -187,7 +188,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     // 2. The pagers, one per delivery mode.
     let pagers = deliveries
         .iter()
-        .map(|&d| super::start_pager(config.clone().delivery(d)).map(|p| (d, p)))
+        .map(|&d| super::start_pager_for(d, config.clone()).map(|p| (d, p)))
         .collect::<Result<Vec<_>>>()?;
     // 3. The data and the engines; with 2 MiB pages, their huge pages
     //    (given back when the run ends).
@@ -597,9 +598,10 @@ fn headline(run: &Run) -> String {
     }
     format!(
         "\nheadline: faultmap's fastest order, its time over kernel mmap's (below 1: faultmap \
-         was faster)\n{}{}{}{}",
+         was faster)\n{}{}{}{}{}",
         t.render(),
         per_fault(run),
+        protect_lines(run),
         auto_headline(run),
         huge_headline(run)
     )
@@ -718,12 +720,12 @@ fn huge_headline(run: &Run) -> String {
 fn per_fault(run: &Run) -> String {
     let handler = Engine::Faultmap {
         order: 0,
-        delivery: Delivery::Handler,
+        delivery: Fault::Handler,
         page: PageSize::Base,
     };
     let signal = Engine::Faultmap {
         order: 0,
-        delivery: Delivery::Signal,
+        delivery: Fault::Signal,
         page: PageSize::Base,
     };
     let mut t = crate::table::Table::new(2);
@@ -753,6 +755,67 @@ fn per_fault(run: &Run) -> String {
     format!("\nhandler delivery per fault at order 0 (time / faults), over signal's and the bare round trip's\n{text}")
 }
 
+/// Per workload and thread count, with `--engine protect`: the protect
+/// engine's time against userfaultfd signal delivery's, at each order
+/// both ran (above 1: protect was slower), and each one's time per fault
+/// at order 0.
+fn protect_lines(run: &Run) -> String {
+    let at = |order, delivery| Engine::Faultmap {
+        order,
+        delivery,
+        page: PageSize::Base,
+    };
+    let orders: Vec<u8> = run
+        .columns
+        .iter()
+        .filter_map(|e| match *e {
+            Engine::Faultmap {
+                order,
+                delivery: Fault::Protect,
+                page: PageSize::Base,
+            } => Some(order),
+            _ => None,
+        })
+        .collect();
+    let mut t = crate::table::Table::new(2);
+    for &w in &run.workloads {
+        for &threads in &run.threads {
+            let mut row = vec![w.name().to_string(), threads_label(threads)];
+            for &order in &orders {
+                let ratio = run
+                    .seconds(w, threads, at(order, Fault::Protect))
+                    .zip(run.seconds(w, threads, at(order, Fault::Signal)))
+                    .and_then(|(p, s)| grid::ratio(p, s));
+                row.push(format!(
+                    "order={} {}x",
+                    crate::order_name(order),
+                    grid::two(ratio)
+                ));
+            }
+            let per = |d| per_fault_seconds(run, w, threads, at(0, d));
+            if let (Some(p), Some(s)) = (per(Fault::Protect), per(Fault::Signal)) {
+                row.push(format!(
+                    "order=0 per fault: protect {:.2} µs, signal {:.2} µs",
+                    p * 1e6,
+                    s * 1e6
+                ));
+            }
+            if row.len() > 2 {
+                t.row(row);
+            }
+        }
+    }
+    let text = t.render();
+    if text.is_empty() {
+        return text;
+    }
+    format!(
+        "
+the protect engine: its time over userfaultfd signal delivery's per order (above 1: \
+         protect was slower), and both per fault at order 0\n{text}"
+    )
+}
+
 /// A cell's median time over its median faults.
 fn per_fault_seconds(run: &Run, workload: Workload, threads: u16, engine: Engine) -> Option<f64> {
     let cell = run.cell(workload, threads, engine)?;
@@ -764,8 +827,9 @@ const LEGEND: &str = "
 minor-faults: getrusage minor faults of the process during the walk (kernel and uffd-probe \
 columns), faults handled by faultmap (pgfault, order=N columns); all threads together, each \
 thread walking its own mapping of the whole file.
-signal / handler: faultmap's fault delivery (a SIGBUS handler in the faulting thread, or a \
-handler thread reading userfaultfd messages).
+signal / handler / protect: faultmap's fault delivery (a SIGBUS handler in the faulting thread, or a \
+handler thread reading userfaultfd messages), or the protect engine (--engine protect: no \
+userfaultfd; a SIGSEGV handler in the faulting thread maps with mprotect).
 uffd-probe same-cpu / cross-cpu: the bare userfaultfd round trip (a handler thread, one \
 UFFDIO_CONTINUE per page), the walking thread pinned to the handler's CPU or to another.
 vs X: X's median time divided by the column's; above 1, the column was faster than X.
@@ -823,7 +887,7 @@ mod tests {
         )
     }
 
-    fn order0(delivery: Delivery) -> Engine {
+    fn order0(delivery: Fault) -> Engine {
         Engine::Faultmap {
             order: 0,
             delivery,
@@ -837,8 +901,8 @@ mod tests {
         let run = report_of(
             &[
                 (Engine::UffdProbe(ProbeCpu::Same), 0.001, 1000),
-                (order0(Delivery::Signal), 0.004, 2000),
-                (order0(Delivery::Handler), 0.008, 2000),
+                (order0(Fault::Signal), 0.004, 2000),
+                (order0(Fault::Handler), 0.008, 2000),
             ],
             Some("uffd-probe cross-cpu skipped: this process may use CPU 0 only".into()),
         );
@@ -855,7 +919,7 @@ mod tests {
         assert!(report.contains("same-cpu"), "{report}");
         assert!(report.contains("cross-cpu skipped"), "{report}");
         // Without handler delivery at order 0 there is nothing to compare.
-        let run = report_of(&[(order0(Delivery::Signal), 0.004, 2000)], None);
+        let run = report_of(&[(order0(Fault::Signal), 0.004, 2000)], None);
         assert_eq!(per_fault(&run), "");
     }
 
@@ -863,7 +927,7 @@ mod tests {
     fn the_headline_compares_auto_with_the_fastest_fixed_order() {
         let order = |order| Engine::Faultmap {
             order,
-            delivery: Delivery::Signal,
+            delivery: Fault::Signal,
             page: PageSize::Base,
         };
         let run = report_of(
@@ -871,7 +935,7 @@ mod tests {
                 (order(0), 0.9, 1000),
                 (order(9), 0.2, 10),
                 (order(AUTO), 0.21, 20),
-                (order0(Delivery::Handler), 0.1, 1000),
+                (order0(Fault::Handler), 0.1, 1000),
             ],
             None,
         );

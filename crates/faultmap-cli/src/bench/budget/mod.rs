@@ -571,7 +571,7 @@ impl grid::Mode for Budget {
                 format!(
                 "a new pager per sample with memory_budget = budget, {} delivery, fault-around \
                  order {ORDER}, full readahead, file store {}",
-                crate::delivery_name(faultmap::Delivery::default()),
+                crate::delivery_name(crate::Fault::default()),
                 m.file_io.as_str()
             ),
             ),
@@ -638,7 +638,7 @@ impl grid::Mode for Budget {
             "budget_bytes": m.budget,
             "budget_asked_bytes": m.shrunk_from,
             "order": ORDER,
-            "delivery": crate::delivery_name(faultmap::Delivery::default()),
+            "delivery": crate::delivery_name(crate::Fault::default()),
             "file_io": m.file_io.as_str(),
             "kernel_file_skipped": m.kernel_skipped.as_deref(),
             "repetitions": m.repetitions,

@@ -66,6 +66,8 @@ pub struct RemoteOptions {
     pub state: std::path::PathBuf,
     /// `--procs`: process counts (empty: the remote benchmark proper).
     pub procs: Vec<u16>,
+    /// `--engine protect`: a column of faultmap under the protect engine.
+    pub protect: bool,
 }
 
 /// An engine of the remote benchmark.
@@ -75,6 +77,9 @@ pub enum Engine {
     RawGet,
     /// A faultmap mapping, with this readahead.
     Faultmap(ReadaheadMode),
+    /// A faultmap mapping (full readahead) under the protect engine
+    /// (`--engine protect`).
+    Protect,
     /// A faultmap mapping (full readahead) replaying the workload's access
     /// trace, recorded once before the measurements: the second cold run.
     Replay,
@@ -104,6 +109,7 @@ impl Column for RemoteColumn {
         let engine = match self.engine {
             Engine::RawGet => "raw-get".to_string(),
             Engine::Faultmap(_)
+            | Engine::Protect
             | Engine::Replay
             | Engine::Shared
             | Engine::Private
@@ -123,6 +129,7 @@ impl Column for RemoteColumn {
         match self.engine {
             Engine::RawGet => "raw-get",
             Engine::Faultmap(_)
+            | Engine::Protect
             | Engine::Replay
             | Engine::Shared
             | Engine::Private
@@ -136,6 +143,7 @@ impl Column for RemoteColumn {
             Engine::RawGet => "best".into(),
             Engine::Faultmap(ReadaheadMode::AroundOnly) => "around".into(),
             Engine::Faultmap(_) => "full".into(),
+            Engine::Protect => "protect".into(),
             Engine::Replay => "replay".into(),
             Engine::Fuse(_) => "mmap".into(),
             Engine::Shared => "shared".into(),
@@ -150,6 +158,7 @@ impl Column for RemoteColumn {
         !matches!(
             self.engine,
             Engine::Faultmap(ReadaheadMode::Full)
+                | Engine::Protect
                 | Engine::Shared
                 | Engine::Private
                 | Engine::Joined
@@ -243,6 +252,10 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
             Engine::Faultmap(mode) => {
                 engines::faultmap(&target, plan, mode, &o.config, o.budget, None)?
             }
+            Engine::Protect => {
+                let config = o.config.clone().engine(faultmap::Engine::Protect);
+                engines::faultmap(&target, plan, ReadaheadMode::Full, &config, o.budget, None)?
+            }
             Engine::Replay => {
                 let trace = match traces.get(&(c.store, key.workload)) {
                     Some(trace) => trace.clone(),
@@ -332,12 +345,16 @@ fn columns(o: &RemoteOptions, setup: &setup::Setup) -> Vec<RemoteColumn> {
     for &latency_ms in &o.latencies_ms {
         for &store in &o.stores {
             let mut engines = if o.procs.is_empty() {
-                vec![
+                let mut engines = vec![
                     Engine::RawGet,
                     Engine::Faultmap(ReadaheadMode::Full),
                     Engine::Replay,
                     Engine::Faultmap(ReadaheadMode::AroundOnly),
-                ]
+                ];
+                if o.protect {
+                    engines.insert(2, Engine::Protect);
+                }
+                engines
             } else {
                 vec![Engine::Shared, Engine::Joined, Engine::Private]
             };

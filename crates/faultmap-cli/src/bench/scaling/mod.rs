@@ -106,7 +106,8 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use faultmap::{Config, Delivery, FileStore, Object, Pager, RegionLookup, Stats, PAGE_SIZE};
+use faultmap::{Config, FileStore, Object, Pager, RegionLookup, Stats, PAGE_SIZE};
+use crate::Fault;
 use serde_json::{json, Value};
 
 use self::churn::{CHURN_LIVE, CHURN_PAGES};
@@ -234,14 +235,14 @@ pub enum Column {
         /// What the column varies.
         setting: Setting,
         /// How faults reach the pager.
-        delivery: Delivery,
+        delivery: Fault,
     },
 }
 
 impl Column {
     /// The columns of a run: the kernel, then per delivery mode each
     /// setting of `kind`.
-    pub fn all(kind: Kind, deliveries: &[Delivery]) -> Vec<Column> {
+    pub fn all(kind: Kind, deliveries: &[Fault]) -> Vec<Column> {
         let mut columns = vec![Column::KernelMemfd];
         for &delivery in deliveries {
             for setting in kind.settings() {
@@ -280,7 +281,7 @@ impl grid::Column for Column {
     fn variant(self) -> String {
         match self {
             Column::KernelMemfd => "default".into(),
-            Column::Faultmap { setting, delivery } if delivery == Delivery::default() => {
+            Column::Faultmap { setting, delivery } if delivery == Fault::default() => {
                 format!("{}={}", setting.key(), setting.name())
             }
             Column::Faultmap { setting, delivery } => format!(
@@ -292,7 +293,7 @@ impl grid::Column for Column {
         }
     }
 
-    fn delivery(self) -> Option<Delivery> {
+    fn delivery(self) -> Option<Fault> {
         match self {
             Column::Faultmap { delivery, .. } => Some(delivery),
             Column::KernelMemfd => None,
@@ -359,7 +360,7 @@ impl Bench<'_> {
         let Column::Faultmap { setting, delivery } = column else {
             bail!("the kernel column has no pager");
         };
-        let config = setting.apply(self.config.clone().delivery(delivery));
+        let config = setting.apply(delivery.configure(self.config.clone()));
         super::start_pager(config)
     }
 
@@ -502,7 +503,7 @@ fn versus_setting(run: &Run, threads: u16, column: Column, other: Setting) -> Op
 
 /// The goals, for every delivery mode (and, for churn, thread count) that
 /// has the cells: (threads, delivery, goal).
-fn goals(run: &Run) -> Vec<(u16, Delivery, Goal)> {
+fn goals(run: &Run) -> Vec<(u16, Fault, Goal)> {
     let mut goals = Vec::new();
     for &delivery in &run.deliveries {
         let column = |setting| Column::Faultmap { setting, delivery };
@@ -715,7 +716,7 @@ fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
         ),
     };
     let why = match run.mode.kind {
-        Kind::Parts if run.deliveries.contains(&Delivery::Handler) => {
+        Kind::Parts if run.deliveries.contains(&Fault::Handler) => {
             "; with handler delivery one handler thread takes every fault, so those columns \
              measure that thread, not the cache"
         }
@@ -724,7 +725,7 @@ fn header_lines(run: &Run) -> Vec<(&'static str, String)> {
              thread would take every fault, and the benchmark would measure that thread, not \
              the cache)"
         }
-        Kind::Churn if run.deliveries.contains(&Delivery::Signal) => {
+        Kind::Churn if run.deliveries.contains(&Fault::Signal) => {
             "; with signal delivery a classic fault's SIGBUS handler takes the table's lock \
              itself, so each delivery's two columns compare the lookups on one path"
         }
@@ -903,10 +904,10 @@ mod tests {
 
     #[test]
     fn columns_and_variants() {
-        let parts = Column::all(Kind::Parts, &[Delivery::Signal]);
+        let parts = Column::all(Kind::Parts, &[Fault::Signal]);
         let v: Vec<String> = parts.iter().map(|c| c.variant()).collect();
         assert_eq!(v, ["default", "cache=lock-free", "cache=global-mutex"]);
-        let churn = Column::all(Kind::Churn, &[Delivery::Signal, Delivery::Handler]);
+        let churn = Column::all(Kind::Churn, &[Fault::Signal, Fault::Handler]);
         let v: Vec<String> = churn.iter().map(|c| c.variant()).collect();
         assert_eq!(
             v,
@@ -962,7 +963,7 @@ mod tests {
     fn cell(kind: Kind, threads: u16, setting: Setting, seconds: f64, faults: u64) -> Cell {
         let column = Column::Faultmap {
             setting,
-            delivery: Delivery::Signal,
+            delivery: Fault::Signal,
         };
         let mut c = Cell::new(kind, threads, column);
         c.samples.push(sample(seconds, faults, 0));
@@ -975,8 +976,8 @@ mod tests {
             data: DataInfo::test(),
             workloads: vec![kind],
             threads: vec![1, 2],
-            deliveries: vec![Delivery::Signal],
-            columns: Column::all(kind, &[Delivery::Signal]),
+            deliveries: vec![Fault::Signal],
+            columns: Column::all(kind, &[Fault::Signal]),
             cells,
             wall_seconds: 1.0,
             mode: Scaling {
