@@ -150,9 +150,9 @@ impl Pager {
     ) -> PyResult<Pager> {
         let engine = match engine {
             None => fm::Engine::Auto,
-            Some(name) => name.parse().map_err(|e: fm::ConfigError| {
-                PyValueError::new_err(e.to_string())
-            })?,
+            Some(name) => name
+                .parse()
+                .map_err(|e: fm::ConfigError| PyValueError::new_err(e.to_string()))?,
         };
         let delivery = match delivery {
             None => DEFAULT_DELIVERY,

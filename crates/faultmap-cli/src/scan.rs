@@ -187,7 +187,10 @@ fn human(r: &ScanReport<'_>) -> String {
             r.handler_threads
         ),
     ]);
-    head.row(["engine".to_string(), format!("{} ({})", r.engine, r.engine_why)]);
+    head.row([
+        "engine".to_string(),
+        format!("{} ({})", r.engine, r.engine_why),
+    ]);
     if let Some(t) = &r.trace {
         head.row(["trace".to_string(), t.line()]);
     }

@@ -190,7 +190,10 @@ fn human(r: &StatsReport<'_>) -> String {
     head.row(["file".to_string(), r.file.to_string()]);
     head.row(["access".to_string(), access_line(r)]);
     head.row(["settings".to_string(), settings_line(r)]);
-    head.row(["engine".to_string(), format!("{} ({})", r.engine, r.engine_why)]);
+    head.row([
+        "engine".to_string(),
+        format!("{} ({})", r.engine, r.engine_why),
+    ]);
     head.row(["caches".to_string(), cache_line(r)]);
     head.row(["time".to_string(), time_line(r)]);
     if let Some(t) = &r.trace {

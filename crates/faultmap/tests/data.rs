@@ -449,9 +449,8 @@ fn write_syscall_from_a_cold_mapping_copies_the_file() {
             assert_eq!(err.raw_os_error(), Some(libc::EFAULT), "{err}");
             map.populate(0..map.len()).unwrap();
         }
-        out.write_all(&map).expect(
-            "write(2) from a cold (or populated) faultmap mapping failed",
-        );
+        out.write_all(&map)
+            .expect("write(2) from a cold (or populated) faultmap mapping failed");
         drop(out);
         let copy = std::fs::read(&out_path).unwrap();
         assert_bytes(&copy, &file.data, "written from the mapping");

@@ -102,7 +102,11 @@ fn auto_falls_back_to_protect_where_userfaultfd_is_refused() {
         let file = TestFile::new(TABLE + 3 * PAGE + 5, 2802);
         let p = Pager::new(Config::default()).unwrap();
         assert_eq!(p.engine().engine, Engine::Protect, "{}", p.engine());
-        assert!(p.engine().why.starts_with("auto: userfaultfd refused"), "{}", p.engine());
+        assert!(
+            p.engine().why.starts_with("auto: userfaultfd refused"),
+            "{}",
+            p.engine()
+        );
         let map = p.map_trusted(file.store(), MapOptions::new()).unwrap();
         assert_bytes(&map, &file.data, "under nouffd");
         let err = Pager::new(Config::default().engine(Engine::Userfaultfd))
@@ -201,16 +205,22 @@ fn populate_lets_system_calls_use_the_mapping() {
             .unwrap()
             .read_exact_at(&mut back, PAGE as u64)
             .unwrap();
-        assert_bytes(&back, &source.data, "read(2) into the mapping, written back");
+        assert_bytes(
+            &back,
+            &source.data,
+            "read(2) into the mapping, written back",
+        );
     });
 }
 
 /// The worst case for memory areas: random 4 KiB touches, one page per
-/// fault, over an object far larger than the budget (each cached page
-/// its own area between inaccessible ones). The process never reaches
-/// `vm.max_map_count` (an `mprotect` past it would fail): the engine
-/// protects whole regions again before, and every byte read is right.
-/// Prints the areas counted in `/proc/self/maps` along the way.
+/// fault, over an object far larger than the budget. With `mprotect`
+/// (writable mappings, kernels before 6.15) each cached page would be its
+/// own area between inaccessible ones: the process never reaches
+/// `vm.max_map_count` (an `mprotect` past it would fail), since the engine
+/// protects whole regions again before. With guard markers (read-only
+/// mappings on this kernel) no area is added at all. Every byte read is
+/// right either way. Prints the areas counted in `/proc/self/maps`.
 #[test]
 fn random_touches_over_a_large_object_stay_under_the_area_limit() {
     watchdog(Duration::from_secs(300), || {
@@ -225,75 +235,94 @@ fn random_touches_over_a_large_object_stay_under_the_area_limit() {
         let touched: Vec<u64> = (0..TOUCHES).map(|_| rng.random_range(0..pages)).collect();
         // Each touched page names itself in its first 8 bytes.
         for &p in &touched {
-            file.write_all_at(&p.to_le_bytes(), p * PAGE as u64).unwrap();
+            file.write_all_at(&p.to_le_bytes(), p * PAGE as u64)
+                .unwrap();
         }
-        let pager = Pager::new(protect().memory_budget(512 << 20)).unwrap();
-        let map = pager
-            .map_trusted(
-                FileStore::open(&path).unwrap(),
-                MapOptions::new().fault_around_order(0).ra_pages(0),
-            )
-            .unwrap();
-        map.advise(faultmap::Advice::Random, 0..map.len()).unwrap();
         let limit = {
             let s = std::fs::read_to_string("/proc/sys/vm/max_map_count").unwrap();
             s.trim().parse::<usize>().unwrap()
         };
-        let before = faultmap::sys::process_map_areas().unwrap();
-        let mut peak = before;
-        for (i, &p) in touched.iter().enumerate() {
-            let at = p as usize * PAGE;
-            let mut word = [0u8; 8];
-            word.copy_from_slice(&map[at..at + 8]);
-            assert_eq!(u64::from_le_bytes(word), p, "touch {i}: page {p}");
-            if i % 2000 == 0 {
-                peak = peak.max(faultmap::sys::process_map_areas().unwrap());
+        for mprotect_only in [true, false] {
+            let mut config = protect().memory_budget(512 << 20);
+            config.protect_mprotect_only = mprotect_only;
+            let pager = Pager::new(config).unwrap();
+            let map = pager
+                .map_trusted(
+                    FileStore::open(&path).unwrap(),
+                    MapOptions::new().fault_around_order(0).ra_pages(0),
+                )
+                .unwrap();
+            map.advise(faultmap::Advice::Random, 0..map.len()).unwrap();
+            let before = faultmap::sys::process_map_areas().unwrap();
+            let resets_before = pager.areas().unwrap().resets;
+            let mut peak = before;
+            for (i, &p) in touched.iter().enumerate() {
+                let at = p as usize * PAGE;
+                let mut word = [0u8; 8];
+                word.copy_from_slice(&map[at..at + 8]);
+                assert_eq!(u64::from_le_bytes(word), p, "touch {i}: page {p}");
+                if i % 2000 == 0 {
+                    peak = peak.max(faultmap::sys::process_map_areas().unwrap());
+                }
+            }
+            let areas = pager.areas().unwrap();
+            eprintln!(
+                "mprotect only {mprotect_only}: areas {before} before, peak {peak} in \
+                 /proc/self/maps (limit {limit}); engine: {areas:?}; memory {:?}",
+                pager.memory()
+            );
+            assert!(peak < limit, "{peak} areas, limit {limit}");
+            if mprotect_only || !areas.guard_regions {
+                assert!(
+                    areas.resets > resets_before,
+                    "a budget of 131072 pages of isolated touches passes the mark: {areas:?}"
+                );
+                assert!(
+                    (areas.peak as usize) <= areas.mark as usize + 64,
+                    "the estimate never passes the mark for long: {areas:?}"
+                );
+            } else {
+                // A few for the pager's threads' stacks, none per page.
+                assert!(
+                    peak <= before + 64,
+                    "guard markers add no areas: {peak} > {before}"
+                );
+                assert_eq!(areas.resets, resets_before, "{areas:?}");
             }
         }
-        let areas = pager.areas().unwrap();
-        eprintln!(
-            "areas: {before} before, peak {peak} in /proc/self/maps (limit {limit}); \
-             engine: {areas:?}; memory {:?}",
-            pager.memory()
-        );
-        assert!(peak < limit, "{peak} areas, limit {limit}");
-        assert!(
-            areas.resets > 0,
-            "a budget of 131072 pages of isolated touches passes the mark: {areas:?}"
-        );
-        assert!(
-            (areas.peak as usize) <= areas.mark as usize + 64,
-            "the estimate never passes the mark for long: {areas:?}"
-        );
     });
 }
 
-/// Eviction under Protect: a budget far smaller than the object, threads
-/// reading it in random order, every byte right (an evicted page is
-/// inaccessible before its hole is punched, so nothing ever reads a
-/// hole as zeros).
+/// Eviction under Protect, with guard markers and with `mprotect`: a
+/// budget far smaller than the object, threads reading it in random order,
+/// every byte right (an evicted page is inaccessible before its hole is
+/// punched, so nothing ever reads a hole as zeros).
 #[test]
 fn eviction_never_exposes_a_hole() {
     watchdog(Duration::from_secs(120), || {
         let file = TestFile::new(64 << 20, 2807);
-        let pager = Pager::new(protect().memory_budget(4 << 20)).unwrap();
-        let map = pager
-            .map_trusted(file.store(), MapOptions::new().fault_around_order(4))
-            .unwrap();
-        std::thread::scope(|s| {
-            for t in 0..3u64 {
-                let (map, data) = (&map, &file.data);
-                s.spawn(move || {
-                    let mut rng = rand::rngs::StdRng::seed_from_u64(2807 + t);
-                    for _ in 0..20_000 {
-                        let at = rng.random_range(0..data.len() - 64);
-                        assert_eq!(&map[at..at + 64], &data[at..at + 64], "bytes at {at}");
-                    }
-                });
-            }
-        });
-        let s = pager.stats();
-        assert!(s.evicted > 0 && s.refault > 0, "{s:?}");
+        for mprotect_only in [false, true] {
+            let mut config = protect().memory_budget(4 << 20);
+            config.protect_mprotect_only = mprotect_only;
+            let pager = Pager::new(config).unwrap();
+            let map = pager
+                .map_trusted(file.store(), MapOptions::new().fault_around_order(4))
+                .unwrap();
+            std::thread::scope(|s| {
+                for t in 0..3u64 {
+                    let (map, data) = (&map, &file.data);
+                    s.spawn(move || {
+                        let mut rng = rand::rngs::StdRng::seed_from_u64(2807 + t);
+                        for _ in 0..20_000 {
+                            let at = rng.random_range(0..data.len() - 64);
+                            assert_eq!(&map[at..at + 64], &data[at..at + 64], "bytes at {at}");
+                        }
+                    });
+                }
+            });
+            let s = pager.stats();
+            assert!(s.evicted > 0 && s.refault > 0, "{s:?}");
+        }
     });
 }
 
@@ -330,8 +359,42 @@ fn a_foreign_sigsegv_is_the_applications() {
     for role in ["null", "write"] {
         std::env::set_var("PROTECT_ROLE", role);
         let end = run_child(NULL, Duration::from_secs(60));
-        assert!(end.stdout.contains("CHILD: t") || end.stdout.contains("CHILD: w"), "{end:?}");
+        assert!(
+            end.stdout.contains("CHILD: t") || end.stdout.contains("CHILD: w"),
+            "{end:?}"
+        );
         assert!(!end.stdout.contains("survived"), "{role}: {end:?}");
         assert_eq!(end.signal(), Some(libc::SIGSEGV), "{role}: {end:?}");
     }
+}
+
+/// A forked child is not served under the protect engine: a mapping it
+/// inherited is inaccessible there, and touching it ends the child with
+/// SIGSEGV (never a hang, never the wrong bytes); the parent reads on.
+#[test]
+fn a_forked_child_finds_an_inherited_protect_mapping_inaccessible() {
+    watchdog(WATCHDOG, || {
+        let file = TestFile::new(8 * PAGE, 2809);
+        let pager = pager();
+        let map = pager.map_trusted(file.store(), MapOptions::new()).unwrap();
+        assert_eq!(map[0], file.data[0]);
+        let at = map.as_ptr() as usize + 3 * PAGE;
+        // SAFETY: the child only reads one byte and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: not safe: the point is the fault.
+            let v = unsafe { std::ptr::read_volatile(at as *const u8) };
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(i32::from(v) + 1) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV,
+            "the child ended with status {status:#x}"
+        );
+        assert_bytes(&map, &file.data, "the parent after the fork");
+    });
 }

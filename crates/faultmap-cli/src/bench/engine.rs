@@ -49,10 +49,10 @@ use std::ops::Deref;
 use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
+use crate::Fault;
 use anyhow::{bail, Context, Result};
 use faultmap::policy::fault_around::{AUTO, MAX_ORDER};
 use faultmap::{FileStore, MapOptions, Mapping, Object, PageSize, Pager, Stats, PAGE_SIZE};
-use crate::Fault;
 use memmap2::Mmap;
 
 use super::data::Data;

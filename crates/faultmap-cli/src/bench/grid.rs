@@ -46,9 +46,9 @@ use std::hash::Hash;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use crate::Fault;
 use anyhow::{bail, Result};
 use faultmap::{RaStats, Stats, PAGE_SIZE};
-use crate::Fault;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::{Map, Value};

@@ -42,9 +42,9 @@ pub mod workload;
 
 use std::io::Write;
 
+use crate::Fault;
 use anyhow::{Context, Result};
 use faultmap::{Config, Pager};
-use crate::Fault;
 
 use self::data::Data;
 use crate::units;
@@ -259,9 +259,8 @@ fn start_pager(config: Config) -> Result<Pager> {
 
 /// A pager faulting as `fault` says, with `config`; its error names how.
 fn start_pager_for(fault: Fault, config: Config) -> Result<Pager> {
-    let pager = Pager::new(fault.configure(config)).with_context(|| {
-        format!("cannot start the pager ({})", crate::delivery_name(fault))
-    })?;
+    let pager = Pager::new(fault.configure(config))
+        .with_context(|| format!("cannot start the pager ({})", crate::delivery_name(fault)))?;
     // FAULTMAP_ENGINE overrides the configuration: a column must measure
     // what its heading says.
     let want = match fault {

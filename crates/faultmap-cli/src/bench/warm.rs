@@ -75,10 +75,10 @@
 
 use std::time::Instant;
 
+use crate::Fault;
 use anyhow::{bail, Context, Result};
 use faultmap::policy::fault_around::AUTO;
-use faultmap::{PageSize};
-use crate::Fault;
+use faultmap::PageSize;
 use serde_json::{json, Value};
 
 use super::engine::{Engine, Engines, WarmUp};

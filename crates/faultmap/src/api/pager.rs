@@ -108,8 +108,8 @@ use std::time::{Duration, Instant};
 use crate::api::object::{IntoObject, InvalidateError, Object};
 use crate::api::shared::{self, JoinedMap, Plan, Sharing};
 use crate::base::config::{
-    engine_from_env, Config, ConfigError, Delivery, Engine, HandlerPlacement, MapOptions, PageSize, RegionLookup,
-    MAX_HANDLER_THREADS,
+    engine_from_env, Config, ConfigError, Delivery, Engine, HandlerPlacement, MapOptions, PageSize,
+    RegionLookup, MAX_HANDLER_THREADS,
 };
 use crate::base::index::{HostAddr, ObjectPage, RegionPage};
 use crate::base::report::{IoErrorKind, IoErrorReport};
@@ -587,7 +587,12 @@ impl Pager {
             ),
             // mprotect needs no kernel feature: writable mappings and 2
             // MiB pages work wherever the memfd does.
-            None => (PagingEngine::Protect(Protect::new()), None, true, true),
+            None => (
+                PagingEngine::Protect(Protect::new(!config.protect_mprotect_only)),
+                None,
+                true,
+                true,
+            ),
         };
         let engine_info = EngineInfo {
             engine: engine.kind(),
@@ -978,15 +983,7 @@ impl Pager {
             let key = format!("{key}, pages of {} bytes", size.bytes());
             let timeout = self.config.io_timeout;
             let threads = self.workers.clone();
-            match shared::plan(
-                &self.core,
-                threads,
-                source,
-                &object,
-                &key,
-                &extent,
-                timeout,
-            ) {
+            match shared::plan(&self.core, threads, source, &object, &key, &extent, timeout) {
                 Plan::Own(hosted) => {
                     object = hosted;
                     self.core.io_shared.watch(&object.0);
@@ -1177,6 +1174,7 @@ impl Pager {
         {
             Ok(()) => {}
             Err(ArmError::Register(e)) => return Err(map_err("UFFDIO_REGISTER", e)),
+            Err(ArmError::Guard(e)) => return Err(map_err("madvise(MADV_GUARD_INSTALL)", e)),
             Err(ArmError::MissingIoctl(ioctl)) => {
                 return Err(MapError::MissingIoctl { name, ioctl })
             }
@@ -1337,9 +1335,7 @@ fn handler_loop(core: &Arc<Core>, uffd: &Uffd, stop: &OwnedFd, reading: Reading)
         // are rare: look before taking the lock (the SIGBUS handler's
         // classic path waits on it). Handler threads read it for every
         // fault: the read itself says whether there is anything.
-        if core.requests.is_some()
-            && !matches!(sys::poll_readable(&[uffd], 0), Ok(r) if r != 0)
-        {
+        if core.requests.is_some() && !matches!(sys::poll_readable(&[uffd], 0), Ok(r) if r != 0) {
             return 0;
         }
         // Read in a passage, by one thread of this pager at a time, and

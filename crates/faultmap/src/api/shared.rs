@@ -283,8 +283,14 @@ fn map_joined(
 ) -> Result<JoinedMap, String> {
     let bytes = extent.pages as usize * size.bytes();
     let offset = extent.first_page * size.bytes() as u64;
-    let map = sys::mmap_shared_aligned(memfd, bytes, offset, PTRS_PER_PTE * PAGE_SIZE, sys::Prot::Read)
-        .map_err(|e| format!("mapping the owner's cache: {e}"))?;
+    let map = sys::mmap_shared_aligned(
+        memfd,
+        bytes,
+        offset,
+        PTRS_PER_PTE * PAGE_SIZE,
+        sys::Prot::Read,
+    )
+    .map_err(|e| format!("mapping the owner's cache: {e}"))?;
     // A forked child of this process gets a placeholder here (its parent's
     // owner does not serve it).
     sys::dont_fork(&map, None).map_err(|e| format!("madvise(MADV_DONTFORK): {e}"))?;

@@ -397,6 +397,11 @@ pub struct Config {
     /// How a fault finds its region (default
     /// [`RegionLookup::Speculative`]).
     pub region_lookup: RegionLookup,
+    /// Benchmark and tests only: the Protect engine maps read-only
+    /// mappings with `mprotect` too, as on kernels without guard markers
+    /// on shared memory (before 6.15).
+    #[doc(hidden)]
+    pub protect_mprotect_only: bool,
     /// Benchmark only (`faultmap bench parts`): page lookups serialise on
     /// one global mutex, the cache that the lockless page cache replaced. Never faster.
     #[doc(hidden)]
@@ -451,6 +456,7 @@ impl Default for Config {
             delivery: Delivery::default(),
             region_lookup: RegionLookup::default(),
             bench_global_cache_lock: false,
+            protect_mprotect_only: false,
             memory_budget: None,
             io_retries: DEFAULT_IO_RETRIES,
             io_timeout: DEFAULT_IO_TIMEOUT,

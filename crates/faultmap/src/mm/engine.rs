@@ -5,13 +5,23 @@
 //! budget, write-back, the statistics) is the same under both engines. An
 //! engine is the answer to five questions, each one method here:
 //!
-//! | operation | [`PagingEngine::Userfaultfd`] | [`PagingEngine::Protect`] |
-//! |---|---|---|
-//! | arm a new mapping ([`PagingEngine::arm`]) | `mmap` readable, `UFFDIO_REGISTER` `MISSING\|MINOR(\|WP)` | `mmap` `PROT_NONE` |
-//! | map a window of pinned pages ([`PagingEngine::map`]) | `UFFDIO_CONTINUE` (WP in a writable region) | `mprotect(PROT_READ)` |
-//! | let a page be written ([`PagingEngine::allow_write`]) | `UFFDIO_WRITEPROTECT` off | `mprotect(PROT_READ\|PROT_WRITE)` |
-//! | stop writes before write-back ([`PagingEngine::protect_write`]) | `UFFDIO_WRITEPROTECT` on | `mprotect(PROT_READ)` |
-//! | unmap before the hole is punched ([`PagingEngine::zap`]) | `MADV_DONTNEED` | `mprotect(PROT_NONE)` |
+//! | operation | [`PagingEngine::Userfaultfd`] | [`PagingEngine::Protect`], guard markers | [`PagingEngine::Protect`], `mprotect` |
+//! |---|---|---|---|
+//! | arm a new mapping ([`PagingEngine::arm`]) | `mmap` readable, `UFFDIO_REGISTER` `MISSING\|MINOR(\|WP)` | `mmap` readable, `MADV_GUARD_INSTALL` | `mmap` `PROT_NONE` |
+//! | map a window of pinned pages ([`PagingEngine::map`]) | `UFFDIO_CONTINUE` (WP in a writable region) | `MADV_GUARD_REMOVE` | `mprotect(PROT_READ)` |
+//! | let a page be written ([`PagingEngine::allow_write`]) | `UFFDIO_WRITEPROTECT` off | (read-only only) | `mprotect(PROT_READ\|PROT_WRITE)` |
+//! | stop writes before write-back ([`PagingEngine::protect_write`]) | `UFFDIO_WRITEPROTECT` on | (read-only only) | `mprotect(PROT_READ)` |
+//! | unmap before the hole is punched ([`PagingEngine::zap`]) | `MADV_DONTNEED` | `MADV_GUARD_INSTALL` | `mprotect(PROT_NONE)` |
+//!
+//! The Protect engine uses guard markers for read-only mappings where the
+//! kernel has them on shared memfd mappings (Linux 6.15 and later,
+//! [`sys::guard_regions_work`]): a marker is a PTE that faults (SIGSEGV,
+//! `SEGV_MAPERR`), installed and removed with `madvise` under the address
+//! space's read lock, and it never splits a memory area. Measured here, a
+//! random page's `mprotect` and first touch cost 5.8 µs at 16,384 areas and
+//! 8.0 µs at 65,536 (splits, then merges), its `MADV_GUARD_REMOVE` 0.6 µs.
+//! Writable mappings (whose first write must fault, as a read-only page)
+//! and older kernels use `mprotect`.
 //!
 //! and a fault arrives as a userfaultfd message or SIGBUS
 //! (`crate::mm::signal`, `api::pager`'s handler threads) under the first,
@@ -81,6 +91,8 @@ pub(crate) enum PagingEngine {
 pub(crate) struct Protect {
     /// Areas above which a fault protects its whole region again.
     mark: usize,
+    /// Read-only mappings use guard markers rather than `mprotect`.
+    guards: bool,
 }
 
 /// Memory areas the Protect engine's mappings add to the process, as
@@ -90,6 +102,9 @@ static AREAS: AtomicUsize = AtomicUsize::new(0);
 static RESETS: AtomicU64 = AtomicU64::new(0);
 /// The most areas estimated at once.
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Live regions that use `mprotect`: when the last goes, the estimate is
+/// zero again, whatever it drifted to.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// The Protect engine's memory areas, for the process (every pager).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -105,13 +120,24 @@ pub struct AreaStats {
     /// Times a region was protected whole to stay under the mark (or
     /// because the kernel refused a split).
     pub resets: u64,
+    /// Read-only mappings use guard markers (`MADV_GUARD_INSTALL`, Linux
+    /// 6.15+), which add no areas; writable ones use `mprotect`.
+    pub guard_regions: bool,
 }
 
 impl Protect {
-    pub(crate) fn new() -> Self {
+    /// The engine's state; `guards`: use guard markers for read-only
+    /// mappings if the kernel has them.
+    pub(crate) fn new(guards: bool) -> Self {
         Self {
             mark: sys::max_map_count() / 2,
+            guards: guards && sys::guard_regions_work(),
         }
+    }
+
+    /// Whether `region` is armed with guard markers (else `mprotect`).
+    fn guarded(&self, writable: bool) -> bool {
+        self.guards && !writable
     }
 
     /// The process's area statistics.
@@ -121,6 +147,7 @@ impl Protect {
             peak: PEAK.load(Ordering::Relaxed) as u64,
             mark: self.mark as u64,
             resets: RESETS.load(Ordering::Relaxed),
+            guard_regions: self.guards,
         }
     }
 
@@ -132,7 +159,9 @@ impl Protect {
         let before = areas_of(region);
         let result = sys::protect(region.start().get(), region.map.len(), Prot::None);
         if result.is_ok() {
-            region.mapped.mark(RegionPage(0)..RegionPage(region.pages), false);
+            region
+                .mapped
+                .mark(RegionPage(0)..RegionPage(region.pages), false);
             sub_areas(before);
             RESETS.fetch_add(1, Ordering::Relaxed);
         }
@@ -142,6 +171,9 @@ impl Protect {
     /// Forgets a region that is going away (its range is unmapped).
     pub(crate) fn forget(region: &Region) {
         sub_areas(areas_of(region));
+        if LIVE.fetch_sub(1, Ordering::AcqRel) == 1 {
+            AREAS.store(0, Ordering::Relaxed);
+        }
     }
 }
 
@@ -217,6 +249,8 @@ impl PagingEngine {
         match self {
             PagingEngine::Userfaultfd(_) if writable => Prot::ReadWrite,
             PagingEngine::Userfaultfd(_) => Prot::Read,
+            // Guarded: every page carries a marker (`arm`).
+            PagingEngine::Protect(p) if p.guarded(writable) => Prot::Read,
             PagingEngine::Protect(_) => Prot::None,
         }
     }
@@ -225,8 +259,9 @@ impl PagingEngine {
     /// [`PagingEngine::initial_prot`]): under the Userfaultfd engine,
     /// registers it `MISSING | MINOR` (`| WP` if `writable`) and checks that
     /// every ioctl the fault path needs is allowed there (`Err(Some(name))`
-    /// names a missing one; the range is left unregistered). Nothing to do
-    /// under Protect: `PROT_NONE` is armed.
+    /// names a missing one; the range is left unregistered). Under Protect,
+    /// installs guard markers over a guarded mapping; `PROT_NONE` is armed
+    /// already.
     pub(crate) fn arm(
         &self,
         addr: usize,
@@ -234,8 +269,15 @@ impl PagingEngine {
         writable: bool,
         fail_after_register: bool,
     ) -> Result<(), ArmError> {
-        let PagingEngine::Userfaultfd(uffd) = self else {
-            return Ok(());
+        let uffd = match self {
+            PagingEngine::Userfaultfd(uffd) => uffd,
+            PagingEngine::Protect(p) if p.guarded(writable) => {
+                return sys::guard_install(addr, len).map_err(ArmError::Guard);
+            }
+            PagingEngine::Protect(_) => {
+                LIVE.fetch_add(1, Ordering::AcqRel);
+                return Ok(());
+            }
         };
         use sys::{mode, range_ioctl};
         let modes = if writable {
@@ -266,6 +308,7 @@ impl PagingEngine {
             PagingEngine::Userfaultfd(uffd) => {
                 let _ = sys::uffd_unregister(uffd, region.start().get(), region.map.len());
             }
+            PagingEngine::Protect(p) if p.guarded(region.writable) => {}
             PagingEngine::Protect(_) => Protect::forget(region),
         }
     }
@@ -285,6 +328,14 @@ impl PagingEngine {
         let protect = match self {
             PagingEngine::Userfaultfd(uffd) => {
                 return sys::uffd_continue(uffd, addr, len, wake, region.writable)
+            }
+            PagingEngine::Protect(p) if p.guarded(region.writable) => {
+                return match sys::guard_remove(addr, len) {
+                    Ok(()) => ContinueResult::Done,
+                    Err(e) => ContinueResult::Failed {
+                        errno: e.raw_os_error().unwrap_or(libc::EINVAL),
+                    },
+                };
             }
             PagingEngine::Protect(p) => p,
         };
@@ -383,6 +434,7 @@ impl PagingEngine {
             // sample unmap only misses the child's references).
             PagingEngine::Userfaultfd(_) if region.map.is_foreign() => Ok(()),
             PagingEngine::Userfaultfd(_) => sys::madvise_dontneed(addr, len),
+            PagingEngine::Protect(p) if p.guarded(region.writable) => sys::guard_install(addr, len),
             PagingEngine::Protect(_) => {
                 let left = mapped(region, pages.start.0.checked_sub(1));
                 let right = mapped(region, Some(pages.end.0));
@@ -411,6 +463,8 @@ impl PagingEngine {
 pub(crate) enum ArmError {
     /// `UFFDIO_REGISTER` failed.
     Register(std::io::Error),
+    /// `MADV_GUARD_INSTALL` failed.
+    Guard(std::io::Error),
     /// The kernel does not allow this ioctl on the range.
     MissingIoctl(&'static str),
 }

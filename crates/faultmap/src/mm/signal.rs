@@ -471,9 +471,10 @@ unsafe fn chain_sigbus(
 fn handle_sigsegv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: `info` is the kernel's siginfo for this SA_SIGINFO handler.
     let fault = unsafe { sys::siginfo_fault(info) };
-    // Only an access refused by a mapping's protection (SEGV_ACCERR); a
-    // sent SIGSEGV or an access to no mapping at all is never ours.
-    if let Some((addr, sys::SEGV_ACCERR)) = fault {
+    // Only an access refused by a mapping's protection (SEGV_ACCERR) or
+    // by a guard marker (SEGV_MAPERR); a sent SIGSEGV is never ours, nor
+    // an address outside every Protect region (`resolve`).
+    if let Some((addr, sys::SEGV_ACCERR | sys::SEGV_MAPERR)) = fault {
         // SAFETY: as in `handle_sigbus`.
         let write = unsafe { sys::fault_may_write(ctx) };
         match resolve(HostAddr(addr), write, Via::Protect) {

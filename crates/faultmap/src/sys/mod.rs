@@ -888,6 +888,88 @@ pub(crate) fn protect(addr: usize, len: usize, prot: Prot) -> io::Result<()> {
     Ok(())
 }
 
+/// `MADV_GUARD_INSTALL` and `MADV_GUARD_REMOVE` (Linux 6.13; on file and
+/// shmem mappings since 6.15); the `libc` crate does not carry them.
+const MADV_GUARD_INSTALL: libc::c_int = 102;
+const MADV_GUARD_REMOVE: libc::c_int = 103;
+
+/// Installs guard markers over `[addr, addr + len)` of a faultmap mapping
+/// (page-aligned, inside a live region): its PTEs are zapped and every
+/// access faults (SIGSEGV, `SEGV_MAPERR`) until the markers are removed,
+/// without changing the area's protection (no split). The markers stay
+/// through a hole punched in the file. Async-signal-safe.
+pub(crate) fn guard_install(addr: usize, len: usize) -> io::Result<()> {
+    // SAFETY: advises on a page-aligned range inside a shared memfd
+    // mapping this process owns (the caller computed it from a live
+    // region); the range's bytes stay in the memfd, and an access faults
+    // into faultmap's SIGSEGV handler.
+    let rc = unsafe { libc::madvise(addr as *mut libc::c_void, len, MADV_GUARD_INSTALL) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Removes the guard markers of `[addr, addr + len)` (see
+/// [`guard_install`]): the next access maps the memfd's pages.
+/// Async-signal-safe.
+pub(crate) fn guard_remove(addr: usize, len: usize) -> io::Result<()> {
+    // SAFETY: as in `guard_install`; removing markers maps nothing by
+    // itself.
+    let rc = unsafe { libc::madvise(addr as *mut libc::c_void, len, MADV_GUARD_REMOVE) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether this kernel installs guard markers in a shared memfd mapping
+/// (Linux 6.15 and later): tried on a page of a throw-away memfd.
+pub(crate) fn guard_regions_work() -> bool {
+    let Ok(fd) = memfd_create_plain("faultmap-guard-probe") else {
+        return false;
+    };
+    // SAFETY: a new one-page shared mapping of our own memfd, unmapped
+    // below; nothing else refers to it.
+    unsafe {
+        if libc::ftruncate(fd.as_raw_fd(), PAGE_SIZE as libc::off_t) != 0 {
+            return false;
+        }
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            PAGE_SIZE,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return false;
+        }
+        let works = libc::madvise(p, PAGE_SIZE, MADV_GUARD_INSTALL) == 0
+            && libc::madvise(p, PAGE_SIZE, MADV_GUARD_REMOVE) == 0;
+        libc::munmap(p, PAGE_SIZE);
+        works
+    }
+}
+
+/// A plain memfd (close-on-exec), for probes.
+fn memfd_create_plain(name: &str) -> io::Result<OwnedFd> {
+    let name =
+        std::ffi::CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a NUL-terminated name; memfd_create returns a new fd or -1.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us; nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `si_code` of a SIGSEGV raised by an access to no mapping, or to a
+/// guard marker.
+pub(crate) const SEGV_MAPERR: libc::c_int = 1;
+
 /// The kernel's limit on a process's memory areas (`vm.max_map_count`;
 /// 65,530 unless the file cannot be read).
 pub(crate) fn max_map_count() -> usize {

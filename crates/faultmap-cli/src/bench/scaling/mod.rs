@@ -105,9 +105,9 @@ use std::fs::File;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+use crate::Fault;
 use anyhow::{bail, Context, Result};
 use faultmap::{Config, FileStore, Object, Pager, RegionLookup, Stats, PAGE_SIZE};
-use crate::Fault;
 use serde_json::{json, Value};
 
 use self::churn::{CHURN_LIVE, CHURN_PAGES};
