@@ -34,7 +34,13 @@
 //! - a store that fails, comes back short or hangs gives SIGBUS on the
 //!   pages it could not read, after retries, and a report naming the
 //!   object and offset ([`IoErrorReport`]); an application's
-//!   `munmap`/`mremap` of a mapping is noticed through userfaultfd events.
+//!   `munmap`/`mremap` of a mapping is noticed through userfaultfd events;
+//! - where userfaultfd is refused (a container's seccomp profile, gVisor),
+//!   the Protect engine ([`Engine::Protect`], chosen by [`Engine::Auto`])
+//!   keeps all of the above but the events: a page not mapped yet carries
+//!   a guard marker (or the mapping is `PROT_NONE`), its access raises
+//!   SIGSEGV in the faulting thread, and a window is mapped by removing
+//!   the markers (or `mprotect`) ([`mm`]'s engine module).
 //!
 //! # Layers
 //!
@@ -78,7 +84,8 @@
 //! "Soundness" on [`Mapping`].
 //!
 //! Requirements: Linux 6.6 or later; [`Pager::new`] checks the kernel's
-//! userfaultfd features and names any that is missing. Any user can create a
+//! userfaultfd features and names any that is missing (or, with
+//! [`Engine::Auto`], runs the Protect engine). Any user can create a
 //! pager. Root, read-write access to `/dev/userfaultfd`, or
 //! `vm.unprivileged_userfaultfd=1` also lets it serve the faults that the
 //! kernel takes on the application's behalf (`write(2)` from a mapping):
