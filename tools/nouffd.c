@@ -89,7 +89,13 @@ int main(int argc, char **argv) {
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, X32_SYSCALL_BIT | __NR_userfaultfd, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, refuse),
 #endif
+#ifdef X32_SYSCALL_BIT
+        /* ioctl, or x32's (514 | the x32 bit): look at its request. */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, X32_SYSCALL_BIT | 514, 0, 3),
+#else
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 3),
+#endif
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(1)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, USERFAULTFD_IOC_NEW, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, refuse),

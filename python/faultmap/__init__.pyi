@@ -93,7 +93,7 @@ class Pager:
     @property
     def engine_why(self) -> str:
         """Why that engine runs (who asked, or what "auto" found)."""
-    def areas(self) -> dict[str, int] | None:
+    def areas(self) -> dict[str, int | bool] | None:
         """The protect engine's memory areas, or None under userfaultfd."""
     @property
     def serves_kernel_faults(self) -> bool:

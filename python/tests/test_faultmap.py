@@ -1155,7 +1155,7 @@ def test_the_protect_engine_reads_writes_and_says_so(small_file, tmp_path):
         assert zlib.crc32(memoryview(m)) == zlib.crc32(data)
         assert m.stats()["forwarded"] > 0
     areas = pager.areas()
-    assert set(areas) == {"areas", "peak", "mark", "resets"}, areas
+    assert set(areas) == {"areas", "peak", "mark", "resets", "guard_regions"}, areas
     copy = tmp_path / "copy.bin"
     copy.write_bytes(data)
     with pager.open(copy, writable=True) as w:
@@ -1220,4 +1220,5 @@ def test_a_foreign_segfault_under_protect_reaches_faulthandler(small_file, when)
     assert "read True" in r.stdout, (r.stdout, r.stderr)
     assert "survived" not in r.stdout
     assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stderr)
-    assert "Fatal Python error: Segmentation fault" in r.stderr, r.stderr
+    # Once: faulthandler's own re-raise ends the process, not a loop.
+    assert r.stderr.count("Fatal Python error: Segmentation fault") == 1, r.stderr[:2000]

@@ -225,7 +225,7 @@ typedef struct fm_config {
   /**
    * Must be 0.
    */
-  int reserved;
+  uint64_t reserved;
 } fm_config;
 
 /**

@@ -137,7 +137,7 @@ pub struct fm_config {
     /// ends at `shared` gets 0.
     pub engine: c_int,
     /// Must be 0.
-    pub reserved: c_int,
+    pub reserved: u64,
 }
 
 /// `fm_config.engine`: userfaultfd if this process can have one (the

@@ -398,3 +398,125 @@ fn a_forked_child_finds_an_inherited_protect_mapping_inaccessible() {
         assert_bytes(&map, &file.data, "the parent after the fork");
     });
 }
+
+/// A file of `pages` pages, each naming itself in its first 8 bytes.
+fn named_pages(pages: u64) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("named.bin");
+    let f = std::fs::File::create(&path).unwrap();
+    f.set_len(pages * PAGE as u64).unwrap();
+    for p in 0..pages {
+        f.write_all_at(&p.to_le_bytes(), p * PAGE as u64).unwrap();
+    }
+    (dir, path)
+}
+
+/// With `mprotect`, a region that holds the areas near the mark does not
+/// hold up a fault in another region (which resetting itself would not
+/// help): the fault is resolved and reads the right bytes. In a child: the
+/// area estimate is the process's.
+#[test]
+fn a_region_near_the_mark_does_not_hold_up_another() {
+    const NAME: &str = "a_region_near_the_mark_does_not_hold_up_another";
+    if is_child(NAME) {
+        let mut config = protect();
+        config.protect_mprotect_only = true;
+        let pager = Pager::new(config).unwrap();
+        let mark = pager.areas().unwrap().mark;
+        let n = mark / 2;
+        let (_a, path_a) = named_pages(2 * n + 2);
+        let (_b, path_b) = named_pages(16);
+        let opts = || MapOptions::new().fault_around_order(0).ra_pages(0);
+        let a = pager
+            .map_trusted(FileStore::open(&path_a).unwrap(), opts())
+            .unwrap();
+        a.advise(faultmap::Advice::Random, 0..a.len()).unwrap();
+        for i in 0..n {
+            let p = 2 * i + 1;
+            let at = p as usize * PAGE;
+            assert_eq!(u64::from_le_bytes(a[at..at + 8].try_into().unwrap()), p);
+        }
+        let b = pager
+            .map_trusted(FileStore::open(&path_b).unwrap(), opts())
+            .unwrap();
+        for p in 0..16u64 {
+            let at = p as usize * PAGE;
+            assert_eq!(u64::from_le_bytes(b[at..at + 8].try_into().unwrap()), p);
+        }
+        println!("CHILD OK {:?}", pager.areas());
+        return;
+    }
+    let end = run_child(NAME, Duration::from_secs(120));
+    assert!(
+        end.status.is_some_and(|s| s.success()) && end.stdout.contains("CHILD OK"),
+        "{end:?}"
+    );
+}
+
+/// A process at `vm.max_map_count` through its own mappings: the first
+/// write to a readable page of a writable Protect mapping (which needs a
+/// split) is not a fault for ever; the engine gives its region's areas
+/// back and the write lands. In a child: it takes every area it can.
+#[test]
+fn a_write_at_the_area_limit_lands() {
+    const NAME: &str = "a_write_at_the_area_limit_lands";
+    if is_child(NAME) {
+        let pager = pager();
+        let (_d, path) = named_pages(64);
+        let map = pager
+            .map_mut_trusted(
+                FileStore::open_rw(&path).unwrap(),
+                MapOptions::new().fault_around_order(2).ra_pages(0),
+            )
+            .unwrap();
+        // SAFETY: inside the mapping: maps pages 8..12 readable.
+        let _ = unsafe { std::ptr::read_volatile(map.as_ptr().add(8 * PAGE)) };
+        let mut last = 0usize;
+        for held in 0usize.. {
+            // SAFETY: a fresh private page, never touched; alternate
+            // protections so that neighbours never merge.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    PAGE,
+                    if held % 2 == 0 {
+                        libc::PROT_READ
+                    } else {
+                        libc::PROT_NONE
+                    },
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                break;
+            }
+            last = p as usize;
+        }
+        // One area free: a split needs two.
+        // SAFETY: the last page mapped above, unused.
+        unsafe { libc::munmap(last as *mut libc::c_void, PAGE) };
+        // SAFETY: inside the mapping.
+        unsafe { std::ptr::write_volatile(map.as_mut_ptr().add(9 * PAGE + 1), 7) };
+        // SAFETY: as above.
+        let back = unsafe { std::ptr::read_volatile(map.as_ptr().add(9 * PAGE + 1)) };
+        // No allocation from here: the process has no areas left.
+        let line = if back == 7 {
+            "CHILD OK wrote 7\n"
+        } else {
+            "CHILD wrote no 7\n"
+        };
+        // SAFETY: writes a static string to stdout, then leaves at once
+        // (the harness would allocate).
+        unsafe {
+            libc::write(1, line.as_ptr().cast(), line.len());
+            libc::_exit(0);
+        }
+    }
+    let end = run_child(NAME, Duration::from_secs(60));
+    assert!(
+        end.status.is_some_and(|s| s.success()) && end.stdout.contains("CHILD OK wrote 7"),
+        "{end:?}"
+    );
+}

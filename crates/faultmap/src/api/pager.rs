@@ -1112,7 +1112,7 @@ impl Pager {
             bytes,
             object.0.cache.offset(first_page),
             PTRS_PER_PTE * PAGE_SIZE,
-            self.core.engine.initial_prot(writable),
+            self.core.engine.initial_prot(writable, size.shift(), bytes),
         )
         .map_err(|e| map_err("mmap", e))?;
         // A region still published over the range the kernel just gave us
@@ -1167,11 +1167,13 @@ impl Pager {
         //    range's munmap raises an UNMAP event and waits until a pager
         //    thread reads it; its handling would then detach nothing, and
         //    the wait is needless.
-        match self
-            .core
-            .engine
-            .arm(map.addr(), map.len(), writable, fail_after_register())
-        {
+        match self.core.engine.arm(
+            map.addr(),
+            map.len(),
+            writable,
+            size.shift(),
+            fail_after_register(),
+        ) {
             Ok(()) => {}
             Err(ArmError::Register(e)) => return Err(map_err("UFFDIO_REGISTER", e)),
             Err(ArmError::Guard(e)) => return Err(map_err("madvise(MADV_GUARD_INSTALL)", e)),
@@ -1513,6 +1515,10 @@ fn request_loop(core: &Arc<Core>, requests: &Arc<Requests>, stop: &OwnedFd, spin
         }
     }
 }
+
+/// How many times `Mapping::populate` maps a writable page again when it
+/// is evicted between its read and its write permission.
+const POPULATE_TRIES: u32 = 8;
 
 /// How long `Pager::map` waits for a stale region over the range it got
 /// to be detached before it gives up (`EBUSY`). A pager thread reads an
@@ -1997,32 +2003,51 @@ impl<A: Access> Mapping<A> {
             // before it (its lead).
             let byte = at.max(base);
             self.wait_cached(byte - base)?;
-            // SAFETY: `byte` is inside the mapping (base <= byte < end <=
-            // base + len), which `self` keeps mapped; the access faults and
-            // is served like any other. Volatile through a raw pointer, as
-            // `read_at`: another mapping's writer may change the byte.
-            unsafe {
-                if A::WRITABLE {
-                    // A write that changes nothing, atomically, so that a
-                    // concurrent writer's byte is never lost: a
-                    // compare-and-swap of the byte with itself, which
-                    // needs write access (an idempotent `fetch_or(0)` may
-                    // be compiled to a load).
-                    let cell = &*(byte as *const std::sync::atomic::AtomicU8);
-                    let seen = cell.load(Ordering::Relaxed);
-                    std::hint::black_box(cell.compare_exchange(
-                        seen,
-                        seen,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ))
-                    .ok();
-                } else {
-                    std::ptr::read_volatile(byte as *const u8);
+            for _ in 0..POPULATE_TRIES {
+                // SAFETY: `byte` is inside the mapping (base <= byte < end
+                // <= base + len), which `self` keeps mapped; the access
+                // faults and is served like any other. A volatile read
+                // through a raw pointer, as `read_at`'s: another mapping's
+                // writer may change the byte.
+                unsafe { std::ptr::read_volatile(byte as *const u8) };
+                // A writable mapping's page is made writable too, by the
+                // write fault's own path (never by a write of ours, which
+                // could race the application's).
+                if !A::WRITABLE || self.allow_writes_at(byte)? {
+                    break;
                 }
             }
         }
         Ok(())
+    }
+
+    /// Makes the mapped page that holds address `byte` writable and marks
+    /// it dirty, as its first write would (`fault::write_fault`). False if
+    /// the page left the cache meanwhile (the caller maps it again).
+    fn allow_writes_at(&self, byte: usize) -> Result<bool, MapError> {
+        let Some(region) = self.region.as_ref() else {
+            return Ok(true);
+        };
+        if self.born != sys::fork_generation() {
+            // A forked child's: its own writes fault as usual.
+            return Ok(true);
+        }
+        let env = region.owner.env();
+        let mut tally = Stats::default();
+        let page = region.page_of(HostAddr(byte));
+        let done = fault::write_fault(&env, region, page, &mut tally, None);
+        for counters in [env.counters, &region.counters, &region.object.counters] {
+            counters.add(&tally);
+        }
+        match done {
+            fault::WriteFault::Done => Ok(true),
+            fault::WriteFault::NotPinned => Ok(false),
+            fault::WriteFault::Refused => Err(MapError::Map {
+                name: self.object.name().to_string(),
+                op: "mprotect (the process is at vm.max_map_count)",
+                source: io::Error::from_raw_os_error(libc::ENOMEM),
+            }),
+        }
     }
 
     /// Brings the pages that hold bytes `range` (inside the mapping, not
@@ -2051,7 +2076,14 @@ impl<A: Access> Mapping<A> {
         if offsets().all(cached) {
             return Ok(());
         }
-        self.prefetch(range)?;
+        // At least a readahead window from the first byte, so that small
+        // reads in order are not each a store request of their own.
+        let window = (region.ra_pages as usize).saturating_mul(page);
+        let ahead = range
+            .end
+            .max(range.start.saturating_add(window))
+            .min(self.len);
+        self.prefetch(range.start..ahead)?;
         offsets().try_for_each(|at| self.wait_cached(at))
     }
 

@@ -211,7 +211,7 @@ pub const ENGINE_ENV: &str = "FAULTMAP_ENGINE";
 /// The engine the environment asks for ([`ENGINE_ENV`]), if it names one.
 pub(crate) fn engine_from_env() -> Result<Option<Engine>, ConfigError> {
     match std::env::var(ENGINE_ENV) {
-        Ok(v) if v.is_empty() => Ok(None),
+        Ok(v) if v.trim().is_empty() => Ok(None),
         Ok(v) => v
             .parse()
             .map(Some)

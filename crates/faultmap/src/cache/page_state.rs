@@ -521,6 +521,17 @@ impl PageState {
         self.begin_evict_from(cur)
     }
 
+    /// EVICTING → UPTODATE, by the evictor, when the page cannot leave
+    /// after all (a mapping could not be made to stop reaching it: the
+    /// Protect engine's zap failed): it stays cached, as it was but for
+    /// the flags `begin_evict` cleared.
+    pub fn cancel_evict(&self) {
+        let cur = self.load();
+        debug_assert_eq!(cur.state(), State::Evicting);
+        // Nobody else changes an EVICTING word (see `finish_evict`).
+        self.0.store(cur.with_state(UPTODATE).0, Ordering::Release);
+    }
+
     /// EVICTING → ABSENT, by the evictor, after the page left the memfd.
     pub fn finish_evict(&self) {
         let cur = self.load();

@@ -57,16 +57,21 @@
 //! Every `mprotect` of part of an area splits it, and the kernel refuses
 //! a split past `vm.max_map_count` (65,530 by default) with `ENOMEM`: a
 //! random 4 KiB access pattern leaves two areas per isolated page. The
-//! engine keeps an estimate of the areas its mappings add (from the
-//! regions' mapped-page bits, which say whether a window's neighbours are
+//! engine keeps an estimate of the areas each region adds (from its
+//! mapped-page bits, which say whether a window's neighbours are
 //! accessible: mapping a window with no accessible neighbour adds two,
-//! next to one adds none, between two removes two). When the estimate
-//! passes half the limit (the other half is the application's), the fault
-//! that pushed it there protects its whole region again (one area) and the
-//! region's pages fault back in on their next touch, from the cache,
-//! merging as they come: the kernel's way of reclaiming page tables
-//! without dropping the page cache. The same happens when a `mprotect`
-//! fails with `ENOMEM` anyway (the application's own areas). Counted in
+//! next to one adds none, between two removes two; a first write adds two,
+//! and write-back gives none back, so it errs high), and their sum for the
+//! process. When the sum would pass half the limit (the other half is the
+//! application's), a fault in a region that holds an eighth of the mark or
+//! more first protects that whole region again (one area), and its pages
+//! fault back in on their next touch, from the cache, merging as they
+//! come: the kernel's way of reclaiming page tables without dropping the
+//! page cache. A region holding less is not reset (that would free little,
+//! and the fault that pays for it would come back at once). A `mprotect`
+//! that the kernel refuses with `ENOMEM` anyway (the application's own
+//! areas) resets the region and tries once more; if it still fails, the
+//! access gets SIGBUS rather than faulting for ever. Counted in
 //! [`AreaStats`].
 
 use std::ops::Range;
@@ -102,9 +107,10 @@ static AREAS: AtomicUsize = AtomicUsize::new(0);
 static RESETS: AtomicU64 = AtomicU64::new(0);
 /// The most areas estimated at once.
 static PEAK: AtomicUsize = AtomicUsize::new(0);
-/// Live regions that use `mprotect`: when the last goes, the estimate is
-/// zero again, whatever it drifted to.
-static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// The longest mapping armed with guard markers: 16 GiB, whose page tables
+/// take 32 MiB. Longer ones use `mprotect`.
+pub(crate) const GUARD_MAX_BYTES: usize = 16 << 30;
 
 /// The Protect engine's memory areas, for the process (every pager).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -135,9 +141,15 @@ impl Protect {
         }
     }
 
-    /// Whether `region` is armed with guard markers (else `mprotect`).
-    fn guarded(&self, writable: bool) -> bool {
-        self.guards && !writable
+    /// Whether a mapping is armed with guard markers (else `mprotect`):
+    /// read-only, of 4 KiB pages (the kernel has no markers for hugetlb),
+    /// and at most [`GUARD_MAX_BYTES`] long (markers are PTEs: arming
+    /// allocates every page table of the range, 2 MiB of them per GiB).
+    fn guarded(&self, writable: bool, page_shift: u32, len: usize) -> bool {
+        self.guards
+            && !writable
+            && page_shift == sys::PAGE_SIZE.trailing_zeros()
+            && len <= GUARD_MAX_BYTES
     }
 
     /// The process's area statistics.
@@ -156,13 +168,13 @@ impl Protect {
     /// A whole region is one area, so this never needs a split.
     /// Async-signal-safe.
     pub(crate) fn reset(region: &Region) -> std::io::Result<()> {
-        let before = areas_of(region);
         let result = sys::protect(region.start().get(), region.map.len(), Prot::None);
         if result.is_ok() {
             region
                 .mapped
                 .mark(RegionPage(0)..RegionPage(region.pages), false);
-            sub_areas(before);
+            let held = region.mapped.areas().swap(0, Ordering::Relaxed);
+            saturating_sub(&AREAS, held);
             RESETS.fetch_add(1, Ordering::Relaxed);
         }
         result
@@ -170,46 +182,37 @@ impl Protect {
 
     /// Forgets a region that is going away (its range is unmapped).
     pub(crate) fn forget(region: &Region) {
-        sub_areas(areas_of(region));
-        if LIVE.fetch_sub(1, Ordering::AcqRel) == 1 {
-            AREAS.store(0, Ordering::Relaxed);
-        }
+        let held = region.mapped.areas().swap(0, Ordering::Relaxed);
+        saturating_sub(&AREAS, held);
     }
 }
 
-/// The areas a region adds: two per run of mapped pages, less one for a
-/// run at either end of the region (the region is one area when nothing or
-/// everything is mapped).
-fn areas_of(region: &Region) -> usize {
-    let pages = region.pages;
-    let mut runs = 0usize;
-    let mut ends = 0usize;
-    let mut prev = false;
-    for p in 0..pages {
-        let on = region.mapped.contains(RegionPage(p));
-        if on && !prev {
-            runs += 1;
-            if p == 0 {
-                ends += 1;
-            }
-        }
-        prev = on;
-    }
-    if prev && pages > 0 {
-        ends += 1;
-    }
-    (2 * runs).saturating_sub(ends)
-}
-
-fn add_areas(n: usize) -> usize {
+/// Adds `n` areas to `region`'s estimate and the process's; returns the
+/// process's.
+fn add_areas(region: &Region, n: usize) -> usize {
+    region.mapped.areas().fetch_add(n, Ordering::Relaxed);
     let now = AREAS.fetch_add(n, Ordering::Relaxed) + n;
     PEAK.fetch_max(now, Ordering::Relaxed);
     now
 }
 
-fn sub_areas(n: usize) {
-    // Saturating: the estimate's races must not wrap it.
-    let _ = AREAS.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
+/// Takes `n` areas off `region`'s estimate and the process's.
+fn sub_areas(region: &Region, n: usize) {
+    // Only what the region holds: the process's sum stays the sum.
+    let mut taken = 0;
+    let _ = region
+        .mapped
+        .areas()
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
+            taken = a.min(n);
+            Some(a - taken)
+        });
+    saturating_sub(&AREAS, taken);
+}
+
+/// `counter -= n`, stopping at 0 (the estimate's races must not wrap it).
+fn saturating_sub(counter: &AtomicUsize, n: usize) {
+    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
         Some(a.saturating_sub(n))
     });
 }
@@ -245,12 +248,12 @@ impl PagingEngine {
     }
 
     /// The protection a new mapping starts with.
-    pub(crate) fn initial_prot(&self, writable: bool) -> Prot {
+    pub(crate) fn initial_prot(&self, writable: bool, page_shift: u32, len: usize) -> Prot {
         match self {
             PagingEngine::Userfaultfd(_) if writable => Prot::ReadWrite,
             PagingEngine::Userfaultfd(_) => Prot::Read,
             // Guarded: every page carries a marker (`arm`).
-            PagingEngine::Protect(p) if p.guarded(writable) => Prot::Read,
+            PagingEngine::Protect(p) if p.guarded(writable, page_shift, len) => Prot::Read,
             PagingEngine::Protect(_) => Prot::None,
         }
     }
@@ -267,17 +270,15 @@ impl PagingEngine {
         addr: usize,
         len: usize,
         writable: bool,
+        page_shift: u32,
         fail_after_register: bool,
     ) -> Result<(), ArmError> {
         let uffd = match self {
             PagingEngine::Userfaultfd(uffd) => uffd,
-            PagingEngine::Protect(p) if p.guarded(writable) => {
+            PagingEngine::Protect(p) if p.guarded(writable, page_shift, len) => {
                 return sys::guard_install(addr, len).map_err(ArmError::Guard);
             }
-            PagingEngine::Protect(_) => {
-                LIVE.fetch_add(1, Ordering::AcqRel);
-                return Ok(());
-            }
+            PagingEngine::Protect(_) => return Ok(()),
         };
         use sys::{mode, range_ioctl};
         let modes = if writable {
@@ -308,7 +309,8 @@ impl PagingEngine {
             PagingEngine::Userfaultfd(uffd) => {
                 let _ = sys::uffd_unregister(uffd, region.start().get(), region.map.len());
             }
-            PagingEngine::Protect(p) if p.guarded(region.writable) => {}
+            PagingEngine::Protect(p)
+                if p.guarded(region.writable, region.page_shift, region.map.len()) => {}
             PagingEngine::Protect(_) => Protect::forget(region),
         }
     }
@@ -329,7 +331,9 @@ impl PagingEngine {
             PagingEngine::Userfaultfd(uffd) => {
                 return sys::uffd_continue(uffd, addr, len, wake, region.writable)
             }
-            PagingEngine::Protect(p) if p.guarded(region.writable) => {
+            PagingEngine::Protect(p)
+                if p.guarded(region.writable, region.page_shift, region.map.len()) =>
+            {
                 return match sys::guard_remove(addr, len) {
                     Ok(()) => ContinueResult::Done,
                     Err(e) => ContinueResult::Failed {
@@ -340,12 +344,34 @@ impl PagingEngine {
             PagingEngine::Protect(p) => p,
         };
         // The areas this adds, from the neighbours' bits (read before the
-        // caller marks the run mapped).
-        let left = mapped(region, pages.start.0.checked_sub(1));
-        let right = mapped(region, Some(pages.end.0));
+        // caller marks the run mapped): none if the run is mapped already.
+        let delta = |region: &Region| -> isize {
+            let run = pages.start.0..pages.end.0;
+            if u64::from(region.mapped.count(run.clone())) == run.end - run.start {
+                return 0;
+            }
+            let left = mapped(region, pages.start.0.checked_sub(1));
+            let right = mapped(region, Some(pages.end.0));
+            match (left, right) {
+                (false, false) => 2,
+                (true, true) => -2,
+                _ => 0,
+            }
+        };
+        // Past the mark, a region that holds a good share of the areas is
+        // protected whole first: its pages fault back in from the cache
+        // as they are touched, merging as they come. (Before this run is
+        // mapped, so that this fault is resolved.)
+        if delta(region) > 0
+            && AREAS.load(Ordering::Relaxed) + 2 > protect.mark
+            && region.mapped.areas().load(Ordering::Relaxed) >= protect.mark / 8
+        {
+            let _ = Protect::reset(region);
+        }
+        let change = delta(region);
         let mut result = sys::protect(addr, len, Prot::Read);
         if matches!(&result, Err(e) if e.raw_os_error() == Some(libc::ENOMEM)) {
-            // Out of areas (the application's, or a race past the mark):
+            // Out of areas (the application's, or the estimate's error):
             // give this region's back and try once more.
             if Protect::reset(region).is_ok() {
                 result = sys::protect(addr, len, Prot::Read);
@@ -353,20 +379,12 @@ impl PagingEngine {
         }
         match result {
             Ok(()) => {
-                let now = match (left, right) {
-                    (false, false) => add_areas(2),
-                    (true, true) => {
-                        sub_areas(2);
-                        0
+                match change {
+                    2 => {
+                        add_areas(region, 2);
                     }
-                    _ => 0,
-                };
-                if now > protect.mark {
-                    // Past the mark: this region's pages fault back in
-                    // from the cache as they are touched (the faulting
-                    // page included, once: its handler returns and the
-                    // access faults again, now a plain hit that merges).
-                    let _ = Protect::reset(region);
+                    -2 => sub_areas(region, 2),
+                    _ => {}
                 }
                 ContinueResult::Done
             }
@@ -379,7 +397,12 @@ impl PagingEngine {
     /// Lets the mapped page(s) `[addr, addr + len)` of writable region
     /// `region` be written: its first write after mapping or write-back
     /// (`crate::mm::writeback`). Async-signal-safe.
-    pub(crate) fn allow_write(&self, addr: usize, len: usize) -> std::io::Result<()> {
+    pub(crate) fn allow_write(
+        &self,
+        region: &Region,
+        addr: usize,
+        len: usize,
+    ) -> std::io::Result<()> {
         match self {
             PagingEngine::Userfaultfd(uffd) => {
                 let result = sys::uffd_writeprotect(uffd, addr, len, false, true);
@@ -388,11 +411,23 @@ impl PagingEngine {
             }
             PagingEngine::Protect(_) => {
                 let result = sys::protect(addr, len, Prot::ReadWrite);
-                if result.is_ok() {
+                match result {
                     // A writable page between readable ones: two more.
-                    add_areas(2);
+                    Ok(()) => {
+                        add_areas(region, 2);
+                        Ok(())
+                    }
+                    // Out of areas: give this region's back (the region
+                    // goes inaccessible) and try once more; still out,
+                    // the caller fails the access (SIGBUS).
+                    Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => {
+                        Protect::reset(region)?;
+                        sys::protect(addr, len, Prot::ReadWrite)?;
+                        add_areas(region, 2);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
                 }
-                result
             }
         }
     }
@@ -406,14 +441,9 @@ impl PagingEngine {
     pub(crate) fn protect_write(&self, addr: usize, len: usize) -> std::io::Result<()> {
         match self {
             PagingEngine::Userfaultfd(uffd) => sys::uffd_writeprotect(uffd, addr, len, true, false),
-            PagingEngine::Protect(_) => {
-                let result = sys::protect(addr, len, Prot::Read);
-                if result.is_ok() {
-                    // The writable run's areas, as `allow_write` added them.
-                    sub_areas(2);
-                }
-                result
-            }
+            // Areas are given back only by resets and zaps: the estimate
+            // errs high, never low.
+            PagingEngine::Protect(_) => sys::protect(addr, len, Prot::Read),
         }
     }
 
@@ -434,7 +464,11 @@ impl PagingEngine {
             // sample unmap only misses the child's references).
             PagingEngine::Userfaultfd(_) if region.map.is_foreign() => Ok(()),
             PagingEngine::Userfaultfd(_) => sys::madvise_dontneed(addr, len),
-            PagingEngine::Protect(p) if p.guarded(region.writable) => sys::guard_install(addr, len),
+            PagingEngine::Protect(p)
+                if p.guarded(region.writable, region.page_shift, region.map.len()) =>
+            {
+                sys::guard_install(addr, len)
+            }
             PagingEngine::Protect(_) => {
                 let left = mapped(region, pages.start.0.checked_sub(1));
                 let right = mapped(region, Some(pages.end.0));
@@ -442,9 +476,9 @@ impl PagingEngine {
                     Ok(()) => {
                         match (was_mapped, left, right) {
                             (false, ..) => {}
-                            (true, false, false) => sub_areas(2),
+                            (true, false, false) => sub_areas(region, 2),
                             (true, true, true) => {
-                                add_areas(2);
+                                add_areas(region, 2);
                             }
                             _ => {}
                         }

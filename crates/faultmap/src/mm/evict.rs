@@ -541,15 +541,19 @@ impl Budget {
         }
         tally.clock_unmapped += unmap.len() as u64;
         // 3. Evict.
-        let frozen: Vec<u64> = evict
+        let mut frozen: Vec<u64> = evict
             .into_iter()
             .filter(|&p| states.get(ObjectPage(p)).is_some_and(|s| s.begin_reclaim()))
             .collect();
+        if !frozen.is_empty() {
+            // Counted as freed even if a syscall failed: the pages are
+            // ABSENT and will be read again; but for those a Protect
+            // mapping could still reach, which stay cached and leave
+            // `frozen` (see `drop_frozen`).
+            let _ = crate::mm::invalidate::drop_frozen(object, &mut frozen);
+        }
         let freed = frozen.len() as u64;
         if freed > 0 {
-            // Counted as freed even if a syscall failed: the pages are
-            // ABSENT and will be read again (see `drop_frozen`).
-            let _ = crate::mm::invalidate::drop_frozen(object, &frozen);
             // The age counts 4 KiB pages, as the refault threshold does.
             let first_age = self.age.advance(freed * base_pages(object));
             object.shadows.record(

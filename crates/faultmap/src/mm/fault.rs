@@ -406,7 +406,7 @@ pub(crate) fn handle_wp(env: &FaultEnv<'_>, addr: HostAddr, tid: u32) {
             let object = &region.object;
             let sets = [env.counters, &region.counters, &object.counters];
             let begun = sets.map(|c| c.begin());
-            let done = write_fault(env, region, page, &mut tally, Some(&spec));
+            let done = write_fault(env, region, page, &mut tally, Some(&spec)) == WriteFault::Done;
             if done {
                 tally.pgfault = 1;
                 tally.spf_success = 1;
@@ -587,9 +587,12 @@ fn resolve(
             // as a write-protect fault if it writes). Let go after it
             // (`Resolved`).
             MapOutcome::NotWoken if region.writable && origin.may_write() => {
-                // A failed speculative attempt goes to the classic path.
-                if !write_fault(env, region, page, &mut tally, spec) && spec.is_some() {
-                    ending = None;
+                match write_fault(env, region, page, &mut tally, spec) {
+                    WriteFault::Done => {}
+                    // A failed speculative attempt goes to the classic path.
+                    WriteFault::NotPinned if spec.is_some() => ending = None,
+                    WriteFault::NotPinned => {}
+                    WriteFault::Refused => ending = Some(Ending::Failed),
                 }
             }
             MapOutcome::NotWoken => {}
@@ -734,8 +737,9 @@ pub(crate) fn fast(
     if matches!(outcome, MapOutcome::NotWoken)
         && region.writable
         && write
-        && !write_fault(env, region, page, &mut tally, spec)
+        && write_fault(env, region, page, &mut tally, spec) != WriteFault::Done
     {
+        // A pager thread sorts it out (and fails it if it must).
         outcome = MapOutcome::PageGone;
     }
     let woken = matches!(outcome, MapOutcome::Woken);
@@ -771,9 +775,11 @@ pub(crate) fn fast(
 /// already mapped (write-protected): the protocol of `crate::mm::writeback`.
 /// In the write-fault SRCU section: pin (the page must be UPTODATE),
 /// **first** unprotect (`DONTWAKE`: the caller lets the thread go after),
-/// **then** `set_dirty`, unpin. Returns false if the page could not be
-/// pinned (being evicted, or not cached): the caller lets the access fault
-/// again. Async-signal-safe: atomics and one ioctl.
+/// **then** `set_dirty`, unpin. Says whether the page could not be pinned
+/// (being evicted, or not cached: the caller lets the access fault again)
+/// or could not be made writable at all (the Protect engine out of memory
+/// areas even after giving its own back: the access gets SIGBUS).
+/// Async-signal-safe: atomics and one ioctl (or `mprotect`).
 ///
 /// Why this order: the flusher clears DIRTY (`begin_writeback`) before it
 /// write-protects. If our unprotect comes after the flusher's protect, our
@@ -785,10 +791,10 @@ pub(crate) fn write_fault(
     page: RegionPage,
     tally: &mut Stats,
     spec: Option<&Speculation<'_>>,
-) -> bool {
+) -> WriteFault {
     let object = &*region.object;
     let Some(state) = object.cache.states.get(region.object_page(page)) else {
-        return false;
+        return WriteFault::NotPinned;
     };
     let _section = crate::mm::writeback::write_section();
     let mut seen = state.load();
@@ -809,21 +815,24 @@ pub(crate) fn write_fault(
         }
     }
     if !pinned {
-        return false;
+        return WriteFault::NotPinned;
     }
     // A region found speculatively may have been detached (the
     // application unmapped it) and its range reused by another mapping
     // since: never unprotect a page there on this region's behalf.
     if spec.is_some_and(|s| !s.still_valid()) {
         state.unpin();
-        return false;
+        return WriteFault::NotPinned;
     }
     // An error (the mapping is going, the address space is changing)
     // leaves the page protected: the write faults again. DIRTY is set
     // anyway: at worst an extra write-back.
+    let mut refused = false;
     let clean = crate::mm::writeback::dirty_after_unprotect(state, || {
         let addr = region.addr_of(page).get();
-        let _ = env.engine.allow_write(addr, region.page_bytes());
+        let allowed = env.engine.allow_write(region, addr, region.page_bytes());
+        refused = env.engine.protect().is_some()
+            && matches!(allowed, Err(e) if e.raw_os_error() == Some(libc::ENOMEM));
     });
     if clean {
         tally.write_faults += 1;
@@ -833,7 +842,24 @@ pub(crate) fn write_fault(
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     state.unpin();
-    true
+    if refused {
+        WriteFault::Refused
+    } else {
+        WriteFault::Done
+    }
+}
+
+/// How [`write_fault`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WriteFault {
+    /// The page is writable (or the call failed in a way the next fault
+    /// sorts out) and marked dirty.
+    Done,
+    /// The page could not be pinned: let the access fault again.
+    NotPinned,
+    /// The page cannot be made writable (the Protect engine is out of
+    /// memory areas even after giving its own back): SIGBUS.
+    Refused,
 }
 
 /// Step 3, a hit on region page `page` (word `word`): the readahead
@@ -1466,9 +1492,15 @@ fn continue_run(
                             return out;
                         }
                     }
-                    // The memfd's page is hardware-poisoned: the access must
-                    // get SIGBUS, not fault again for ever.
+                    // The memfd's page is hardware-poisoned, or the Protect
+                    // engine is out of memory areas even after giving its
+                    // own back: the access must get SIGBUS, not fault
+                    // again for ever.
                     libc::EIO if fault == Some(cur) => {
+                        out.fault = FaultPage::Unmappable;
+                        return out;
+                    }
+                    libc::ENOMEM if fault == Some(cur) && env.engine.protect().is_some() => {
                         out.fault = FaultPage::Unmappable;
                         return out;
                     }

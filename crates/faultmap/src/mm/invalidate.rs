@@ -115,7 +115,7 @@ fn invalidate_batch(object: &ObjectCore, pages: Range<u64>, discard: bool) -> st
                 }
             }
         });
-        dropped += drop_frozen(object, &frozen)?;
+        dropped += drop_frozen(object, &mut frozen)?;
         // Dirty pages are written back first, as `invalidate_inode_pages2`
         // launders them: their data must not be lost. A store that cannot
         // take them ends the invalidation (the pages stay cached, dirty).
@@ -180,28 +180,33 @@ fn dirty_of(object: &ObjectCore, pending: &[u64]) -> Vec<u64> {
 }
 
 /// Steps 2 to 4 for frozen pages (sorted): unmapped from every region that
-/// maps them, punched, released ABSENT and uncharged.
-pub(crate) fn drop_frozen(object: &ObjectCore, frozen: &[u64]) -> std::io::Result<u64> {
+/// maps them, punched, released ABSENT and uncharged. A run that a Protect
+/// mapping could not be made to stop reaching (its zap failed: the kernel
+/// refused the `madvise` or `mprotect`) is not punched and not released:
+/// its pages go back to UPTODATE, still charged, and leave `frozen`, which
+/// keeps the pages that left. Returns how many did.
+pub(crate) fn drop_frozen(object: &ObjectCore, frozen: &mut Vec<u64>) -> std::io::Result<u64> {
     if frozen.is_empty() {
         return Ok(0);
     }
     let runs = runs_of(frozen);
     // 2. Unmap from every mapping of the object over the run; 3. punch.
     let mut result = Ok(());
+    let mut kept: Vec<std::ops::Range<u64>> = Vec::new();
     for run in &runs {
         let pages = ObjectPage::range(run.clone());
-        let mut accessible = false;
+        let mut reachable = false;
         for region in &object.rmap.overlapping(pages.clone()) {
             if let Err(e) = zap(region, pages.clone()) {
-                accessible |= region.owner.engine.protect().is_some();
+                reachable |= region.owner.engine.protect().is_some();
                 result = Err(e);
             }
         }
-        if accessible {
-            // A Protect mapping that may still reach these pages would
-            // read the hole as zeros: keep the bytes (the budget is
-            // uncharged all the same; the next read overwrites them with
-            // the same object bytes before anything maps them again).
+        if reachable {
+            // A Protect mapping may still reach these pages: a hole there
+            // would read as zeros, and a later read would write the page
+            // under it. They stay cached.
+            kept.push(run.clone());
             continue;
         }
         let offset = object.cache.offset(ObjectPage(run.start));
@@ -210,14 +215,21 @@ pub(crate) fn drop_frozen(object: &ObjectCore, frozen: &[u64]) -> std::io::Resul
             result = Err(e);
         }
     }
-    // 4. Release, whatever failed: a page left EVICTING would block every
-    //    fault on it for good. (A failed punch leaves stale bytes in the
-    //    memfd that the next read overwrites before anyone maps them.)
-    for &p in frozen {
+    // 4. Release, whatever failed but a zap: a page left EVICTING would
+    //    block every fault on it for good. (A failed punch leaves stale
+    //    bytes in the memfd that the next read overwrites before anyone
+    //    maps them.)
+    let is_kept = |p: u64| kept.iter().any(|r| r.contains(&p));
+    for &p in frozen.iter() {
         if let Some(state) = object.cache.states.get(ObjectPage(p)) {
-            state.finish_evict();
+            if is_kept(p) {
+                state.cancel_evict();
+            } else {
+                state.finish_evict();
+            }
         }
     }
+    frozen.retain(|&p| !is_kept(p));
     object.budget.uncharge(object, frozen.len() as u64);
     result.map(|()| frozen.len() as u64)
 }

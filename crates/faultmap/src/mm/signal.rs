@@ -343,16 +343,13 @@ pub(crate) fn keep_protect_handler() -> std::io::Result<()> {
         return Ok(());
     }
     let next = SEGV_CURRENT.load(Ordering::Relaxed) + 1;
-    let Some(slot) = PREVIOUS_SEGV.get(next) else {
-        return Err(std::io::Error::other(
-            "SIGSEGV's handler was replaced too many times: faultmap's protect engine \
-             cannot keep its own",
-        ));
-    };
     // Recorded, then published, then installed: a SIGSEGV in between is
-    // chained to the handler that runs now either way.
-    let _ = slot.set(now);
-    SEGV_CURRENT.store(next, Ordering::Release);
+    // chained to the handler that runs now either way. Past the last slot
+    // faultmap's handler still goes back, chaining to the last recorded.
+    if let Some(slot) = PREVIOUS_SEGV.get(next) {
+        let _ = slot.set(now);
+        SEGV_CURRENT.store(next, Ordering::Release);
+    }
     sys::fault_signal_install(libc::SIGSEGV, on_sigsegv).map(drop)
 }
 
@@ -499,6 +496,14 @@ fn handle_sigsegv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::
     let Some(prev) = PREVIOUS_SEGV.get(current).and_then(OnceLock::get) else {
         return;
     };
+    let thread = chaining_slot();
+    // Raised by the handler faultmap chained to, from inside it (Python's
+    // faulthandler prints, restores what it replaced, which is faultmap's
+    // handler again, and raises): the default action, once.
+    if sent && thread.is_some_and(|t| t.depth.load(Ordering::Relaxed) > 0) {
+        sys::fault_signal_die(libc::SIGSEGV);
+        return;
+    }
     if prev.is_default_or_ignore() && !sent {
         // The default action, exactly as without faultmap: put it back and
         // return; the access faults again and the kernel ends the process
@@ -506,14 +511,55 @@ fn handle_sigsegv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::
         sys::fault_signal_default(libc::SIGSEGV);
         return;
     }
+    if let Some(t) = thread {
+        t.depth.fetch_add(1, Ordering::Relaxed);
+    }
     // SAFETY: the arguments are this handler's own.
     unsafe { sys::fault_signal_chain(prev, sig, info, ctx, sent) };
+    if let Some(t) = thread {
+        t.depth.fetch_sub(1, Ordering::Relaxed);
+    }
     // As for SIGBUS: after a sent signal, put faultmap's handler back if
     // the chained one took itself out; after a fault, a handler that reset
     // the default and returned gets the access's retry, as it expects.
-    if sent {
+    if sent && matches!(sys::fault_signal_query(libc::SIGSEGV), Ok(now) if now.is_default()) {
         let _ = sys::fault_signal_reinstall(libc::SIGSEGV, on_sigsegv);
     }
+}
+
+/// A thread's record of the foreign SIGSEGVs faultmap chained: how deep it
+/// is in chained handlers now.
+struct Chaining {
+    tid: AtomicU32,
+    depth: AtomicU32,
+}
+
+/// Threads that had a foreign SIGSEGV chained (a slot is taken for good: a
+/// thread's first foreign SIGSEGV usually ends the process).
+const CHAINING_THREADS: usize = 64;
+
+static CHAINING: [Chaining; CHAINING_THREADS] = [const {
+    Chaining {
+        tid: AtomicU32::new(0),
+        depth: AtomicU32::new(0),
+    }
+}; CHAINING_THREADS];
+
+/// This thread's [`Chaining`] record, taken if it has none (`None`: every
+/// slot is taken). Async-signal-safe: `gettid` and atomics.
+fn chaining_slot() -> Option<&'static Chaining> {
+    let tid = sys::gettid();
+    if let Some(t) = CHAINING
+        .iter()
+        .find(|t| t.tid.load(Ordering::Relaxed) == tid)
+    {
+        return Some(t);
+    }
+    CHAINING.iter().find(|t| {
+        t.tid
+            .compare_exchange(0, tid, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    })
 }
 
 /// Counts a forwarded fault of `region`.
@@ -621,6 +667,8 @@ fn resolve(addr: HostAddr, write: bool, via: Via) -> Outcome {
             // between the lookup and the look at it); still nothing: not
             // ours. A SIGBUS that is not faultmap's waits only while a
             // pager thread reads the userfaultfd.
+            // A Protect mapping has no events to wait for.
+            Speculated::None if via == Via::Protect => return Outcome::NotOurs,
             Speculated::None if !waited => {
                 if table.events_in_flight() {
                     drop(table.settled());
@@ -628,7 +676,6 @@ fn resolve(addr: HostAddr, write: bool, via: Via) -> Outcome {
                 waited = true;
                 continue;
             }
-            Speculated::None if via == Via::Protect => return Outcome::NotOurs,
             Speculated::None => return guest(addr, write),
         };
         // SAFETY: see above: the Core that owns the requests outlives every

@@ -119,17 +119,30 @@ fn guest_order(order: u8) -> u8 {
 /// time. It is a hint, never trusted for the faulting page: a bit that is
 /// set for a page whose PTE went away only leaves that page to fault by
 /// itself.
-pub(crate) struct MappedPages(Box<[AtomicU64]>);
+pub(crate) struct MappedPages {
+    bits: Box<[AtomicU64]>,
+    /// The memory areas this region adds to the process, as the Protect
+    /// engine estimates them (`crate::mm::engine`; 0 otherwise).
+    areas: std::sync::atomic::AtomicUsize,
+}
 
 impl MappedPages {
     pub(crate) fn new(pages: u64) -> Self {
-        Self((0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect())
+        Self {
+            bits: (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            areas: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// The Protect engine's estimate of the areas the region adds.
+    pub(crate) fn areas(&self) -> &std::sync::atomic::AtomicUsize {
+        &self.areas
     }
 
     /// Whether page `page` is known to be mapped.
     pub(crate) fn contains(&self, page: RegionPage) -> bool {
         let page = page.0;
-        self.0
+        self.bits
             .get((page / 64) as usize)
             .is_some_and(|w| w.load(Ordering::Relaxed) & (1 << (page % 64)) != 0)
     }
@@ -165,7 +178,7 @@ impl MappedPages {
                 } else {
                     ((1u64 << bits) - 1) << (p % 64)
                 };
-                let word = self.0.get((p / 64) as usize);
+                let word = self.bits.get((p / 64) as usize);
                 p = end;
                 if let Some(w) = word {
                     return Some((w, mask));

@@ -1773,10 +1773,21 @@ impl Disposition {
         self.0.sa_sigaction == handler as usize
     }
 
+    /// Whether this is the default action.
+    pub fn is_default(&self) -> bool {
+        self.0.sa_sigaction == libc::SIG_DFL
+    }
+
     /// Whether this is the default action or ignore.
     pub fn is_default_or_ignore(&self) -> bool {
         self.0.sa_sigaction == libc::SIG_DFL || self.0.sa_sigaction == libc::SIG_IGN
     }
+}
+
+/// The calling thread's id. Async-signal-safe.
+pub(crate) fn gettid() -> u32 {
+    // SAFETY: gettid takes no argument and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
 /// Puts the default disposition of `sig` back. Async-signal-safe.
