@@ -228,6 +228,18 @@ enum Map {
     Write(MappingMut),
 }
 
+impl fm_mapping {
+    /// `[offset, offset + length)` of the mapping (`length` 0: to the
+    /// end), or `-EINVAL` (the error set).
+    fn range(&self, offset: u64, length: u64) -> Result<Range<usize>, c_int> {
+        let len = match &self.map {
+            Map::Read(map) => map.len(),
+            Map::Write(map) => map.len(),
+        };
+        byte_range(offset, length, len)
+    }
+}
+
 /// The longest last-error message kept, terminating NUL included.
 const MESSAGE_BYTES: usize = 1024;
 
@@ -830,11 +842,7 @@ pub unsafe extern "C" fn fm_populate(m: *const fm_mapping, offset: u64, length: 
         let Some(m) = (unsafe { m.as_ref() }) else {
             return fail(libc::EINVAL, "fm_populate: the mapping is NULL");
         };
-        let len = match &m.map {
-            Map::Read(map) => map.len(),
-            Map::Write(map) => map.len(),
-        };
-        let range = match byte_range(offset, length, len) {
+        let range = match m.range(offset, length) {
             Ok(r) => r,
             Err(code) => return code,
         };
@@ -969,11 +977,7 @@ pub unsafe extern "C" fn fm_advise(
             FM_ADVICE_DONTNEED => Advice::DontNeed,
             other => return fail(libc::EINVAL, &format!("fm_advise: unknown advice {other}")),
         };
-        let len = match &m.map {
-            Map::Read(map) => map.len(),
-            Map::Write(map) => map.len(),
-        };
-        let range = match byte_range(offset, length, len) {
+        let range = match m.range(offset, length) {
             Ok(r) => r,
             Err(code) => return code,
         };
