@@ -1516,6 +1516,10 @@ fn request_loop(core: &Arc<Core>, requests: &Arc<Requests>, stop: &OwnedFd, spin
     }
 }
 
+/// How long `Mapping::read_at` and `populate` wait for the single-page
+/// read of a page whose window failed to begin.
+const SINGLE_RETRY_WAIT: Duration = Duration::from_secs(10);
+
 /// How many times `Mapping::populate` maps a writable page again when it
 /// is evicted between its read and its write permission.
 const POPULATE_TRIES: u32 = 8;
@@ -2076,9 +2080,13 @@ impl<A: Access> Mapping<A> {
         if offsets().all(cached) {
             return Ok(());
         }
-        // At least a readahead window from the first byte, so that small
-        // reads in order are not each a store request of their own.
-        let window = (region.ra_pages as usize).saturating_mul(page);
+        // At least a readahead window from the first byte (unless the
+        // mapping's readahead is off), so that small reads in order are not
+        // each a store request of their own.
+        let window = match region.ra_mode {
+            ReadaheadMode::Off => 0,
+            _ => (region.ra_pages as usize).saturating_mul(page),
+        };
         let ahead = range
             .end
             .max(range.start.saturating_add(window))
@@ -2107,13 +2115,32 @@ impl<A: Access> Mapping<A> {
             return Ok(());
         };
         let mut waited = 0u32;
+        // A failed read of a window may have failed for another page of
+        // it: as the fault path does, this page is read once more alone
+        // before its failure counts (`retry`: the word when that read was
+        // asked for, until it changes).
+        let mut retry: Option<(crate::cache::page_state::Word, Instant)> = None;
         loop {
             let word = state.load();
             match word.state() {
                 crate::cache::page_state::State::UpToDate => return Ok(()),
-                crate::cache::page_state::State::Absent if word.has_failed() => {
-                    return Err(self.read_failed(at))
-                }
+                crate::cache::page_state::State::Absent if word.has_failed() => match retry {
+                    None => {
+                        retry = Some((word, Instant::now()));
+                        self.prefetch(at..at + 1)?;
+                        continue;
+                    }
+                    // Not begun yet (bounded: a read that was never
+                    // submitted is left to the access).
+                    Some((asked, since)) if asked == word => {
+                        if since.elapsed() > SINGLE_RETRY_WAIT {
+                            return Ok(());
+                        }
+                        std::thread::sleep(Duration::from_micros(100));
+                        continue;
+                    }
+                    Some(_) => return Err(self.read_failed(at)),
+                },
                 crate::cache::page_state::State::Absent => return Ok(()),
                 crate::cache::page_state::State::Reading if word.is_stalled() => {
                     return Err(self.read_failed(at))
