@@ -80,8 +80,10 @@ use std::sync::Arc;
 use crate::base::index::RegionPage;
 use crate::cache::wait::Uffd;
 use crate::mm::space::Region;
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+// std's atomics, not `crate::sync`'s: these are process-wide statics (an
+// estimate and counters), no part of a loom model, and loom's are not const.
 use crate::sys::{self, ContinueResult, Prot};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// A pager's paging engine.
 pub(crate) enum PagingEngine {

@@ -314,7 +314,7 @@ static PREVIOUS_SEGV: [OnceLock<Disposition>; SEGV_CHAIN] = [const { OnceLock::n
 /// How many times faultmap's SIGSEGV handler is put back at most.
 const SEGV_CHAIN: usize = 64;
 /// The slot of `PREVIOUS_SEGV` the handler chains to.
-static SEGV_CURRENT: AtomicUsize = AtomicUsize::new(0);
+static SEGV_CURRENT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Installs the process's SIGBUS handler, once. Called by the first
 /// signal-delivery pager, before any of its mappings exists.
@@ -530,8 +530,9 @@ fn handle_sigsegv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::
 /// A thread's record of the foreign SIGSEGVs faultmap chained: how deep it
 /// is in chained handlers now.
 struct Chaining {
-    tid: AtomicU32,
-    depth: AtomicU32,
+    // std's atomics: a static (loom's are not const), no part of a model.
+    tid: std::sync::atomic::AtomicU32,
+    depth: std::sync::atomic::AtomicU32,
 }
 
 /// Threads that had a foreign SIGSEGV chained (a slot is taken for good: a
@@ -540,8 +541,8 @@ const CHAINING_THREADS: usize = 64;
 
 static CHAINING: [Chaining; CHAINING_THREADS] = [const {
     Chaining {
-        tid: AtomicU32::new(0),
-        depth: AtomicU32::new(0),
+        tid: std::sync::atomic::AtomicU32::new(0),
+        depth: std::sync::atomic::AtomicU32::new(0),
     }
 }; CHAINING_THREADS];
 
