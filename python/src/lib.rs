@@ -353,8 +353,8 @@ impl Pager {
     }
 
     /// The protect engine's memory areas, for the process: {"areas",
-    /// "peak", "mark", "resets", "guard_regions"} (None under the
-    /// userfaultfd engine).
+    /// "peak", "mark", "resets", "guard_regions", "child_revokes",
+    /// "child_revokes_failed"} (None under the userfaultfd engine).
     fn areas<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         self.inner.areas().map(|a| to_py(py, &a)).transpose()
     }

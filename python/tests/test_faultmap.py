@@ -1155,7 +1155,15 @@ def test_the_protect_engine_reads_writes_and_says_so(small_file, tmp_path):
         assert zlib.crc32(memoryview(m)) == zlib.crc32(data)
         assert m.stats()["forwarded"] > 0
     areas = pager.areas()
-    assert set(areas) == {"areas", "peak", "mark", "resets", "guard_regions"}, areas
+    assert set(areas) == {
+        "areas",
+        "peak",
+        "mark",
+        "resets",
+        "guard_regions",
+        "child_revokes",
+        "child_revokes_failed",
+    }, areas
     copy = tmp_path / "copy.bin"
     copy.write_bytes(data)
     with pager.open(copy, writable=True) as w:

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use faultmap::{Config, Delivery, FileStore, MapOptions, Pager};
+use faultmap::{Config, Delivery, Engine, FileStore, MapOptions, Pager};
 
 /// What the child fills its own memory with.
 const SECRET: &[u8; 16] = b"CHILD-SECRET-001";
@@ -35,8 +35,28 @@ const READ: u8 = b'R';
 const WROTE: u8 = b'W';
 const SURVIVED: u8 = b'S';
 
-fn pager(delivery: Delivery) -> Pager {
-    Pager::new(Config::default().delivery(delivery)).expect("Pager::new")
+/// How the parent's pager takes faults: a userfaultfd with either
+/// delivery, or the protect engine (whose children change their own
+/// protections at its word: `sys::revoke`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Signal,
+    Handler,
+    Protect,
+}
+
+impl Mode {
+    fn config(self) -> Config {
+        match self {
+            Mode::Signal => Config::default().delivery(Delivery::Signal),
+            Mode::Handler => Config::default().delivery(Delivery::Handler),
+            Mode::Protect => Config::default().engine(Engine::Protect),
+        }
+    }
+}
+
+fn pager(delivery: Mode) -> Pager {
+    Pager::new(delivery.config()).expect("Pager::new")
 }
 
 /// Writes `bytes` to `fd` (the child's pipe), whole or not at all (a pipe
@@ -313,7 +333,7 @@ fn read_in_child(base: usize, len: usize, grandchild: bool) -> Report {
 /// after the other read all of it through the parent's pointer: both see
 /// the object's bytes (none of their own memory), every page is read from
 /// the store exactly once, and a child of a child gets SIGSEGV there.
-fn inherited_reads(delivery: Delivery, seed: u64) {
+fn inherited_reads(delivery: Mode, seed: u64) {
     watchdog(WATCHDOG, move || {
         let data = pattern(64 * PAGE, seed);
         let store = Instrumented::mem(&data, Faults::default());
@@ -352,17 +372,22 @@ fn inherited_reads(delivery: Delivery, seed: u64) {
 
 #[test]
 fn a_fork_child_reads_a_parents_mapping_from_the_same_cache_signal() {
-    inherited_reads(Delivery::Signal, 2701);
+    inherited_reads(Mode::Signal, 2701);
 }
 
 #[test]
 fn a_fork_child_reads_a_parents_mapping_from_the_same_cache_handler() {
-    inherited_reads(Delivery::Handler, 2702);
+    inherited_reads(Mode::Handler, 2702);
+}
+
+#[test]
+fn a_fork_child_reads_a_parents_mapping_from_the_same_cache_protect() {
+    inherited_reads(Mode::Protect, 2731);
 }
 
 /// Two children fault on the same page at once, while its read is held at
 /// the store: the page is read once, and both read it right.
-fn concurrent_children(delivery: Delivery, seed: u64) {
+fn concurrent_children(delivery: Mode, seed: u64) {
     watchdog(WATCHDOG, move || {
         let data = pattern(64 * PAGE, seed);
         let store = Instrumented::mem(&data, Faults::gated([10]));
@@ -409,12 +434,17 @@ fn concurrent_children(delivery: Delivery, seed: u64) {
 
 #[test]
 fn two_children_faulting_on_one_page_read_it_once_signal() {
-    concurrent_children(Delivery::Signal, 2703);
+    concurrent_children(Mode::Signal, 2703);
 }
 
 #[test]
 fn two_children_faulting_on_one_page_read_it_once_handler() {
-    concurrent_children(Delivery::Handler, 2704);
+    concurrent_children(Mode::Handler, 2704);
+}
+
+#[test]
+fn two_children_faulting_on_one_page_read_it_once_protect() {
+    concurrent_children(Mode::Protect, 2732);
 }
 
 // ---------------------------------------------------------------------------
@@ -426,7 +456,7 @@ fn two_children_faulting_on_one_page_read_it_once_handler() {
 /// writes page 2 again after that flush: the flush write-protected the
 /// page in the child too, so the write is seen as dirty, and the next
 /// flush writes it back, once (a stale copy never wins).
-fn shared_writes(delivery: Delivery, seed: u64) {
+fn shared_writes(delivery: Mode, seed: u64) {
     watchdog(WATCHDOG, move || {
         let file = TestFile::new(16 * PAGE, seed);
         let pager = pager(delivery);
@@ -523,12 +553,17 @@ fn shared_writes(delivery: Delivery, seed: u64) {
 
 #[test]
 fn a_writable_mapping_shared_with_a_child_is_written_back_once_signal() {
-    shared_writes(Delivery::Signal, 2705);
+    shared_writes(Mode::Signal, 2705);
 }
 
 #[test]
 fn a_writable_mapping_shared_with_a_child_is_written_back_once_handler() {
-    shared_writes(Delivery::Handler, 2706);
+    shared_writes(Mode::Handler, 2706);
+}
+
+#[test]
+fn a_writable_mapping_shared_with_a_child_is_written_back_once_protect() {
+    shared_writes(Mode::Protect, 2733);
 }
 
 // ---------------------------------------------------------------------------
@@ -538,7 +573,7 @@ fn a_writable_mapping_shared_with_a_child_is_written_back_once_handler() {
 /// A child killed (SIGKILL) while the read its fault started is held at the
 /// store: the read ends and is kept; the parent and a later child read the
 /// page right, and it is read once.
-fn killed_mid_read(delivery: Delivery, seed: u64) {
+fn killed_mid_read(delivery: Mode, seed: u64) {
     watchdog(WATCHDOG, move || {
         let data = pattern(32 * PAGE, seed);
         let store = Instrumented::mem(&data, Faults::gated([5]));
@@ -580,22 +615,26 @@ fn killed_mid_read(delivery: Delivery, seed: u64) {
 
 #[test]
 fn a_child_killed_in_the_middle_of_a_read_leaves_nothing_stuck_signal() {
-    killed_mid_read(Delivery::Signal, 2707);
+    killed_mid_read(Mode::Signal, 2707);
 }
 
 #[test]
 fn a_child_killed_in_the_middle_of_a_read_leaves_nothing_stuck_handler() {
-    killed_mid_read(Delivery::Handler, 2708);
+    killed_mid_read(Mode::Handler, 2708);
+}
+
+#[test]
+fn a_child_killed_in_the_middle_of_a_read_leaves_nothing_stuck_protect() {
+    killed_mid_read(Mode::Protect, 2734);
 }
 
 /// The memory budget is one: a parent and three children read an object
 /// four times the budget, and the cache's peak stays within it.
-fn budget_across(delivery: Delivery, seed: u64) {
+fn budget_across(delivery: Mode, seed: u64) {
     watchdog(WATCHDOG, move || {
         const BUDGET: u64 = 4 << 20;
         let data = Arc::new(pattern(16 << 20, seed));
-        let pager =
-            Pager::new(Config::default().delivery(delivery).memory_budget(BUDGET)).expect("pager");
+        let pager = Pager::new(delivery.config().memory_budget(BUDGET)).expect("pager");
         let map = pager
             .map_trusted(
                 faultmap::MemStore::new("budget", data.as_ref().clone()),
@@ -635,17 +674,29 @@ fn budget_across(delivery: Delivery, seed: u64) {
             mem.peak
         );
         assert!(pager.stats().evicted > 0, "{delivery:?}: nothing evicted");
+        if delivery == Mode::Protect {
+            let areas = pager.areas().expect("the protect engine's areas");
+            assert!(
+                areas.child_revokes > 0,
+                "the children took nothing back: {areas:?}"
+            );
+        }
     });
 }
 
 #[test]
 fn the_memory_budget_holds_across_a_parent_and_its_children_signal() {
-    budget_across(Delivery::Signal, 2709);
+    budget_across(Mode::Signal, 2709);
 }
 
 #[test]
 fn the_memory_budget_holds_across_a_parent_and_its_children_handler() {
-    budget_across(Delivery::Handler, 2710);
+    budget_across(Mode::Handler, 2710);
+}
+
+#[test]
+fn the_memory_budget_holds_across_a_parent_and_its_children_protect() {
+    budget_across(Mode::Protect, 2735);
 }
 
 /// The owner dies (SIGKILL) while a child lives, and a sibling forked
@@ -655,7 +706,7 @@ fn the_memory_budget_holds_across_a_parent_and_its_children_handler() {
 /// owner died (`in_flight`). The test process re-runs itself as an observer, which
 /// forks the owner, which forks the child; the observer is a subreaper, so
 /// the child is its own once the owner is gone.
-fn owner_death(name: &str, delivery: Delivery, in_flight: bool, seed: u64) {
+fn owner_death(name: &str, delivery: Mode, in_flight: bool, seed: u64) {
     if is_child(name) {
         observe_owner_death(delivery, in_flight, seed);
         return;
@@ -667,7 +718,7 @@ fn owner_death(name: &str, delivery: Delivery, in_flight: bool, seed: u64) {
     );
 }
 
-fn observe_owner_death(delivery: Delivery, in_flight: bool, seed: u64) {
+fn observe_owner_death(delivery: Mode, in_flight: bool, seed: u64) {
     // SAFETY: a process attribute; no memory passed.
     let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     assert_eq!(rc, 0, "prctl: {}", std::io::Error::last_os_error());
@@ -777,7 +828,7 @@ fn observe_owner_death(delivery: Delivery, in_flight: bool, seed: u64) {
 fn the_owners_death_gives_its_child_sigbus_not_zeros_signal() {
     owner_death(
         "the_owners_death_gives_its_child_sigbus_not_zeros_signal",
-        Delivery::Signal,
+        Mode::Signal,
         false,
         2711,
     );
@@ -787,9 +838,19 @@ fn the_owners_death_gives_its_child_sigbus_not_zeros_signal() {
 fn the_owners_death_gives_its_child_sigbus_not_zeros_handler() {
     owner_death(
         "the_owners_death_gives_its_child_sigbus_not_zeros_handler",
-        Delivery::Handler,
+        Mode::Handler,
         false,
         2712,
+    );
+}
+
+#[test]
+fn the_owners_death_gives_its_child_sigbus_not_zeros_protect() {
+    owner_death(
+        "the_owners_death_gives_its_child_sigbus_not_zeros_protect",
+        Mode::Protect,
+        false,
+        2738,
     );
 }
 
@@ -797,7 +858,7 @@ fn the_owners_death_gives_its_child_sigbus_not_zeros_handler() {
 fn the_owners_death_ends_a_childs_fault_waiting_for_a_read_with_sigbus_signal() {
     owner_death(
         "the_owners_death_ends_a_childs_fault_waiting_for_a_read_with_sigbus_signal",
-        Delivery::Signal,
+        Mode::Signal,
         true,
         2713,
     );
@@ -807,9 +868,19 @@ fn the_owners_death_ends_a_childs_fault_waiting_for_a_read_with_sigbus_signal() 
 fn the_owners_death_ends_a_childs_fault_waiting_for_a_read_with_sigbus_handler() {
     owner_death(
         "the_owners_death_ends_a_childs_fault_waiting_for_a_read_with_sigbus_handler",
-        Delivery::Handler,
+        Mode::Handler,
         true,
         2714,
+    );
+}
+
+#[test]
+fn the_owners_death_ends_a_childs_fault_waiting_for_a_read_with_sigbus_protect() {
+    owner_death(
+        "the_owners_death_ends_a_childs_fault_waiting_for_a_read_with_sigbus_protect",
+        Mode::Protect,
+        true,
+        2739,
     );
 }
 
@@ -828,7 +899,7 @@ fn xorshift(mut x: u64) -> u64 {
 /// killed reads right; afterwards no page is stuck (a last child and the
 /// parent read everything right), and no page was read twice (a read a
 /// killed child started is kept).
-fn killed_at_random(delivery: Delivery, seed: u64) {
+fn killed_at_random(delivery: Mode, seed: u64) {
     watchdog(WATCHDOG, move || {
         const PAGES: usize = 256;
         let data = pattern(PAGES * PAGE, seed);
@@ -920,12 +991,17 @@ fn killed_at_random(delivery: Delivery, seed: u64) {
 
 #[test]
 fn children_killed_at_random_points_leave_the_cache_whole_signal() {
-    killed_at_random(Delivery::Signal, 2717);
+    killed_at_random(Mode::Signal, 2717);
 }
 
 #[test]
 fn children_killed_at_random_points_leave_the_cache_whole_handler() {
-    killed_at_random(Delivery::Handler, 2718);
+    killed_at_random(Mode::Handler, 2718);
+}
+
+#[test]
+fn children_killed_at_random_points_leave_the_cache_whole_protect() {
+    killed_at_random(Mode::Protect, 2736);
 }
 
 /// A child that unmaps the range it inherited and maps a short file there
@@ -933,7 +1009,7 @@ fn children_killed_at_random_points_leave_the_cache_whole_handler() {
 /// without faultmap: the parent, asked about it, finds the range is no
 /// longer the one the child registered and says so (never "mapped", which
 /// would have the access fault again for ever).
-fn child_maps_over(delivery: Delivery, seed: u64) {
+fn child_maps_over(delivery: Mode, seed: u64) {
     watchdog(WATCHDOG, move || {
         let data = pattern(16 * PAGE, seed);
         let pager = pager(delivery);
@@ -978,12 +1054,12 @@ fn child_maps_over(delivery: Delivery, seed: u64) {
 
 #[test]
 fn a_child_that_maps_over_its_range_gets_the_kernels_sigbus_signal() {
-    child_maps_over(Delivery::Signal, 2719);
+    child_maps_over(Mode::Signal, 2719);
 }
 
 #[test]
 fn a_child_that_maps_over_its_range_gets_the_kernels_sigbus_handler() {
-    child_maps_over(Delivery::Handler, 2720);
+    child_maps_over(Mode::Handler, 2720);
 }
 
 /// A child that closes every descriptor it has (as a daemon does, or
@@ -991,7 +1067,7 @@ fn a_child_that_maps_over_its_range_gets_the_kernels_sigbus_handler() {
 /// them: its ranges stay registered (the parent keeps its copy of the
 /// child's userfaultfd until the child exits), so a page it has not read
 /// gets SIGBUS, never zeros.
-fn child_closes_everything(delivery: Delivery, seed: u64) {
+fn child_closes_everything(delivery: Mode, seed: u64) {
     watchdog(WATCHDOG, move || {
         let data = pattern(64 * PAGE, seed);
         let pager = pager(delivery);
@@ -1027,12 +1103,17 @@ fn child_closes_everything(delivery: Delivery, seed: u64) {
 
 #[test]
 fn a_child_that_closes_its_descriptors_gets_sigbus_not_zeros_signal() {
-    child_closes_everything(Delivery::Signal, 2721);
+    child_closes_everything(Mode::Signal, 2721);
 }
 
 #[test]
 fn a_child_that_closes_its_descriptors_gets_sigbus_not_zeros_handler() {
-    child_closes_everything(Delivery::Handler, 2722);
+    child_closes_everything(Mode::Handler, 2722);
+}
+
+#[test]
+fn a_child_that_closes_its_descriptors_gets_sigbus_not_zeros_protect() {
+    child_closes_everything(Mode::Protect, 2737);
 }
 
 // ---------------------------------------------------------------------------
@@ -1043,7 +1124,7 @@ fn a_child_that_closes_its_descriptors_gets_sigbus_not_zeros_handler() {
 /// its new address, and so it is in a forked child (its pager adopted it,
 /// with its place in the memfd, when it read the REMAP event): nothing can
 /// be mapped over either part in the child, and both read right there.
-fn moved(delivery: Delivery, seed: u64) {
+fn moved(delivery: Mode, seed: u64) {
     watchdog(WATCHDOG, move || {
         let data = pattern(8 * PAGE, seed);
         let pager = pager(delivery);
@@ -1104,10 +1185,163 @@ fn moved(delivery: Delivery, seed: u64) {
 
 #[test]
 fn a_fork_child_is_served_where_a_part_was_moved_signal() {
-    moved(Delivery::Signal, 2715);
+    moved(Mode::Signal, 2715);
 }
 
 #[test]
 fn a_fork_child_is_served_where_a_part_was_moved_handler() {
-    moved(Delivery::Handler, 2716);
+    moved(Mode::Handler, 2716);
+}
+
+/// Under the protect engine, children read random bytes of an object four
+/// times the memory budget while the parent reads too (so pages they were
+/// granted are evicted, and taken back from them first: `sys::revoke`),
+/// and most are killed at random points (in a fault, a grant, a revoke).
+/// One child is stopped (SIGSTOP) while it holds pages: the revokes it
+/// cannot answer fail after their wait, its pages stay cached, and the
+/// parent goes on. Every byte any child or the parent read is right; once
+/// the stopped child runs again, its pages are taken back and evicted.
+#[test]
+fn protect_children_killed_and_stopped_at_random_never_read_a_punched_page() {
+    watchdog(WATCHDOG, || {
+        const PAGES: usize = 1024;
+        const BUDGET: u64 = (PAGES as u64 / 4) * PAGE as u64;
+        let seed = 2740;
+        let data = pattern(PAGES * PAGE, seed);
+        let pager = pager_with_budget(BUDGET);
+        let opts = MapOptions::new().readahead(faultmap::ReadaheadMode::Off);
+        let map = pager
+            .map_trusted(faultmap::MemStore::new("revokes", data.clone()), opts)
+            .expect("map");
+        let (base, len) = (map.as_ptr() as usize, map.len());
+        let random_reads = |start: u64, n: usize| -> i32 {
+            let mut x = start | 1;
+            for _ in 0..n {
+                x = xorshift(x);
+                let at = (x % len as u64) as usize;
+                // SAFETY: inside the inherited mapping, served by the parent.
+                let v = unsafe { std::ptr::read_volatile((base + at) as *const u8) };
+                if v != data[at] {
+                    return 1;
+                }
+            }
+            0
+        };
+        // The stopped one: maps 32 pages, says so, and waits to be stopped.
+        let (said, says) = pipe();
+        let (go_rd, go_wr) = pipe();
+        let stopped = fork_child(|| {
+            for p in 0..32 {
+                // SAFETY: inside the inherited mapping.
+                let v = unsafe { std::ptr::read_volatile((base + p * PAGE) as *const u8) };
+                if v != data[p * PAGE] {
+                    return 1;
+                }
+            }
+            put(says, b"m");
+            let mut go = [0u8; 1];
+            // SAFETY: a blocking read of one byte into a live buffer.
+            if unsafe { libc::read(go_rd, go.as_mut_ptr().cast(), 1) } != 1 {
+                return 2;
+            }
+            // Its pages again, once taken back: granted anew.
+            for p in 0..32 {
+                // SAFETY: as above.
+                let v = unsafe { std::ptr::read_volatile((base + p * PAGE) as *const u8) };
+                if v != data[p * PAGE] {
+                    return 3;
+                }
+            }
+            0
+        });
+        let mut m = [0u8; 1];
+        assert_eq!(get(said, &mut m, CHILD_LIMIT), 1, "the child to be stopped");
+        // SAFETY: the test's own child.
+        unsafe { libc::kill(stopped, libc::SIGSTOP) };
+        let before = pager.areas().expect("areas").child_revokes_failed;
+        let mut rng = seed | 1;
+        let (mut killed, mut finished) = (0u32, 0u32);
+        let mut live: Vec<libc::pid_t> = Vec::new();
+        for round in 0..24 {
+            rng = xorshift(rng);
+            let start = rng;
+            live.push(fork_child(move || random_reads(start, 1500)));
+            // The parent reads too: the budget evicts what children hold.
+            assert_eq!(random_reads(rng ^ round, 1000), 0, "the parent read wrong");
+            rng = xorshift(rng);
+            if rng % 3 != 0 {
+                let victim = live[(rng >> 8) as usize % live.len()];
+                // SAFETY: the test's own child (perhaps exited, not reaped).
+                unsafe { libc::kill(victim, libc::SIGKILL) };
+            }
+            live.retain(|&pid| {
+                let mut status = 0;
+                // SAFETY: polls the test's own child.
+                match unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } {
+                    0 => true,
+                    _ => {
+                        if died_of(status, libc::SIGKILL) {
+                            killed += 1;
+                        } else {
+                            assert!(exited_0(status), "child {pid} read wrong: {status:#x}");
+                            finished += 1;
+                        }
+                        false
+                    }
+                }
+            });
+        }
+        for pid in live {
+            let status = wait_for(pid, CHILD_LIMIT);
+            if died_of(status, libc::SIGKILL) {
+                killed += 1;
+            } else {
+                assert!(exited_0(status), "child {pid} read wrong: {status:#x}");
+                finished += 1;
+            }
+        }
+        assert!(
+            killed > 0 && finished > 0,
+            "{killed} killed, {finished} finished"
+        );
+        // Every page of the object went through the budget several times:
+        // the stopped child's 32 were asked for, in vain.
+        let areas = pager.areas().expect("areas");
+        assert!(areas.child_revokes > 0, "nothing taken back: {areas:?}");
+        assert!(
+            areas.child_revokes_failed > before,
+            "the stopped child answered: {areas:?}"
+        );
+        // It runs again: its pending record is answered, and its pages
+        // are taken back and evicted like any others.
+        // SAFETY: the test's own child.
+        unsafe { libc::kill(stopped, libc::SIGCONT) };
+        put(go_wr, b"g");
+        let status = wait_for(stopped, CHILD_LIMIT);
+        assert!(
+            exited_0(status),
+            "the stopped child read wrong: {status:#x}"
+        );
+        let failed = pager.areas().expect("areas").child_revokes_failed;
+        assert_eq!(random_reads(rng, 20_000), 0, "the parent read wrong");
+        assert_bytes(&map, &data, "the parent, at the end");
+        assert_eq!(
+            pager.areas().expect("areas").child_revokes_failed,
+            failed,
+            "a revoke failed after every child was running or gone"
+        );
+        let mem = pager.memory();
+        assert!(
+            mem.cached <= BUDGET + 64 * PAGE as u64,
+            "{} bytes cached over a budget of {BUDGET}",
+            mem.cached
+        );
+        for fd in [said, says, go_rd, go_wr] {
+            close(fd);
+        }
+    });
+}
+
+fn pager_with_budget(budget: u64) -> Pager {
+    Pager::new(Mode::Protect.config().memory_budget(budget)).expect("pager")
 }

@@ -615,7 +615,8 @@ impl Pager {
         let requests = if signal {
             let installed = match engine {
                 PagingEngine::Userfaultfd(_) => signal::install(),
-                PagingEngine::Protect(_) => signal::install_protect(),
+                // A pager's own engine is never a child's.
+                PagingEngine::Protect(_) | PagingEngine::Child(_) => signal::install_protect(),
             };
             installed.map_err(|source| PagerError::Sys {
                 op: "sigaction(SIGBUS, SIGSEGV)",
@@ -720,7 +721,7 @@ impl Pager {
                         (PagingEngine::Protect(_), Some(requests)) => {
                             request_loop(&core, requests, &stop, reading.spin)
                         }
-                        (PagingEngine::Protect(_), None) => {}
+                        (PagingEngine::Protect(_), None) | (PagingEngine::Child(_), _) => {}
                     }
                 })
                 .map_err(|source| PagerError::Sys {
@@ -1140,21 +1141,16 @@ impl Pager {
         //    again from the memfd and this process serves its faults from
         //    the same cache (`crate::mm::guest`), or, if that cannot be
         //    had, gets an inaccessible placeholder there (`sys::fork`).
-        //    Under the Protect engine a child cannot be served (its
-        //    accessible pages could not be taken back when they are
-        //    evicted here): a placeholder.
-        let shared = match self.source {
-            Some(source) => {
-                crate::mm::guest::serve(&self.core, source)
-                    .map_err(|e| map_err("starting the service for forked children", e))?;
-                Some((
-                    object.0.cache.memfd(),
-                    object.0.cache.offset(first_page),
-                    writable,
-                ))
-            }
-            None => None,
-        };
+        //    Under the Protect engine the child maps it inaccessible, and
+        //    this process grants it pages and has it take them back before
+        //    they are evicted (`crate::sys::revoke`).
+        crate::mm::guest::serve(&self.core, self.source)
+            .map_err(|e| map_err("starting the service for forked children", e))?;
+        let shared = Some((
+            object.0.cache.memfd(),
+            object.0.cache.offset(first_page),
+            writable,
+        ));
         sys::dont_fork(&map, shared).map_err(|e| map_err("madvise(MADV_DONTFORK)", e))?;
         // Faultmap's SIGSEGV handler, put back if something replaced it.
         if self.core.engine.protect().is_some() {

@@ -125,7 +125,7 @@ pub(crate) fn plan(
             Plan::Private("the owner of the cache is not taking processes in (stopped?)".into())
         }
         Ok(Connected::Nobody) => {
-            let hosted = guest::serve(core, source)
+            let hosted = guest::serve(core, Some(source))
                 .and_then(|()| guest::host(&object.0, core, threads, key, &dir, &name));
             match hosted {
                 Ok(()) => Plan::Own(object.clone()),

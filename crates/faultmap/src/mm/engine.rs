@@ -79,7 +79,9 @@ use std::sync::Arc;
 
 use crate::base::index::RegionPage;
 use crate::cache::wait::Uffd;
+use crate::mm::guest::ChildLink;
 use crate::mm::space::Region;
+use crate::sys::revoke::Entry;
 // std's atomics, not `crate::sync`'s: these are process-wide statics (an
 // estimate and counters), no part of a loom model, and loom's are not const.
 use crate::sys::{self, ContinueResult, Prot};
@@ -91,6 +93,11 @@ pub(crate) enum PagingEngine {
     Userfaultfd(Arc<Uffd>),
     /// Faults arrive as SIGSEGV on `PROT_NONE` pages.
     Protect(Protect),
+    /// A forked child's, under the Protect engine (the core that serves
+    /// it, `crate::mm::guest`): its faults arrive on its channel; mapping
+    /// is a grant the child applies, unmapping a record it must
+    /// acknowledge first (`sys::revoke`).
+    Child(Arc<ChildLink>),
 }
 
 /// The Protect engine's state: the process-wide area estimate is in
@@ -131,7 +138,17 @@ pub struct AreaStats {
     /// Read-only mappings use guard markers (`MADV_GUARD_INSTALL`, Linux
     /// 6.15+), which add no areas; writable ones use `mprotect`.
     pub guard_regions: bool,
+    /// Ranges forked children were asked to take back (before an
+    /// eviction, or write-protect before a write-back) and acknowledged.
+    pub child_revokes: u64,
+    /// Ranges a child did not take back in time (stopped, or SIGURG
+    /// blocked): their pages stayed cached, or dirty.
+    pub child_revokes_failed: u64,
 }
+
+/// Ranges forked children took back, and ranges they did not in time.
+pub(crate) static CHILD_REVOKES: AtomicU64 = AtomicU64::new(0);
+pub(crate) static CHILD_REVOKES_FAILED: AtomicU64 = AtomicU64::new(0);
 
 impl Protect {
     /// The engine's state; `guards`: use guard markers for read-only
@@ -162,6 +179,8 @@ impl Protect {
             mark: self.mark as u64,
             resets: RESETS.load(Ordering::Relaxed),
             guard_regions: self.guards,
+            child_revokes: CHILD_REVOKES.load(Ordering::Relaxed),
+            child_revokes_failed: CHILD_REVOKES_FAILED.load(Ordering::Relaxed),
         }
     }
 
@@ -229,7 +248,7 @@ impl PagingEngine {
     pub(crate) fn uffd(&self) -> Option<&Arc<Uffd>> {
         match self {
             PagingEngine::Userfaultfd(uffd) => Some(uffd),
-            PagingEngine::Protect(_) => None,
+            PagingEngine::Protect(_) | PagingEngine::Child(_) => None,
         }
     }
 
@@ -237,15 +256,25 @@ impl PagingEngine {
     pub(crate) fn protect(&self) -> Option<&Protect> {
         match self {
             PagingEngine::Protect(p) => Some(p),
-            PagingEngine::Userfaultfd(_) => None,
+            PagingEngine::Userfaultfd(_) | PagingEngine::Child(_) => None,
         }
+    }
+
+    /// Whether a page is reachable by its protection (Protect, and a
+    /// Protect child): a page is made accessible by `map` and must be
+    /// taken back by `zap` before its hole is punched, and a written page
+    /// must be made writable again after each write-back.
+    pub(crate) fn by_protection(&self) -> bool {
+        !matches!(self, PagingEngine::Userfaultfd(_))
     }
 
     /// The public name of this engine.
     pub(crate) fn kind(&self) -> crate::base::config::Engine {
         match self {
             PagingEngine::Userfaultfd(_) => crate::base::config::Engine::Userfaultfd,
-            PagingEngine::Protect(_) => crate::base::config::Engine::Protect,
+            PagingEngine::Protect(_) | PagingEngine::Child(_) => {
+                crate::base::config::Engine::Protect
+            }
         }
     }
 
@@ -256,7 +285,7 @@ impl PagingEngine {
             PagingEngine::Userfaultfd(_) => Prot::Read,
             // Guarded: every page carries a marker (`arm`).
             PagingEngine::Protect(p) if p.guarded(writable, page_shift, len) => Prot::Read,
-            PagingEngine::Protect(_) => Prot::None,
+            PagingEngine::Protect(_) | PagingEngine::Child(_) => Prot::None,
         }
     }
 
@@ -280,7 +309,7 @@ impl PagingEngine {
             PagingEngine::Protect(p) if p.guarded(writable, page_shift, len) => {
                 return sys::guard_install(addr, len).map_err(ArmError::Guard);
             }
-            PagingEngine::Protect(_) => return Ok(()),
+            PagingEngine::Protect(_) | PagingEngine::Child(_) => return Ok(()),
         };
         use sys::{mode, range_ioctl};
         let modes = if writable {
@@ -314,6 +343,7 @@ impl PagingEngine {
             PagingEngine::Protect(p)
                 if p.guarded(region.writable, region.page_shift, region.map.len()) => {}
             PagingEngine::Protect(_) => Protect::forget(region),
+            PagingEngine::Child(_) => {}
         }
     }
 
@@ -344,6 +374,18 @@ impl PagingEngine {
                 };
             }
             PagingEngine::Protect(p) => p,
+            // Granted: the child applies it after the answer (the pins
+            // are held while the grant's number is read).
+            PagingEngine::Child(link) => {
+                return match link.grant(Entry {
+                    addr,
+                    len,
+                    prot: Prot::Read,
+                }) {
+                    true => ContinueResult::Done,
+                    false => ContinueResult::Failed { errno: libc::E2BIG },
+                };
+            }
         };
         // The areas this adds, from the neighbours' bits (read before the
         // caller marks the run mapped): none if the run is mapped already.
@@ -431,6 +473,19 @@ impl PagingEngine {
                     Err(e) => Err(e),
                 }
             }
+            PagingEngine::Child(link) => {
+                let p = region.page_of(crate::base::index::HostAddr(addr));
+                region.mapped.mark(p..p.add(1), true);
+                if link.grant(Entry {
+                    addr,
+                    len,
+                    prot: Prot::ReadWrite,
+                }) {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::from_raw_os_error(libc::E2BIG))
+                }
+            }
         }
     }
 
@@ -440,12 +495,26 @@ impl PagingEngine {
     /// Userfaultfd engine this is `UFFDIO_WRITEPROTECT`, whose errors the
     /// caller sorts out; under Protect `mprotect(PROT_READ)`, safe over
     /// pages that were not accessible since they are all cached.
-    pub(crate) fn protect_write(&self, addr: usize, len: usize) -> std::io::Result<()> {
+    ///
+    /// A Protect child is asked to make read-only the pages of the range
+    /// it may reach (their mapped bits), and must acknowledge first.
+    pub(crate) fn protect_write(
+        &self,
+        region: &Region,
+        addr: usize,
+        len: usize,
+    ) -> std::io::Result<()> {
         match self {
             PagingEngine::Userfaultfd(uffd) => sys::uffd_writeprotect(uffd, addr, len, true, false),
             // Areas are given back only by resets and zaps: the estimate
             // errs high, never low.
             PagingEngine::Protect(_) => sys::protect(addr, len, Prot::Read),
+            PagingEngine::Child(link) => {
+                let first = region.page_of(crate::base::index::HostAddr(addr));
+                let n = (len >> region.page_shift) as u64;
+                let entries = mapped_runs(region, first.0..first.0 + n, Prot::Read);
+                link.revoke(&entries)
+            }
         }
     }
 
@@ -459,6 +528,13 @@ impl PagingEngine {
         let addr = region.addr_of(pages.start).get();
         let len = (pages.end.since(pages.start) as usize) << region.page_shift;
         let was_mapped = region.mapped.count(pages.start.0..pages.end.0) > 0;
+        // A Protect child is asked to take back only what it may reach.
+        let child_runs = match self {
+            PagingEngine::Child(_) if was_mapped => {
+                mapped_runs(region, pages.start.0..pages.end.0, Prot::None)
+            }
+            _ => Vec::new(),
+        };
         region.mapped.mark(pages.clone(), false);
         match self {
             // A forked child's range cannot be advised from here: the hole
@@ -470,6 +546,20 @@ impl PagingEngine {
                 if p.guarded(region.writable, region.page_shift, region.map.len()) =>
             {
                 sys::guard_install(addr, len)
+            }
+            PagingEngine::Child(_) if !was_mapped => Ok(()),
+            PagingEngine::Child(link) => {
+                let result = link.revoke(&child_runs);
+                if result.is_err() {
+                    // The child may still reach them: a later eviction
+                    // must ask again (for those pages only).
+                    for e in &child_runs {
+                        let first = region.page_of(crate::base::index::HostAddr(e.addr));
+                        let n = (e.len >> region.page_shift) as u64;
+                        region.mapped.mark(first..first.add(n), true);
+                    }
+                }
+                result
             }
             PagingEngine::Protect(_) => {
                 let left = mapped(region, pages.start.0.checked_sub(1));
@@ -493,6 +583,28 @@ impl PagingEngine {
             }
         }
     }
+}
+
+/// The runs of mapped pages of `region` in `pages`, as entries of `prot`.
+fn mapped_runs(region: &Region, pages: Range<u64>, prot: Prot) -> Vec<Entry> {
+    let mut out = Vec::new();
+    let mut p = pages.start;
+    while p < pages.end {
+        if !mapped(region, Some(p)) {
+            p += 1;
+            continue;
+        }
+        let start = p;
+        while p < pages.end && mapped(region, Some(p)) {
+            p += 1;
+        }
+        out.push(Entry {
+            addr: region.addr_of(RegionPage(start)).get(),
+            len: ((p - start) as usize) << region.page_shift,
+            prot,
+        });
+    }
+    out
 }
 
 /// Why [`PagingEngine::arm`] failed.

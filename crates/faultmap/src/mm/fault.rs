@@ -1337,7 +1337,7 @@ fn map_window(
 /// and a write would fault again on the readable page for ever.
 fn write_next(env: &FaultEnv<'_>, region: &Region, outcome: MapOutcome, write: bool) -> MapOutcome {
     match outcome {
-        MapOutcome::Woken if write && region.writable && env.engine.protect().is_some() => {
+        MapOutcome::Woken if write && region.writable && env.engine.by_protection() => {
             MapOutcome::NotWoken
         }
         outcome => outcome,

@@ -69,13 +69,15 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::base::index::HostAddr;
 use crate::cache::wait::Uffd;
+use crate::mm::engine::PagingEngine;
 use crate::mm::fault::{self, Origin};
 use crate::mm::object::{self, ObjectCore};
 use crate::mm::pager_core::Core;
 use crate::mm::signal;
 use crate::mm::space::{Region, RegionTable};
 use crate::sys::rendezvous;
-use crate::sys::share::{self, Answer, Received};
+use crate::sys::revoke::{self, Entry};
+use crate::sys::share::{self, Answer, Grant, Received};
 use crate::sys::{self, feature, UffdSource};
 
 /// A guest's fault, waiting for its answer.
@@ -88,14 +90,172 @@ pub(crate) struct GuestFault {
     /// The retry of a fault answered [`Answer::Retry`].
     pub(crate) retry: bool,
     answered: AtomicBool,
+    /// A Protect child's link: a mapped fault is answered with the grant
+    /// its fault path made.
+    link: Option<Arc<ChildLink>>,
 }
 
 impl GuestFault {
-    /// Answers the child, once (a second answer is dropped).
+    /// Answers the child, once (a second answer is dropped). A Protect
+    /// child's mapped fault gets its grant.
     pub(crate) fn complete(&self, answer: Answer) {
-        if !self.answered.swap(true, Ordering::AcqRel) {
-            share::answer(&self.answer, answer);
+        if self.answered.swap(true, Ordering::AcqRel) {
+            return;
         }
+        let answer = match (&self.link, answer) {
+            (Some(link), Answer::Mapped) => link.take_grant().map_or(Answer::Mapped, Answer::Grant),
+            (_, answer) => answer,
+        };
+        share::answer(&self.answer, answer);
+    }
+}
+
+impl std::fmt::Debug for ChildLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChildLink")
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The owner's side of a forked child under the Protect engine
+/// (`sys::revoke`): the child's mailbox, mapped here too, and the grant
+/// the fault being served makes.
+pub(crate) struct ChildLink {
+    mailbox: sys::MappedRegion,
+    pid: i32,
+    pidfd: OwnedFd,
+    /// Serialises the records (and keeps their state).
+    records: Mutex<Records>,
+    /// The grant of the fault the service thread is serving (only it
+    /// maps for this child).
+    pending: Mutex<Option<Grant>>,
+    /// The child's channel closed: it exec'd, or closed its descriptors
+    /// and lives on.
+    closed: AtomicBool,
+}
+
+#[derive(Default)]
+struct Records {
+    /// A record the child did not acknowledge in time: until it does, the
+    /// next revoke fails at once.
+    unacked: Option<u64>,
+    /// The child exec'd: nothing of it is reachable any more.
+    execd: bool,
+}
+
+impl ChildLink {
+    fn new(mailbox: OwnedFd, pid: i32, pidfd: OwnedFd) -> std::io::Result<Self> {
+        let mailbox = sys::mmap_shared_rw(&mailbox, revoke::MAILBOX_BYTES, 0)?;
+        Ok(Self {
+            mailbox,
+            pid,
+            pidfd,
+            records: Mutex::new(Records::default()),
+            pending: Mutex::new(None),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    fn mailbox(&self) -> &revoke::Mailbox {
+        // SAFETY: `mailbox` maps MAILBOX_BYTES of a memfd, page-aligned,
+        // for as long as `self` lives; `Mailbox` fits in them and is all
+        // atomics, which both processes only touch atomically.
+        unsafe { &*self.mailbox.as_ptr().cast::<revoke::Mailbox>() }
+    }
+
+    /// Adds `entry` to the grant of the fault being served (its pages are
+    /// pinned by the caller: the grant's number is read now, R1). False
+    /// if the grant is full.
+    pub(crate) fn grant(&self, entry: Entry) -> bool {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let grant = pending.get_or_insert_with(|| Grant {
+            g: self.mailbox().newest(),
+            n: 0,
+            entries: [Entry::EMPTY; share::GRANT_MAX],
+        });
+        let Some(slot) = grant.entries.get_mut(grant.n) else {
+            return false;
+        };
+        *slot = entry;
+        grant.n += 1;
+        true
+    }
+
+    /// The grant made since the last call, if any.
+    fn take_grant(&self) -> Option<Grant> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Has the child apply `entries` (each taking away) and waits for its
+    /// acknowledgement (R2). `Ok` too if the child exited or exec'd (it
+    /// reaches nothing); an error if it did not answer in
+    /// [`revoke::REVOKE_WAIT`] (the caller keeps the pages).
+    pub(crate) fn revoke(&self, entries: &[Entry]) -> std::io::Result<()> {
+        use crate::mm::engine::{CHILD_REVOKES, CHILD_REVOKES_FAILED};
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let result = self.revoke_inner(entries);
+        let counter = match &result {
+            Ok(()) => &CHILD_REVOKES,
+            Err(_) => &CHILD_REVOKES_FAILED,
+        };
+        counter.fetch_add(entries.len() as u64, Ordering::Relaxed);
+        result
+    }
+
+    fn revoke_inner(&self, entries: &[Entry]) -> std::io::Result<()> {
+        let mut records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        if records.execd || share::exited(&self.pidfd) {
+            return Ok(());
+        }
+        let timed_out = || std::io::Error::from(std::io::ErrorKind::TimedOut);
+        if let Some(r) = records.unacked {
+            if !self.mailbox().acked(r) {
+                if self.gone_by_exec() {
+                    records.execd = true;
+                    return Ok(());
+                }
+                return Err(timed_out());
+            }
+            records.unacked = None;
+        }
+        for chunk in entries.chunks(revoke::ENTRIES) {
+            let r = self.mailbox().post(chunk);
+            match share::signal_child(&self.pidfd) {
+                Err(libc::ESRCH) => return Ok(()),
+                // EAGAIN: the queue is full, so a SIGURG is pending, which
+                // reads the newest record.
+                Ok(()) | Err(_) => {}
+            }
+            let until = std::time::Instant::now() + revoke::REVOKE_WAIT;
+            if !share::wait_ack(self.mailbox(), r, &self.pidfd, until) {
+                if self.gone_by_exec() {
+                    records.execd = true;
+                    return Ok(());
+                }
+                records.unacked = Some(r);
+                return Err(timed_out());
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the child exec'd: its channel closed and its mailbox is no
+    /// longer mapped in it (`/proc/PID/maps`; the pidfd says it has not
+    /// exited, so the pid is still its own).
+    fn gone_by_exec(&self) -> bool {
+        if !self.closed.load(Ordering::Acquire) {
+            return false;
+        }
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) else {
+            return false;
+        };
+        !maps.contains("faultmap-guest-mailbox")
     }
 }
 
@@ -103,7 +263,7 @@ impl GuestFault {
 /// makes the process an owner: children forked from now on are served
 /// here. `core` is the first pager's (the userfaultfd's source and the
 /// features a child asks for come from it).
-pub(crate) fn serve(core: &Core, source: UffdSource) -> std::io::Result<()> {
+pub(crate) fn serve(core: &Core, source: Option<UffdSource>) -> std::io::Result<()> {
     static STARTED: sys::ForkLocal<Mutex<bool>> = sys::ForkLocal::new();
     let started = STARTED.get_or_init(|| Mutex::new(false));
     let mut started = started.lock().unwrap_or_else(|e| e.into_inner());
@@ -111,8 +271,12 @@ pub(crate) fn serve(core: &Core, source: UffdSource) -> std::io::Result<()> {
         return Ok(());
     }
     // A child inherits the SIGBUS disposition: faultmap's handler forwards
-    // its faults here.
-    signal::install()?;
+    // its faults here. A Protect child's come as SIGSEGV (installed by its
+    // pager already), and its revokes as SIGURG.
+    match source {
+        Some(_) => signal::install()?,
+        None => signal::install_revoke()?,
+    }
     let (recv, send) = share::seqpacket_pair()?;
     let features = features(core);
     let recv_fd = recv.as_raw_fd();
@@ -258,6 +422,8 @@ struct Joined {
 struct Guest {
     /// Its userfaultfd (a joiner's comes with its `JOIN`).
     uffd: Option<Arc<Uffd>>,
+    /// A Protect child's link (no userfaultfd).
+    link: Option<Arc<ChildLink>>,
     /// An unrelated process's: the hosted object it connected for, until
     /// it joins, then what it joined. It ends with its channel.
     hosted: Option<u64>,
@@ -382,6 +548,8 @@ impl Service {
                     if n < 2 || words[0] != share::HELLO {
                         continue;
                     }
+                    // A Protect child's first fd is its mailbox.
+                    let protect = n >= 3 && words[2] == share::HELLO_PROTECT;
                     // The child that made the channel, by the kernel's
                     // word (SO_PEERCRED), must be the one that greeted.
                     let pid = words[1] as i32;
@@ -390,10 +558,26 @@ impl Service {
                             .then(|| share::pidfd_open(pid).ok())
                             .flatten()
                     });
-                    share::own_fd(uffd.as_raw_fd());
+                    let (uffd, link) = if protect {
+                        // Signalled through its pidfd only (a pid may be
+                        // reused): no pidfd, no guest (its faults get
+                        // SIGBUS when its channel closes).
+                        let link = pidfd
+                            .as_ref()
+                            .and_then(|p| p.try_clone().ok())
+                            .and_then(|p| ChildLink::new(uffd, pid, p).ok());
+                        let Some(link) = link else {
+                            continue;
+                        };
+                        (None, Some(Arc::new(link)))
+                    } else {
+                        share::own_fd(uffd.as_raw_fd());
+                        (Some(Arc::new(Uffd::new(uffd))), None)
+                    };
                     share::own_fd(channel.as_raw_fd());
                     self.guests.push(Guest {
-                        uffd: Some(Arc::new(Uffd::new(uffd))),
+                        uffd,
+                        link,
                         hosted: None,
                         joined: None,
                         channel: Some(channel),
@@ -433,6 +617,7 @@ impl Service {
             }
             self.guests.push(Guest {
                 uffd: None,
+                link: None,
                 hosted: Some(id),
                 joined: None,
                 channel: Some(conn),
@@ -464,6 +649,9 @@ impl Guest {
             // exits; its faults get SIGBUS, the channel being gone).
             if let Some(fd) = self.channel.take() {
                 share::disown_fd(fd.as_raw_fd());
+            }
+            if let Some(link) = &self.link {
+                link.closed.store(true, Ordering::Release);
             }
             if self.hosted.is_some() {
                 // A joiner: its channel closes after its range is unmapped
@@ -504,12 +692,17 @@ impl Guest {
                         let [id, addr, len, first, pages] = [1, 2, 3, 4, 5].map(|k| words[k]);
                         self.add_range_of(id, addr as usize, len as usize, first, pages);
                     }
-                    Some(&share::FAULT) if n >= 3 && fds.len() == 1 && self.uffd.is_some() => {
+                    Some(&share::FAULT)
+                        if n >= 3
+                            && fds.len() == 1
+                            && (self.uffd.is_some() || self.link.is_some()) =>
+                    {
                         let fault = Arc::new(GuestFault {
                             answer: fds.remove(0),
                             write: words[2] & share::FLAG_WRITE != 0,
                             retry: words[2] & share::FLAG_RETRY != 0,
                             answered: AtomicBool::new(false),
+                            link: self.link.clone(),
                         });
                         self.fault(words[1] as usize, &fault);
                     }
@@ -635,7 +828,12 @@ impl Guest {
         if let Some((_, core)) = self.cores.iter().find(|(p, _)| Arc::ptr_eq(p, pager)) {
             return Some(core.clone());
         }
-        let core = Arc::new(pager.for_guest(self.uffd.clone()?, self.table.clone()));
+        let engine = match (&self.uffd, &self.link) {
+            (Some(uffd), _) => PagingEngine::Userfaultfd(uffd.clone()),
+            (None, Some(link)) => PagingEngine::Child(link.clone()),
+            (None, None) => return None,
+        };
+        let core = Arc::new(pager.for_guest(engine, self.table.clone()));
         self.cores.push((pager.clone(), core.clone()));
         Some(core)
     }
@@ -645,6 +843,11 @@ impl Guest {
         let region = self.table.lock().lookup(HostAddr(addr)).cloned();
         match region {
             Some(region) => {
+                // A Protect child's grant is this fault's alone (only this
+                // thread maps for the child).
+                if let Some(link) = &self.link {
+                    link.take_grant();
+                }
                 let env = region.owner.env();
                 fault::handle(&env, HostAddr(addr), Origin::Guest(fault));
             }

@@ -198,7 +198,7 @@ pub(crate) fn drop_frozen(object: &ObjectCore, frozen: &mut Vec<u64>) -> std::io
         let mut reachable = false;
         for region in &object.rmap.overlapping(pages.clone()) {
             if let Err(e) = zap(region, pages.clone()) {
-                reachable |= region.owner.engine.protect().is_some();
+                reachable |= region.owner.engine.by_protection();
                 result = Err(e);
             }
         }

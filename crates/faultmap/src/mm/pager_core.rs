@@ -10,7 +10,6 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use crate::base::stats::{Counters, RaCounters};
-use crate::cache::wait::Uffd;
 use crate::mm::engine::PagingEngine;
 use crate::mm::evict::Budget;
 use crate::mm::fault::FaultEnv;
@@ -80,12 +79,13 @@ impl Core {
         }
     }
 
-    /// The same pager serving a forked child's faults: `uffd` is the
-    /// child's userfaultfd and `table` its regions; the counters, I/O
+    /// The same pager serving a forked child's faults: `engine` maps in
+    /// the child (its userfaultfd, or its link under Protect) and `table`
+    /// holds its regions; the counters, I/O
     /// queue, memory budget and I/O state are this pager's own.
-    pub(crate) fn for_guest(&self, uffd: Arc<Uffd>, table: Arc<RegionTable>) -> Core {
+    pub(crate) fn for_guest(&self, engine: PagingEngine, table: Arc<RegionTable>) -> Core {
         Core {
-            engine: PagingEngine::Userfaultfd(uffd),
+            engine,
             counters: self.counters.clone(),
             ra: RaCounters::default(),
             io: self.io.clone(),

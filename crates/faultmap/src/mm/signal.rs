@@ -328,6 +328,49 @@ pub(crate) fn install_protect() -> std::io::Result<()> {
     install_for(libc::SIGSEGV, &PREVIOUS_SEGV[0], on_sigsegv)
 }
 
+/// The SIGURG disposition faultmap's revoke handler replaced.
+static PREVIOUS_URG: OnceLock<Disposition> = OnceLock::new();
+
+/// Installs the process's SIGURG handler, once: a Protect owner's forked
+/// children inherit it and take pages back on their owner's word
+/// (`crate::sys::revoke`). Called before the first such child is forked.
+pub(crate) fn install_revoke() -> std::io::Result<()> {
+    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut done = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    if *done {
+        return Ok(());
+    }
+    let _ = PREVIOUS_URG.set(sys::fault_signal_query(libc::SIGURG)?);
+    // Every asynchronous signal, SIGURG included, is blocked while it runs
+    // (as while the SIGSEGV handler runs): a revoke never interrupts a
+    // grant or another revoke on the same thread. SA_RESTART: a child's
+    // blocking `read` is not cut short by its owner's evictions.
+    sys::async_signal_install(libc::SIGURG, on_sigurg)?;
+    *done = true;
+    Ok(())
+}
+
+extern "C" fn on_sigurg(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let errno = sys::errno_get();
+    // A Protect child applies its mailbox's newest record (harmless when
+    // there is none new); a SIGURG its owner did not send is chained.
+    let child = crate::sys::share::on_revoke();
+    // SAFETY: `info` is the kernel's siginfo for this SA_SIGINFO handler
+    // (or null); si_pid is set for SI_USER.
+    let from_owner = child
+        && !info.is_null()
+        && unsafe {
+            (*info).si_code == libc::SI_USER && (*info).si_pid() == crate::sys::share::owner_pid()
+        };
+    if !from_owner {
+        if let Some(prev) = PREVIOUS_URG.get().filter(|p| !p.is_default_or_ignore()) {
+            // SAFETY: the arguments are this handler's own.
+            unsafe { sys::fault_signal_chain(prev, sig, info, ctx, true) };
+        }
+    }
+    sys::errno_set(errno);
+}
+
 /// Puts the Protect engine's SIGSEGV handler back if something replaced
 /// it since (Python's `faulthandler.enable()`, or its `disable()`, which
 /// restores what it found before it: pytest does both), chaining to the
@@ -608,7 +651,7 @@ fn resolve(addr: HostAddr, write: bool, via: Via) -> Outcome {
     let Some(table) = RegionTable::get_if_ready() else {
         return match via {
             Via::Userfaultfd => guest(addr, write),
-            Via::Protect => Outcome::NotOurs,
+            Via::Protect => protect_child(addr, write),
         };
     };
     let ours = |core: &Core| (core.engine.protect().is_some()) == (via == Via::Protect);
@@ -669,7 +712,7 @@ fn resolve(addr: HostAddr, write: bool, via: Via) -> Outcome {
             // ours. A SIGBUS that is not faultmap's waits only while a
             // pager thread reads the userfaultfd.
             // A Protect mapping has no events to wait for.
-            Speculated::None if via == Via::Protect => return Outcome::NotOurs,
+            Speculated::None if via == Via::Protect => return protect_child(addr, write),
             Speculated::None if !waited => {
                 if table.events_in_flight() {
                     drop(table.settled());
@@ -702,9 +745,50 @@ fn guest(addr: HostAddr, write: bool) -> Outcome {
     let mut retry = false;
     loop {
         match crate::mm::links::request(page_addr, write, retry) {
-            None | Some(Answer::Failed) => return Outcome::NotOurs,
+            // A grant is a Protect child's, never a userfaultfd guest's.
+            None | Some(Answer::Failed | Answer::Grant(_)) => return Outcome::NotOurs,
             Some(Answer::Mapped) => return Outcome::Resolved,
             Some(Answer::Retry) => retry = true,
+        }
+    }
+}
+
+/// A fault in a forked child of a Protect owner, on a range it inherited
+/// (`crate::sys::revoke`): the owner resolves it and answers with a
+/// grant, which the child applies and the access runs again; a page that
+/// cannot be had (or an owner that is gone) is SIGBUS. An address outside
+/// those ranges, or a write to a read-only one, is not ours.
+fn protect_child(addr: HostAddr, write: bool) -> Outcome {
+    use crate::sys::revoke::Granted;
+    use crate::sys::share;
+    let Some((_, _, writable)) = share::child_range(addr.get()) else {
+        return Outcome::NotOurs;
+    };
+    if write && !writable && sys::FAULT_WRITE_KNOWN {
+        return Outcome::NotOurs;
+    }
+    let page_addr = addr.page_down().get();
+    let mut retry = false;
+    // While this thread waits for its owner, it answers its owner's
+    // revokes: the owner's fault path may be waiting for memory that only
+    // a revoke of this child's pages frees. (The handler's mask, which
+    // blocks SIGURG, comes back when it returns.)
+    sys::signal_mask_one(libc::SIGURG, false);
+    loop {
+        match crate::mm::links::request(page_addr, write, retry) {
+            None | Some(Answer::Failed) => return Outcome::Failed,
+            Some(Answer::Mapped) => return Outcome::Resolved,
+            Some(Answer::Retry) => retry = true,
+            Some(Answer::Grant(grant)) => {
+                // No revoke on this thread while it holds the child's lock.
+                sys::signal_mask_one(libc::SIGURG, true);
+                return match share::apply_grant(&grant) {
+                    // Stale: a newer record came first; the access faults
+                    // again and asks anew.
+                    Granted::Applied | Granted::Stale => Outcome::Resolved,
+                    Granted::Failed(_) => Outcome::Failed,
+                };
+            }
         }
     }
 }

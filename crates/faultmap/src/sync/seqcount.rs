@@ -19,6 +19,7 @@ use crate::sync::{fence, AtomicU64, Ordering};
 
 /// A sequence count.
 #[derive(Debug, Default)]
+#[repr(transparent)]
 pub(crate) struct SeqCount(AtomicU64);
 
 impl SeqCount {
@@ -26,6 +27,11 @@ impl SeqCount {
     pub(crate) fn begin(&self) -> Option<u64> {
         let s = self.0.load(Ordering::Acquire);
         (s % 2 == 0).then_some(s)
+    }
+
+    /// The count as it is (odd while a writer is at work).
+    pub(crate) fn raw(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
     }
 
     /// Whether no writer began or ended a change since `begin` returned

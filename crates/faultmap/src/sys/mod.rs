@@ -21,6 +21,7 @@ use std::ptr::NonNull;
 
 pub(crate) mod fork;
 pub(crate) mod rendezvous;
+pub(crate) mod revoke;
 pub(crate) mod share;
 pub(crate) mod uring;
 
@@ -1366,6 +1367,43 @@ pub(crate) fn futex_wake(word: &std::sync::atomic::AtomicU32, n: i32) {
     }
 }
 
+/// [`futex_wait`] on a word in memory another process maps too (a shared
+/// futex: keyed by the page, not the address).
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) fn futex_wait_shared(
+    word: &std::sync::atomic::AtomicU32,
+    expected: u32,
+    timeout: Option<std::time::Duration>,
+) {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: as in `futex_wait`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            ts_ptr,
+        );
+    }
+}
+
+/// Wakes up to `n` threads of any process sleeping in
+/// [`futex_wait_shared`] on `word`. Async-signal-safe.
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) fn futex_wake_shared(word: &std::sync::atomic::AtomicU32, n: i32) {
+    // SAFETY: as in `futex_wake`.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n);
+    }
+}
+
 /// The CPU this thread runs on (a hint: it may move at once), 0 if unknown.
 #[cfg_attr(loom, allow(dead_code))]
 pub(crate) fn current_cpu() -> usize {
@@ -1462,6 +1500,61 @@ pub(crate) fn fault_signal_install(
         return Err(io::Error::last_os_error());
     }
     Ok(Disposition(old))
+}
+
+/// Installs `handler` for an asynchronous signal (the Protect engine's
+/// SIGURG): `SA_SIGINFO | SA_RESTART` (a system call it interrupts is
+/// restarted where the kernel can), every asynchronous signal blocked
+/// while it runs, itself included. Returns the disposition it replaced.
+pub(crate) fn async_signal_install(
+    sig: libc::c_int,
+    handler: SigInfoHandler,
+) -> io::Result<Disposition> {
+    // SAFETY: an all-zero sigaction is a valid value (SIG_DFL, no flags,
+    // empty mask), filled in below.
+    let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
+    new.sa_sigaction = handler as usize;
+    new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: sigfillset/sigdelset write the mask of a sigaction we own;
+    // sigaction reads `new` and writes `old`, both live.
+    let rc = unsafe {
+        libc::sigfillset(&mut new.sa_mask);
+        for sync in [
+            libc::SIGBUS,
+            libc::SIGSEGV,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGTRAP,
+        ] {
+            libc::sigdelset(&mut new.sa_mask, sync);
+        }
+        libc::sigaction(sig, &new, &mut old)
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Disposition(old))
+}
+
+/// Blocks (`block`) or unblocks signal `sig` in the calling thread.
+/// Async-signal-safe (`pthread_sigmask`); inside a handler the mask it
+/// interrupted is restored when it returns.
+pub(crate) fn signal_mask_one(sig: libc::c_int, block: bool) {
+    // SAFETY: an empty set, one signal added, and pthread_sigmask reading
+    // it (no old set asked for).
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        let how = if block {
+            libc::SIG_BLOCK
+        } else {
+            libc::SIG_UNBLOCK
+        };
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
 }
 
 /// Puts `handler` back as the handler of `sig` if something replaced it.

@@ -112,8 +112,9 @@ use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
+use super::revoke::{ChildState, Entry, Granted, MAILBOX_BYTES};
 use super::UffdSource;
-use super::{errno_get, feature, mode};
+use super::{errno_get, feature, mode, Prot};
 
 /// What a listed range needs for a child to map it again: the memfd (an fd
 /// the child inherits), the offset of the range's first byte in it, and
@@ -157,12 +158,39 @@ pub(crate) const FLAG_RETRY: u64 = 2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Answer {
     /// Mapped (or to be retried by faulting again): return.
-    Mapped = 1,
+    Mapped,
     /// The read it waited for ended: ask again.
-    Retry = 2,
+    Retry,
     /// The page cannot be had, or the owner is gone: SIGBUS.
-    Failed = 3,
+    Failed,
+    /// Under the Protect engine: the child may make these ranges
+    /// reachable itself (`sys::revoke`), then return.
+    Grant(Grant),
 }
+
+/// What a Protect child may make reachable: `entries[..n]`, under grant
+/// number `g` (`sys::revoke`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) g: u64,
+    pub(crate) n: usize,
+    pub(crate) entries: [Entry; GRANT_MAX],
+}
+
+/// Entries per grant.
+pub(crate) const GRANT_MAX: usize = 8;
+/// Answer words: what each answer's first word is.
+const ANSWER_MAPPED: u64 = 1;
+const ANSWER_RETRY: u64 = 2;
+const ANSWER_FAILED: u64 = 3;
+const ANSWER_GRANT: u64 = 4;
+/// The longest answer: `[GRANT, g, n, (addr, len, prot) x GRANT_MAX]`.
+const ANSWER_WORDS: usize = 3 + 3 * GRANT_MAX;
+/// A greeting's third word: the child is served under the Protect engine
+/// (its fds are its mailbox and its channel, not a userfaultfd).
+pub(crate) const HELLO_PROTECT: u64 = 1;
+/// `UFFD_HOW`'s top byte for an owner under the Protect engine.
+const HOW_PROTECT: u8 = 4;
 
 /// The owner's service socket (the end children send to), or -1: this
 /// process serves no guests.
@@ -301,10 +329,14 @@ pub(crate) fn disown_fd(fd: RawFd) {
 /// Makes this process an owner: children forked from now on send their
 /// userfaultfds to `service` (the sending end of the owner's service
 /// socket, kept open for the process's life), opened as `source` opened
-/// the owner's, with `features` (`UFFD_FEATURE_SIGBUS` is added).
-pub(crate) fn serve(service: RawFd, source: UffdSource, features: u64) {
+/// the owner's, with `features` (`UFFD_FEATURE_SIGBUS` is added); or,
+/// with no `source` (the Protect engine), their mailboxes
+/// (`sys::revoke`), their ranges kept inaccessible until granted.
+pub(crate) fn serve(service: RawFd, source: Option<UffdSource>, features: u64) {
     let features = (features | feature::SIGBUS) & ((1 << 56) - 1);
-    UFFD_HOW.store(u64::from(how(source)) << 56 | features, Ordering::Relaxed);
+    let how = source.map_or(HOW_PROTECT, how);
+    UFFD_HOW.store(u64::from(how) << 56 | features, Ordering::Relaxed);
+    AREA_MARK.store(super::max_map_count() / 2, Ordering::Relaxed);
     // SAFETY: getpid cannot fail.
     OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     SERVICE.store(service, Ordering::Release);
@@ -564,17 +596,109 @@ pub(crate) fn open_guest_uffd(source: UffdSource, features: u64) -> std::io::Res
 /// Answers a fault on its answer socket. A child that died meanwhile is
 /// not an error: nobody waits.
 pub(crate) fn answer(fd: &OwnedFd, answer: Answer) {
-    let word = [answer as u64];
-    // SAFETY: sends 8 bytes from a live array; MSG_DONTWAIT: an answer
+    let mut words = [0u64; ANSWER_WORDS];
+    let n = match answer {
+        Answer::Mapped => {
+            words[0] = ANSWER_MAPPED;
+            1
+        }
+        Answer::Retry => {
+            words[0] = ANSWER_RETRY;
+            1
+        }
+        Answer::Failed => {
+            words[0] = ANSWER_FAILED;
+            1
+        }
+        Answer::Grant(grant) => {
+            let n = grant.n.min(GRANT_MAX);
+            words[..3].copy_from_slice(&[ANSWER_GRANT, grant.g, n as u64]);
+            for (i, e) in grant.entries[..n].iter().enumerate() {
+                words[3 + 3 * i..6 + 3 * i].copy_from_slice(&[
+                    e.addr as u64,
+                    e.len as u64,
+                    prot_word(e.prot),
+                ]);
+            }
+            3 + 3 * n
+        }
+    };
+    // SAFETY: sends `n` words from a live array; MSG_DONTWAIT: an answer
     // socket holds one record, never more.
     let _ = unsafe {
         libc::send(
             fd.as_raw_fd(),
-            word.as_ptr().cast(),
-            8,
+            words.as_ptr().cast(),
+            8 * n,
             libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
         )
     };
+}
+
+fn prot_word(p: Prot) -> u64 {
+    match p {
+        Prot::None => 0,
+        Prot::Read => 1,
+        Prot::ReadWrite => 2,
+    }
+}
+
+fn word_prot(w: u64) -> Option<Prot> {
+    match w {
+        0 => Some(Prot::None),
+        1 => Some(Prot::Read),
+        2 => Some(Prot::ReadWrite),
+        _ => None,
+    }
+}
+
+/// Asks Protect child `pidfd` to apply its mailbox's newest record
+/// (SIGURG, whose default action is to ignore it: a process that exec'd
+/// since is not harmed). `Err(errno)`: `ESRCH` if it exited.
+pub(crate) fn signal_child(pidfd: &OwnedFd) -> Result<(), i32> {
+    // SAFETY: pidfd_send_signal takes a pidfd, a signal, a null siginfo
+    // (the kernel fills in SI_USER and this process's pid) and flags.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGURG,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(errno_get());
+    }
+    Ok(())
+}
+
+/// Waits until the child acknowledged record `r` of `mailbox`, it exited
+/// (`pidfd` readable), or `until` passed. Returns whether it acknowledged
+/// or exited.
+pub(crate) fn wait_ack(
+    mailbox: &super::revoke::Mailbox,
+    r: u64,
+    pidfd: &OwnedFd,
+    until: std::time::Instant,
+) -> bool {
+    loop {
+        let seen = mailbox.ack_word().load(Ordering::Acquire);
+        if mailbox.acked(r) || exited(pidfd) {
+            return true;
+        }
+        let now = std::time::Instant::now();
+        if now >= until {
+            return false;
+        }
+        // A shared futex (the word is in a page both processes map); a
+        // few ms at a time, so that the child's exit is seen.
+        let wait = (until - now).min(std::time::Duration::from_millis(5));
+        #[cfg(not(loom))]
+        super::futex_wait_shared(mailbox.ack_word(), seen, Some(wait));
+        #[cfg(loom)]
+        let _ = (seen, wait);
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -587,10 +711,12 @@ pub(crate) fn answer(fd: &OwnedFd, answer: Answer) {
 /// the userfaultfd and the channel, or `None` (not an owner's child, or
 /// the owner cannot be reached: the caller reserves instead).
 pub(super) fn start_child() -> Option<(RawFd, RawFd)> {
-    // A guest's child: its parent's guest descriptors are not its own.
+    // A guest's child: its parent's guest descriptors are not its own,
+    // nor its mailbox.
     for ident in [&CHANNEL, &GUEST_UFFD] {
         ident.forget();
     }
+    forget_mailbox();
     // An owner's child: the owner's descriptors of its other children are
     // not its own either (see OWNER_FDS).
     for slot in &OWNER_FDS {
@@ -620,6 +746,9 @@ pub(super) fn start_child() -> Option<(RawFd, RawFd)> {
 
 fn greet(service: RawFd) -> Option<(RawFd, RawFd)> {
     let how = UFFD_HOW.load(Ordering::Relaxed);
+    if (how >> 56) as u8 == HOW_PROTECT {
+        return greet_protect(service);
+    }
     let uffd = open_uffd((how >> 56) as u8)?;
     let features = how & ((1 << 56) - 1);
     // SAFETY: `uffd` was just opened and is closed only below or by this
@@ -643,6 +772,28 @@ fn greet(service: RawFd) -> Option<(RawFd, RawFd)> {
         return None;
     }
     Some((uffd, mine))
+}
+
+/// A Protect owner's child greets with its mailbox: `(-1, channel)` (no
+/// userfaultfd).
+fn greet_protect(service: RawFd) -> Option<(RawFd, RawFd)> {
+    let mailbox = make_mailbox()?;
+    let Ok((mine, theirs)) = raw_pair() else {
+        close(mailbox);
+        forget_mailbox();
+        return None;
+    };
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::getpid() } as u64;
+    let sent = send_raw(service, &[HELLO, pid, HELLO_PROTECT], &[mailbox, theirs]);
+    close(theirs);
+    close(mailbox);
+    if sent.is_err() {
+        close(mine);
+        forget_mailbox();
+        return None;
+    }
+    Some((-1, mine))
 }
 
 /// How [`open_uffd`] opens a userfaultfd as `source` did.
@@ -706,7 +857,12 @@ fn open_uffd(how: u8) -> Option<RawFd> {
 /// registers it with the child's userfaultfd. Returns the errno of the
 /// step that failed (the range is then unmapped again, if it was mapped).
 pub(super) fn map_in_child(uffd: RawFd, addr: usize, len: usize, share: Share) -> Result<(), i32> {
-    let prot = if share.writable {
+    // A Protect child's range starts inaccessible: its owner grants
+    // pages (`sys::revoke`).
+    let protect = uffd < 0;
+    let prot = if protect {
+        libc::PROT_NONE
+    } else if share.writable {
         libc::PROT_READ | libc::PROT_WRITE
     } else {
         libc::PROT_READ
@@ -739,6 +895,20 @@ pub(super) fn map_in_child(uffd: RawFd, addr: usize, len: usize, share: Share) -
     // SAFETY: advises on the range just mapped; DONTFORK changes no content.
     if unsafe { libc::syscall(libc::SYS_madvise, addr, len, libc::MADV_DONTFORK) } != 0 {
         return undo(errno_get());
+    }
+    if protect {
+        let free = CHILD_RANGES
+            .iter()
+            .find(|[_, l]| l.load(Ordering::Relaxed) == 0);
+        let Some([a, l]) = free else {
+            return undo(libc::ENOSPC);
+        };
+        a.store(addr, Ordering::Relaxed);
+        l.store(
+            len | usize::from(share.writable) * WRITABLE,
+            Ordering::Relaxed,
+        );
+        return Ok(());
     }
     let modes = if share.writable {
         mode::MISSING | mode::MINOR | mode::WP
@@ -804,7 +974,11 @@ pub(super) fn become_guest(uffd: RawFd, channel: RawFd) {
 /// Gives up being a guest (nothing was mapped, or the owner is gone).
 pub(super) fn abandon(uffd: RawFd, channel: RawFd) {
     close(channel);
-    close(uffd);
+    if uffd >= 0 {
+        close(uffd);
+    } else {
+        forget_mailbox();
+    }
 }
 
 /// Forgets the channel to an owner that is gone, keeping the userfaultfd
@@ -879,7 +1053,7 @@ fn send_to_owner(channel: RawFd, words: &[u64], answer: RawFd, owner: Owner) -> 
 /// [`Owner::gone`] every [`OWNER_CHECK_MS`]: another process may hold a
 /// copy of the owner's end), is [`Answer::Failed`].
 fn wait_answer(fd: RawFd, owner: Owner) -> Answer {
-    let mut word = 0u64;
+    let mut words = [0u64; ANSWER_WORDS];
     loop {
         let mut pfd = libc::pollfd {
             fd,
@@ -900,19 +1074,240 @@ fn wait_answer(fd: RawFd, owner: Owner) -> Answer {
             }
             continue;
         }
-        // SAFETY: reads at most 8 bytes into a live u64.
-        let rc = unsafe { libc::recv(fd, (&mut word as *mut u64).cast(), 8, libc::MSG_DONTWAIT) };
-        if rc == 8 {
-            return match word {
-                1 => Answer::Mapped,
-                2 => Answer::Retry,
-                _ => Answer::Failed,
-            };
+        // SAFETY: reads at most the array's bytes into it.
+        let rc = unsafe {
+            libc::recv(
+                fd,
+                words.as_mut_ptr().cast(),
+                std::mem::size_of_val(&words),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if rc >= 8 {
+            return parse_answer(&words[..rc as usize / 8]);
         }
         if rc < 0 && matches!(errno_get(), libc::EINTR | libc::EAGAIN) {
             continue;
         }
         return Answer::Failed;
+    }
+}
+
+/// An answer's words; anything malformed is [`Answer::Failed`].
+fn parse_answer(words: &[u64]) -> Answer {
+    match words {
+        [ANSWER_MAPPED, ..] => Answer::Mapped,
+        [ANSWER_RETRY, ..] => Answer::Retry,
+        [ANSWER_GRANT, g, n, rest @ ..]
+            if (*n as usize) <= GRANT_MAX && rest.len() >= 3 * *n as usize =>
+        {
+            let mut grant = Grant {
+                g: *g,
+                n: *n as usize,
+                entries: [Entry::EMPTY; GRANT_MAX],
+            };
+            for (e, w) in grant
+                .entries
+                .iter_mut()
+                .zip(rest.chunks_exact(3))
+                .take(grant.n)
+            {
+                let Some(prot) = word_prot(w[2]) else {
+                    return Answer::Failed;
+                };
+                *e = Entry {
+                    addr: w[0] as usize,
+                    len: w[1] as usize,
+                    prot,
+                };
+            }
+            Answer::Grant(grant)
+        }
+        _ => Answer::Failed,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A Protect child's side (`sys::revoke`): async-signal-safe.
+// ---------------------------------------------------------------------------
+
+/// In a Protect child: its mailbox's address (0: none).
+static MAILBOX: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// In a Protect child: its lock and the newest record it applied.
+#[cfg(not(loom))]
+static CHILD: ChildState = ChildState::new();
+
+#[cfg(not(loom))]
+fn child_state() -> &'static ChildState {
+    &CHILD
+}
+
+/// Loom's atomics are not const; no model reaches a child's state.
+#[cfg(loom)]
+fn child_state() -> &'static ChildState {
+    Box::leak(Box::new(ChildState::new()))
+}
+/// In a Protect child: the ranges it maps again and asks its owner for:
+/// `(addr, len | WRITABLE)` each, `(0, 0)` free.
+static CHILD_RANGES: [[std::sync::atomic::AtomicUsize; 2]; CHILD_RANGES_MAX] =
+    [const { [const { std::sync::atomic::AtomicUsize::new(0) }; 2] }; CHILD_RANGES_MAX];
+const CHILD_RANGES_MAX: usize = 1024;
+/// A range's length's low bit (lengths are page multiples): writable.
+const WRITABLE: usize = 1;
+/// In a Protect child: the memory areas its grants added, as estimated
+/// (two per entry: errs high), and the estimate at which it protects every
+/// range again first (half of `vm.max_map_count`, set by the owner).
+static CHILD_AREAS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static AREA_MARK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(32_765);
+
+/// In a Protect child: the range it serves that `addr` falls in, and
+/// whether it is writable.
+pub(crate) fn child_range(addr: usize) -> Option<(usize, usize, bool)> {
+    if MAILBOX.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    CHILD_RANGES.iter().find_map(|[a, l]| {
+        let (start, len) = (a.load(Ordering::Relaxed), l.load(Ordering::Relaxed));
+        let bytes = len & !WRITABLE;
+        (len != 0 && start <= addr && addr - start < bytes).then_some((
+            start,
+            bytes,
+            len & WRITABLE != 0,
+        ))
+    })
+}
+
+/// Protects every range of this child `PROT_NONE` (one area each): its
+/// pages fault back in, granted again. Only takes away.
+fn reset_child_ranges() {
+    for [a, l] in &CHILD_RANGES {
+        let (start, len) = (
+            a.load(Ordering::Relaxed),
+            l.load(Ordering::Relaxed) & !WRITABLE,
+        );
+        if len != 0 {
+            let _ = super::protect(start, len, Prot::None);
+        }
+    }
+    CHILD_AREAS.store(0, Ordering::Relaxed);
+}
+
+fn apply_entry(e: &Entry) -> Result<(), i32> {
+    let grows = e.prot != Prot::None;
+    if grows && CHILD_AREAS.load(Ordering::Relaxed) + 2 > AREA_MARK.load(Ordering::Relaxed) {
+        reset_child_ranges();
+    }
+    let mut result = super::protect(e.addr, e.len, e.prot);
+    if matches!(&result, Err(err) if err.raw_os_error() == Some(libc::ENOMEM)) {
+        // Out of areas: give them all back and try once more.
+        reset_child_ranges();
+        result = super::protect(e.addr, e.len, e.prot);
+    }
+    match result {
+        Ok(()) => {
+            if grows {
+                CHILD_AREAS.fetch_add(2, Ordering::Relaxed);
+            }
+            Ok(())
+        }
+        Err(err) => Err(err.raw_os_error().unwrap_or(libc::EINVAL)),
+    }
+}
+
+/// In a Protect child: applies `grant` (R3 of `sys::revoke`), each entry
+/// checked to lie in one of the child's ranges (else the grant fails).
+pub(crate) fn apply_grant(grant: &Grant) -> Granted {
+    let entries = &grant.entries[..grant.n.min(GRANT_MAX)];
+    let inside = entries.iter().all(|e| {
+        child_range(e.addr).is_some_and(|(start, len, writable)| {
+            e.addr - start + e.len <= len && (writable || e.prot != Prot::ReadWrite)
+        })
+    });
+    if !inside {
+        return Granted::Failed(libc::EINVAL);
+    }
+    child_state().grant(grant.g, entries, apply_entry)
+}
+
+/// The SIGURG handler's work in a Protect child: applies the mailbox's
+/// newest record and wakes the owner. Returns false if this process has
+/// no mailbox.
+pub(crate) fn on_revoke() -> bool {
+    let at = MAILBOX.load(Ordering::Acquire);
+    if at == 0 {
+        return false;
+    }
+    // SAFETY: MAILBOX holds the address of this child's mailbox page,
+    // mapped shared read-write at the fork and never unmapped while it is
+    // set (`start_child` clears it first in a child of this child).
+    let mailbox = unsafe { &*(at as *const super::revoke::Mailbox) };
+    let acked = child_state().revoke(mailbox, |e| {
+        // A revoke only takes away: its failure (ENOMEM) leaves the
+        // range as it was, so take everything away instead.
+        if super::protect(e.addr, e.len, e.prot).is_err() {
+            reset_child_ranges();
+        }
+    });
+    if acked.is_some() {
+        #[cfg(not(loom))]
+        super::futex_wake_shared(mailbox.ack_word(), i32::MAX);
+    }
+    true
+}
+
+/// This Protect child's owner's pid (the sender a SIGURG of ours has).
+pub(crate) fn owner_pid() -> i32 {
+    SERVED_BY.load(Ordering::Relaxed)
+}
+
+/// Makes the child's mailbox: one zeroed memfd page, mapped shared and
+/// kept from the child's own children. Returns its fd (to send; the caller
+/// closes it) after publishing the mapping, or `None`.
+fn make_mailbox() -> Option<RawFd> {
+    let name = b"faultmap-guest-mailbox\0";
+    // SAFETY: a NUL-terminated name and flags; returns a new fd or -1.
+    let fd =
+        unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), libc::MFD_CLOEXEC) } as RawFd;
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: ftruncate of the memfd just made.
+    if unsafe { libc::syscall(libc::SYS_ftruncate, fd, MAILBOX_BYTES as libc::off_t) } != 0 {
+        close(fd);
+        return None;
+    }
+    // SAFETY: a new shared mapping of the memfd at an address the kernel
+    // picks: it replaces nothing.
+    let at = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            0usize,
+            MAILBOX_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0 as libc::off_t,
+        )
+    };
+    if at == -1 {
+        close(fd);
+        return None;
+    }
+    // SAFETY: advises on the page just mapped.
+    unsafe { libc::syscall(libc::SYS_madvise, at, MAILBOX_BYTES, libc::MADV_DONTFORK) };
+    child_state().reset();
+    CHILD_AREAS.store(0, Ordering::Relaxed);
+    MAILBOX.store(at as usize, Ordering::Release);
+    Some(fd)
+}
+
+/// Forgets the mailbox a Protect child's child inherited the address of
+/// (the page itself is DONTFORK: not mapped here), and its ranges.
+fn forget_mailbox() {
+    MAILBOX.store(0, Ordering::Release);
+    for [a, l] in &CHILD_RANGES {
+        a.store(0, Ordering::Relaxed);
+        l.store(0, Ordering::Relaxed);
     }
 }
 

@@ -1,0 +1,484 @@
+//! Grants and revokes: how an owner under the Protect engine lets a forked
+//! child reach cached pages, and takes them back before it punches them.
+//!
+//! ## Why the child must take part
+//!
+//! Under the Userfaultfd engine the owner maps a page into a child itself
+//! (`UFFDIO_CONTINUE` on the child's userfaultfd), and punching the hole
+//! unmaps it from every process. Under Protect a child's page is reachable
+//! because the *child* changed its range's protection, and no system call
+//! lets one process change another's (`process_madvise` takes no guard
+//! markers, and there is no remote `mprotect`). A punched hole under a
+//! reachable page of a `MAP_SHARED` memfd mapping reads as zeros, and a
+//! read fault there would allocate a zero page in the shared cache. So the
+//! child changes its own protections, at the owner's word:
+//!
+//! ```text
+//!   child: SIGSEGV -> FAULT(addr) --------> owner (service thread):
+//!                                              pin the window's UPTODATE pages,
+//!                                              set their mapped bits (guest region),
+//!                                              g := newest record number,
+//!                                              unpin
+//!   child <------------------ [GRANT, g, n, (addr, len, prot) x n]
+//!   child: lock; if applied <= g { mprotect each } ; unlock; return
+//!
+//!   owner (evictor, invalidation, write-back), for pages with mapped bits:
+//!      lock the link; post record r = newest + 1 in the mailbox
+//!      (seqlock); pidfd_send_signal(SIGURG); wait (futex, bounded) for ack >= r;
+//!      only then punch (or, for write-back, copy)
+//!   child: SIGURG handler: lock; read the newest record (seqlock);
+//!      if newer than applied { mprotect each; applied := r }; ack := r; wake; unlock
+//! ```
+//!
+//! The mailbox ([`Mailbox`]) is one page of a memfd the child makes at the
+//! fork and sends with its greeting; both processes map it shared.
+//!
+//! ## Invariants
+//!
+//! - **R1.** A child makes a page reachable only by applying a grant, and
+//!   a grant numbered `g` covers only pages that were pinned UPTODATE when
+//!   `g` was read (the owner reads it inside the fault path's pin).
+//! - **R2.** A page is punched, or copied out by write-back, only after
+//!   every guest region with the page's mapped bit set has acknowledged a
+//!   record numbered after the bit was set, that record covering the page
+//!   (`NONE` before a punch, `READ` before a copy). A guest that does not
+//!   acknowledge in [`REVOKE_WAIT`] fails the revoke: the page stays
+//!   cached (`PageState::cancel_evict`) or dirty, and its bit stays set.
+//! - **R3.** The child applies grants and records under one lock, and
+//!   applies a grant numbered `g` only if the newest record it applied is
+//!   not newer than `g`; it applies only the newest record, and only if it
+//!   is newer than the one applied.
+//!
+//! Why they suffice: a page is frozen (EVICTING) or claimed for write-back
+//! only after every pin is let go, so a record `r` posted for it comes after
+//! every grant number `g` read under a pin of it: `r > g`. In the child,
+//! the grant's `mprotect` runs either before the record is applied (the
+//! record's protection then wins) or after (then `applied >= r > g` and
+//! the grant is refused: the access faults again and asks anew). A record
+//! applied late (after the owner gave up on it) only takes more away; a
+//! record skipped for a newer one was given up on by the owner already.
+//! The loom model below runs this code with a simulated page.
+//!
+//! ## What a child must not do
+//!
+//! - Block SIGURG in every thread for longer than [`REVOKE_WAIT`]: its
+//!   pages then stay cached (counted as evictions that failed), and the
+//!   budget may be exceeded by what it maps.
+//! - `munmap` an inherited range and map something else there: a stale
+//!   grant would change the new mapping's protection.
+//!
+//! Everything the child does here is atomics, `mprotect` and `futex`:
+//! async-signal-safe.
+
+use crate::sync::seqcount::SeqCount;
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+use super::Prot;
+
+/// Entries per record or grant.
+pub(crate) const ENTRIES: usize = 160;
+
+/// How long an owner waits for a child's acknowledgement.
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) const REVOKE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// One range whose protection a grant or record sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) addr: usize,
+    pub(crate) len: usize,
+    pub(crate) prot: Prot,
+}
+
+impl Entry {
+    pub(crate) const EMPTY: Entry = Entry {
+        addr: 0,
+        len: 0,
+        prot: Prot::None,
+    };
+}
+
+/// The shared page between an owner and one child (`#[repr(C)]`: both
+/// processes are the same program, and it must fit in a page).
+#[repr(C)]
+pub(crate) struct Mailbox {
+    /// Twice the newest record's number; odd while the owner writes one.
+    seq: SeqCount,
+    /// The newest record the child applied (its number's low 32 bits): a
+    /// shared futex word.
+    ack: AtomicU32,
+    count: AtomicU32,
+    /// `(addr, len, prot)` each.
+    entries: [[AtomicU64; 3]; ENTRIES],
+}
+
+/// The bytes a mailbox takes (one page).
+pub(crate) const MAILBOX_BYTES: usize = 4096;
+
+const _: () = assert!(std::mem::size_of::<Mailbox>() <= MAILBOX_BYTES);
+
+fn prot_word(p: Prot) -> u64 {
+    match p {
+        Prot::None => 0,
+        Prot::Read => 1,
+        Prot::ReadWrite => 2,
+    }
+}
+
+fn word_prot(w: u64) -> Prot {
+    match w {
+        1 => Prot::Read,
+        2 => Prot::ReadWrite,
+        _ => Prot::None,
+    }
+}
+
+impl Mailbox {
+    /// A zeroed mailbox (for models and tests; a real one is a zeroed
+    /// memfd page).
+    #[cfg(test)]
+    pub(crate) fn new() -> Self {
+        Self {
+            seq: SeqCount::default(),
+            ack: AtomicU32::new(0),
+            count: AtomicU32::new(0),
+            entries: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+        }
+    }
+
+    /// The newest record's number (a record being written is not counted):
+    /// a grant's number. Owner side.
+    pub(crate) fn newest(&self) -> u64 {
+        // An odd count is a record half-written: the one before it is
+        // the newest whole one.
+        self.seq.raw() / 2
+    }
+
+    /// Writes `entries` (at most [`ENTRIES`]) as the next record and
+    /// returns its number. The caller serialises the owner's writers.
+    pub(crate) fn post(&self, entries: &[Entry]) -> u64 {
+        let n = entries.len().min(ENTRIES);
+        self.seq.write_begin();
+        self.count.store(n as u32, Ordering::Relaxed);
+        for (slot, e) in self.entries.iter().zip(&entries[..n]) {
+            slot[0].store(e.addr as u64, Ordering::Relaxed);
+            slot[1].store(e.len as u64, Ordering::Relaxed);
+            slot[2].store(prot_word(e.prot), Ordering::Relaxed);
+        }
+        self.seq.write_end();
+        self.newest()
+    }
+
+    /// Whether the child acknowledged record `r` or a newer one.
+    pub(crate) fn acked(&self, r: u64) -> bool {
+        let ack = self.ack.load(Ordering::Acquire);
+        (ack.wrapping_sub(r as u32) as i32) >= 0
+    }
+
+    /// The futex word the child wakes after an acknowledgement.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn ack_word(&self) -> &AtomicU32 {
+        &self.ack
+    }
+
+    /// The newest record, read whole (`None`: the owner is writing one;
+    /// a signal follows its end).
+    fn read(&self, out: &mut [Entry; ENTRIES]) -> Option<(u64, usize)> {
+        let seen = self.seq.begin()?;
+        let n = (self.count.load(Ordering::Relaxed) as usize).min(ENTRIES);
+        for (o, slot) in out.iter_mut().zip(&self.entries[..n]) {
+            *o = Entry {
+                addr: slot[0].load(Ordering::Relaxed) as usize,
+                len: slot[1].load(Ordering::Relaxed) as usize,
+                prot: word_prot(slot[2].load(Ordering::Relaxed)),
+            };
+        }
+        self.seq.still(seen).then_some((seen / 2, n))
+    }
+}
+
+/// A child's side: its lock over protection changes, and the newest record
+/// it applied.
+pub(crate) struct ChildState {
+    lock: AtomicU32,
+    applied: AtomicU64,
+}
+
+/// What became of a grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Granted {
+    /// Applied: the access runs again and finds its page.
+    Applied,
+    /// A newer record was applied since the grant was made: refused (the
+    /// access faults again and asks anew).
+    Stale,
+    /// An `mprotect` failed with this errno (what came before it stays).
+    Failed(i32),
+}
+
+impl ChildState {
+    #[cfg(not(loom))]
+    pub(crate) const fn new() -> Self {
+        Self {
+            lock: AtomicU32::new(0),
+            applied: AtomicU64::new(0),
+        }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn new() -> Self {
+        Self {
+            lock: AtomicU32::new(0),
+            applied: AtomicU64::new(0),
+        }
+    }
+
+    /// Forgets the records applied (a new child's, at its fork).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn reset(&self) {
+        self.applied.store(0, Ordering::Relaxed);
+        self.lock.store(0, Ordering::Relaxed);
+    }
+
+    /// Takes the lock. Its holder is another thread of this process inside
+    /// one grant or record (a few `mprotect`s); this thread's own holding
+    /// cannot be interrupted by the other (the SIGSEGV handler blocks
+    /// SIGURG, and the SIGURG handler blocks itself).
+    fn lock(&self) {
+        let mut spins = 0u32;
+        while self
+            .lock
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            relax(spins);
+            spins = spins.saturating_add(1);
+        }
+    }
+
+    fn unlock(&self) {
+        self.lock.store(0, Ordering::Release);
+    }
+
+    /// Applies grant `g` (its entries, through `apply`) unless a newer
+    /// record was applied since (R3).
+    pub(crate) fn grant(
+        &self,
+        g: u64,
+        entries: &[Entry],
+        mut apply: impl FnMut(&Entry) -> Result<(), i32>,
+    ) -> Granted {
+        self.lock();
+        let out = if self.applied.load(Ordering::Relaxed) > g {
+            Granted::Stale
+        } else {
+            entries
+                .iter()
+                .try_for_each(&mut apply)
+                .map_or_else(Granted::Failed, |()| Granted::Applied)
+        };
+        self.unlock();
+        out
+    }
+
+    /// The revoke handler's work: applies the mailbox's newest record if it
+    /// is newer than the one applied (through `apply`), then acknowledges
+    /// it. Returns the record acknowledged (`None`: the owner was writing
+    /// one, whose signal is still to come).
+    pub(crate) fn revoke(&self, mailbox: &Mailbox, mut apply: impl FnMut(&Entry)) -> Option<u64> {
+        let mut record = [Entry::EMPTY; ENTRIES];
+        self.lock();
+        let read = mailbox.read(&mut record);
+        if let Some((r, n)) = read {
+            if r > self.applied.load(Ordering::Relaxed) {
+                record[..n].iter().for_each(&mut apply);
+                self.applied.store(r, Ordering::Relaxed);
+            }
+            // Release: the owner that sees the acknowledgement sees the
+            // protections changed (they are system calls, done already).
+            mailbox.ack.store(r as u32, Ordering::Release);
+        }
+        self.unlock();
+        read.map(|(r, _)| r)
+    }
+}
+
+#[cfg(not(loom))]
+fn relax(spins: u32) {
+    if spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        // SAFETY: sched_yield takes no argument; async-signal-safe.
+        unsafe { libc::sched_yield() };
+    }
+}
+
+#[cfg(loom)]
+fn relax(_spins: u32) {
+    loom::thread::yield_now();
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use crate::sync::AtomicBool;
+    use loom::sync::{Arc, Notify};
+    use loom::thread;
+
+    // The simulated page's state word: what the page-state word says of
+    // pins and freezing.
+    const UPTODATE: u32 = 0;
+    const PINNED: u32 = 1;
+    const EVICTING: u32 = 2;
+
+    struct World {
+        mailbox: Mailbox,
+        child: ChildState,
+        page: AtomicU32,
+        /// The guest region's mapped bit.
+        mapped: AtomicBool,
+        /// The child's protection of the page (0 none, 1 read).
+        prot: AtomicU32,
+        punched: AtomicBool,
+        /// The grant sent to the child: g + 1, or u64::MAX for none.
+        sent: AtomicU64,
+        sent_ready: Notify,
+        /// The signal: 1 sent, 2 none will come.
+        signal: AtomicU32,
+        signal_ready: Notify,
+        /// The handler acknowledged (the owner's futex wake).
+        acked: Notify,
+    }
+
+    /// The owner grants a page to the child while its evictor takes it
+    /// back, and the child's fault and revoke handler run on two threads:
+    /// the page is never reachable in the child once punched, whatever the
+    /// interleaving (R1 to R3 through `post`, `newest`, `acked`, `grant`
+    /// and `revoke`).
+    #[test]
+    fn loom_models_a_punched_page_is_never_reachable_in_a_child() {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(2);
+        model.check(|| {
+            let w = Arc::new(World {
+                mailbox: Mailbox::new(),
+                child: ChildState::new(),
+                page: AtomicU32::new(UPTODATE),
+                mapped: AtomicBool::new(false),
+                prot: AtomicU32::new(0),
+                punched: AtomicBool::new(false),
+                sent: AtomicU64::new(0),
+                sent_ready: Notify::new(),
+                signal: AtomicU32::new(0),
+                signal_ready: Notify::new(),
+                acked: Notify::new(),
+            });
+            let entry = Entry {
+                addr: 0x1000,
+                len: 0x1000,
+                prot: Prot::Read,
+            };
+            // The owner's service thread: the fault path's pin, map, unpin.
+            let service = {
+                let w = w.clone();
+                thread::spawn(move || {
+                    let pinned = w
+                        .page
+                        .compare_exchange(UPTODATE, PINNED, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok();
+                    let sent = if pinned {
+                        w.mapped.store(true, Ordering::Relaxed);
+                        let g = w.mailbox.newest();
+                        w.page.store(UPTODATE, Ordering::Release);
+                        g + 1
+                    } else {
+                        u64::MAX
+                    };
+                    w.sent.store(sent, Ordering::Release);
+                    w.sent_ready.notify();
+                })
+            };
+            // The owner's evictor: freeze, revoke if mapped, punch.
+            let evictor = {
+                let w = w.clone();
+                thread::spawn(move || {
+                    let frozen = w
+                        .page
+                        .compare_exchange(UPTODATE, EVICTING, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok();
+                    if !frozen || !w.mapped.load(Ordering::Relaxed) {
+                        w.signal.store(2, Ordering::Release);
+                        w.signal_ready.notify();
+                        if !frozen {
+                            return;
+                        }
+                    } else {
+                        let r = w.mailbox.post(&[Entry {
+                            prot: Prot::None,
+                            ..entry
+                        }]);
+                        w.signal.store(1, Ordering::Release);
+                        w.signal_ready.notify();
+                        // Notify wakes spuriously: the owner's futex loop.
+                        while !w.mailbox.acked(r) {
+                            w.acked.wait();
+                        }
+                    }
+                    w.punched.store(true, Ordering::SeqCst);
+                    assert_eq!(
+                        w.prot.load(Ordering::SeqCst),
+                        0,
+                        "punched under a reachable page"
+                    );
+                })
+            };
+            // The child's faulting thread: applies the grant it got.
+            let fault = {
+                let w = w.clone();
+                thread::spawn(move || {
+                    let sent = loop {
+                        match w.sent.load(Ordering::Acquire) {
+                            0 => w.sent_ready.wait(),
+                            sent => break sent,
+                        }
+                    };
+                    if sent == u64::MAX {
+                        return;
+                    }
+                    w.child.grant(sent - 1, &[entry], |_| {
+                        w.prot.store(1, Ordering::SeqCst);
+                        assert!(
+                            !w.punched.load(Ordering::SeqCst),
+                            "a punched page made reachable"
+                        );
+                        Ok(())
+                    });
+                })
+            };
+            // The child's revoke handler, once signalled.
+            let handler = {
+                let w = w.clone();
+                thread::spawn(move || {
+                    let signal = loop {
+                        match w.signal.load(Ordering::Acquire) {
+                            0 => w.signal_ready.wait(),
+                            signal => break signal,
+                        }
+                    };
+                    if signal != 1 {
+                        return;
+                    }
+                    let acked = w.child.revoke(&w.mailbox, |e| {
+                        assert_eq!(e.prot, Prot::None);
+                        w.prot.store(0, Ordering::SeqCst);
+                    });
+                    assert!(acked.is_some(), "the record is whole once signalled");
+                    w.acked.notify();
+                })
+            };
+            for t in [service, evictor, fault, handler] {
+                t.join().unwrap();
+            }
+        });
+    }
+}
