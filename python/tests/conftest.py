@@ -202,12 +202,3 @@ def protect_engine() -> bool:
     return faultmap.Pager().engine == "protect"
 
 
-#: Tests of what a forked child reads through the mappings it inherited:
-#: the protect engine cannot serve them yet (a child's accessible pages
-#: could not be taken back when the parent evicts them), so the child finds
-#: them inaccessible (a RuntimeError from the package, SIGSEGV from a raw
-#: pointer). Reported as skipped, with this reason, under that engine.
-needs_fork_service = pytest.mark.skipif(
-    protect_engine(),
-    reason="the protect engine does not serve a forked child's inherited mappings yet",
-)

@@ -24,7 +24,6 @@ from conftest import (
     FREE_HUGEPAGES,
     HUGE,
     FailingServer,
-    needs_fork_service,
     pattern,
     protect_engine,
     run_python,
@@ -623,7 +622,6 @@ def test_fork_child_leaves_the_parents_dirty_pages_to_the_parent(small_file):
     assert r.stdout.split() == ["0", repr(data[:4]), "b'DIRT'"]
 
 
-@needs_fork_service
 @pytest.mark.parametrize(
     "through, writable", [("memoryview", False), ("numpy", False), ("memoryview", True)]
 )
@@ -727,7 +725,6 @@ if __name__ == "__main__":
 """
 
 
-@needs_fork_service
 @pytest.mark.parametrize("delivery", ["handler", "signal"])
 def test_a_fork_pool_of_four_reads_one_cache(tmp_path, delivery):
     # The DataLoader pattern: the object is opened in the parent, four fork
@@ -904,7 +901,6 @@ def test_fork_child_opens_a_url_after_the_parent_did():
     assert r.stdout.split() == ["exit", "0"]
 
 
-@needs_fork_service
 def test_a_fork_child_that_maps_its_own_object_still_reads_the_inherited_one(tmp_path):
     # A child that maps something itself becomes an owner of its own; the
     # mapping it inherited is still served by its parent.

@@ -322,11 +322,6 @@ static void config_fields(void) {
  * serves it from its cache: the file is read once), and writes a writable
  * one, which the parent sees and writes back. */
 static void fork_children(fm_pager *pager, const char *path, const uint8_t *data, size_t len) {
-    if (fm_pager_engine(pager, NULL, 0) == FM_ENGINE_PROTECT) {
-        printf("capi_test: fork children not run: the protect engine does not serve a "
-               "child's inherited mappings yet (they are inaccessible there)\n");
-        return;
-    }
     fm_mapping *m = fm_map(pager, path, 0, 0, 0);
     fm_mapping *w = fm_map(pager, path, 0, 0, FM_WRITABLE);
     CHECK(m != NULL && w != NULL, "fm_map before the fork");

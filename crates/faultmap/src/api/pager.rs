@@ -2335,6 +2335,13 @@ impl<A: Access> Mapping<A> {
                 match crate::mm::links::request(page, false, retry) {
                     Some(sys::share::Answer::Retry) => retry = true,
                     Some(sys::share::Answer::Mapped) => break true,
+                    Some(sys::share::Answer::Grant(grant)) => {
+                        use sys::revoke::Granted;
+                        break matches!(
+                            sys::share::apply_grant(&grant),
+                            Granted::Applied | Granted::Stale
+                        );
+                    }
                     _ => break false,
                 }
             };

@@ -226,11 +226,10 @@ impl ChildLink {
         }
         for chunk in entries.chunks(revoke::ENTRIES) {
             let r = self.mailbox().post(chunk);
-            match share::signal_child(&self.pidfd) {
-                Err(libc::ESRCH) => return Ok(()),
-                // EAGAIN: the queue is full, so a SIGURG is pending, which
-                // reads the newest record.
-                Ok(()) | Err(_) => {}
+            // Another error (EAGAIN: the queue is full) leaves a SIGURG
+            // pending, which reads the newest record: wait for it.
+            if let Err(libc::ESRCH) = share::signal_child(&self.pidfd) {
+                return Ok(());
             }
             let until = std::time::Instant::now() + revoke::REVOKE_WAIT;
             if !share::wait_ack(self.mailbox(), r, &self.pidfd, until) {

@@ -780,8 +780,6 @@ fn protect_child(addr: HostAddr, write: bool) -> Outcome {
             Some(Answer::Mapped) => return Outcome::Resolved,
             Some(Answer::Retry) => retry = true,
             Some(Answer::Grant(grant)) => {
-                // No revoke on this thread while it holds the child's lock.
-                sys::signal_mask_one(libc::SIGURG, true);
                 return match share::apply_grant(&grant) {
                     // Stale: a newer record came first; the access faults
                     // again and asks anew.

@@ -1557,6 +1557,23 @@ pub(crate) fn signal_mask_one(sig: libc::c_int, block: bool) {
     }
 }
 
+/// Runs `f` with signal `sig` blocked in the calling thread, then puts
+/// the thread's mask back as it was. Async-signal-safe.
+pub(crate) fn with_signal_blocked<T>(sig: libc::c_int, f: impl FnOnce() -> T) -> T {
+    // SAFETY: empty sets, one signal added; pthread_sigmask reads `set`
+    // and writes the old mask into `old`, then reads `old` back.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        let out = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        out
+    }
+}
+
 /// Puts `handler` back as the handler of `sig` if something replaced it.
 pub(crate) fn fault_signal_reinstall(sig: libc::c_int, handler: SigInfoHandler) -> io::Result<()> {
     if fault_signal_query(sig)?.is(handler) {

@@ -318,6 +318,85 @@ fn relax(_spins: u32) {
     loom::thread::yield_now();
 }
 
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn entry(addr: usize, prot: Prot) -> Entry {
+        Entry {
+            addr,
+            len: 0x1000,
+            prot,
+        }
+    }
+
+    #[test]
+    fn a_record_is_read_whole_applied_once_and_acknowledged() {
+        let mailbox = Mailbox::new();
+        let child = ChildState::new();
+        assert_eq!(mailbox.newest(), 0);
+        let r = mailbox.post(&[entry(0x1000, Prot::None), entry(0x3000, Prot::Read)]);
+        assert_eq!((r, mailbox.newest()), (1, 1));
+        assert!(!mailbox.acked(r));
+        let mut seen = Vec::new();
+        assert_eq!(child.revoke(&mailbox, |e| seen.push(*e)), Some(1));
+        assert_eq!(seen, [entry(0x1000, Prot::None), entry(0x3000, Prot::Read)]);
+        assert!(mailbox.acked(r));
+        // A second signal for the same record applies nothing again.
+        assert_eq!(child.revoke(&mailbox, |e| seen.push(*e)), Some(1));
+        assert_eq!(seen.len(), 2);
+    }
+
+    #[test]
+    fn a_grant_older_than_the_newest_record_applied_is_refused() {
+        let mailbox = Mailbox::new();
+        let child = ChildState::new();
+        let g = mailbox.newest();
+        let r = mailbox.post(&[entry(0x1000, Prot::None)]);
+        child.revoke(&mailbox, |_| {});
+        let mut applied = 0;
+        let granted = child.grant(g, &[entry(0x1000, Prot::Read)], |_| {
+            applied += 1;
+            Ok(())
+        });
+        assert_eq!((granted, applied), (Granted::Stale, 0));
+        // A grant made after it is applied.
+        assert_eq!(
+            child.grant(r, &[entry(0x1000, Prot::Read)], |_| Ok(())),
+            Granted::Applied
+        );
+        assert_eq!(
+            child.grant(r, &[entry(0x1000, Prot::Read)], |_| Err(libc::ENOMEM)),
+            Granted::Failed(libc::ENOMEM)
+        );
+    }
+
+    #[test]
+    fn acknowledgements_compare_across_the_32_bit_wrap() {
+        let mailbox = Mailbox::new();
+        mailbox.ack.store(u32::MAX, Ordering::Relaxed);
+        assert!(mailbox.acked(u64::from(u32::MAX)));
+        assert!(mailbox.acked(u64::from(u32::MAX) - 5));
+        assert!(!mailbox.acked(u64::from(u32::MAX) + 1));
+        mailbox.ack.store(3, Ordering::Relaxed);
+        assert!(mailbox.acked((1u64 << 32) + 2));
+        assert!(!mailbox.acked((1u64 << 32) + 4));
+    }
+
+    #[test]
+    fn a_record_of_more_entries_than_fit_keeps_the_first() {
+        let mailbox = Mailbox::new();
+        let child = ChildState::new();
+        let many: Vec<Entry> = (0..ENTRIES + 5)
+            .map(|i| entry(i * 0x1000, Prot::None))
+            .collect();
+        mailbox.post(&many);
+        let mut n = 0;
+        child.revoke(&mailbox, |_| n += 1);
+        assert_eq!(n, ENTRIES);
+    }
+}
+
 #[cfg(all(test, loom))]
 mod loom_models {
     use super::*;

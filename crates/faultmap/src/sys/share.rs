@@ -155,6 +155,9 @@ pub(crate) const FLAG_WRITE: u64 = 1;
 pub(crate) const FLAG_RETRY: u64 = 2;
 
 /// The owner's answer to a fault.
+// A grant is carried by value: the SIGSEGV handler that receives it may
+// not allocate.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Answer {
     /// Mapped (or to be retried by faulting again): return.
@@ -905,7 +908,7 @@ pub(super) fn map_in_child(uffd: RawFd, addr: usize, len: usize, share: Share) -
         };
         a.store(addr, Ordering::Relaxed);
         l.store(
-            len | usize::from(share.writable) * WRITABLE,
+            len | (usize::from(share.writable) * WRITABLE),
             Ordering::Relaxed,
         );
         return Ok(());
@@ -1226,7 +1229,11 @@ pub(crate) fn apply_grant(grant: &Grant) -> Granted {
     if !inside {
         return Granted::Failed(libc::EINVAL);
     }
-    child_state().grant(grant.g, entries, apply_entry)
+    // No revoke on this thread while it holds the child's lock (it would
+    // wait for itself).
+    super::with_signal_blocked(libc::SIGURG, || {
+        child_state().grant(grant.g, entries, apply_entry)
+    })
 }
 
 /// The SIGURG handler's work in a Protect child: applies the mailbox's
