@@ -28,6 +28,11 @@ const LEN: usize = (16 << 20) + 12_345;
 /// How long a helper may take to say its next line.
 const LINE_LIMIT: Duration = Duration::from_secs(60);
 
+std::thread_local! {
+    /// Helpers started on this thread now run the protect engine.
+    static PROTECT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// A helper process and its lines.
 struct Helper {
     child: Child,
@@ -47,6 +52,15 @@ impl Helper {
     ) -> Helper {
         let exe = std::env::current_exe().expect("exe");
         Self::start_exe(&exe, role, file, delivery, dir, uid, None)
+    }
+
+    /// [`Helper::start`] under the protect engine (`FAULTMAP_ENGINE`,
+    /// which overrides the configuration), meeting in `dir`.
+    fn start_protect(role: &str, file: &Path, dir: &Path) -> Helper {
+        PROTECT.with(|p| p.set(true));
+        let helper = Self::start(role, file, Delivery::Signal, Some(dir), None);
+        PROTECT.with(|p| p.set(false));
+        helper
     }
 
     /// `role_reader` over `file`, signal delivery, meeting in `dir`.
@@ -86,6 +100,14 @@ impl Helper {
         .env("FAULTMAP_FILE", file)
         .env("FAULTMAP_DELIVERY", format!("{delivery:?}"))
         .env("FAULTMAP_SHARED", "1")
+        .env(
+            faultmap::ENGINE_ENV,
+            if PROTECT.with(|p| p.get()) {
+                "protect"
+            } else {
+                ""
+            },
+        )
         .env_remove(faultmap::SHARED_DIR_ENV)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -268,6 +290,26 @@ fn role_budget_owner() {
     wait_go();
 }
 
+/// As `role_budget_owner`, then says how many ranges its joiners took
+/// back (`revokes N`: the protect engine's).
+#[test]
+#[ignore = "a helper: run as a process of its own by the tests in this file"]
+fn role_protect_owner() {
+    let Some((file, pager, data)) = helper_setup(Some(4 << 20)) else {
+        return;
+    };
+    let m = map(&pager, &file);
+    say(sharing_name(m.sharing()));
+    wait_go();
+    read_all(&m, &data, "the owner");
+    say("read");
+    wait_go();
+    say(pager.memory().peak);
+    let areas = pager.areas().expect("the protect engine");
+    say(format!("revokes {}", areas.child_revokes));
+    wait_go();
+}
+
 /// Maps (owns), waits, drops its mapping (not its pager), says so, and
 /// waits.
 #[test]
@@ -446,6 +488,41 @@ fn two_unrelated_processes_share_one_cache_signal() {
 #[test]
 fn two_unrelated_processes_share_one_cache_handler() {
     two_processes_share(Delivery::Handler, 302);
+}
+
+/// Under the protect engine: the joiner's range starts inaccessible, and
+/// the owner grants it pages and takes them back (`sys::revoke`). Both
+/// read every byte right, the joiner reads nothing itself, and with the
+/// owner's budget (a quarter of the object) pages the joiner held are
+/// taken back and evicted.
+#[test]
+fn two_unrelated_processes_share_one_cache_protect() {
+    let (file, dir) = setting(309);
+    let mut a = Helper::start_protect("role_protect_owner", &file.path, dir.path());
+    assert_eq!(a.line(), "owner", "the first process");
+    let mut b = Helper::start_protect("role_reader", &file.path, dir.path());
+    assert_eq!(b.line(), "joined", "the second process");
+    a.go();
+    b.go();
+    assert_eq!(a.line(), "read");
+    assert_eq!(b.line(), "read");
+    b.go();
+    let b_bytes: u64 = b.line().parse().unwrap();
+    a.go();
+    let peak: u64 = a.line().parse().unwrap();
+    let revokes: u64 = a.line().strip_prefix("revokes ").unwrap().parse().unwrap();
+    b.passed("the joiner");
+    a.passed("the owner");
+    assert_eq!(b_bytes, 0, "the joiner read nothing from the store itself");
+    let budget = 4u64 << 20;
+    assert!(
+        peak <= budget + 4 * 8 * 4096,
+        "peak {peak} bytes cached, budget {budget}"
+    );
+    assert!(
+        revokes > 0,
+        "the joiner was never asked to take a page back"
+    );
 }
 
 /// The owner's death: the joiner's next read of a page it has not mapped

@@ -403,16 +403,6 @@ static void unrelated_processes(const char *self, const char *scratch, const cha
         return;
     fm_mapping *m = fm_map(pager, path, 0, 0, 0);
     CHECK(m != NULL, "the owner's fm_map");
-    if (m && fm_pager_engine(pager, NULL, 0) == FM_ENGINE_PROTECT) {
-        /* No userfaultfd to hand a joiner's faults to: a cache of its own,
-         * with the same bytes. */
-        CHECK(fm_mapping_sharing(m) == FM_SHARING_PRIVATE, "private under protect: %d",
-              fm_mapping_sharing(m));
-        CHECK(memcmp(fm_mapping_ptr(m), data, len) == 0, "the bytes differ");
-        printf("capi_test: unrelated processes share no cache under the protect engine\n");
-        fm_unmap(m);
-        m = NULL;
-    }
     if (m) {
         CHECK(fm_mapping_sharing(m) == FM_SHARING_OWNER, "the first process owns the cache: %d",
               fm_mapping_sharing(m));

@@ -960,27 +960,18 @@ impl Pager {
         let mut joined = None;
         // Not 2 MiB pages: a joiner opens the object before it decides,
         // and that open checks the pool for a whole cache of its own.
-        // The Protect engine has no userfaultfd to hand a joiner's faults
-        // to (`crate::api::shared`): its mappings are private.
-        let protect = self.core.engine.protect().is_some();
-        if self.config.shared && protect {
-            sharing = Sharing::Private {
-                why: Some(
-                    "the protect engine shares no cache with other processes \
-                     (it needs a userfaultfd in each)"
-                        .into(),
-                ),
-            };
-        }
+        // Under the Protect engine a joiner's range starts inaccessible
+        // and its owner grants pages and takes them back
+        // (`crate::sys::revoke`), as for a forked child.
         let shareable = self.config.shared
-            && !protect
             && !A::WRITABLE
             && size == PageSize::Base
             && extent.pages > 0
             && opts.trace_to_replay().is_none()
             && !opts.records_trace();
-        let source = self.source.filter(|_| shareable);
-        if let Some((key, source)) = object.0.store.share_key().zip(source) {
+        let key = object.0.store.share_key().filter(|_| shareable);
+        if let Some(key) = key {
+            let source = self.source;
             let key = format!("{key}, pages of {} bytes", size.bytes());
             let timeout = self.config.io_timeout;
             let threads = self.workers.clone();
@@ -1524,6 +1515,10 @@ const POPULATE_TRIES: u32 = 8;
 /// to be detached before it gives up (`EBUSY`). A pager thread reads an
 /// unmap event within microseconds unless its pager is stuck.
 const STALE_REGION_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a guest's [`Mapping::read_at`] keeps asking for a page that
+/// is taken back again before it is copied.
+const GUEST_RETRY_FOR: Duration = Duration::from_secs(10);
 
 /// Where one pager thread runs.
 #[derive(Clone, Copy)]
@@ -2309,6 +2304,7 @@ impl<A: Access> Mapping<A> {
     fn read_as_guest(&self, offset: usize, src: *mut u8, buf: &mut [u8]) -> Result<(), MapError> {
         let mut done = 0;
         let mut asked = 0u32;
+        let mut first_ask = None;
         while done < buf.len() {
             // SAFETY: inside the mapping, as in `read_at`.
             let at = unsafe { src.add(done) };
@@ -2316,6 +2312,7 @@ impl<A: Access> Mapping<A> {
                 Ok(n) if n > 0 => {
                     done += n;
                     asked = 0;
+                    first_ask = None;
                     continue;
                 }
                 Ok(_) => {}
@@ -2331,7 +2328,13 @@ impl<A: Access> Mapping<A> {
             // times).
             let page = (at as usize) & !(PAGE_SIZE - 1);
             let mut retry = false;
+            // A range joined under the Protect engine: granted (and the
+            // grant applied) rather than mapped by the owner.
+            let protect = self.joined.as_ref().is_some_and(|j| j.by_protection());
             let mapped = loop {
+                if protect {
+                    break crate::mm::links::protect_fault(page, false, false) == Some(true);
+                }
                 match crate::mm::links::request(page, false, retry) {
                     Some(sys::share::Answer::Retry) => retry = true,
                     Some(sys::share::Answer::Mapped) => break true,
@@ -2346,8 +2349,16 @@ impl<A: Access> Mapping<A> {
                 }
             };
             asked += 1;
-            if !mapped || asked > 8 {
+            // A page taken back again before the copy (the owner evicts
+            // steadily, or the page was being evicted and the fault ended
+            // before its eviction did): asked again, a few times at once,
+            // then with a breath between, for at most GUEST_RETRY_FOR.
+            let since = *first_ask.get_or_insert_with(Instant::now);
+            if !mapped || since.elapsed() > GUEST_RETRY_FOR {
                 return Err(self.guest_read_failed(offset + done));
+            }
+            if asked > 8 {
+                std::thread::sleep(Duration::from_millis(1));
             }
         }
         Ok(())

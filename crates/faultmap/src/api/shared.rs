@@ -30,6 +30,7 @@ use crate::mm::links;
 use crate::mm::pager_core::Core;
 use crate::mm::signal;
 use crate::sys::rendezvous::{self, Connected};
+use crate::sys::revoke::{Mailbox, MAILBOX_BYTES};
 use crate::sys::share::{self, Received};
 use crate::sys::{self, mode, range_ioctl, UffdSource, PAGE_SIZE, PTRS_PER_PTE};
 
@@ -73,7 +74,7 @@ const JOIN_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) fn plan(
     core: &Arc<Core>,
     threads: guest::Keep,
-    source: UffdSource,
+    source: Option<UffdSource>,
     object: &Object,
     key: &str,
     extent: &Extent,
@@ -125,7 +126,7 @@ pub(crate) fn plan(
             Plan::Private("the owner of the cache is not taking processes in (stopped?)".into())
         }
         Ok(Connected::Nobody) => {
-            let hosted = guest::serve(core, Some(source))
+            let hosted = guest::serve(core, source)
                 .and_then(|()| guest::host(&object.0, core, threads, key, &dir, &name));
             match hosted {
                 Ok(()) => Plan::Own(object.clone()),
@@ -176,14 +177,40 @@ pub(crate) struct JoinedMap {
     /// Off the list before the descriptors below close (field order).
     _listed: Listed,
     _channel: OwnedFd,
-    _uffd: OwnedFd,
+    /// Its userfaultfd, or its mailbox (kept mapped until the link is
+    /// gone: field order, after `map`'s unlink in the drop).
+    _via: Via,
     _owner: Option<OwnedFd>,
+}
+
+/// How the owner serves a joined range.
+enum Via {
+    /// Its faults are this userfaultfd's (SIGBUS delivery).
+    Uffd(OwnedFd),
+    /// Under the Protect engine: the mailbox memfd and its page here
+    /// (`crate::sys::revoke`).
+    Mailbox(OwnedFd, sys::MappedRegion),
+}
+
+impl Via {
+    /// The descriptor sent with the `JOIN`.
+    fn fd(&self) -> RawFd {
+        match self {
+            Via::Uffd(fd) | Via::Mailbox(fd, _) => fd.as_raw_fd(),
+        }
+    }
 }
 
 impl JoinedMap {
     /// The range's first byte.
     pub(crate) fn addr(&self) -> usize {
         self.map.as_ref().map_or(0, |m| m.addr())
+    }
+
+    /// Whether the owner grants its pages (the Protect engine) rather
+    /// than mapping them through a userfaultfd.
+    pub(crate) fn by_protection(&self) -> bool {
+        matches!(self._via, Via::Mailbox(..))
     }
 }
 
@@ -204,7 +231,7 @@ impl Drop for JoinedMap {
 /// without credentials, and is not repeated).
 fn join(
     core: &Arc<Core>,
-    source: UffdSource,
+    source: Option<UffdSource>,
     object: &Object,
     key: &str,
     extent: &Extent,
@@ -218,14 +245,31 @@ fn join(
     // its pid now, while it is connected and so alive).
     let owner = share::peer_pidfd(&conn)
         .or_else(|| share::peer_pid(&conn).and_then(|pid| share::pidfd_open(pid).ok()));
-    let features = guest::features(core);
-    let uffd = share::open_guest_uffd(source, features)
-        .map_err(|e| format!("opening a userfaultfd for the owner: {e}"))?;
+    // What the owner serves this process through: a userfaultfd, or under
+    // the Protect engine a mailbox for its revokes (`crate::sys::revoke`).
+    let via = match source {
+        Some(source) => Via::Uffd(
+            share::open_guest_uffd(source, guest::features(core))
+                .map_err(|e| format!("opening a userfaultfd for the owner: {e}"))?,
+        ),
+        None => {
+            if owner.is_none() {
+                // Revokes are signals, sent only through a pidfd.
+                return Err("no pidfd of the owner to answer its revokes through".into());
+            }
+            let fd = sys::memfd_create(c"faultmap-joiner-mailbox", MAILBOX_BYTES as u64, false)
+                .map_err(|e| format!("making a mailbox for the owner: {e}"))?;
+            let page = sys::mmap_shared_rw(&fd, MAILBOX_BYTES, 0)
+                .map_err(|e| format!("mapping a mailbox for the owner: {e}"))?;
+            signal::install_revoke().map_err(|e| format!("sigaction(SIGURG): {e}"))?;
+            Via::Mailbox(fd, page)
+        }
+    };
     // Listed before the handshake, and declared after the descriptors:
     // taken off the list before they close, on every way out.
     let mut listed = Listed::default();
     let owner_fd = owner.as_ref().map(|o| o.as_raw_fd());
-    for fd in [Some(conn.as_raw_fd()), Some(uffd.as_raw_fd()), owner_fd]
+    for fd in [Some(conn.as_raw_fd()), Some(via.fd()), owner_fd]
         .into_iter()
         .flatten()
     {
@@ -237,14 +281,17 @@ fn join(
     }
     // SAFETY: getpid cannot fail.
     let pid = unsafe { libc::getpid() } as u64;
-    let mut words = vec![share::JOIN, pid, key.len() as u64];
+    let kind = match via {
+        Via::Uffd(_) => share::JOIN,
+        Via::Mailbox(..) => share::JOIN_PROTECT,
+    };
+    let mut words = vec![kind, pid, key.len() as u64];
     words.extend(key.chunks(8).map(|c| {
         let mut w = [0u8; 8];
         w[..c.len()].copy_from_slice(c);
         u64::from_ne_bytes(w)
     }));
-    share::send(&conn, &words, &[uffd.as_raw_fd()])
-        .map_err(|e| format!("sending to the owner: {e}"))?;
+    share::send(&conn, &words, &[via.fd()]).map_err(|e| format!("sending to the owner: {e}"))?;
     let timeout_ms = timeout.as_millis().min(i32::MAX as u128) as i32;
     if !rendezvous::wait_readable(conn.as_raw_fd(), timeout_ms) {
         return Err(format!("the owner did not answer in {timeout:?}"));
@@ -267,7 +314,7 @@ fn join(
     if len != object.len() || page_bytes != size.bytes() as u64 {
         return Err("the owner's object is not this one (length or page size)".into());
     }
-    let fds = (conn, uffd, owner, listed);
+    let fds = (conn, via, owner, listed);
     map_joined(&memfd, extent, size, id, fds)
 }
 
@@ -279,31 +326,41 @@ fn map_joined(
     size: PageSize,
     id: u64,
     // `listed` last: dropped first on an error, before the descriptors.
-    (conn, uffd, owner, listed): (OwnedFd, OwnedFd, Option<OwnedFd>, Listed),
+    (conn, via, owner, listed): (OwnedFd, Via, Option<OwnedFd>, Listed),
 ) -> Result<JoinedMap, String> {
     let bytes = extent.pages as usize * size.bytes();
     let offset = extent.first_page * size.bytes() as u64;
-    let map = sys::mmap_shared_aligned(
-        memfd,
-        bytes,
-        offset,
-        PTRS_PER_PTE * PAGE_SIZE,
-        sys::Prot::Read,
-    )
-    .map_err(|e| format!("mapping the owner's cache: {e}"))?;
+    // Under the Protect engine the range starts inaccessible: its owner
+    // grants pages.
+    let prot = match via {
+        Via::Uffd(_) => sys::Prot::Read,
+        Via::Mailbox(..) => sys::Prot::None,
+    };
+    let map = sys::mmap_shared_aligned(memfd, bytes, offset, PTRS_PER_PTE * PAGE_SIZE, prot)
+        .map_err(|e| format!("mapping the owner's cache: {e}"))?;
     // A forked child of this process gets a placeholder here (its parent's
     // owner does not serve it).
     sys::dont_fork(&map, None).map_err(|e| format!("madvise(MADV_DONTFORK): {e}"))?;
-    let ioctls = sys::uffd_register(&uffd, map.addr(), map.len(), mode::MISSING | mode::MINOR)
-        .map_err(|e| format!("UFFDIO_REGISTER: {e}"))?;
-    if ioctls & range_ioctl::CONTINUE == 0 {
-        let _ = sys::uffd_unregister(&uffd, map.addr(), map.len());
-        return Err("UFFDIO_CONTINUE is not allowed on the owner's cache".into());
-    }
-    signal::install().map_err(|e| format!("installing the SIGBUS handler: {e}"))?;
+    let mailbox = match &via {
+        Via::Uffd(uffd) => {
+            let ioctls =
+                sys::uffd_register(uffd, map.addr(), map.len(), mode::MISSING | mode::MINOR)
+                    .map_err(|e| format!("UFFDIO_REGISTER: {e}"))?;
+            if ioctls & range_ioctl::CONTINUE == 0 {
+                let _ = sys::uffd_unregister(uffd, map.addr(), map.len());
+                return Err("UFFDIO_CONTINUE is not allowed on the owner's cache".into());
+            }
+            signal::install().map_err(|e| format!("installing the SIGBUS handler: {e}"))?;
+            None
+        }
+        Via::Mailbox(_, page) => {
+            signal::keep_protect_handler().map_err(|e| format!("sigaction(SIGSEGV): {e}"))?;
+            Some(page.as_ptr().cast_const().cast::<Mailbox>())
+        }
+    };
     let owner_fd: Option<RawFd> = owner.as_ref().map(|o| o.as_raw_fd());
     let slot = links::links()
-        .link(map.addr(), map.len(), conn.as_raw_fd(), owner_fd)
+        .link(map.addr(), map.len(), conn.as_raw_fd(), owner_fd, mailbox)
         .ok_or_else(|| format!("more than {} joined mappings at once", links::LINKS_MAX))?;
     let joined = JoinedMap {
         map: Some(map),
@@ -311,7 +368,7 @@ fn map_joined(
         slot,
         _listed: listed,
         _channel: conn,
-        _uffd: uffd,
+        _via: via,
         _owner: owner,
     };
     let (addr, len) = (joined.addr(), bytes);

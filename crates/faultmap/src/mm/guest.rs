@@ -680,9 +680,10 @@ impl Guest {
                             self.add_range(id, addr as usize, len as usize);
                         }
                     }
-                    Some(&share::JOIN) if n >= 3 && fds.len() == 1 => {
-                        let uffd = fds.remove(0);
-                        let joined = self.join(&words[..n], uffd);
+                    Some(&(share::JOIN | share::JOIN_PROTECT)) if n >= 3 && fds.len() == 1 => {
+                        let protect = words[0] == share::JOIN_PROTECT;
+                        let fd = fds.remove(0);
+                        let joined = self.join(&words[..n], fd, protect);
                         if !joined {
                             return false;
                         }
@@ -751,7 +752,9 @@ impl Guest {
     /// key of the object it connected for, and that object is open, it
     /// gets the object's memfd. Returns false if it is refused (the
     /// guest then ends).
-    fn join(&mut self, words: &[u64], uffd: OwnedFd) -> bool {
+    /// Under the Protect engine (`protect`), the joiner's fd is its
+    /// mailbox, not a userfaultfd.
+    fn join(&mut self, words: &[u64], uffd: OwnedFd, protect: bool) -> bool {
         let (Some(id), None, Some(channel)) = (self.hosted, &self.joined, &self.channel) else {
             return false;
         };
@@ -771,17 +774,46 @@ impl Guest {
             return false;
         };
         let hold = Hold::adopt(object);
+        // A Protect joiner is signalled through its pidfd only.
+        let link = match protect {
+            true => {
+                let pid = share::peer_cred(channel).map_or(0, |c| c.pid);
+                let link = self
+                    .pidfd
+                    .as_ref()
+                    .and_then(|p| p.try_clone().ok())
+                    .and_then(|p| ChildLink::new(uffd, pid, p).ok());
+                match link {
+                    Some(link) => Some(Arc::new(link)),
+                    None => {
+                        let _ = share::send(channel, &[share::REFUSED], &[]);
+                        release_elsewhere((hold, threads));
+                        return false;
+                    }
+                }
+            }
+            false => {
+                if !share::own_fd(uffd.as_raw_fd()) {
+                    release_elsewhere((hold, threads));
+                    return false;
+                }
+                self.uffd = Some(Arc::new(Uffd::new(uffd)));
+                None
+            }
+        };
         let page_bytes = hold.0.cache.bytes(1);
         let reply = [share::JOINED, id, hold.0.len, page_bytes];
         let memfd: RawFd = hold.0.cache.memfd().as_raw_fd();
-        if !share::own_fd(uffd.as_raw_fd()) || share::send(channel, &reply, &[memfd]).is_err() {
-            share::disown_fd(uffd.as_raw_fd());
+        if share::send(channel, &reply, &[memfd]).is_err() {
+            if let Some(uffd) = self.uffd.take() {
+                share::disown_fd(uffd.as_raw_fd());
+            }
             // Perhaps the object's last handle, and the pager's threads'
             // last keeper: let go elsewhere, not on this thread.
             release_elsewhere((hold, threads));
             return false;
         }
-        self.uffd = Some(Arc::new(Uffd::new(uffd)));
+        self.link = link;
         self.joined = Some(Joined {
             id,
             hold,

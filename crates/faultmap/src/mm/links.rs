@@ -22,7 +22,8 @@ use std::os::fd::RawFd;
 
 use crate::sync::seqcount::SeqCount;
 use crate::sync::{AtomicUsize, Mutex, Ordering};
-use crate::sys::share::{self, Answer};
+use crate::sys::revoke::{ChildState, Granted, Mailbox};
+use crate::sys::share::{self, Answer, Grant};
 
 /// Links a process may have at once (one per joined mapping).
 pub(crate) const LINKS_MAX: usize = 1024;
@@ -37,6 +38,9 @@ struct Link {
     end: AtomicUsize,
     channel: AtomicUsize,
     owner: AtomicUsize,
+    /// Under the Protect engine: the mailbox the owner's revokes come in
+    /// (`crate::sys::revoke`), attached while the link is.
+    state: ChildState,
 }
 
 /// The table of links.
@@ -56,12 +60,17 @@ impl Links {
     /// Links `[start, start + len)` to the owner at the other end of
     /// `channel` (`owner`: a pidfd of it). Returns the slot, or `None` if
     /// every slot is taken.
+    ///
+    /// With `mailbox` (the Protect engine: the caller keeps it mapped
+    /// until [`Links::unlink`] returns), the owner's revokes are read
+    /// there from now on.
     pub(crate) fn link(
         &self,
         start: usize,
         len: usize,
         channel: RawFd,
         owner: Option<RawFd>,
+        mailbox: Option<*const Mailbox>,
     ) -> Option<usize> {
         let _w = self.writers.lock().unwrap_or_else(|e| e.into_inner());
         let slot = self
@@ -69,6 +78,12 @@ impl Links {
             .iter()
             .position(|l| l.end.load(Ordering::Relaxed) == 0)?;
         let l = &self.slots[slot];
+        if let Some(mailbox) = mailbox {
+            #[cfg(not(loom))]
+            crate::sys::with_signal_blocked(libc::SIGURG, || l.state.attach(mailbox));
+            #[cfg(loom)]
+            l.state.attach(mailbox);
+        }
         l.seq.write_begin();
         l.start.store(start, Ordering::Relaxed);
         l.end.store(start + len, Ordering::Relaxed);
@@ -83,6 +98,11 @@ impl Links {
     pub(crate) fn unlink(&self, slot: usize) {
         let _w = self.writers.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(l) = self.slots.get(slot) {
+            // Its mailbox first: once detached, no handler reads it.
+            #[cfg(not(loom))]
+            crate::sys::with_signal_blocked(libc::SIGURG, || l.state.detach());
+            #[cfg(loom)]
+            l.state.detach();
             l.seq.write_begin();
             for word in [&l.start, &l.end, &l.channel, &l.owner] {
                 word.store(0, Ordering::Relaxed);
@@ -94,7 +114,12 @@ impl Links {
     /// The channel and owner pidfd (-1: none) of the link holding `addr`.
     /// No lock, no allocation: async-signal-safe.
     pub(crate) fn find(&self, addr: usize) -> Option<(RawFd, RawFd)> {
-        for l in self.slots.iter() {
+        self.find_slot(addr).map(|f| (f.channel, f.owner))
+    }
+
+    /// What [`Links::find`] finds, with the slot and its range.
+    fn find_slot(&self, addr: usize) -> Option<Found> {
+        for (slot, l) in self.slots.iter().enumerate() {
             // A writer at work (odd count): a range being made or
             // unmapped, skipped.
             while let Some(seen) = l.seq.begin() {
@@ -106,12 +131,126 @@ impl Links {
                     continue;
                 }
                 if start <= addr && addr < end && channel > 0 {
-                    return Some((channel as RawFd - 1, owner as RawFd - 1));
+                    return Some(Found {
+                        channel: channel as RawFd - 1,
+                        owner: owner as RawFd - 1,
+                        slot,
+                        range: start..end,
+                    });
                 }
                 break;
             }
         }
         None
+    }
+
+    /// Applies the grant a Protect joiner's owner answered for a fault in
+    /// the link's `range` at `slot`: each entry inside the range and
+    /// read-only (a joined range is never writable), else refused.
+    fn grant(&self, slot: usize, range: &std::ops::Range<usize>, grant: &Grant) -> Granted {
+        let Some(l) = self.slots.get(slot) else {
+            return Granted::Stale;
+        };
+        let entries = &grant.entries[..grant.n.min(share::GRANT_MAX)];
+        let inside = entries.iter().all(|e| {
+            e.prot != crate::sys::Prot::ReadWrite
+                && e.addr >= range.start
+                && e.addr
+                    .checked_add(e.len)
+                    .is_some_and(|end| end <= range.end)
+        });
+        if !inside {
+            return Granted::Failed(libc::EINVAL);
+        }
+        let reset = || self.reset_all();
+        #[cfg(not(loom))]
+        return crate::sys::with_signal_blocked(libc::SIGURG, || {
+            l.state
+                .grant(grant.g, entries, |e| share::grant_entry(e, &reset))
+        });
+        #[cfg(loom)]
+        l.state
+            .grant(grant.g, entries, |e| share::grant_entry(e, &reset))
+    }
+
+    /// Protects every linked range with a mailbox `PROT_NONE` again (which
+    /// only takes away): out of memory areas.
+    fn reset_all(&self) {
+        for l in self.slots.iter() {
+            if !l.state.attached() {
+                continue;
+            }
+            if let Some(seen) = l.seq.begin() {
+                let (start, end) = (
+                    l.start.load(Ordering::Relaxed),
+                    l.end.load(Ordering::Relaxed),
+                );
+                if l.seq.still(seen) && end > start {
+                    let _ = crate::sys::protect(start, end - start, crate::sys::Prot::None);
+                }
+            }
+        }
+    }
+}
+
+/// A link found for an address.
+struct Found {
+    channel: RawFd,
+    owner: RawFd,
+    slot: usize,
+    range: std::ops::Range<usize>,
+}
+
+/// The SIGURG handler's work in a Protect joiner: each link's mailbox's
+/// newest record applied and acknowledged. Async-signal-safe.
+pub(crate) fn on_revoke() {
+    let Some(links) = LINKS.get() else {
+        return;
+    };
+    let reset = || links.reset_all();
+    for l in links.slots.iter().filter(|l| l.state.attached()) {
+        l.state.revoke(|e| share::revoke_entry(e, &reset));
+    }
+}
+
+/// A Protect joiner's fault at `addr`: `None` if no link with a mailbox
+/// holds it; else the owner is asked, and its grant applied. Whether the
+/// access may run again (`Some(true)`) or must fail (`Some(false)`: the
+/// owner is gone, or the page cannot be had). `in_handler`: called by the
+/// SIGSEGV handler, whose mask blocks SIGURG, unblocked while it waits (a
+/// thread that blocks SIGURG itself keeps it blocked). Async-signal-safe.
+pub(crate) fn protect_fault(addr: usize, write: bool, in_handler: bool) -> Option<bool> {
+    let links = LINKS.get()?;
+    let found = links.find_slot(addr)?;
+    if !links.slots.get(found.slot)?.state.attached() {
+        return None;
+    }
+    if write && crate::sys::FAULT_WRITE_KNOWN {
+        // A joined range is read-only: the application's own fault.
+        return None;
+    }
+    let page = addr & !(crate::sys::PAGE_SIZE - 1);
+    // While this thread waits, it answers the owner's revokes (see
+    // `crate::mm::signal::protect_child`).
+    #[cfg(not(loom))]
+    if in_handler {
+        crate::sys::signal_mask_one(libc::SIGURG, false);
+    }
+    #[cfg(loom)]
+    let _ = in_handler;
+    let mut retry = false;
+    loop {
+        match share::request_on(found.channel, found.owner, page, write, retry) {
+            Answer::Retry => retry = true,
+            Answer::Mapped => return Some(true),
+            Answer::Failed => return Some(false),
+            Answer::Grant(grant) => {
+                return Some(matches!(
+                    links.grant(found.slot, &found.range, &grant),
+                    Granted::Applied | Granted::Stale
+                ))
+            }
+        }
     }
 }
 
@@ -154,11 +293,14 @@ mod loom_models {
         model.preemption_bound = Some(2);
         model.check(|| {
             let links = Arc::new(Links::new(1));
-            let first = links.link(0x1000, 0x1000, 10, Some(20)).expect("a slot");
+            let first = links
+                .link(0x1000, 0x1000, 10, Some(20), None)
+                .expect("a slot");
             let l = links.clone();
             let writer = thread::spawn(move || {
                 l.unlink(first);
-                l.link(0x3000, 0x2000, 11, None).expect("the slot again")
+                l.link(0x3000, 0x2000, 11, None, None)
+                    .expect("the slot again")
             });
             // In the second range: found with its own channel, or not
             // yet. Between the two ranges: never (a torn read of the first

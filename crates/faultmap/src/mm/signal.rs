@@ -352,21 +352,17 @@ pub(crate) fn install_revoke() -> std::io::Result<()> {
 
 extern "C" fn on_sigurg(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let errno = sys::errno_get();
-    // A Protect child applies its mailbox's newest record (harmless when
-    // there is none new); a SIGURG its owner did not send is chained.
-    let child = crate::sys::share::on_revoke();
-    // SAFETY: `info` is the kernel's siginfo for this SA_SIGINFO handler
-    // (or null); si_pid is set for SI_USER.
-    let from_owner = child
-        && !info.is_null()
-        && unsafe {
-            (*info).si_code == libc::SI_USER && (*info).si_pid() == crate::sys::share::owner_pid()
-        };
-    if !from_owner {
-        if let Some(prev) = PREVIOUS_URG.get().filter(|p| !p.is_default_or_ignore()) {
-            // SAFETY: the arguments are this handler's own.
-            unsafe { sys::fault_signal_chain(prev, sig, info, ctx, true) };
-        }
+    // A Protect child applies its mailbox's newest record, a joiner each
+    // of its links' (nothing new: nothing done).
+    crate::sys::share::on_revoke();
+    crate::mm::links::on_revoke();
+    // SIGURG is not queued: an owner's and the application's (its
+    // sockets' urgent data, or a runtime's own use of it) may arrive as
+    // one. So a handler the application installed before faultmap's is
+    // always called too; SIGURG's default action is to ignore it.
+    if let Some(prev) = PREVIOUS_URG.get().filter(|p| !p.is_default_or_ignore()) {
+        // SAFETY: the arguments are this handler's own.
+        unsafe { sys::fault_signal_chain(prev, sig, info, ctx, true) };
     }
     sys::errno_set(errno);
 }
@@ -762,7 +758,12 @@ fn protect_child(addr: HostAddr, write: bool) -> Outcome {
     use crate::sys::revoke::Granted;
     use crate::sys::share;
     let Some((_, _, writable)) = share::child_range(addr.get()) else {
-        return Outcome::NotOurs;
+        // A range this process joined of an unrelated owner's cache.
+        return match crate::mm::links::protect_fault(addr.get(), write, true) {
+            None => Outcome::NotOurs,
+            Some(true) => Outcome::Resolved,
+            Some(false) => Outcome::Failed,
+        };
     };
     if write && !writable && sys::FAULT_WRITE_KNOWN {
         return Outcome::NotOurs;

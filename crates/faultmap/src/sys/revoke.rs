@@ -20,7 +20,8 @@
 //!                                              g := newest record number,
 //!                                              unpin
 //!   child <------------------ [GRANT, g, n, (addr, len, prot) x n]
-//!   child: lock; if applied <= g { mprotect each } ; unlock; return
+//!   child: lock; unless a record newer than g over these ranges was
+//!          applied { mprotect each }; unlock; return
 //!
 //!   owner (evictor, invalidation, write-back), for pages with mapped bits:
 //!      lock the link; post record r = newest + 1 in the mailbox
@@ -45,16 +46,19 @@
 //!   acknowledge in [`REVOKE_WAIT`] fails the revoke: the page stays
 //!   cached (`PageState::cancel_evict`) or dirty, and its bit stays set.
 //! - **R3.** The child applies grants and records under one lock, and
-//!   applies a grant numbered `g` only if the newest record it applied is
-//!   not newer than `g`; it applies only the newest record, and only if it
-//!   is newer than the one applied.
+//!   applies a grant numbered `g` only if no record newer than `g` that
+//!   it applied covers part of the grant's ranges (it remembers the last
+//!   32 records' bounds; with more newer records than that, it refuses);
+//!   it applies only the newest record, and only if it is newer than the
+//!   one applied.
 //!
 //! Why they suffice: a page is frozen (EVICTING) or claimed for write-back
 //! only after every pin is let go, so a record `r` posted for it comes after
 //! every grant number `g` read under a pin of it: `r > g`. In the child,
 //! the grant's `mprotect` runs either before the record is applied (the
-//! record's protection then wins) or after (then `applied >= r > g` and
-//! the grant is refused: the access faults again and asks anew). A record
+//! record's protection then wins) or after (then the record, newer than
+//! `g` and over the page, is remembered, and the grant is refused: the
+//! access faults again and asks anew). A record
 //! applied late (after the owner gave up on it) only takes more away; a
 //! record skipped for a newer one was given up on by the owner already.
 //! The loom model below runs this code with a simulated page.
@@ -71,7 +75,7 @@
 //! async-signal-safe.
 
 use crate::sync::seqcount::SeqCount;
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use super::Prot;
 
@@ -197,23 +201,43 @@ impl Mailbox {
     }
 }
 
-/// A child's side: its lock over protection changes, and the newest record
-/// it applied.
+/// A child's side of one mailbox (a forked child has one; a joiner one
+/// per joined range): the mailbox's address while it is attached, the
+/// newest record applied from it, and the lock over the protection
+/// changes of its ranges.
 pub(crate) struct ChildState {
     lock: AtomicU32,
     applied: AtomicU64,
+    /// The attached mailbox's address (0: none). Read only under the
+    /// lock, and cleared only under it: a mailbox is never read after
+    /// [`ChildState::detach`] returns, so its page may be unmapped then.
+    mailbox: AtomicUsize,
+    /// The last records applied: `(number, lowest address, highest end)`
+    /// at `number % HISTORY` (under the lock). A grant is refused only
+    /// for a newer record over its ranges, not for any newer record: an
+    /// owner that evicts steadily would otherwise refuse every grant.
+    history: [[AtomicU64; 3]; HISTORY],
 }
+
+/// Records a child remembers the ranges of.
+const HISTORY: usize = 32;
 
 /// What became of a grant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Granted {
     /// Applied: the access runs again and finds its page.
     Applied,
-    /// A newer record was applied since the grant was made: refused (the
-    /// access faults again and asks anew).
+    /// A newer record was applied since the grant was made, or the
+    /// mailbox is gone: refused (the access faults again and asks anew).
     Stale,
     /// An `mprotect` failed with this errno (what came before it stays).
     Failed(i32),
+}
+
+impl Default for ChildState {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl ChildState {
@@ -222,6 +246,8 @@ impl ChildState {
         Self {
             lock: AtomicU32::new(0),
             applied: AtomicU64::new(0),
+            mailbox: AtomicUsize::new(0),
+            history: [const { [const { AtomicU64::new(0) }; 3] }; HISTORY],
         }
     }
 
@@ -230,20 +256,55 @@ impl ChildState {
         Self {
             lock: AtomicU32::new(0),
             applied: AtomicU64::new(0),
+            mailbox: AtomicUsize::new(0),
+            history: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
         }
     }
 
-    /// Forgets the records applied (a new child's, at its fork).
+    /// Forgets everything, lock included: in a forked child's at-fork
+    /// handler (one thread, which holds nothing), where what the parent
+    /// had is not this process's.
     #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn reset(&self) {
+        self.mailbox.store(0, Ordering::Relaxed);
         self.applied.store(0, Ordering::Relaxed);
-        self.lock.store(0, Ordering::Relaxed);
+        self.history
+            .iter()
+            .flatten()
+            .for_each(|w| w.store(0, Ordering::Relaxed));
+        self.lock.store(0, Ordering::Release);
+    }
+
+    /// Attaches the mailbox at `mailbox` (a fresh one: no record applied
+    /// yet). The caller keeps it mapped until [`ChildState::detach`], and
+    /// blocks SIGURG (a revoke on this thread would wait for itself).
+    pub(crate) fn attach(&self, mailbox: *const Mailbox) {
+        self.lock();
+        self.applied.store(0, Ordering::Relaxed);
+        self.history
+            .iter()
+            .flatten()
+            .for_each(|w| w.store(0, Ordering::Relaxed));
+        self.mailbox.store(mailbox as usize, Ordering::Relaxed);
+        self.unlock();
+    }
+
+    /// Detaches the mailbox: once this returns, nothing reads it. The
+    /// caller blocks SIGURG.
+    pub(crate) fn detach(&self) {
+        self.lock();
+        self.mailbox.store(0, Ordering::Relaxed);
+        self.unlock();
+    }
+
+    /// Whether a mailbox is attached (a hint: it may change at once).
+    pub(crate) fn attached(&self) -> bool {
+        self.mailbox.load(Ordering::Relaxed) != 0
     }
 
     /// Takes the lock. Its holder is another thread of this process inside
-    /// one grant or record (a few `mprotect`s); this thread's own holding
-    /// cannot be interrupted by the other (the SIGSEGV handler blocks
-    /// SIGURG, and the SIGURG handler blocks itself).
+    /// one grant or record (a few `mprotect`s): every holder blocks SIGURG
+    /// meanwhile, so no revoke handler runs on a thread that holds it.
     fn lock(&self) {
         let mut spins = 0u32;
         while self
@@ -261,7 +322,8 @@ impl ChildState {
     }
 
     /// Applies grant `g` (its entries, through `apply`) unless a newer
-    /// record was applied since (R3).
+    /// record was applied since (R3) or the mailbox is gone. The caller
+    /// blocks SIGURG.
     pub(crate) fn grant(
         &self,
         g: u64,
@@ -269,7 +331,7 @@ impl ChildState {
         mut apply: impl FnMut(&Entry) -> Result<(), i32>,
     ) -> Granted {
         self.lock();
-        let out = if self.applied.load(Ordering::Relaxed) > g {
+        let out = if self.mailbox.load(Ordering::Relaxed) == 0 || self.taken_since(g, entries) {
             Granted::Stale
         } else {
             entries
@@ -281,25 +343,73 @@ impl ChildState {
         out
     }
 
-    /// The revoke handler's work: applies the mailbox's newest record if it
-    /// is newer than the one applied (through `apply`), then acknowledges
-    /// it. Returns the record acknowledged (`None`: the owner was writing
-    /// one, whose signal is still to come).
-    pub(crate) fn revoke(&self, mailbox: &Mailbox, mut apply: impl FnMut(&Entry)) -> Option<u64> {
+    /// Whether a record newer than `g` that was applied may have taken
+    /// away part of `entries` (under the lock): one over them, or more
+    /// newer records than are remembered. A record not applied (skipped
+    /// for a newer one) took nothing away.
+    fn taken_since(&self, g: u64, entries: &[Entry]) -> bool {
+        let applied = self.applied.load(Ordering::Relaxed);
+        if applied <= g {
+            return false;
+        }
+        if applied - g > HISTORY as u64 {
+            return true;
+        }
+        let lo = entries.iter().map(|e| e.addr as u64).min().unwrap_or(0);
+        let hi = entries
+            .iter()
+            .map(|e| e.addr.saturating_add(e.len) as u64)
+            .max()
+            .unwrap_or(0);
+        (g + 1..=applied).any(|r| {
+            let [n, start, end] = &self.history[(r % HISTORY as u64) as usize];
+            n.load(Ordering::Relaxed) == r
+                && start.load(Ordering::Relaxed) < hi
+                && lo < end.load(Ordering::Relaxed)
+        })
+    }
+
+    /// The revoke handler's work: applies the attached mailbox's newest
+    /// record if it is newer than the one applied (through `apply`), then
+    /// acknowledges it and wakes the owner. Returns the record
+    /// acknowledged (`None`: no mailbox, or the owner was writing a
+    /// record, whose signal is still to come).
+    pub(crate) fn revoke(&self, mut apply: impl FnMut(&Entry)) -> Option<u64> {
         let mut record = [Entry::EMPTY; ENTRIES];
         self.lock();
-        let read = mailbox.read(&mut record);
-        if let Some((r, n)) = read {
-            if r > self.applied.load(Ordering::Relaxed) {
-                record[..n].iter().for_each(&mut apply);
-                self.applied.store(r, Ordering::Relaxed);
-            }
-            // Release: the owner that sees the acknowledgement sees the
-            // protections changed (they are system calls, done already).
-            mailbox.ack.store(r as u32, Ordering::Release);
-        }
+        let at = self.mailbox.load(Ordering::Relaxed);
+        let acked = (at != 0)
+            .then(|| {
+                // SAFETY: an attached mailbox stays mapped until `detach`,
+                // which takes the lock this thread holds (`attach`'s
+                // contract).
+                let mailbox = unsafe { &*(at as *const Mailbox) };
+                let (r, n) = mailbox.read(&mut record)?;
+                if r > self.applied.load(Ordering::Relaxed) {
+                    let record = &record[..n];
+                    record.iter().for_each(&mut apply);
+                    let lo = record.iter().map(|e| e.addr as u64).min().unwrap_or(0);
+                    let hi = record
+                        .iter()
+                        .map(|e| e.addr.saturating_add(e.len) as u64)
+                        .max()
+                        .unwrap_or(0);
+                    let slot = &self.history[(r % HISTORY as u64) as usize];
+                    for (word, v) in slot.iter().zip([r, lo, hi]) {
+                        word.store(v, Ordering::Relaxed);
+                    }
+                    self.applied.store(r, Ordering::Relaxed);
+                }
+                // Release: the owner that sees the acknowledgement sees the
+                // protections changed (system calls, done already).
+                mailbox.ack.store(r as u32, Ordering::Release);
+                #[cfg(not(loom))]
+                super::futex_wake_shared(mailbox.ack_word(), i32::MAX);
+                Some(r)
+            })
+            .flatten();
         self.unlock();
-        read.map(|(r, _)| r)
+        acked
     }
 }
 
@@ -334,32 +444,48 @@ mod tests {
     fn a_record_is_read_whole_applied_once_and_acknowledged() {
         let mailbox = Mailbox::new();
         let child = ChildState::new();
+        child.attach(&mailbox);
         assert_eq!(mailbox.newest(), 0);
         let r = mailbox.post(&[entry(0x1000, Prot::None), entry(0x3000, Prot::Read)]);
         assert_eq!((r, mailbox.newest()), (1, 1));
         assert!(!mailbox.acked(r));
         let mut seen = Vec::new();
-        assert_eq!(child.revoke(&mailbox, |e| seen.push(*e)), Some(1));
+        assert_eq!(child.revoke(|e| seen.push(*e)), Some(1));
         assert_eq!(seen, [entry(0x1000, Prot::None), entry(0x3000, Prot::Read)]);
         assert!(mailbox.acked(r));
         // A second signal for the same record applies nothing again.
-        assert_eq!(child.revoke(&mailbox, |e| seen.push(*e)), Some(1));
+        assert_eq!(child.revoke(|e| seen.push(*e)), Some(1));
         assert_eq!(seen.len(), 2);
+        // Detached: nothing is read, and a grant is refused.
+        child.detach();
+        mailbox.post(&[entry(0x5000, Prot::None)]);
+        assert_eq!(child.revoke(|e| seen.push(*e)), None);
+        assert_eq!(seen.len(), 2);
+        assert_eq!(
+            child.grant(u64::MAX, &[entry(0x1000, Prot::Read)], |_| Ok(())),
+            Granted::Stale
+        );
     }
 
     #[test]
     fn a_grant_older_than_the_newest_record_applied_is_refused() {
         let mailbox = Mailbox::new();
         let child = ChildState::new();
+        child.attach(&mailbox);
         let g = mailbox.newest();
         let r = mailbox.post(&[entry(0x1000, Prot::None)]);
-        child.revoke(&mailbox, |_| {});
+        child.revoke(|_| {});
         let mut applied = 0;
         let granted = child.grant(g, &[entry(0x1000, Prot::Read)], |_| {
             applied += 1;
             Ok(())
         });
         assert_eq!((granted, applied), (Granted::Stale, 0));
+        // A grant older than a record elsewhere is applied.
+        assert_eq!(
+            child.grant(g, &[entry(0x2000, Prot::Read)], |_| Ok(())),
+            Granted::Applied
+        );
         // A grant made after it is applied.
         assert_eq!(
             child.grant(r, &[entry(0x1000, Prot::Read)], |_| Ok(())),
@@ -387,12 +513,13 @@ mod tests {
     fn a_record_of_more_entries_than_fit_keeps_the_first() {
         let mailbox = Mailbox::new();
         let child = ChildState::new();
+        child.attach(&mailbox);
         let many: Vec<Entry> = (0..ENTRIES + 5)
             .map(|i| entry(i * 0x1000, Prot::None))
             .collect();
         mailbox.post(&many);
         let mut n = 0;
-        child.revoke(&mailbox, |_| n += 1);
+        child.revoke(|_| n += 1);
         assert_eq!(n, ENTRIES);
     }
 }
@@ -452,6 +579,8 @@ mod loom_models {
                 signal_ready: Notify::new(),
                 acked: Notify::new(),
             });
+            // The mailbox lives in the Arc, which outlives every thread.
+            w.child.attach(&w.mailbox);
             let entry = Entry {
                 addr: 0x1000,
                 len: 0x1000,
@@ -547,7 +676,7 @@ mod loom_models {
                     if signal != 1 {
                         return;
                     }
-                    let acked = w.child.revoke(&w.mailbox, |e| {
+                    let acked = w.child.revoke(|e| {
                         assert_eq!(e.prot, Prot::None);
                         w.prot.store(0, Ordering::SeqCst);
                     });

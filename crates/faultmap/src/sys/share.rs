@@ -145,6 +145,9 @@ pub(crate) const REFUSED: u64 = 6;
 pub(crate) const RANGE_OF: u64 = 7;
 /// Nothing but a wake of the service thread.
 pub(crate) const WAKE: u64 = 8;
+/// A [`JOIN`] under the Protect engine: its fd is the joiner's mailbox
+/// (`sys::revoke`), not a userfaultfd.
+pub(crate) const JOIN_PROTECT: u64 = 9;
 /// The longest version key a [`JOIN`] carries, in bytes.
 pub(crate) const KEY_MAX: usize = 8 * (MAX_WORDS - 3);
 /// The longest record, in words.
@@ -1134,8 +1137,6 @@ fn parse_answer(words: &[u64]) -> Answer {
 // A Protect child's side (`sys::revoke`): async-signal-safe.
 // ---------------------------------------------------------------------------
 
-/// In a Protect child: its mailbox's address (0: none).
-static MAILBOX: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 /// In a Protect child: its lock and the newest record it applied.
 #[cfg(not(loom))]
 static CHILD: ChildState = ChildState::new();
@@ -1166,7 +1167,7 @@ static AREA_MARK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsiz
 /// In a Protect child: the range it serves that `addr` falls in, and
 /// whether it is writable.
 pub(crate) fn child_range(addr: usize) -> Option<(usize, usize, bool)> {
-    if MAILBOX.load(Ordering::Acquire) == 0 {
+    if !child_state().attached() {
         return None;
     }
     CHILD_RANGES.iter().find_map(|[a, l]| {
@@ -1196,14 +1197,23 @@ fn reset_child_ranges() {
 }
 
 fn apply_entry(e: &Entry) -> Result<(), i32> {
+    grant_entry(e, &reset_child_ranges)
+}
+
+/// Applies a grant's entry, counting the areas it may add: past the mark,
+/// or when the kernel refuses a split (`ENOMEM`), `reset` first protects
+/// every range again (which only takes away), and it is tried once more.
+pub(crate) fn grant_entry(e: &Entry, reset: &dyn Fn()) -> Result<(), i32> {
     let grows = e.prot != Prot::None;
     if grows && CHILD_AREAS.load(Ordering::Relaxed) + 2 > AREA_MARK.load(Ordering::Relaxed) {
-        reset_child_ranges();
+        reset();
+        CHILD_AREAS.store(0, Ordering::Relaxed);
     }
     let mut result = super::protect(e.addr, e.len, e.prot);
     if matches!(&result, Err(err) if err.raw_os_error() == Some(libc::ENOMEM)) {
         // Out of areas: give them all back and try once more.
-        reset_child_ranges();
+        reset();
+        CHILD_AREAS.store(0, Ordering::Relaxed);
         result = super::protect(e.addr, e.len, e.prot);
     }
     match result {
@@ -1236,35 +1246,18 @@ pub(crate) fn apply_grant(grant: &Grant) -> Granted {
     })
 }
 
-/// The SIGURG handler's work in a Protect child: applies the mailbox's
-/// newest record and wakes the owner. Returns false if this process has
-/// no mailbox.
-pub(crate) fn on_revoke() -> bool {
-    let at = MAILBOX.load(Ordering::Acquire);
-    if at == 0 {
-        return false;
-    }
-    // SAFETY: MAILBOX holds the address of this child's mailbox page,
-    // mapped shared read-write at the fork and never unmapped while it is
-    // set (`start_child` clears it first in a child of this child).
-    let mailbox = unsafe { &*(at as *const super::revoke::Mailbox) };
-    let acked = child_state().revoke(mailbox, |e| {
-        // A revoke only takes away: its failure (ENOMEM) leaves the
-        // range as it was, so take everything away instead.
-        if super::protect(e.addr, e.len, e.prot).is_err() {
-            reset_child_ranges();
-        }
-    });
-    if acked.is_some() {
-        #[cfg(not(loom))]
-        super::futex_wake_shared(mailbox.ack_word(), i32::MAX);
-    }
-    true
+/// The SIGURG handler's work in a Protect child: applies its mailbox's
+/// newest record and wakes the owner (nothing without a mailbox).
+pub(crate) fn on_revoke() {
+    child_state().revoke(|e| revoke_entry(e, &reset_child_ranges));
 }
 
-/// This Protect child's owner's pid (the sender a SIGURG of ours has).
-pub(crate) fn owner_pid() -> i32 {
-    SERVED_BY.load(Ordering::Relaxed)
+/// Applies a revoke's entry; a failure (`ENOMEM`) would leave the range
+/// reachable, so `reset` takes everything away instead.
+pub(crate) fn revoke_entry(e: &Entry, reset: &dyn Fn()) {
+    if super::protect(e.addr, e.len, e.prot).is_err() {
+        reset();
+    }
 }
 
 /// Makes the child's mailbox: one zeroed memfd page, mapped shared and
@@ -1302,16 +1295,16 @@ fn make_mailbox() -> Option<RawFd> {
     }
     // SAFETY: advises on the page just mapped.
     unsafe { libc::syscall(libc::SYS_madvise, at, MAILBOX_BYTES, libc::MADV_DONTFORK) };
-    child_state().reset();
     CHILD_AREAS.store(0, Ordering::Relaxed);
-    MAILBOX.store(at as usize, Ordering::Release);
+    child_state().reset();
+    child_state().attach(at as *const super::revoke::Mailbox);
     Some(fd)
 }
 
 /// Forgets the mailbox a Protect child's child inherited the address of
 /// (the page itself is DONTFORK: not mapped here), and its ranges.
 fn forget_mailbox() {
-    MAILBOX.store(0, Ordering::Release);
+    child_state().reset();
     for [a, l] in &CHILD_RANGES {
         a.store(0, Ordering::Relaxed);
         l.store(0, Ordering::Relaxed);
