@@ -13,6 +13,12 @@
 //! | stop writes before write-back ([`PagingEngine::protect_write`]) | `UFFDIO_WRITEPROTECT` on | (read-only only) | `mprotect(PROT_READ)` |
 //! | unmap before the hole is punched ([`PagingEngine::zap`]) | `MADV_DONTNEED` | `MADV_GUARD_INSTALL` | `mprotect(PROT_NONE)` |
 //!
+//! A forked child's or joiner's regions under the Protect engine are
+//! served with [`PagingEngine::Child`]: *map* and *allow write* add
+//! entries to a grant the guest applies itself, *zap* and *stop writes*
+//! post a record the guest must acknowledge before the owner goes on
+//! (`sys::revoke`).
+//!
 //! The Protect engine uses guard markers for read-only mappings where the
 //! kernel has them on shared memfd mappings (Linux 6.15 and later,
 //! [`sys::guard_regions_work`]): a marker is a PTE that faults (SIGSEGV,

@@ -28,6 +28,13 @@
 //! punch the hole, which unmaps the page from every process (the sample
 //! unmap of the CLOCK hand cannot reach a child: `invalidate::zap`).
 //!
+//! Under the Protect engine a guest has no userfaultfd: it sends a
+//! mailbox, and its core's engine is `PagingEngine::Child` with its
+//! [`ChildLink`]. A fault's mapping becomes a grant in the answer, which
+//! the guest applies itself; a zap or write-protect is a record it must
+//! acknowledge first (`sys::revoke`). The same holds for joiners that
+//! send a `JOIN_PROTECT`.
+//!
 //! ## Invariants
 //!
 //! - A guest region is made only from the owner's live region whose

@@ -24,7 +24,8 @@
 //!   mapping's range is mapped again at its address from the inherited
 //!   memfd and registered with the child's own userfaultfd, whose faults
 //!   the parent serves: the pointer works in the child, with the same
-//!   bytes;
+//!   bytes (under the Protect engine the range is mapped `PROT_NONE`
+//!   instead, and the parent grants its pages: `sys::revoke`);
 //! - anything else (a range that could not be mapped again, or a child of
 //!   a child) gets an inaccessible placeholder:
 //!

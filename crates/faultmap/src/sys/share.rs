@@ -31,12 +31,21 @@
 //!   owner -> answer socket    [answer]                      (MAPPED, RETRY, FAILED)
 //! ```
 //!
+//! Under the Protect engine (`sys::revoke`) a child has no userfaultfd:
+//!
+//! ```text
+//!   child -> service socket   [HELLO, pid, HELLO_PROTECT]  + fds [mailbox memfd, channel]
+//!   owner -> answer socket    [GRANT, g, n, (addr, len, prot) x n]   (or MAPPED, RETRY, FAILED)
+//!   owner -> child            SIGURG (pidfd_send_signal), a record in the mailbox
+//! ```
+//!
 //! An unrelated process (one that shares with the switch on, see
 //! `sys::rendezvous`) connects to the owner's named socket, and that
 //! connection is its channel:
 //!
 //! ```text
 //!   joiner -> channel   [JOIN, pid, key bytes, key...]        + fd [userfaultfd]
+//!                    or [JOIN_PROTECT, ...]                  + fd [mailbox memfd]
 //!   owner  -> channel   [JOINED, object id, length, page bytes] + fd [memfd]
 //!                    or [REFUSED]
 //!   joiner -> channel   [RANGE_OF, object id, addr, len, first page, pages]
