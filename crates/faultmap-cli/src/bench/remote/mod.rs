@@ -447,6 +447,13 @@ impl grid::Mode for Remote {
             ));
         }
         if PROCS.load(std::sync::atomic::Ordering::Relaxed) {
+            // Every process's pager is made with the default engine (auto):
+            // the protect engine where userfaultfd is refused.
+            let engine = faultmap::Pager::new(faultmap::Config::default()).map_or_else(
+                |e| format!("none: {e}"),
+                |p| format!("{} ({})", p.engine().engine.name(), p.engine().why),
+            );
+            lines.push(("paging engine", engine));
             lines.push((
                 "processes",
                 "N forked processes each read the object (seq: all of it; rand: the same sample); time until the last is done; transferred: what the server sent; peak memory: faultmap's caches summed (shared: the parent's one, through the mapping each inherited; joined: the parent's one, each process mapping the object itself with sharing on, as an unrelated process does; private: one per process), a FUSE peer's the kernel page cache (the most any process found resident)".to_string(),
