@@ -1345,3 +1345,47 @@ fn protect_children_killed_and_stopped_at_random_never_read_a_punched_page() {
 fn pager_with_budget(budget: u64) -> Pager {
     Pager::new(Mode::Protect.config().memory_budget(budget)).expect("pager")
 }
+
+/// A process with pagers of both engines: a child reads a mapping of
+/// each (one served through its userfaultfd, the other granted), and the
+/// protect one's pages are taken back from it when the parent's budget
+/// evicts them.
+#[test]
+fn a_child_of_pagers_of_both_engines_reads_both() {
+    watchdog(WATCHDOG, || {
+        const PAGES: usize = 2048;
+        let a_data = pattern(PAGES * PAGE, 2741);
+        let b_data = pattern(PAGES * PAGE, 2742);
+        let uffd = pager(Mode::Signal);
+        let protect = pager_with_budget((PAGES as u64 / 4) * PAGE as u64);
+        let opts = MapOptions::new().readahead(faultmap::ReadaheadMode::Off);
+        let a = uffd
+            .map_trusted(faultmap::MemStore::new("a", a_data.clone()), opts.clone())
+            .expect("map a");
+        let b = protect
+            .map_trusted(faultmap::MemStore::new("b", b_data.clone()), opts)
+            .expect("map b");
+        let (a_base, b_base) = (a.as_ptr() as usize, b.as_ptr() as usize);
+        let len = PAGES * PAGE;
+        let before = protect.areas().expect("areas").child_revokes;
+        let pid = fork_child(|| {
+            // Twice over each: the second pass finds pages of b that the
+            // parent's budget took back meanwhile.
+            for _ in 0..2 {
+                if hash_at(a_base, len) != hash(&a_data) || hash_at(b_base, len) != hash(&b_data) {
+                    return 1;
+                }
+            }
+            0
+        });
+        let status = wait_for(pid, CHILD_LIMIT);
+        assert!(exited_0(status), "the child read wrong: {status:#x}");
+        assert_bytes(&a, &a_data, "a, in the parent");
+        assert_bytes(&b, &b_data, "b, in the parent");
+        let areas = protect.areas().expect("areas");
+        assert!(
+            areas.child_revokes > before,
+            "the protect mapping's pages were never taken back from the child: {areas:?}"
+        );
+    });
+}

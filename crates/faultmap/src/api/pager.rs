@@ -1141,6 +1141,7 @@ impl Pager {
             object.0.cache.memfd(),
             object.0.cache.offset(first_page),
             writable,
+            self.core.engine.protect().is_some(),
         ));
         sys::dont_fork(&map, shared).map_err(|e| map_err("madvise(MADV_DONTFORK)", e))?;
         // Faultmap's SIGSEGV handler, put back if something replaced it.
@@ -2341,7 +2342,7 @@ impl<A: Access> Mapping<A> {
                     Some(sys::share::Answer::Grant(grant)) => {
                         use sys::revoke::Granted;
                         break matches!(
-                            sys::share::apply_grant(&grant),
+                            sys::share::apply_grant(&grant, page),
                             Granted::Applied | Granted::Stale
                         );
                     }

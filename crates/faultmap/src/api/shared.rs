@@ -257,10 +257,14 @@ fn join(
                 // Revokes are signals, sent only through a pidfd.
                 return Err("no pidfd of the owner to answer its revokes through".into());
             }
-            let fd = sys::memfd_create(c"faultmap-joiner-mailbox", MAILBOX_BYTES as u64, false)
+            let fd = sys::memfd_sealed(c"faultmap-joiner-mailbox", MAILBOX_BYTES as u64)
                 .map_err(|e| format!("making a mailbox for the owner: {e}"))?;
             let page = sys::mmap_shared_rw(&fd, MAILBOX_BYTES, 0)
                 .map_err(|e| format!("mapping a mailbox for the owner: {e}"))?;
+            // A forked child of this process is no joiner: it must not
+            // reach the owner's records.
+            sys::madvise_dontfork(page.as_ptr().cast(), page.len())
+                .map_err(|e| format!("madvise(MADV_DONTFORK): {e}"))?;
             signal::install_revoke().map_err(|e| format!("sigaction(SIGURG): {e}"))?;
             Via::Mailbox(fd, page)
         }

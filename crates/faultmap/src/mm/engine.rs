@@ -266,6 +266,11 @@ impl PagingEngine {
         }
     }
 
+    /// Whether this serves a Protect guest (a forked child, a joiner).
+    pub(crate) fn is_child(&self) -> bool {
+        matches!(self, PagingEngine::Child(_))
+    }
+
     /// Whether a page is reachable by its protection (Protect, and a
     /// Protect child): a page is made accessible by `map` and must be
     /// taken back by `zap` before its hole is punched, and a written page
@@ -482,6 +487,7 @@ impl PagingEngine {
             PagingEngine::Child(link) => {
                 let p = region.page_of(crate::base::index::HostAddr(addr));
                 region.mapped.mark(p..p.add(1), true);
+                link.note_writable(addr, len);
                 if link.grant(Entry {
                     addr,
                     len,
@@ -503,24 +509,14 @@ impl PagingEngine {
     /// pages that were not accessible since they are all cached.
     ///
     /// A Protect child is asked to make read-only the pages of the range
-    /// it may reach (their mapped bits), and must acknowledge first.
-    pub(crate) fn protect_write(
-        &self,
-        region: &Region,
-        addr: usize,
-        len: usize,
-    ) -> std::io::Result<()> {
+    /// it was granted writable, and must acknowledge first.
+    pub(crate) fn protect_write(&self, addr: usize, len: usize) -> std::io::Result<()> {
         match self {
             PagingEngine::Userfaultfd(uffd) => sys::uffd_writeprotect(uffd, addr, len, true, false),
             // Areas are given back only by resets and zaps: the estimate
             // errs high, never low.
             PagingEngine::Protect(_) => sys::protect(addr, len, Prot::Read),
-            PagingEngine::Child(link) => {
-                let first = region.page_of(crate::base::index::HostAddr(addr));
-                let n = (len >> region.page_shift) as u64;
-                let entries = mapped_runs(region, first.0..first.0 + n, Prot::Read);
-                link.revoke(&entries)
-            }
+            PagingEngine::Child(link) => link.protect_write(addr, len),
         }
     }
 
@@ -533,14 +529,10 @@ impl PagingEngine {
     pub(crate) fn zap(&self, region: &Region, pages: Range<RegionPage>) -> std::io::Result<()> {
         let addr = region.addr_of(pages.start).get();
         let len = (pages.end.since(pages.start) as usize) << region.page_shift;
+        if let PagingEngine::Child(link) = self {
+            return link.zap(region, pages);
+        }
         let was_mapped = region.mapped.count(pages.start.0..pages.end.0) > 0;
-        // A Protect child is asked to take back only what it may reach.
-        let child_runs = match self {
-            PagingEngine::Child(_) if was_mapped => {
-                mapped_runs(region, pages.start.0..pages.end.0, Prot::None)
-            }
-            _ => Vec::new(),
-        };
         region.mapped.mark(pages.clone(), false);
         match self {
             // A forked child's range cannot be advised from here: the hole
@@ -553,20 +545,7 @@ impl PagingEngine {
             {
                 sys::guard_install(addr, len)
             }
-            PagingEngine::Child(_) if !was_mapped => Ok(()),
-            PagingEngine::Child(link) => {
-                let result = link.revoke(&child_runs);
-                if result.is_err() {
-                    // The child may still reach them: a later eviction
-                    // must ask again (for those pages only).
-                    for e in &child_runs {
-                        let first = region.page_of(crate::base::index::HostAddr(e.addr));
-                        let n = (e.len >> region.page_shift) as u64;
-                        region.mapped.mark(first..first.add(n), true);
-                    }
-                }
-                result
-            }
+            PagingEngine::Child(_) => Ok(()),
             PagingEngine::Protect(_) => {
                 let left = mapped(region, pages.start.0.checked_sub(1));
                 let right = mapped(region, Some(pages.end.0));
@@ -589,28 +568,6 @@ impl PagingEngine {
             }
         }
     }
-}
-
-/// The runs of mapped pages of `region` in `pages`, as entries of `prot`.
-fn mapped_runs(region: &Region, pages: Range<u64>, prot: Prot) -> Vec<Entry> {
-    let mut out = Vec::new();
-    let mut p = pages.start;
-    while p < pages.end {
-        if !mapped(region, Some(p)) {
-            p += 1;
-            continue;
-        }
-        let start = p;
-        while p < pages.end && mapped(region, Some(p)) {
-            p += 1;
-        }
-        out.push(Entry {
-            addr: region.addr_of(RegionPage(start)).get(),
-            len: ((p - start) as usize) << region.page_shift,
-            prot,
-        });
-    }
-    out
 }
 
 /// Why [`PagingEngine::arm`] failed.

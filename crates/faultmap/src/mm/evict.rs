@@ -530,21 +530,31 @@ impl Budget {
         // returns meanwhile (`crate::mm::events`), so no MADV_DONTNEED here
         // hits the application's memory. Not taken for a batch with
         // nothing to unmap or evict: it stops handler threads from reading.
-        let table = (!unmap.is_empty() || !evict.is_empty()).then(|| RegionTable::get().settled());
-        // 2. Unmap to sample.
+        // 3a. Freeze what is evicted (no lock needed), and take it back
+        //     from Protect guests (forked children, joiners), whose answer
+        //     may take a while: before the lock, which would hold up this
+        //     process's faults and mappings meanwhile.
+        let mut frozen: Vec<u64> = evict
+            .into_iter()
+            .filter(|&p| states.get(ObjectPage(p)).is_some_and(|s| s.begin_reclaim()))
+            .collect();
+        crate::mm::invalidate::revoke_from_guests(object, &mut frozen);
+        let table = (!unmap.is_empty() || !frozen.is_empty()).then(|| RegionTable::get().settled());
+        // 2. Unmap to sample: not a Protect guest's range (a signal round
+        //    trip per sample; the kernel's sample of a forked child's
+        //    references does not reach it under userfaultfd either).
         for run in crate::mm::invalidate::runs_of(&unmap) {
             let pages = ObjectPage::range(run);
             for region in object.rmap.overlapping(pages.clone()) {
+                if region.owner.engine.is_child() {
+                    continue;
+                }
                 // Best effort: a failed DONTNEED only delays the sampling.
                 let _ = crate::mm::invalidate::zap(&region, pages.clone());
             }
         }
         tally.clock_unmapped += unmap.len() as u64;
-        // 3. Evict.
-        let mut frozen: Vec<u64> = evict
-            .into_iter()
-            .filter(|&p| states.get(ObjectPage(p)).is_some_and(|s| s.begin_reclaim()))
-            .collect();
+        // 3b. Evict.
         if !frozen.is_empty() {
             // Counted as freed even if a syscall failed: the pages are
             // ABSENT and will be read again; but for those a Protect

@@ -117,6 +117,12 @@ impl GuestFault {
     }
 }
 
+impl Drop for ChildLink {
+    fn drop(&mut self) {
+        share::disown_fd(self.pidfd.as_raw_fd());
+    }
+}
+
 impl std::fmt::Debug for ChildLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChildLink")
@@ -140,6 +146,9 @@ pub(crate) struct ChildLink {
     /// The child's channel closed: it exec'd, or closed its descriptors
     /// and lives on.
     closed: AtomicBool,
+    /// The pages (their addresses in the child) it was granted writable
+    /// since their last write-back.
+    writable: Mutex<std::collections::BTreeSet<usize>>,
 }
 
 #[derive(Default)]
@@ -153,7 +162,17 @@ struct Records {
 
 impl ChildLink {
     fn new(mailbox: OwnedFd, pid: i32, pidfd: OwnedFd) -> std::io::Result<Self> {
+        // A page of exactly the mailbox's size that cannot shrink: the
+        // mapping below never faults past the file's end.
+        if !sys::sealed_size(&mailbox, revoke::MAILBOX_BYTES as u64) {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
         let mailbox = sys::mmap_shared_rw(&mailbox, revoke::MAILBOX_BYTES, 0)?;
+        // Not this process's children's: a sibling must not reach (nor
+        // keep) another child's mailbox.
+        sys::madvise_dontfork(mailbox.as_ptr().cast(), mailbox.len())?;
+        // Nor its pidfd.
+        share::own_fd(pidfd.as_raw_fd());
         Ok(Self {
             mailbox,
             pid,
@@ -161,6 +180,7 @@ impl ChildLink {
             records: Mutex::new(Records::default()),
             pending: Mutex::new(None),
             closed: AtomicBool::new(false),
+            writable: Mutex::new(std::collections::BTreeSet::new()),
         })
     }
 
@@ -187,6 +207,87 @@ impl ChildLink {
         *slot = entry;
         grant.n += 1;
         true
+    }
+
+    /// Notes that the child may write `[addr, addr + len)` (a writable
+    /// grant): write-back takes that back before it copies.
+    pub(crate) fn note_writable(&self, addr: usize, len: usize) {
+        let mut w = self.writable.lock().unwrap_or_else(|e| e.into_inner());
+        w.extend((addr..addr + len).step_by(sys::PAGE_SIZE));
+    }
+
+    /// [`crate::mm::engine::PagingEngine::zap`] for a child's region: the
+    /// pages of `pages` it may reach (their mapped bits, taken in one
+    /// atomic step each word, so a bit a concurrent grant sets is either
+    /// revoked here or kept) are taken back; if the child does not answer,
+    /// their bits are set again and the error says the pages may still be
+    /// reached.
+    pub(crate) fn zap(
+        &self,
+        region: &crate::mm::space::Region,
+        pages: std::ops::Range<crate::base::index::RegionPage>,
+    ) -> std::io::Result<()> {
+        use crate::base::index::RegionPage;
+        let runs = region.mapped.take(pages.start.0..pages.end.0);
+        let entries: Vec<Entry> = runs
+            .iter()
+            .map(|r| Entry {
+                addr: region.addr_of(RegionPage(r.start)).get(),
+                len: ((r.end - r.start) as usize) << region.page_shift,
+                prot: sys::Prot::None,
+            })
+            .collect();
+        let result = self.revoke(&entries);
+        match &result {
+            Ok(()) => {
+                let mut w = self.writable.lock().unwrap_or_else(|e| e.into_inner());
+                for e in &entries {
+                    w.retain(|&a| a < e.addr || a >= e.addr + e.len);
+                }
+            }
+            Err(_) => {
+                // The child may still reach them: a later eviction asks
+                // again (for those pages only).
+                for r in &runs {
+                    region
+                        .mapped
+                        .mark(RegionPage(r.start)..RegionPage(r.end), true);
+                }
+            }
+        }
+        result
+    }
+
+    /// [`crate::mm::engine::PagingEngine::protect_write`] for a child's
+    /// region: the pages of `[addr, addr + len)` the child was granted
+    /// writable are made read-only there first (the ones it only reads are
+    /// left alone: a child that only reads never holds up a write-back).
+    pub(crate) fn protect_write(&self, addr: usize, len: usize) -> std::io::Result<()> {
+        let taken: Vec<usize> = {
+            let mut w = self.writable.lock().unwrap_or_else(|e| e.into_inner());
+            let taken: Vec<usize> = w.range(addr..addr + len).copied().collect();
+            for a in &taken {
+                w.remove(a);
+            }
+            taken
+        };
+        let mut entries: Vec<Entry> = Vec::new();
+        for &a in &taken {
+            match entries.last_mut() {
+                Some(e) if e.addr + e.len == a => e.len += sys::PAGE_SIZE,
+                _ => entries.push(Entry {
+                    addr: a,
+                    len: sys::PAGE_SIZE,
+                    prot: sys::Prot::Read,
+                }),
+            }
+        }
+        let result = self.revoke(&entries);
+        if result.is_err() {
+            let mut w = self.writable.lock().unwrap_or_else(|e| e.into_inner());
+            w.extend(taken);
+        }
+        result
     }
 
     /// The grant made since the last call, if any.
@@ -221,13 +322,26 @@ impl ChildLink {
             return Ok(());
         }
         let timed_out = || std::io::Error::from(std::io::ErrorKind::TimedOut);
+        // A channel closed: the guest exec'd (or closed its descriptors
+        // and lives on, still answering). Not waited for long.
+        let wait = match self.closed.load(Ordering::Acquire) {
+            true => CLOSED_WAIT,
+            false => revoke::REVOKE_WAIT,
+        };
         if let Some(r) = records.unacked {
             if !self.mailbox().acked(r) {
-                if self.gone_by_exec() {
-                    records.execd = true;
-                    return Ok(());
+                // Its signal may have been lost (ignored, taken by
+                // sigwait, not chained by another handler): ask again,
+                // briefly.
+                let _ = share::signal_child(&self.pidfd);
+                let until = std::time::Instant::now() + UNACKED_WAIT;
+                if !share::wait_ack(self.mailbox(), r, &self.pidfd, until) {
+                    if self.gone_by_exec() {
+                        records.execd = true;
+                        return Ok(());
+                    }
+                    return Err(timed_out());
                 }
-                return Err(timed_out());
             }
             records.unacked = None;
         }
@@ -238,7 +352,7 @@ impl ChildLink {
             if let Err(libc::ESRCH) = share::signal_child(&self.pidfd) {
                 return Ok(());
             }
-            let until = std::time::Instant::now() + revoke::REVOKE_WAIT;
+            let until = std::time::Instant::now() + wait;
             if !share::wait_ack(self.mailbox(), r, &self.pidfd, until) {
                 if self.gone_by_exec() {
                     records.execd = true;
@@ -251,19 +365,26 @@ impl ChildLink {
         Ok(())
     }
 
-    /// Whether the child exec'd: its channel closed and its mailbox is no
-    /// longer mapped in it (`/proc/PID/maps`; the pidfd says it has not
-    /// exited, so the pid is still its own).
+    /// Whether the guest exec'd: its channel closed, it did not answer,
+    /// and its mailbox is no longer mapped in it by `/proc/PID/maps` (the
+    /// pidfd says it has not exited, so the pid is still its own), or that
+    /// cannot be read (a program that is not dumpable, `hidepid`): a
+    /// process that closed its descriptors and lives on still answers.
     fn gone_by_exec(&self) -> bool {
         if !self.closed.load(Ordering::Acquire) {
             return false;
         }
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) else {
-            return false;
-        };
-        !maps.contains("faultmap-guest-mailbox")
+        match std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) {
+            Ok(maps) => !maps.contains("-mailbox"),
+            Err(_) => true,
+        }
     }
 }
+
+/// How long a revoke waits for a guest whose channel closed.
+const CLOSED_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+/// How long a guest that did not answer a record is asked again.
+const UNACKED_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Starts this process's service thread, once per fork generation, and
 /// makes the process an owner: children forked from now on are served
@@ -273,18 +394,25 @@ pub(crate) fn serve(core: &Core, source: Option<UffdSource>) -> std::io::Result<
     static STARTED: sys::ForkLocal<Mutex<bool>> = sys::ForkLocal::new();
     let started = STARTED.get_or_init(|| Mutex::new(false));
     let mut started = started.lock().unwrap_or_else(|e| e.into_inner());
+    // How this pager's ranges are served in a child (each pager's: a
+    // process may have pagers of both engines). A child inherits the
+    // SIGBUS disposition: faultmap's handler forwards its userfaultfd
+    // faults here. A Protect range's come as SIGSEGV (the pager installed
+    // that handler already), and its revokes as SIGURG.
+    match source {
+        Some(source) => {
+            signal::install()?;
+            share::serve_uffd(source, features(core));
+        }
+        None => {
+            signal::install_revoke()?;
+            share::serve_protect();
+        }
+    }
     if *started {
         return Ok(());
     }
-    // A child inherits the SIGBUS disposition: faultmap's handler forwards
-    // its faults here. A Protect child's come as SIGSEGV (installed by its
-    // pager already), and its revokes as SIGURG.
-    match source {
-        Some(_) => signal::install()?,
-        None => signal::install_revoke()?,
-    }
     let (recv, send) = share::seqpacket_pair()?;
-    let features = features(core);
     let recv_fd = recv.as_raw_fd();
     std::thread::Builder::new()
         .name("faultmap-guests".into())
@@ -294,7 +422,7 @@ pub(crate) fn serve(core: &Core, source: Option<UffdSource>) -> std::io::Result<
     share::own_fd(recv_fd);
     // The sending end stays open for the process's life: every child
     // inherits it.
-    share::serve(send.into_raw_fd(), source, features);
+    share::start_service(send.into_raw_fd());
     *started = true;
     Ok(())
 }
@@ -548,14 +676,30 @@ impl Service {
         loop {
             match share::recv(recv, words) {
                 Ok(Received::Record(n, fds)) => {
-                    let Ok::<[OwnedFd; 2], _>([uffd, channel]) = fds.try_into() else {
-                        continue;
-                    };
-                    if n < 2 || words[0] != share::HELLO {
+                    if n < 3 || words[0] != share::HELLO {
                         continue;
                     }
-                    // A Protect child's first fd is its mailbox.
-                    let protect = n >= 3 && words[2] == share::HELLO_PROTECT;
+                    // Its userfaultfd, its mailbox (either or both, as
+                    // the flags say), then its channel.
+                    let flags = words[2];
+                    let want = [share::HELLO_UFFD, share::HELLO_PROTECT]
+                        .iter()
+                        .filter(|&&f| flags & f != 0)
+                        .count()
+                        + 1;
+                    if fds.len() != want {
+                        continue;
+                    }
+                    let mut fds = fds.into_iter();
+                    let uffd = (flags & share::HELLO_UFFD != 0)
+                        .then(|| fds.next())
+                        .flatten();
+                    let mailbox = (flags & share::HELLO_PROTECT != 0)
+                        .then(|| fds.next())
+                        .flatten();
+                    let Some(channel) = fds.next() else {
+                        continue;
+                    };
                     // The child that made the channel, by the kernel's
                     // word (SO_PEERCRED), must be the one that greeted.
                     let pid = words[1] as i32;
@@ -564,22 +708,23 @@ impl Service {
                             .then(|| share::pidfd_open(pid).ok())
                             .flatten()
                     });
-                    let (uffd, link) = if protect {
-                        // Signalled through its pidfd only (a pid may be
-                        // reused): no pidfd, no guest (its faults get
-                        // SIGBUS when its channel closes).
-                        let link = pidfd
-                            .as_ref()
-                            .and_then(|p| p.try_clone().ok())
-                            .and_then(|p| ChildLink::new(uffd, pid, p).ok());
-                        let Some(link) = link else {
-                            continue;
-                        };
-                        (None, Some(Arc::new(link)))
-                    } else {
+                    // Signalled through its pidfd only (a pid may be
+                    // reused): no pidfd, no Protect ranges served (their
+                    // faults get SIGBUS).
+                    let link = mailbox.and_then(|mailbox| {
+                        let pidfd = pidfd.as_ref()?.try_clone().ok()?;
+                        ChildLink::new(mailbox, pid, pidfd).ok().map(Arc::new)
+                    });
+                    let uffd = uffd.map(|uffd| {
                         share::own_fd(uffd.as_raw_fd());
-                        (Some(Arc::new(Uffd::new(uffd))), None)
-                    };
+                        Arc::new(Uffd::new(uffd))
+                    });
+                    if uffd.is_none() && link.is_none() {
+                        continue;
+                    }
+                    if let Some(p) = &pidfd {
+                        share::own_fd(p.as_raw_fd());
+                    }
                     share::own_fd(channel.as_raw_fd());
                     self.guests.push(Guest {
                         uffd,
@@ -866,10 +1011,10 @@ impl Guest {
         if let Some((_, core)) = self.cores.iter().find(|(p, _)| Arc::ptr_eq(p, pager)) {
             return Some(core.clone());
         }
-        let engine = match (&self.uffd, &self.link) {
-            (Some(uffd), _) => PagingEngine::Userfaultfd(uffd.clone()),
-            (None, Some(link)) => PagingEngine::Child(link.clone()),
-            (None, None) => return None,
+        // The pager's own engine says how its ranges are served here.
+        let engine = match pager.engine.protect() {
+            Some(_) => PagingEngine::Child(self.link.clone()?),
+            None => PagingEngine::Userfaultfd(self.uffd.clone()?),
         };
         let core = Arc::new(pager.for_guest(engine, self.table.clone()));
         self.cores.push((pager.clone(), core.clone()));
@@ -907,6 +1052,9 @@ impl Guest {
             share::disown_fd(uffd.as_raw_fd());
         }
         if let Some(fd) = &self.channel {
+            share::disown_fd(fd.as_raw_fd());
+        }
+        if let Some(fd) = &self.pidfd {
             share::disown_fd(fd.as_raw_fd());
         }
         // The handles last, on a thread of their own: a last one closes

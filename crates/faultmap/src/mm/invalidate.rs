@@ -186,6 +186,8 @@ fn dirty_of(object: &ObjectCore, pending: &[u64]) -> Vec<u64> {
 /// its pages go back to UPTODATE, still charged, and leave `frozen`, which
 /// keeps the pages that left. Returns how many did.
 pub(crate) fn drop_frozen(object: &ObjectCore, frozen: &mut Vec<u64>) -> std::io::Result<u64> {
+    // Protect guests first (nothing left to do if the caller did it).
+    revoke_from_guests(object, frozen);
     if frozen.is_empty() {
         return Ok(0);
     }
@@ -232,6 +234,46 @@ pub(crate) fn drop_frozen(object: &ObjectCore, frozen: &mut Vec<u64>) -> std::io
     frozen.retain(|&p| !is_kept(p));
     object.budget.uncharge(object, frozen.len() as u64);
     result.map(|()| frozen.len() as u64)
+}
+
+/// Takes frozen pages (sorted) back from the Protect guests (forked
+/// children, joiners) that may reach them (`crate::sys::revoke`). A page a
+/// guest did not give back in time goes back to UPTODATE, still charged,
+/// and leaves `frozen`; the rest of its run is dropped as usual. Needs no
+/// lock (a guest's regions are foreign: nothing here changes this
+/// process's address space), so the evictor calls it before it takes the
+/// region table's settled lock, and a guest's slow answer holds up no
+/// mapping, unmapping or fault of this process's.
+pub(crate) fn revoke_from_guests(object: &ObjectCore, frozen: &mut Vec<u64>) {
+    if frozen.is_empty() {
+        return;
+    }
+    let mut kept: Vec<u64> = Vec::new();
+    for run in runs_of(frozen) {
+        let pages = ObjectPage::range(run.clone());
+        for region in &object.rmap.overlapping(pages.clone()) {
+            if !region.owner.engine.is_child() || zap(region, pages.clone()).is_ok() {
+                continue;
+            }
+            // The pages whose bits the failed zap set again.
+            kept.extend(run.clone().filter(|&p| {
+                region
+                    .region_pages(ObjectPage::range(p..p + 1))
+                    .is_some_and(|rp| region.mapped.contains(rp.start))
+            }));
+        }
+    }
+    if kept.is_empty() {
+        return;
+    }
+    kept.sort_unstable();
+    kept.dedup();
+    for &p in &kept {
+        if let Some(state) = object.cache.states.get(ObjectPage(p)) {
+            state.cancel_evict();
+        }
+    }
+    frozen.retain(|p| kept.binary_search(p).is_err());
 }
 
 enum Freeze {

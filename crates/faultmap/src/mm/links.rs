@@ -80,7 +80,7 @@ impl Links {
         let l = &self.slots[slot];
         if let Some(mailbox) = mailbox {
             #[cfg(not(loom))]
-            crate::sys::with_signal_blocked(libc::SIGURG, || l.state.attach(mailbox));
+            crate::sys::with_async_signals_blocked(|| l.state.attach(mailbox));
             #[cfg(loom)]
             l.state.attach(mailbox);
         }
@@ -100,7 +100,7 @@ impl Links {
         if let Some(l) = self.slots.get(slot) {
             // Its mailbox first: once detached, no handler reads it.
             #[cfg(not(loom))]
-            crate::sys::with_signal_blocked(libc::SIGURG, || l.state.detach());
+            crate::sys::with_async_signals_blocked(|| l.state.detach());
             #[cfg(loom)]
             l.state.detach();
             l.seq.write_begin();
@@ -147,7 +147,13 @@ impl Links {
     /// Applies the grant a Protect joiner's owner answered for a fault in
     /// the link's `range` at `slot`: each entry inside the range and
     /// read-only (a joined range is never writable), else refused.
-    fn grant(&self, slot: usize, range: &std::ops::Range<usize>, grant: &Grant) -> Granted {
+    fn grant(
+        &self,
+        slot: usize,
+        range: &std::ops::Range<usize>,
+        grant: &Grant,
+        addr: usize,
+    ) -> Granted {
         let Some(l) = self.slots.get(slot) else {
             return Granted::Stale;
         };
@@ -163,14 +169,15 @@ impl Links {
             return Granted::Failed(libc::EINVAL);
         }
         let reset = || self.reset_all();
+        // A neighbour's failure is no failure of the access.
+        let apply = |e: &crate::sys::revoke::Entry| match share::grant_entry(e, &reset) {
+            Err(errno) if e.addr <= addr && addr - e.addr < e.len => Err(errno),
+            _ => Ok(()),
+        };
         #[cfg(not(loom))]
-        return crate::sys::with_signal_blocked(libc::SIGURG, || {
-            l.state
-                .grant(grant.g, entries, |e| share::grant_entry(e, &reset))
-        });
+        return crate::sys::with_async_signals_blocked(|| l.state.grant(grant.g, entries, apply));
         #[cfg(loom)]
-        l.state
-            .grant(grant.g, entries, |e| share::grant_entry(e, &reset))
+        l.state.grant(grant.g, entries, apply)
     }
 
     /// Protects every linked range with a mailbox `PROT_NONE` again (which
@@ -246,7 +253,7 @@ pub(crate) fn protect_fault(addr: usize, write: bool, in_handler: bool) -> Optio
             Answer::Failed => return Some(false),
             Answer::Grant(grant) => {
                 return Some(matches!(
-                    links.grant(found.slot, &found.range, &grant),
+                    links.grant(found.slot, &found.range, &grant, addr),
                     Granted::Applied | Granted::Stale
                 ))
             }

@@ -781,7 +781,7 @@ fn protect_child(addr: HostAddr, write: bool) -> Outcome {
             Some(Answer::Mapped) => return Outcome::Resolved,
             Some(Answer::Retry) => retry = true,
             Some(Answer::Grant(grant)) => {
-                return match share::apply_grant(&grant) {
+                return match share::apply_grant(&grant, addr.get()) {
                     // Stale: a newer record came first; the access faults
                     // again and asks anew.
                     Granted::Applied | Granted::Stale => Outcome::Resolved,

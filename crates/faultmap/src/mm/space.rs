@@ -165,6 +165,29 @@ impl MappedPages {
         }
     }
 
+    /// Clears `pages`' bits and returns the runs of those that were set,
+    /// each word's in one atomic step: a bit set meanwhile (a grant to a
+    /// Protect child) is either in the runs or still set, never lost.
+    pub(crate) fn take(&self, pages: Range<u64>) -> Vec<Range<u64>> {
+        let mut runs: Vec<Range<u64>> = Vec::new();
+        let mut p = pages.start;
+        for (w, mask) in self.words(pages.clone()) {
+            let old = w.fetch_and(!mask, Ordering::Relaxed) & mask;
+            let base = p - p % 64;
+            let mut bits = old;
+            while bits != 0 {
+                let page = base + u64::from(bits.trailing_zeros());
+                bits &= bits - 1;
+                match runs.last_mut() {
+                    Some(r) if r.end == page => r.end += 1,
+                    _ => runs.push(page..page + 1),
+                }
+            }
+            p = (base + 64).min(pages.end);
+        }
+        runs
+    }
+
     /// The words that hold `pages`, each with the mask of its bits among
     /// them (pages past the bitmap are left out).
     fn words(&self, pages: Range<u64>) -> impl Iterator<Item = (&AtomicU64, u64)> {
@@ -1006,6 +1029,20 @@ static TABLE: sys::ForkLocal<RegionTable> = sys::ForkLocal::new();
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn take_clears_and_returns_the_runs_that_were_set() {
+        let m = super::MappedPages::new(200);
+        for r in [3..5u64, 62..70, 130..131, 190..200] {
+            m.mark(RegionPage(r.start)..RegionPage(r.end), true);
+        }
+        assert_eq!(m.take(0..200), vec![3..5, 62..70, 130..131, 190..200]);
+        assert_eq!(m.count(0..200), 0);
+        m.mark(RegionPage(10)..RegionPage(140), true);
+        assert_eq!(m.take(63..129), vec![63..129]);
+        assert_eq!(m.count(0..200), 130 - 66);
+        assert_eq!(m.take(150..150), Vec::<std::ops::Range<u64>>::new());
+    }
+
     use super::*;
 
     /// Marking and counting agree with a plain set, across word edges, up

@@ -567,12 +567,10 @@ fn protect(object: &ObjectCore, runs: &[Range<u64>]) -> Result<(), Failure> {
             let addr = region.addr_of(pages.start);
             let len = (pages.end.since(pages.start) as usize) << region.page_shift;
             let page = region.page_bytes();
-            protect_range(env.engine, &region, addr, len, page, true).map_err(|e| {
-                Failure::Protect {
-                    offset: object.cache.offset(region.object_page(pages.start)),
-                    kind: e.kind(),
-                    message: e.to_string(),
-                }
+            protect_range(env.engine, addr, len, page, true).map_err(|e| Failure::Protect {
+                offset: object.cache.offset(region.object_page(pages.start)),
+                kind: e.kind(),
+                message: e.to_string(),
             })?;
         }
     }
@@ -601,7 +599,6 @@ fn protect(object: &ObjectCore, runs: &[Range<u64>]) -> Result<(), Failure> {
 /// itself tries a few times only: waiting would wait for itself.
 fn protect_range(
     engine: &PagingEngine,
-    region: &Region,
     addr: HostAddr,
     len: usize,
     page: usize,
@@ -609,7 +606,7 @@ fn protect_range(
 ) -> io::Result<()> {
     // Under Protect an `mprotect`: no events, no registration to miss.
     let Some(uffd) = engine.uffd() else {
-        return engine.protect_write(region, addr.get(), len);
+        return engine.protect_write(addr.get(), len);
     };
     let mut eagain = 0;
     let mut since = None;
@@ -624,8 +621,8 @@ fn protect_range(
                     return Ok(());
                 }
                 let half = (len / page).div_ceil(2) * page;
-                protect_range(engine, region, addr, half, page, patient)?;
-                return protect_range(engine, region, addr.add(half), len - half, page, patient);
+                protect_range(engine, addr, half, page, patient)?;
+                return protect_range(engine, addr.add(half), len - half, page, patient);
             }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && eagain < MAX_EAGAIN => {
                 uffd.note_event_waiting();
@@ -658,7 +655,6 @@ pub(crate) fn adopt_moved(region: &Region) {
     let env = region.owner.env();
     if protect_range(
         env.engine,
-        region,
         region.start(),
         region.map.len(),
         region.page_bytes(),

@@ -836,6 +836,56 @@ impl Drop for MappedRegion {
     }
 }
 
+/// A memfd of `len` bytes named `name`, sealed against growing and
+/// shrinking (a page another process maps: `sys::revoke`'s mailbox).
+pub(crate) fn memfd_sealed(name: &CStr, len: u64) -> io::Result<OwnedFd> {
+    // SAFETY: a NUL-terminated name and flags; returns a new fd or -1.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ftruncate and fcntl of the memfd just made.
+    let sized = unsafe {
+        libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) == 0
+            && libc::fcntl(
+                fd.as_raw_fd(),
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
+            ) == 0
+    };
+    if !sized {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Whether memfd `fd` is `len` bytes long and sealed against shrinking
+/// (`F_SEAL_SHRINK`): a mapping of it never faults past its end.
+pub(crate) fn sealed_size(fd: &OwnedFd, len: u64) -> bool {
+    // SAFETY: F_GET_SEALS takes no argument.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+        return false;
+    }
+    // SAFETY: an all-zero stat is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes one struct stat to a live value.
+    (unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0) && st.st_size as u64 == len
+}
+
+/// `madvise(MADV_DONTFORK)` on `[addr, addr + len)`, a mapping this
+/// process owns.
+pub(crate) fn madvise_dontfork(addr: *mut libc::c_void, len: usize) -> io::Result<()> {
+    // SAFETY: DONTFORK changes no content of a range the caller owns.
+    if unsafe { libc::madvise(addr, len, libc::MADV_DONTFORK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Maps `len` bytes of `fd` at file offset `offset`, `MAP_SHARED`, read-write,
 /// with no reservation: the private alias through which the cache is filled.
 pub(crate) fn mmap_shared_rw(fd: &OwnedFd, len: usize, offset: u64) -> io::Result<MappedRegion> {
@@ -1185,14 +1235,15 @@ pub(crate) fn read_own_memory(src: *const u8, dst: &mut [u8]) -> io::Result<usiz
 /// range stays listed until `region` is dropped.
 pub(crate) fn dont_fork(
     region: &MappedRegion,
-    shared: Option<(&OwnedFd, u64, bool)>,
+    shared: Option<(&OwnedFd, u64, bool, bool)>,
 ) -> io::Result<()> {
-    if let Some((fd, offset, writable)) = shared {
+    if let Some((fd, offset, writable, protect)) = shared {
         let _ = region.share.set(share::Share {
             fd: fd.as_raw_fd(),
             offset,
             writable,
             id: region.id,
+            protect,
         });
     }
     region.list_for_children();
@@ -1557,16 +1608,27 @@ pub(crate) fn signal_mask_one(sig: libc::c_int, block: bool) {
     }
 }
 
-/// Runs `f` with signal `sig` blocked in the calling thread, then puts
-/// the thread's mask back as it was. Async-signal-safe.
-pub(crate) fn with_signal_blocked<T>(sig: libc::c_int, f: impl FnOnce() -> T) -> T {
-    // SAFETY: empty sets, one signal added; pthread_sigmask reads `set`
-    // and writes the old mask into `old`, then reads `old` back.
+/// Runs `f` with every asynchronous signal blocked in the calling thread
+/// (SIGURG included: no revoke, and no application handler that could
+/// touch a mapping, interrupts it), then puts the thread's mask back as
+/// it was. Async-signal-safe.
+pub(crate) fn with_async_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: a full set less the synchronous signals; pthread_sigmask
+    // reads `set` and writes the old mask into `old`, then reads `old`
+    // back.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, sig);
+        libc::sigfillset(&mut set);
+        for sync in [
+            libc::SIGBUS,
+            libc::SIGSEGV,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGTRAP,
+        ] {
+            libc::sigdelset(&mut set, sync);
+        }
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
         let out = f();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());

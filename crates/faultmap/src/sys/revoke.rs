@@ -36,40 +36,74 @@
 //!
 //! ## Invariants
 //!
-//! - **R1.** A child makes a page reachable only by applying a grant, and
+//! - **R1.** A guest makes a page reachable only by applying a grant, and
 //!   a grant numbered `g` covers only pages that were pinned UPTODATE when
-//!   `g` was read (the owner reads it inside the fault path's pin).
-//! - **R2.** A page is punched, or copied out by write-back, only after
-//!   every guest region with the page's mapped bit set has acknowledged a
-//!   record numbered after the bit was set, that record covering the page
-//!   (`NONE` before a punch, `READ` before a copy). A guest that does not
-//!   acknowledge in [`REVOKE_WAIT`] fails the revoke: the page stays
-//!   cached (`PageState::cancel_evict`) or dirty, and its bit stays set.
-//! - **R3.** The child applies grants and records under one lock, and
+//!   `g` was read. The owner reads `g` at the grant's first entry (the
+//!   faulting run, inside the fault path's pin); a later entry (a write
+//!   fault's writable page, under a pin of its own) carries the same,
+//!   older number, which can only make the guest refuse more.
+//! - **R2.** A page is punched only after every guest region with the
+//!   page's mapped bit set has acknowledged a record covering it (`NONE`),
+//!   posted after the bit was taken; a page is copied out by write-back
+//!   only after every guest granted it writable since its last write-back
+//!   has acknowledged a record making it read-only. The bits are taken in
+//!   one atomic step per word (`MappedPages::take`): a bit a concurrent
+//!   grant sets is either in the record or still set, never lost. A guest
+//!   that does not acknowledge in time fails the revoke: the page stays
+//!   cached (`PageState::cancel_evict`) or dirty, and its bit (or its
+//!   writable mark) is set again.
+//! - **R3.** The guest applies grants and records under one lock, and
 //!   applies a grant numbered `g` only if no record newer than `g` that
 //!   it applied covers part of the grant's ranges (it remembers the last
 //!   32 records' bounds; with more newer records than that, it refuses);
 //!   it applies only the newest record, and only if it is newer than the
-//!   one applied.
+//!   one applied. Every holder of the lock blocks the asynchronous signals
+//!   while it holds it (the SIGSEGV and SIGURG handlers' masks, and
+//!   [`crate::sys::with_async_signals_blocked`] elsewhere), so no handler
+//!   that takes it runs on a thread that holds it.
 //!
-//! Why they suffice: a page is frozen (EVICTING) or claimed for write-back
-//! only after every pin is let go, so a record `r` posted for it comes after
-//! every grant number `g` read under a pin of it: `r > g`. In the child,
-//! the grant's `mprotect` runs either before the record is applied (the
+//! Why they suffice. *Eviction*: a page is frozen (EVICTING) only once
+//! every pin is let go, so a record `r` posted for it comes after every
+//! grant number `g` read under a pin of it: `r > g`. In the guest, the
+//! grant's `mprotect` runs either before the record is applied (the
 //! record's protection then wins) or after (then the record, newer than
 //! `g` and over the page, is remembered, and the grant is refused: the
-//! access faults again and asks anew). A record
-//! applied late (after the owner gave up on it) only takes more away; a
-//! record skipped for a newer one was given up on by the owner already.
-//! The loom model below runs this code with a simulated page.
+//! access faults again and asks anew). *Write-back*: a writable grant's
+//! `g` is read before the write fault sets DIRTY; write-back clears DIRTY
+//! (claims the page) before it posts its record. If the claim comes after
+//! the DIRTY, `r > g`, and the argument above holds (a write after the
+//! record faults and sets DIRTY again); if before, the page is DIRTY again
+//! once written back, and the guest's write is copied by the next
+//! write-back. A record applied late (after the owner gave up on it) only
+//! takes more away; a record skipped for a newer one was given up on by
+//! the owner already, and took nothing away. The loom model below runs
+//! the guest's side and the mailbox through this code, with the owner's
+//! pin, freeze and punch simulated; the owner's `ChildLink` (its waits,
+//! timeouts and bit restores) is exercised by `tests/fork.rs` and
+//! `tests/unrelated.rs`.
 //!
-//! ## What a child must not do
+//! ## What a guest must not do
 //!
-//! - Block SIGURG in every thread for longer than [`REVOKE_WAIT`]: its
-//!   pages then stay cached (counted as evictions that failed), and the
-//!   budget may be exceeded by what it maps.
-//! - `munmap` an inherited range and map something else there: a stale
-//!   grant would change the new mapping's protection.
+//! A guest that does not answer in time keeps the pages it reaches cached
+//! (beyond the owner's budget, counted in `AreaStats::child_revokes_failed`)
+//! until it answers; nothing reads wrong. That happens if it:
+//!
+//! - blocks SIGURG in every thread, ignores it, replaces faultmap's handler
+//!   without chaining, or takes it with `sigwait` or a signalfd (a lost
+//!   signal is sent again at each later revoke);
+//! - is stopped (SIGSTOP, a debugger, a cgroup freezer).
+//!
+//! And a guest must not `munmap` an inherited range and map something
+//! else there: a stale grant would change the new mapping's protection.
+//! A guest whose channel closed (it exec'd) and that does not answer, is
+//! taken to have exec'd if `/proc/PID/maps` no longer shows its mailbox
+//! or cannot be read (a program that is not dumpable): a guest that closed
+//! every descriptor *and* is stopped *and* whose maps cannot be read would
+//! be taken for gone.
+//!
+//! SIGURG interrupts a guest's system calls as any handled signal does:
+//! `SA_RESTART` restarts most of them, but `nanosleep`, `poll`, `select`,
+//! `epoll_wait` and their kind return `EINTR`.
 //!
 //! Everything the child does here is atomics, `mprotect` and `futex`:
 //! async-signal-safe.
@@ -297,14 +331,21 @@ impl ChildState {
         self.unlock();
     }
 
+    /// The attached mailbox's address (0: none; a hint).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn address(&self) -> usize {
+        self.mailbox.load(Ordering::Relaxed)
+    }
+
     /// Whether a mailbox is attached (a hint: it may change at once).
     pub(crate) fn attached(&self) -> bool {
         self.mailbox.load(Ordering::Relaxed) != 0
     }
 
     /// Takes the lock. Its holder is another thread of this process inside
-    /// one grant or record (a few `mprotect`s): every holder blocks SIGURG
-    /// meanwhile, so no revoke handler runs on a thread that holds it.
+    /// one grant or record (a few `mprotect`s): every holder blocks the
+    /// asynchronous signals meanwhile (R3), so no handler that takes it
+    /// runs on a thread that holds it.
     fn lock(&self) {
         let mut spins = 0u32;
         while self

@@ -134,6 +134,10 @@ pub(crate) struct Share {
     pub(crate) offset: u64,
     pub(crate) writable: bool,
     pub(crate) id: u64,
+    /// A Protect mapping's: the child maps it `PROT_NONE` and is granted
+    /// its pages (`sys::revoke`), rather than registering it with a
+    /// userfaultfd.
+    pub(crate) protect: bool,
 }
 
 /// The first word of a child's greeting ("faultmap" in ASCII).
@@ -201,11 +205,11 @@ const ANSWER_FAILED: u64 = 3;
 const ANSWER_GRANT: u64 = 4;
 /// The longest answer: `[GRANT, g, n, (addr, len, prot) x GRANT_MAX]`.
 const ANSWER_WORDS: usize = 3 + 3 * GRANT_MAX;
-/// A greeting's third word: the child is served under the Protect engine
-/// (its fds are its mailbox and its channel, not a userfaultfd).
-pub(crate) const HELLO_PROTECT: u64 = 1;
-/// `UFFD_HOW`'s top byte for an owner under the Protect engine.
-const HOW_PROTECT: u8 = 4;
+/// A greeting's third word's bits: the child sends a userfaultfd (for the
+/// owner's userfaultfd-engine ranges), a mailbox (for its Protect ranges,
+/// `sys::revoke`), or both, in that order before its channel.
+pub(crate) const HELLO_UFFD: u64 = 1;
+pub(crate) const HELLO_PROTECT: u64 = 2;
 
 /// The owner's service socket (the end children send to), or -1: this
 /// process serves no guests.
@@ -218,7 +222,7 @@ static UFFD_HOW: AtomicU64 = AtomicU64::new(0);
 /// never taken for ours).
 static CHANNEL: Ident = Ident::new();
 static GUEST_UFFD: Ident = Ident::new();
-/// This process's pid once it serves children (set by [`serve`]); a child
+/// This process's pid once it serves children (set by [`start_service`]); a child
 /// inherits it as its parent's.
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 /// In a guest: the pid of the owner that serves it, its parent (set by
@@ -341,21 +345,40 @@ pub(crate) fn disown_fd(fd: RawFd) {
     }
 }
 
-/// Makes this process an owner: children forked from now on send their
-/// userfaultfds to `service` (the sending end of the owner's service
-/// socket, kept open for the process's life), opened as `source` opened
-/// the owner's, with `features` (`UFFD_FEATURE_SIGBUS` is added); or,
-/// with no `source` (the Protect engine), their mailboxes
-/// (`sys::revoke`), their ranges kept inaccessible until granted.
-pub(crate) fn serve(service: RawFd, source: Option<UffdSource>, features: u64) {
-    let features = (features | feature::SIGBUS) & ((1 << 56) - 1);
-    let how = source.map_or(HOW_PROTECT, how);
-    UFFD_HOW.store(u64::from(how) << 56 | features, Ordering::Relaxed);
-    AREA_MARK.store(super::max_map_count() / 2, Ordering::Relaxed);
+/// Makes this process an owner: children forked from now on greet the
+/// service thread at `service` (the sending end of the owner's service
+/// socket, kept open for the process's life). Called once, after
+/// [`serve_uffd`] or [`serve_protect`] said how they are served.
+pub(crate) fn start_service(service: RawFd) {
     // SAFETY: getpid cannot fail.
     OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     SERVICE.store(service, Ordering::Release);
 }
+
+/// Children forked from now on open a userfaultfd for their
+/// userfaultfd-engine ranges, as `source` opened the owner's (the first
+/// one's), with `features` (added to those asked for before;
+/// `UFFD_FEATURE_SIGBUS` besides).
+pub(crate) fn serve_uffd(source: UffdSource, features: u64) {
+    let features = (features | feature::SIGBUS) & ((1 << 56) - 1);
+    let _ = UFFD_HOW.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+        let how = match old >> 56 {
+            0 => u64::from(how(source)),
+            how => how,
+        };
+        Some(how << 56 | (old & ((1 << 56) - 1)) | features)
+    });
+}
+
+/// Children forked from now on make a mailbox for their Protect ranges
+/// (`sys::revoke`), which start inaccessible until granted.
+pub(crate) fn serve_protect() {
+    AREA_MARK.store(super::max_map_count() / 2, Ordering::Relaxed);
+    SERVE_PROTECT.store(true, Ordering::Release);
+}
+
+/// Whether children make a mailbox ([`serve_protect`]).
+static SERVE_PROTECT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether this process is a guest whose owner is alive: its inherited
 /// ranges are served by the process that forked it.
@@ -396,7 +419,7 @@ fn raw_pair() -> Result<(RawFd, RawFd), i32> {
     Ok((fds[0], fds[1]))
 }
 
-/// Sends `words` on `fd` with `fds` attached (at most two), never raising
+/// Sends `words` on `fd` with `fds` attached (at most three), never raising
 /// SIGPIPE. Returns the errno on failure. Async-signal-safe.
 fn send_raw(fd: RawFd, words: &[u64], fds: &[RawFd]) -> Result<(), i32> {
     send_raw_flags(fd, words, fds, 0)
@@ -404,7 +427,7 @@ fn send_raw(fd: RawFd, words: &[u64], fds: &[RawFd]) -> Result<(), i32> {
 
 /// [`send_raw`] with `flags` added to `MSG_NOSIGNAL`.
 fn send_raw_flags(fd: RawFd, words: &[u64], fds: &[RawFd], flags: libc::c_int) -> Result<(), i32> {
-    debug_assert!(fds.len() <= 2);
+    debug_assert!(fds.len() <= 3);
     let mut iov = libc::iovec {
         iov_base: words.as_ptr() as *mut libc::c_void,
         iov_len: std::mem::size_of_val(words),
@@ -457,9 +480,9 @@ pub(crate) enum Received {
     Closed,
 }
 
-/// Receives one record into `words`, with up to two fds (close-on-exec).
-/// A record longer than `words` is cut (`MSG_TRUNC`), and a fd beyond two
-/// closed by the kernel (`MSG_CTRUNC`).
+/// Receives one record into `words`, with up to three fds (close-on-exec).
+/// A record longer than `words` is cut (`MSG_TRUNC`), and a fd beyond
+/// three closed by the kernel (`MSG_CTRUNC`).
 pub(crate) fn recv(fd: &OwnedFd, words: &mut [u64]) -> std::io::Result<Received> {
     let mut iov = libc::iovec {
         iov_base: words.as_mut_ptr().cast(),
@@ -759,56 +782,74 @@ pub(super) fn start_child() -> Option<(RawFd, RawFd)> {
     started
 }
 
+/// Greets the owner: `[HELLO, pid, flags]` with the child's userfaultfd
+/// (if the owner has userfaultfd-engine ranges: `HELLO_UFFD`), its mailbox
+/// (Protect ranges: `HELLO_PROTECT`) and its channel's other end. Returns
+/// the userfaultfd (-1: none) and the channel.
 fn greet(service: RawFd) -> Option<(RawFd, RawFd)> {
     let how = UFFD_HOW.load(Ordering::Relaxed);
-    if (how >> 56) as u8 == HOW_PROTECT {
-        return greet_protect(service);
+    let uffd = match (how >> 56) as u8 {
+        0 => -1,
+        source => open_uffd(source).unwrap_or(-1),
+    };
+    if uffd >= 0 {
+        let features = how & ((1 << 56) - 1);
+        // SAFETY: `uffd` was just opened and is closed only below or by
+        // this process's exit; ManuallyDrop keeps the OwnedFd from closing
+        // it.
+        let owned = ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(uffd) });
+        if super::uffd_api(&owned, features).is_err() {
+            close(uffd);
+            return None;
+        }
     }
-    let uffd = open_uffd((how >> 56) as u8)?;
-    let features = how & ((1 << 56) - 1);
-    // SAFETY: `uffd` was just opened and is closed only below or by this
-    // process's exit; ManuallyDrop keeps the OwnedFd from closing it.
-    let owned = ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(uffd) });
-    if super::uffd_api(&owned, features).is_err() {
-        close(uffd);
+    let mailbox = match SERVE_PROTECT.load(Ordering::Acquire) {
+        true => make_mailbox().unwrap_or(-1),
+        false => -1,
+    };
+    let undo = || {
+        if uffd >= 0 {
+            close(uffd);
+        }
+        if mailbox >= 0 {
+            close(mailbox);
+            drop_mailbox();
+        }
+    };
+    if uffd < 0 && mailbox < 0 {
         return None;
     }
     let Ok((mine, theirs)) = raw_pair() else {
-        close(uffd);
+        undo();
         return None;
     };
     // SAFETY: getpid cannot fail.
     let pid = unsafe { libc::getpid() } as u64;
-    let sent = send_raw(service, &[HELLO, pid], &[uffd, theirs]);
+    let flags =
+        if uffd >= 0 { HELLO_UFFD } else { 0 } | if mailbox >= 0 { HELLO_PROTECT } else { 0 };
+    let mut fds = [-1; 3];
+    let mut n = 0;
+    for fd in [uffd, mailbox, theirs] {
+        if fd >= 0 {
+            fds[n] = fd;
+            n += 1;
+        }
+    }
+    let sent = send_raw(service, &[HELLO, pid, flags], &fds[..n]);
     close(theirs);
+    if mailbox >= 0 {
+        // Its page stays mapped; the owner has its own copy of the fd.
+        close(mailbox);
+    }
     if sent.is_err() {
         close(mine);
-        close(uffd);
+        if uffd >= 0 {
+            close(uffd);
+        }
+        drop_mailbox();
         return None;
     }
     Some((uffd, mine))
-}
-
-/// A Protect owner's child greets with its mailbox: `(-1, channel)` (no
-/// userfaultfd).
-fn greet_protect(service: RawFd) -> Option<(RawFd, RawFd)> {
-    let mailbox = make_mailbox()?;
-    let Ok((mine, theirs)) = raw_pair() else {
-        close(mailbox);
-        forget_mailbox();
-        return None;
-    };
-    // SAFETY: getpid cannot fail.
-    let pid = unsafe { libc::getpid() } as u64;
-    let sent = send_raw(service, &[HELLO, pid, HELLO_PROTECT], &[mailbox, theirs]);
-    close(theirs);
-    close(mailbox);
-    if sent.is_err() {
-        close(mine);
-        forget_mailbox();
-        return None;
-    }
-    Some((-1, mine))
 }
 
 /// How [`open_uffd`] opens a userfaultfd as `source` did.
@@ -872,9 +913,12 @@ fn open_uffd(how: u8) -> Option<RawFd> {
 /// registers it with the child's userfaultfd. Returns the errno of the
 /// step that failed (the range is then unmapped again, if it was mapped).
 pub(super) fn map_in_child(uffd: RawFd, addr: usize, len: usize, share: Share) -> Result<(), i32> {
-    // A Protect child's range starts inaccessible: its owner grants
-    // pages (`sys::revoke`).
-    let protect = uffd < 0;
+    // A Protect range starts inaccessible: its owner grants pages
+    // (`sys::revoke`). Each kind needs what the greeting sent for it.
+    let protect = share.protect;
+    if (protect && !child_state().attached()) || (!protect && uffd < 0) {
+        return Err(libc::EBADF);
+    }
     let prot = if protect {
         libc::PROT_NONE
     } else if share.writable {
@@ -991,9 +1035,8 @@ pub(super) fn abandon(uffd: RawFd, channel: RawFd) {
     close(channel);
     if uffd >= 0 {
         close(uffd);
-    } else {
-        forget_mailbox();
     }
+    drop_mailbox();
 }
 
 /// Forgets the channel to an owner that is gone, keeping the userfaultfd
@@ -1237,8 +1280,10 @@ pub(crate) fn grant_entry(e: &Entry, reset: &dyn Fn()) -> Result<(), i32> {
 }
 
 /// In a Protect child: applies `grant` (R3 of `sys::revoke`), each entry
-/// checked to lie in one of the child's ranges (else the grant fails).
-pub(crate) fn apply_grant(grant: &Grant) -> Granted {
+/// checked to lie in one of the child's ranges (else the grant fails). An
+/// entry that fails is a failure only if it holds `addr` (the faulting
+/// address; a neighbour of fault-around just faults later).
+pub(crate) fn apply_grant(grant: &Grant, addr: usize) -> Granted {
     let entries = &grant.entries[..grant.n.min(GRANT_MAX)];
     let inside = entries.iter().all(|e| {
         child_range(e.addr).is_some_and(|(start, len, writable)| {
@@ -1250,8 +1295,11 @@ pub(crate) fn apply_grant(grant: &Grant) -> Granted {
     }
     // No revoke on this thread while it holds the child's lock (it would
     // wait for itself).
-    super::with_signal_blocked(libc::SIGURG, || {
-        child_state().grant(grant.g, entries, apply_entry)
+    super::with_async_signals_blocked(|| {
+        child_state().grant(grant.g, entries, |e| match apply_entry(e) {
+            Err(errno) if e.addr <= addr && addr - e.addr < e.len => Err(errno),
+            _ => Ok(()),
+        })
     })
 }
 
@@ -1275,13 +1323,29 @@ pub(crate) fn revoke_entry(e: &Entry, reset: &dyn Fn()) {
 fn make_mailbox() -> Option<RawFd> {
     let name = b"faultmap-guest-mailbox\0";
     // SAFETY: a NUL-terminated name and flags; returns a new fd or -1.
-    let fd =
-        unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), libc::MFD_CLOEXEC) } as RawFd;
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_memfd_create,
+            name.as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    } as RawFd;
     if fd < 0 {
         return None;
     }
-    // SAFETY: ftruncate of the memfd just made.
-    if unsafe { libc::syscall(libc::SYS_ftruncate, fd, MAILBOX_BYTES as libc::off_t) } != 0 {
+    // Its size sealed: the owner maps it and must never find it shorter
+    // (SIGBUS).
+    // SAFETY: ftruncate and fcntl of the memfd just made.
+    let sized = unsafe {
+        libc::syscall(libc::SYS_ftruncate, fd, MAILBOX_BYTES as libc::off_t) == 0
+            && libc::syscall(
+                libc::SYS_fcntl,
+                fd,
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
+            ) == 0
+    };
+    if !sized {
         close(fd);
         return None;
     }
@@ -1308,6 +1372,18 @@ fn make_mailbox() -> Option<RawFd> {
     child_state().reset();
     child_state().attach(at as *const super::revoke::Mailbox);
     Some(fd)
+}
+
+/// Unmaps this child's own mailbox, if it has one (it serves nothing:
+/// the greeting failed, or no range was mapped again).
+fn drop_mailbox() {
+    let at = child_state().address();
+    child_state().reset();
+    if at != 0 {
+        // SAFETY: the page `make_mailbox` mapped in this process, which
+        // nothing reads any more (reset, one thread at the fork).
+        unsafe { libc::syscall(libc::SYS_munmap, at, MAILBOX_BYTES) };
+    }
 }
 
 /// Forgets the mailbox a Protect child's child inherited the address of
