@@ -1014,7 +1014,7 @@ impl Pager {
             mapping.len = extent.len;
             let mut joined = joined;
             joined.base = object.0.cache.offset(ObjectPage(extent.first_page)) + extent.lead as u64;
-            mapping.joined = Some(Box::new(joined));
+            mapping.joined = Some(joined);
             return Ok(mapping);
         }
         let name = object.name().to_string();

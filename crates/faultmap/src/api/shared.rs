@@ -61,7 +61,7 @@ pub(crate) enum Plan {
     /// hosts already under the same key) as usual; it is hosted.
     Own(Object),
     /// Map nothing of this process's: the range is another's.
-    Join(JoinedMap),
+    Join(Box<JoinedMap>),
     /// Map the caller's object, shared with nobody, for this reason.
     Private(String),
 }
@@ -118,7 +118,7 @@ pub(crate) fn plan(
                 conn,
                 timeout.min(JOIN_TIMEOUT),
             ) {
-                Ok(joined) => Plan::Join(joined),
+                Ok(joined) => Plan::Join(Box::new(joined)),
                 Err(why) => Plan::Private(why),
             }
         }
@@ -188,15 +188,21 @@ enum Via {
     /// Its faults are this userfaultfd's (SIGBUS delivery).
     Uffd(OwnedFd),
     /// Under the Protect engine: the mailbox memfd and its page here
-    /// (`crate::sys::revoke`).
-    Mailbox(OwnedFd, sys::MappedRegion),
+    /// (`crate::sys::revoke`), and the alive page's.
+    Mailbox {
+        fd: OwnedFd,
+        page: sys::MappedRegion,
+        alive: OwnedFd,
+        /// Kept mapped (writable) while the range is joined.
+        _alive_page: sys::MappedRegion,
+    },
 }
 
 impl Via {
     /// The descriptor sent with the `JOIN`.
     fn fd(&self) -> RawFd {
         match self {
-            Via::Uffd(fd) | Via::Mailbox(fd, _) => fd.as_raw_fd(),
+            Via::Uffd(fd) | Via::Mailbox { fd, .. } => fd.as_raw_fd(),
         }
     }
 }
@@ -210,7 +216,7 @@ impl JoinedMap {
     /// Whether the owner grants its pages (the Protect engine) rather
     /// than mapping them through a userfaultfd.
     pub(crate) fn by_protection(&self) -> bool {
-        matches!(self._via, Via::Mailbox(..))
+        matches!(self._via, Via::Mailbox { .. })
     }
 }
 
@@ -220,6 +226,11 @@ impl Drop for JoinedMap {
         // after the unmap must never find this link.
         links::links().unlink(self.slot);
         drop(self.map.take());
+        // A Protect joiner says it reaches nothing any more: without that
+        // word the owner serves it (takes pages back) until it exits.
+        if self.by_protection() {
+            share::send_now(&self._channel, &[share::UNLINKED]);
+        }
         // Then the descriptors are taken off the list and close (the
         // fields, in order): the channel's end ends this guest in the
         // owner.
@@ -265,8 +276,21 @@ fn join(
             // reach the owner's records.
             sys::madvise_dontfork(page.as_ptr().cast(), page.len())
                 .map_err(|e| format!("madvise(MADV_DONTFORK): {e}"))?;
+            // And the page whose writable mapping says this program still
+            // runs here (`sys::share`'s alive page).
+            let alive = sys::memfd_sealed(c"faultmap-joiner-alive", MAILBOX_BYTES as u64)
+                .map_err(|e| format!("making a page for the owner: {e}"))?;
+            let alive_page = sys::mmap_shared_rw(&alive, MAILBOX_BYTES, 0)
+                .map_err(|e| format!("mapping a page for the owner: {e}"))?;
+            sys::madvise_dontfork(alive_page.as_ptr().cast(), alive_page.len())
+                .map_err(|e| format!("madvise(MADV_DONTFORK): {e}"))?;
             signal::install_revoke().map_err(|e| format!("sigaction(SIGURG): {e}"))?;
-            Via::Mailbox(fd, page)
+            Via::Mailbox {
+                fd,
+                page,
+                alive,
+                _alive_page: alive_page,
+            }
         }
     };
     // Listed before the handshake, and declared after the descriptors:
@@ -287,7 +311,7 @@ fn join(
     let pid = unsafe { libc::getpid() } as u64;
     let kind = match via {
         Via::Uffd(_) => share::JOIN,
-        Via::Mailbox(..) => share::JOIN_PROTECT,
+        Via::Mailbox { .. } => share::JOIN_PROTECT,
     };
     let mut words = vec![kind, pid, key.len() as u64];
     words.extend(key.chunks(8).map(|c| {
@@ -295,7 +319,11 @@ fn join(
         w[..c.len()].copy_from_slice(c);
         u64::from_ne_bytes(w)
     }));
-    share::send(&conn, &words, &[via.fd()]).map_err(|e| format!("sending to the owner: {e}"))?;
+    let fds = match &via {
+        Via::Uffd(fd) => vec![fd.as_raw_fd()],
+        Via::Mailbox { fd, alive, .. } => vec![fd.as_raw_fd(), alive.as_raw_fd()],
+    };
+    share::send(&conn, &words, &fds).map_err(|e| format!("sending to the owner: {e}"))?;
     let timeout_ms = timeout.as_millis().min(i32::MAX as u128) as i32;
     if !rendezvous::wait_readable(conn.as_raw_fd(), timeout_ms) {
         return Err(format!("the owner did not answer in {timeout:?}"));
@@ -338,7 +366,7 @@ fn map_joined(
     // grants pages.
     let prot = match via {
         Via::Uffd(_) => sys::Prot::Read,
-        Via::Mailbox(..) => sys::Prot::None,
+        Via::Mailbox { .. } => sys::Prot::None,
     };
     let map = sys::mmap_shared_aligned(memfd, bytes, offset, PTRS_PER_PTE * PAGE_SIZE, prot)
         .map_err(|e| format!("mapping the owner's cache: {e}"))?;
@@ -357,7 +385,7 @@ fn map_joined(
             signal::install().map_err(|e| format!("installing the SIGBUS handler: {e}"))?;
             None
         }
-        Via::Mailbox(_, page) => {
+        Via::Mailbox { page, .. } => {
             signal::keep_protect_handler().map_err(|e| format!("sigaction(SIGSEGV): {e}"))?;
             Some(page.as_ptr().cast_const().cast::<Mailbox>())
         }

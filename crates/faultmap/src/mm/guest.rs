@@ -120,6 +120,7 @@ impl GuestFault {
 impl Drop for ChildLink {
     fn drop(&mut self) {
         share::disown_fd(self.pidfd.as_raw_fd());
+        share::disown_fd(self.alive.as_raw_fd());
     }
 }
 
@@ -136,6 +137,9 @@ impl std::fmt::Debug for ChildLink {
 /// the fault being served makes.
 pub(crate) struct ChildLink {
     mailbox: sys::MappedRegion,
+    /// The guest's alive page (`share::ALIVE`): sealing it against writes
+    /// fails while the guest still maps it.
+    alive: OwnedFd,
     pid: i32,
     pidfd: OwnedFd,
     /// Serialises the records (and keeps their state).
@@ -161,7 +165,7 @@ struct Records {
 }
 
 impl ChildLink {
-    fn new(mailbox: OwnedFd, pid: i32, pidfd: OwnedFd) -> std::io::Result<Self> {
+    fn new(mailbox: OwnedFd, alive: OwnedFd, pid: i32, pidfd: OwnedFd) -> std::io::Result<Self> {
         // A page of exactly the mailbox's size that cannot shrink: the
         // mapping below never faults past the file's end.
         if !sys::sealed_size(&mailbox, revoke::MAILBOX_BYTES as u64) {
@@ -171,10 +175,12 @@ impl ChildLink {
         // Not this process's children's: a sibling must not reach (nor
         // keep) another child's mailbox.
         sys::madvise_dontfork(mailbox.as_ptr().cast(), mailbox.len())?;
-        // Nor its pidfd.
+        // Nor its pidfd, nor its alive page.
         share::own_fd(pidfd.as_raw_fd());
+        share::own_fd(alive.as_raw_fd());
         Ok(Self {
             mailbox,
+            alive,
             pid,
             pidfd,
             records: Mutex::new(Records::default()),
@@ -242,7 +248,10 @@ impl ChildLink {
             Ok(()) => {
                 let mut w = self.writable.lock().unwrap_or_else(|e| e.into_inner());
                 for e in &entries {
-                    w.retain(|&a| a < e.addr || a >= e.addr + e.len);
+                    let gone: Vec<usize> = w.range(e.addr..e.addr + e.len).copied().collect();
+                    for a in gone {
+                        w.remove(&a);
+                    }
                 }
             }
             Err(_) => {
@@ -365,19 +374,13 @@ impl ChildLink {
         Ok(())
     }
 
-    /// Whether the guest exec'd: its channel closed, it did not answer,
-    /// and its mailbox is no longer mapped in it by `/proc/PID/maps` (the
-    /// pidfd says it has not exited, so the pid is still its own), or that
-    /// cannot be read (a program that is not dumpable, `hidepid`): a
-    /// process that closed its descriptors and lives on still answers.
+    /// Whether the guest exec'd: its channel closed, and its alive page
+    /// has no writable mapping left (`F_SEAL_WRITE` on it succeeds; it
+    /// fails with `EBUSY` while the guest's program still maps it). The
+    /// pidfd says it has not exited. No `/proc` needed: a program that is
+    /// not dumpable is told apart too. Any other answer: not gone.
     fn gone_by_exec(&self) -> bool {
-        if !self.closed.load(Ordering::Acquire) {
-            return false;
-        }
-        match std::fs::read_to_string(format!("/proc/{}/maps", self.pid)) {
-            Ok(maps) => !maps.contains("-mailbox"),
-            Err(_) => true,
-        }
+        self.closed.load(Ordering::Acquire) && sys::seal_write(&self.alive)
     }
 }
 
@@ -556,6 +559,8 @@ struct Joined {
 struct Guest {
     /// Its userfaultfd (a joiner's comes with its `JOIN`).
     uffd: Option<Arc<Uffd>>,
+    /// A Protect joiner said it unmapped its range (`UNLINKED`).
+    unlinked: bool,
     /// A Protect child's link (no userfaultfd).
     link: Option<Arc<ChildLink>>,
     /// An unrelated process's: the hosted object it connected for, until
@@ -682,20 +687,15 @@ impl Service {
                     // Its userfaultfd, its mailbox (either or both, as
                     // the flags say), then its channel.
                     let flags = words[2];
-                    let want = [share::HELLO_UFFD, share::HELLO_PROTECT]
-                        .iter()
-                        .filter(|&&f| flags & f != 0)
-                        .count()
-                        + 1;
-                    if fds.len() != want {
+                    let uffds = usize::from(flags & share::HELLO_UFFD != 0);
+                    let protects = usize::from(flags & share::HELLO_PROTECT != 0);
+                    if fds.len() != uffds + 2 * protects + 1 {
                         continue;
                     }
                     let mut fds = fds.into_iter();
-                    let uffd = (flags & share::HELLO_UFFD != 0)
-                        .then(|| fds.next())
-                        .flatten();
-                    let mailbox = (flags & share::HELLO_PROTECT != 0)
-                        .then(|| fds.next())
+                    let uffd = (uffds == 1).then(|| fds.next()).flatten();
+                    let mailbox = (protects == 1)
+                        .then(|| Some((fds.next()?, fds.next()?)))
                         .flatten();
                     let Some(channel) = fds.next() else {
                         continue;
@@ -711,9 +711,11 @@ impl Service {
                     // Signalled through its pidfd only (a pid may be
                     // reused): no pidfd, no Protect ranges served (their
                     // faults get SIGBUS).
-                    let link = mailbox.and_then(|mailbox| {
+                    let link = mailbox.and_then(|(mailbox, alive)| {
                         let pidfd = pidfd.as_ref()?.try_clone().ok()?;
-                        ChildLink::new(mailbox, pid, pidfd).ok().map(Arc::new)
+                        ChildLink::new(mailbox, alive, pid, pidfd)
+                            .ok()
+                            .map(Arc::new)
                     });
                     let uffd = uffd.map(|uffd| {
                         share::own_fd(uffd.as_raw_fd());
@@ -728,6 +730,7 @@ impl Service {
                     share::own_fd(channel.as_raw_fd());
                     self.guests.push(Guest {
                         uffd,
+                        unlinked: false,
                         link,
                         hosted: None,
                         joined: None,
@@ -768,6 +771,7 @@ impl Service {
             }
             self.guests.push(Guest {
                 uffd: None,
+                unlinked: false,
                 link: None,
                 hosted: Some(id),
                 joined: None,
@@ -804,9 +808,12 @@ impl Guest {
             if let Some(link) = &self.link {
                 link.closed.store(true, Ordering::Release);
             }
-            if self.hosted.is_some() {
+            if self.hosted.is_some() && (self.link.is_none() || self.unlinked) {
                 // A joiner: its channel closes after its range is unmapped
-                // (or with the process).
+                // (or with the process). A Protect joiner says so first
+                // (`UNLINKED`); one whose channel closed without it (it
+                // closed its descriptors, or exec'd) may still reach pages
+                // it was granted: served (its revokes) until it exits.
                 return false;
             }
             return self.pidfd.as_ref().is_some_and(|p| !share::exited(p));
@@ -832,14 +839,22 @@ impl Guest {
                             self.add_range(id, addr as usize, len as usize);
                         }
                     }
-                    Some(&(share::JOIN | share::JOIN_PROTECT)) if n >= 3 && fds.len() == 1 => {
-                        let protect = words[0] == share::JOIN_PROTECT;
+                    Some(&share::JOIN) if n >= 3 && fds.len() == 1 => {
                         let fd = fds.remove(0);
-                        let joined = self.join(&words[..n], fd, protect);
+                        let joined = self.join(&words[..n], fd, None);
                         if !joined {
                             return false;
                         }
                     }
+                    Some(&share::JOIN_PROTECT) if n >= 3 && fds.len() == 2 => {
+                        let alive = fds.remove(1);
+                        let fd = fds.remove(0);
+                        let joined = self.join(&words[..n], fd, Some(alive));
+                        if !joined {
+                            return false;
+                        }
+                    }
+                    Some(&share::UNLINKED) => self.unlinked = true,
                     Some(&share::RANGE_OF) if n >= 6 => {
                         let [id, addr, len, first, pages] = [1, 2, 3, 4, 5].map(|k| words[k]);
                         self.add_range_of(id, addr as usize, len as usize, first, pages);
@@ -904,9 +919,9 @@ impl Guest {
     /// key of the object it connected for, and that object is open, it
     /// gets the object's memfd. Returns false if it is refused (the
     /// guest then ends).
-    /// Under the Protect engine (`protect`), the joiner's fd is its
-    /// mailbox, not a userfaultfd.
-    fn join(&mut self, words: &[u64], uffd: OwnedFd, protect: bool) -> bool {
+    /// Under the Protect engine (with its `alive` page), the joiner's fd
+    /// is its mailbox, not a userfaultfd.
+    fn join(&mut self, words: &[u64], uffd: OwnedFd, alive: Option<OwnedFd>) -> bool {
         let (Some(id), None, Some(channel)) = (self.hosted, &self.joined, &self.channel) else {
             return false;
         };
@@ -927,14 +942,14 @@ impl Guest {
         };
         let hold = Hold::adopt(object);
         // A Protect joiner is signalled through its pidfd only.
-        let link = match protect {
-            true => {
+        let link = match alive {
+            Some(alive) => {
                 let pid = share::peer_cred(channel).map_or(0, |c| c.pid);
                 let link = self
                     .pidfd
                     .as_ref()
                     .and_then(|p| p.try_clone().ok())
-                    .and_then(|p| ChildLink::new(uffd, pid, p).ok());
+                    .and_then(|p| ChildLink::new(uffd, alive, pid, p).ok());
                 match link {
                     Some(link) => Some(Arc::new(link)),
                     None => {
@@ -944,7 +959,7 @@ impl Guest {
                     }
                 }
             }
-            false => {
+            None => {
                 if !share::own_fd(uffd.as_raw_fd()) {
                     release_elsewhere((hold, threads));
                     return false;

@@ -340,12 +340,12 @@ extern "C" fn child() {
     // A child of an owner maps its shared ranges again and is served by
     // the owner (`sys::share`); anything else gets a placeholder.
     let guest = share::start_child();
-    let mut sent = guest.map(|(_, channel)| RangeList::new(channel));
+    let mut sent = guest.as_ref().map(|g| RangeList::new(g.channel));
     let mut shared = 0;
     for entry in ranges.iter_mut() {
         let share = entry.share.take();
-        if let (Some((uffd, _)), Some(s), Some(list)) = (guest, share, sent.as_mut()) {
-            if share::map_in_child(uffd, entry.addr, entry.len, s).is_ok() {
+        if let (Some(g), Some(s), Some(list)) = (&guest, share, sent.as_mut()) {
+            if share::map_in_child(g.uffd, g.protect(), entry.addr, entry.len, s).is_ok() {
                 list.push(s.id, entry.addr, entry.len);
                 shared += 1;
                 // Kept (a placeholder in this child's children: the range
@@ -361,11 +361,15 @@ extern "C" fn child() {
             unreserved += 1;
         }
     }
-    if let (Some((uffd, channel)), Some(mut list)) = (guest, sent) {
+    if let (Some(g), Some(mut list)) = (guest, sent) {
+        let (uffd, channel) = (g.uffd, g.channel);
         list.flush();
+        // The greeting last: its mailbox and alive pages are mapped now,
+        // where the ranges mapped again (and the placeholders) are not.
+        let greeted = shared > 0 && g.send();
         if shared == 0 {
             share::abandon(uffd, channel);
-        } else if list.failed {
+        } else if list.failed || !greeted {
             // The owner is gone before it heard of them. The ranges stay
             // registered (the userfaultfd stays open), so they never read
             // as zeros: their SIGBUS finds no owner and is the

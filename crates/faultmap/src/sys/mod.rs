@@ -862,6 +862,14 @@ pub(crate) fn memfd_sealed(name: &CStr, len: u64) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Seals memfd `fd` against writes (`F_SEAL_WRITE`); whether that
+/// worked: it fails (`EBUSY`) while a writable shared mapping of it
+/// exists anywhere.
+pub(crate) fn seal_write(fd: &OwnedFd) -> bool {
+    // SAFETY: F_ADD_SEALS takes an integer.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_WRITE) == 0 }
+}
+
 /// Whether memfd `fd` is `len` bytes long and sealed against shrinking
 /// (`F_SEAL_SHRINK`): a mapping of it never faults past its end.
 pub(crate) fn sealed_size(fd: &OwnedFd, len: u64) -> bool {
@@ -1525,32 +1533,7 @@ pub(crate) fn fault_signal_install(
     sig: libc::c_int,
     handler: SigInfoHandler,
 ) -> io::Result<Disposition> {
-    // SAFETY: an all-zero sigaction is a valid value (SIG_DFL, no flags,
-    // empty mask), filled in below.
-    let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
-    new.sa_sigaction = handler as usize;
-    new.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
-    // SAFETY: as above.
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: sigfillset/sigdelset write the mask of a sigaction we own;
-    // sigaction reads `new` and writes `old`, both live.
-    let rc = unsafe {
-        libc::sigfillset(&mut new.sa_mask);
-        for sync in [
-            libc::SIGBUS,
-            libc::SIGSEGV,
-            libc::SIGILL,
-            libc::SIGFPE,
-            libc::SIGTRAP,
-        ] {
-            libc::sigdelset(&mut new.sa_mask, sync);
-        }
-        libc::sigaction(sig, &new, &mut old)
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(Disposition(old))
+    signal_install(sig, handler, libc::SA_SIGINFO | libc::SA_NODEFER)
 }
 
 /// Installs `handler` for an asynchronous signal (the Protect engine's
@@ -1561,17 +1544,39 @@ pub(crate) fn async_signal_install(
     sig: libc::c_int,
     handler: SigInfoHandler,
 ) -> io::Result<Disposition> {
+    signal_install(sig, handler, libc::SA_SIGINFO | libc::SA_RESTART)
+}
+
+/// `sigaction(sig)` with `handler`, `flags`, and every asynchronous signal
+/// blocked while it runs ([`async_signals`]); the disposition replaced.
+fn signal_install(
+    sig: libc::c_int,
+    handler: SigInfoHandler,
+    flags: libc::c_int,
+) -> io::Result<Disposition> {
     // SAFETY: an all-zero sigaction is a valid value (SIG_DFL, no flags,
     // empty mask), filled in below.
     let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
     new.sa_sigaction = handler as usize;
-    new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    new.sa_flags = flags;
+    new.sa_mask = async_signals();
     // SAFETY: as above.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: sigfillset/sigdelset write the mask of a sigaction we own;
-    // sigaction reads `new` and writes `old`, both live.
-    let rc = unsafe {
-        libc::sigfillset(&mut new.sa_mask);
+    // SAFETY: sigaction reads `new` and writes `old`, both live.
+    if unsafe { libc::sigaction(sig, &new, &mut old) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Disposition(old))
+}
+
+/// Every signal but the synchronous ones (SIGBUS, SIGSEGV, SIGILL,
+/// SIGFPE, SIGTRAP: a fault must reach its handler).
+fn async_signals() -> libc::sigset_t {
+    // SAFETY: an all-zero sigset_t is a valid value for sigfillset to
+    // fill; sigdelset changes the set we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
         for sync in [
             libc::SIGBUS,
             libc::SIGSEGV,
@@ -1579,14 +1584,10 @@ pub(crate) fn async_signal_install(
             libc::SIGFPE,
             libc::SIGTRAP,
         ] {
-            libc::sigdelset(&mut new.sa_mask, sync);
+            libc::sigdelset(&mut set, sync);
         }
-        libc::sigaction(sig, &new, &mut old)
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
+        set
     }
-    Ok(Disposition(old))
 }
 
 /// Blocks (`block`) or unblocks signal `sig` in the calling thread.
@@ -1613,22 +1614,12 @@ pub(crate) fn signal_mask_one(sig: libc::c_int, block: bool) {
 /// touch a mapping, interrupts it), then puts the thread's mask back as
 /// it was. Async-signal-safe.
 pub(crate) fn with_async_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
-    // SAFETY: a full set less the synchronous signals; pthread_sigmask
-    // reads `set` and writes the old mask into `old`, then reads `old`
-    // back.
+    let set = async_signals();
+    // SAFETY: an all-zero sigset_t is a valid value to be overwritten;
+    // pthread_sigmask reads `set` and writes the old mask into `old`, then
+    // reads `old` back.
     unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut set);
-        for sync in [
-            libc::SIGBUS,
-            libc::SIGSEGV,
-            libc::SIGILL,
-            libc::SIGFPE,
-            libc::SIGTRAP,
-        ] {
-            libc::sigdelset(&mut set, sync);
-        }
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
         let out = f();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());

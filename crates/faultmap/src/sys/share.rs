@@ -158,9 +158,12 @@ pub(crate) const REFUSED: u64 = 6;
 pub(crate) const RANGE_OF: u64 = 7;
 /// Nothing but a wake of the service thread.
 pub(crate) const WAKE: u64 = 8;
-/// A [`JOIN`] under the Protect engine: its fd is the joiner's mailbox
-/// (`sys::revoke`), not a userfaultfd.
+/// A [`JOIN`] under the Protect engine: its fds are the joiner's mailbox
+/// and alive page (`sys::revoke`), not a userfaultfd.
 pub(crate) const JOIN_PROTECT: u64 = 9;
+/// A Protect joiner unmapped its range (sent before its channel closes):
+/// it reaches nothing any more, and its guest may end.
+pub(crate) const UNLINKED: u64 = 10;
 /// The longest version key a [`JOIN`] carries, in bytes.
 pub(crate) const KEY_MAX: usize = 8 * (MAX_WORDS - 3);
 /// The longest record, in words.
@@ -419,7 +422,7 @@ fn raw_pair() -> Result<(RawFd, RawFd), i32> {
     Ok((fds[0], fds[1]))
 }
 
-/// Sends `words` on `fd` with `fds` attached (at most three), never raising
+/// Sends `words` on `fd` with `fds` attached (at most four), never raising
 /// SIGPIPE. Returns the errno on failure. Async-signal-safe.
 fn send_raw(fd: RawFd, words: &[u64], fds: &[RawFd]) -> Result<(), i32> {
     send_raw_flags(fd, words, fds, 0)
@@ -427,12 +430,12 @@ fn send_raw(fd: RawFd, words: &[u64], fds: &[RawFd]) -> Result<(), i32> {
 
 /// [`send_raw`] with `flags` added to `MSG_NOSIGNAL`.
 fn send_raw_flags(fd: RawFd, words: &[u64], fds: &[RawFd], flags: libc::c_int) -> Result<(), i32> {
-    debug_assert!(fds.len() <= 3);
+    debug_assert!(fds.len() <= 4);
     let mut iov = libc::iovec {
         iov_base: words.as_ptr() as *mut libc::c_void,
         iov_len: std::mem::size_of_val(words),
     };
-    // Room for one header with two fds, aligned for cmsghdr.
+    // Room for one header with four fds, aligned for cmsghdr.
     let mut control = [0u64; 4];
     // SAFETY: an all-zero msghdr is valid (no name, no control yet).
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -480,9 +483,9 @@ pub(crate) enum Received {
     Closed,
 }
 
-/// Receives one record into `words`, with up to three fds (close-on-exec).
+/// Receives one record into `words`, with up to four fds (close-on-exec).
 /// A record longer than `words` is cut (`MSG_TRUNC`), and a fd beyond
-/// three closed by the kernel (`MSG_CTRUNC`).
+/// four closed by the kernel (`MSG_CTRUNC`).
 pub(crate) fn recv(fd: &OwnedFd, words: &mut [u64]) -> std::io::Result<Received> {
     let mut iov = libc::iovec {
         iov_base: words.as_mut_ptr().cast(),
@@ -614,7 +617,13 @@ pub(crate) fn wake() {
     }
 }
 
-/// Sends a record with fds attached (at most two), waiting while the
+/// Sends a record without waiting: dropped if the socket is full or
+/// closed.
+pub(crate) fn send_now(fd: &OwnedFd, words: &[u64]) {
+    let _ = send_raw_flags(fd.as_raw_fd(), words, &[], libc::MSG_DONTWAIT);
+}
+
+/// Sends a record with fds attached (at most four), waiting while the
 /// socket is full.
 pub(crate) fn send(fd: &OwnedFd, words: &[u64], fds: &[RawFd]) -> std::io::Result<()> {
     send_raw(fd.as_raw_fd(), words, fds).map_err(std::io::Error::from_raw_os_error)
@@ -745,10 +754,14 @@ pub(crate) fn wait_ack(
 
 /// A child's start as a guest, from the at-fork child handler: forgets any
 /// channel it inherited (a child of a guest is no guest), then, if the
-/// parent is an owner, opens a userfaultfd and greets the owner. Returns
-/// the userfaultfd and the channel, or `None` (not an owner's child, or
-/// the owner cannot be reached: the caller reserves instead).
-pub(super) fn start_child() -> Option<(RawFd, RawFd)> {
+/// parent is an owner, opens what its greeting sends (a userfaultfd for
+/// the owner's userfaultfd-engine ranges; for its Protect ranges the
+/// memfds of a mailbox and an alive page, mapped only once the ranges are
+/// mapped again: `mmap` must not place them in a listed range, which is
+/// free address space in the child until then) and a channel. `None`:
+/// not an owner's child, or the owner cannot be reached (the caller
+/// reserves instead).
+pub(super) fn start_child() -> Option<Greeting> {
     // A guest's child: its parent's guest descriptors are not its own,
     // nor its mailbox.
     for ident in [&CHANNEL, &GUEST_UFFD] {
@@ -777,79 +790,125 @@ pub(super) fn start_child() -> Option<(RawFd, RawFd)> {
         close(service);
         return None;
     }
-    let started = greet(service);
-    close(service);
-    started
+    let greeting = Greeting::prepare(service);
+    if greeting.is_none() {
+        close(service);
+    }
+    greeting
 }
 
-/// Greets the owner: `[HELLO, pid, flags]` with the child's userfaultfd
-/// (if the owner has userfaultfd-engine ranges: `HELLO_UFFD`), its mailbox
-/// (Protect ranges: `HELLO_PROTECT`) and its channel's other end. Returns
-/// the userfaultfd (-1: none) and the channel.
-fn greet(service: RawFd) -> Option<(RawFd, RawFd)> {
-    let how = UFFD_HOW.load(Ordering::Relaxed);
-    let uffd = match (how >> 56) as u8 {
-        0 => -1,
-        source => open_uffd(source).unwrap_or(-1),
-    };
-    if uffd >= 0 {
-        let features = how & ((1 << 56) - 1);
-        // SAFETY: `uffd` was just opened and is closed only below or by
-        // this process's exit; ManuallyDrop keeps the OwnedFd from closing
-        // it.
-        let owned = ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(uffd) });
-        if super::uffd_api(&owned, features).is_err() {
-            close(uffd);
+/// What a child greets its owner with (see [`start_child`]).
+pub(super) struct Greeting {
+    service: RawFd,
+    /// The child's userfaultfd, or -1.
+    pub(super) uffd: RawFd,
+    /// The mailbox's and alive page's memfds (Protect ranges), or -1.
+    mailbox: RawFd,
+    alive: RawFd,
+    /// The channel: this end, and the owner's.
+    pub(super) channel: RawFd,
+    theirs: RawFd,
+}
+
+impl Greeting {
+    fn prepare(service: RawFd) -> Option<Greeting> {
+        let how = UFFD_HOW.load(Ordering::Relaxed);
+        let uffd = match (how >> 56) as u8 {
+            0 => -1,
+            source => open_uffd(source).unwrap_or(-1),
+        };
+        if uffd >= 0 {
+            let features = how & ((1 << 56) - 1);
+            // SAFETY: `uffd` was just opened and is closed only below or
+            // by this process's exit; ManuallyDrop keeps the OwnedFd from
+            // closing it.
+            let owned = ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(uffd) });
+            if super::uffd_api(&owned, features).is_err() {
+                close(uffd);
+                return None;
+            }
+        }
+        let (mut mailbox, mut alive) = (-1, -1);
+        if SERVE_PROTECT.load(Ordering::Acquire) {
+            mailbox = sealed_page(b"faultmap-guest-mailbox\0").unwrap_or(-1);
+            alive = sealed_page(b"faultmap-guest-alive\0").unwrap_or(-1);
+            if mailbox < 0 || alive < 0 {
+                for fd in [mailbox, alive] {
+                    if fd >= 0 {
+                        close(fd);
+                    }
+                }
+                (mailbox, alive) = (-1, -1);
+            }
+        }
+        let pair = match uffd >= 0 || mailbox >= 0 {
+            true => raw_pair().ok(),
+            false => None,
+        };
+        let Some((mine, theirs)) = pair else {
+            for fd in [uffd, mailbox, alive] {
+                if fd >= 0 {
+                    close(fd);
+                }
+            }
             return None;
-        }
+        };
+        Some(Greeting {
+            service,
+            uffd,
+            mailbox,
+            alive,
+            channel: mine,
+            theirs,
+        })
     }
-    let mailbox = match SERVE_PROTECT.load(Ordering::Acquire) {
-        true => make_mailbox().unwrap_or(-1),
-        false => -1,
-    };
-    let undo = || {
-        if uffd >= 0 {
-            close(uffd);
-        }
-        if mailbox >= 0 {
-            close(mailbox);
-            drop_mailbox();
-        }
-    };
-    if uffd < 0 && mailbox < 0 {
-        return None;
+
+    /// Whether Protect ranges can be served (the mailbox was made).
+    pub(super) fn protect(&self) -> bool {
+        self.mailbox >= 0
     }
-    let Ok((mine, theirs)) = raw_pair() else {
-        undo();
-        return None;
-    };
-    // SAFETY: getpid cannot fail.
-    let pid = unsafe { libc::getpid() } as u64;
-    let flags =
-        if uffd >= 0 { HELLO_UFFD } else { 0 } | if mailbox >= 0 { HELLO_PROTECT } else { 0 };
-    let mut fds = [-1; 3];
-    let mut n = 0;
-    for fd in [uffd, mailbox, theirs] {
-        if fd >= 0 {
-            fds[n] = fd;
-            n += 1;
+
+    /// Maps the mailbox and alive pages (now that the ranges are mapped
+    /// again: they land elsewhere), attaches the mailbox, and sends
+    /// `[HELLO, pid, flags]` with the userfaultfd, the mailbox, the alive
+    /// page (as the flags say) and the channel's other end. Returns
+    /// whether it was sent. Closes the service socket and the fds sent.
+    pub(super) fn send(self) -> bool {
+        let mut flags = 0;
+        if self.uffd >= 0 {
+            flags |= HELLO_UFFD;
         }
-    }
-    let sent = send_raw(service, &[HELLO, pid, flags], &fds[..n]);
-    close(theirs);
-    if mailbox >= 0 {
-        // Its page stays mapped; the owner has its own copy of the fd.
-        close(mailbox);
-    }
-    if sent.is_err() {
-        close(mine);
-        if uffd >= 0 {
-            close(uffd);
+        let mut ok = true;
+        if self.mailbox >= 0 {
+            flags |= HELLO_PROTECT;
+            match (map_page(self.mailbox), map_page(self.alive)) {
+                (Some(mailbox), Some(alive)) => {
+                    CHILD_AREAS.store(0, Ordering::Relaxed);
+                    child_state().reset();
+                    child_state().attach(mailbox as *const super::revoke::Mailbox);
+                    ALIVE.store(alive, Ordering::Relaxed);
+                }
+                _ => ok = false,
+            }
         }
-        drop_mailbox();
-        return None;
+        let mut fds = [-1; 4];
+        let mut n = 0;
+        for fd in [self.uffd, self.mailbox, self.alive, self.theirs] {
+            if fd >= 0 {
+                fds[n] = fd;
+                n += 1;
+            }
+        }
+        // SAFETY: getpid cannot fail.
+        let pid = unsafe { libc::getpid() } as u64;
+        let sent = ok && send_raw(self.service, &[HELLO, pid, flags], &fds[..n]).is_ok();
+        for fd in [self.service, self.theirs, self.mailbox, self.alive] {
+            if fd >= 0 {
+                close(fd);
+            }
+        }
+        sent
     }
-    Some((uffd, mine))
 }
 
 /// How [`open_uffd`] opens a userfaultfd as `source` did.
@@ -912,11 +971,17 @@ fn open_uffd(how: u8) -> Option<RawFd> {
 /// the child inherited, keeps it out of the child's own children, and
 /// registers it with the child's userfaultfd. Returns the errno of the
 /// step that failed (the range is then unmapped again, if it was mapped).
-pub(super) fn map_in_child(uffd: RawFd, addr: usize, len: usize, share: Share) -> Result<(), i32> {
+pub(super) fn map_in_child(
+    uffd: RawFd,
+    protect_ok: bool,
+    addr: usize,
+    len: usize,
+    share: Share,
+) -> Result<(), i32> {
     // A Protect range starts inaccessible: its owner grants pages
     // (`sys::revoke`). Each kind needs what the greeting sent for it.
     let protect = share.protect;
-    if (protect && !child_state().attached()) || (!protect && uffd < 0) {
+    if (protect && !protect_ok) || (!protect && uffd < 0) {
         return Err(libc::EBADF);
     }
     let prot = if protect {
@@ -1317,11 +1382,18 @@ pub(crate) fn revoke_entry(e: &Entry, reset: &dyn Fn()) {
     }
 }
 
-/// Makes the child's mailbox: one zeroed memfd page, mapped shared and
-/// kept from the child's own children. Returns its fd (to send; the caller
-/// closes it) after publishing the mapping, or `None`.
-fn make_mailbox() -> Option<RawFd> {
-    let name = b"faultmap-guest-mailbox\0";
+/// In a Protect child: the address of its *alive* page (0: none), mapped
+/// shared read-write for the process's life and kept from its children.
+/// While this program runs in the process, the page has a writable
+/// mapping, so its owner's `F_SEAL_WRITE` on it fails (`EBUSY`); once the
+/// process exec'd (or exited), it succeeds: how the owner tells an exec
+/// without `/proc`, which a program that is not dumpable hides.
+static ALIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One zeroed memfd page named `name` (NUL-terminated), its size sealed
+/// (the owner maps it and must never find it shorter): its fd. Raw system
+/// calls only.
+fn sealed_page(name: &[u8]) -> Option<RawFd> {
     // SAFETY: a NUL-terminated name and flags; returns a new fd or -1.
     let fd = unsafe {
         libc::syscall(
@@ -1333,8 +1405,6 @@ fn make_mailbox() -> Option<RawFd> {
     if fd < 0 {
         return None;
     }
-    // Its size sealed: the owner maps it and must never find it shorter
-    // (SIGBUS).
     // SAFETY: ftruncate and fcntl of the memfd just made.
     let sized = unsafe {
         libc::syscall(libc::SYS_ftruncate, fd, MAILBOX_BYTES as libc::off_t) == 0
@@ -1349,6 +1419,12 @@ fn make_mailbox() -> Option<RawFd> {
         close(fd);
         return None;
     }
+    Some(fd)
+}
+
+/// Maps memfd page `fd` shared read-write where the kernel finds room,
+/// kept from this process's children: its address. Raw system calls only.
+fn map_page(fd: RawFd) -> Option<usize> {
     // SAFETY: a new shared mapping of the memfd at an address the kernel
     // picks: it replaces nothing.
     let at = unsafe {
@@ -1363,15 +1439,11 @@ fn make_mailbox() -> Option<RawFd> {
         )
     };
     if at == -1 {
-        close(fd);
         return None;
     }
     // SAFETY: advises on the page just mapped.
     unsafe { libc::syscall(libc::SYS_madvise, at, MAILBOX_BYTES, libc::MADV_DONTFORK) };
-    CHILD_AREAS.store(0, Ordering::Relaxed);
-    child_state().reset();
-    child_state().attach(at as *const super::revoke::Mailbox);
-    Some(fd)
+    Some(at as usize)
 }
 
 /// Unmaps this child's own mailbox, if it has one (it serves nothing:
@@ -1390,6 +1462,7 @@ fn drop_mailbox() {
 /// (the page itself is DONTFORK: not mapped here), and its ranges.
 fn forget_mailbox() {
     child_state().reset();
+    ALIVE.store(0, Ordering::Relaxed);
     for [a, l] in &CHILD_RANGES {
         a.store(0, Ordering::Relaxed);
         l.store(0, Ordering::Relaxed);
