@@ -95,11 +95,16 @@
 //!
 //! And a guest must not `munmap` an inherited range and map something
 //! else there: a stale grant would change the new mapping's protection.
-//! A guest whose channel closed (it exec'd) and that does not answer, is
-//! taken to have exec'd if `/proc/PID/maps` no longer shows its mailbox
-//! or cannot be read (a program that is not dumpable): a guest that closed
-//! every descriptor *and* is stopped *and* whose maps cannot be read would
-//! be taken for gone.
+//!
+//! A guest whose channel closed and that does not answer is taken to have
+//! exec'd only if its *alive* page (a memfd page it maps writable for its
+//! life, `sys::share`) has no writable mapping left: the owner's
+//! `F_SEAL_WRITE` on it succeeds then, and fails (`EBUSY`) while the
+//! guest's program still maps it. That needs no `/proc` (which a program
+//! that is not dumpable hides), and a guest that merely closed its
+//! descriptors is never taken for gone. A joiner says when it unmapped its
+//! range (`UNLINKED`); one whose channel closes without it is served until
+//! it exits.
 //!
 //! SIGURG interrupts a guest's system calls as any handled signal does:
 //! `SA_RESTART` restarts most of them, but `nanosleep`, `poll`, `select`,
