@@ -268,22 +268,10 @@ fn join(
                 // Revokes are signals, sent only through a pidfd.
                 return Err("no pidfd of the owner to answer its revokes through".into());
             }
-            let fd = sys::memfd_sealed(c"faultmap-joiner-mailbox", MAILBOX_BYTES as u64)
-                .map_err(|e| format!("making a mailbox for the owner: {e}"))?;
-            let page = sys::mmap_shared_rw(&fd, MAILBOX_BYTES, 0)
-                .map_err(|e| format!("mapping a mailbox for the owner: {e}"))?;
-            // A forked child of this process is no joiner: it must not
-            // reach the owner's records.
-            sys::madvise_dontfork(page.as_ptr().cast(), page.len())
-                .map_err(|e| format!("madvise(MADV_DONTFORK): {e}"))?;
-            // And the page whose writable mapping says this program still
-            // runs here (`sys::share`'s alive page).
-            let alive = sys::memfd_sealed(c"faultmap-joiner-alive", MAILBOX_BYTES as u64)
-                .map_err(|e| format!("making a page for the owner: {e}"))?;
-            let alive_page = sys::mmap_shared_rw(&alive, MAILBOX_BYTES, 0)
-                .map_err(|e| format!("mapping a page for the owner: {e}"))?;
-            sys::madvise_dontfork(alive_page.as_ptr().cast(), alive_page.len())
-                .map_err(|e| format!("madvise(MADV_DONTFORK): {e}"))?;
+            // The mailbox, and the page whose writable mapping says this
+            // program still runs here (`sys::share`'s alive page).
+            let (fd, page) = guest_page(c"faultmap-joiner-mailbox")?;
+            let (alive, alive_page) = guest_page(c"faultmap-joiner-alive")?;
             signal::install_revoke().map_err(|e| format!("sigaction(SIGURG): {e}"))?;
             Via::Mailbox {
                 fd,
@@ -348,6 +336,19 @@ fn join(
     }
     let fds = (conn, via, owner, listed);
     map_joined(&memfd, extent, size, id, fds)
+}
+
+/// A sealed memfd page for the owner (`crate::sys::revoke`), mapped here
+/// shared read-write and kept from this process's children (a forked
+/// child is no joiner: it must not reach the owner's records).
+fn guest_page(name: &std::ffi::CStr) -> Result<(OwnedFd, sys::MappedRegion), String> {
+    let fd = sys::memfd_sealed(name, MAILBOX_BYTES as u64)
+        .map_err(|e| format!("making a page for the owner: {e}"))?;
+    let page = sys::mmap_shared_rw(&fd, MAILBOX_BYTES, 0)
+        .map_err(|e| format!("mapping a page for the owner: {e}"))?;
+    sys::madvise_dontfork(page.as_ptr().cast(), page.len())
+        .map_err(|e| format!("madvise(MADV_DONTFORK): {e}"))?;
+    Ok((fd, page))
 }
 
 /// Maps `extent` of the owner's `memfd` here, registers it, links it, and

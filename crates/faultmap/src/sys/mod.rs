@@ -1392,38 +1392,17 @@ pub(crate) fn futex_wait(
     expected: u32,
     timeout: Option<std::time::Duration>,
 ) {
-    let ts = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: t.subsec_nanos() as libc::c_long,
-    });
-    let ts_ptr = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: FUTEX_WAIT reads the u32 at `word` (a live, aligned atomic) and
-    // the optional timespec, which lives across the call.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            expected,
-            ts_ptr,
-        );
-    }
+    futex_wait_op(
+        word,
+        expected,
+        timeout,
+        libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+    );
 }
 
 /// Wakes up to `n` threads sleeping in [`futex_wait`] on `word`.
 pub(crate) fn futex_wake(word: &std::sync::atomic::AtomicU32, n: i32) {
-    // SAFETY: FUTEX_WAKE only uses `word`'s address as a key; it reads and
-    // writes no memory.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            n,
-        );
-    }
+    futex_wake_op(word, n, libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG);
 }
 
 /// [`futex_wait`] on a word in memory another process maps too (a shared
@@ -1434,6 +1413,23 @@ pub(crate) fn futex_wait_shared(
     expected: u32,
     timeout: Option<std::time::Duration>,
 ) {
+    futex_wait_op(word, expected, timeout, libc::FUTEX_WAIT);
+}
+
+/// Wakes up to `n` threads of any process sleeping in
+/// [`futex_wait_shared`] on `word`. Async-signal-safe.
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) fn futex_wake_shared(word: &std::sync::atomic::AtomicU32, n: i32) {
+    futex_wake_op(word, n, libc::FUTEX_WAKE);
+}
+
+#[cfg_attr(loom, allow(dead_code))]
+fn futex_wait_op(
+    word: &std::sync::atomic::AtomicU32,
+    expected: u32,
+    timeout: Option<std::time::Duration>,
+    op: libc::c_int,
+) {
     let ts = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
@@ -1441,25 +1437,18 @@ pub(crate) fn futex_wait_shared(
     let ts_ptr = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: as in `futex_wait`.
+    // SAFETY: FUTEX_WAIT reads the u32 at `word` (a live, aligned atomic) and
+    // the optional timespec, which lives across the call.
     unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            ts_ptr,
-        );
+        libc::syscall(libc::SYS_futex, word.as_ptr(), op, expected, ts_ptr);
     }
 }
 
-/// Wakes up to `n` threads of any process sleeping in
-/// [`futex_wait_shared`] on `word`. Async-signal-safe.
-#[cfg_attr(loom, allow(dead_code))]
-pub(crate) fn futex_wake_shared(word: &std::sync::atomic::AtomicU32, n: i32) {
-    // SAFETY: as in `futex_wake`.
+fn futex_wake_op(word: &std::sync::atomic::AtomicU32, n: i32, op: libc::c_int) {
+    // SAFETY: FUTEX_WAKE only uses `word`'s address as a key; it reads and
+    // writes no memory.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, n);
+        libc::syscall(libc::SYS_futex, word.as_ptr(), op, n);
     }
 }
 
