@@ -25,16 +25,19 @@
 //! (both ends are the same program on the same machine):
 //!
 //! ```text
-//!   child -> service socket   [HELLO, pid]                 + fds [userfaultfd, channel]
+//!   child -> service socket   [HELLO, pid, flags]   + fds [userfaultfd?, mailbox?, alive?, channel]
 //!   child -> its channel      [RANGES, n, (id, addr, len) x n]   (n <= RANGES_MAX)
 //!   child -> its channel      [FAULT, addr, flags]         + fd  [answer socket]
 //!   owner -> answer socket    [answer]                      (MAPPED, RETRY, FAILED)
 //! ```
 //!
-//! Under the Protect engine (`sys::revoke`) a child has no userfaultfd:
+//! `flags` says what the greeting carries: a userfaultfd for the owner's
+//! userfaultfd-engine ranges (`HELLO_UFFD`), a mailbox and an alive page
+//! for its Protect ranges (`HELLO_PROTECT`, `sys::revoke`), or both. A
+//! Protect range's fault is answered with a grant, and its pages are taken
+//! back by records:
 //!
 //! ```text
-//!   child -> service socket   [HELLO, pid, HELLO_PROTECT]  + fds [mailbox memfd, channel]
 //!   owner -> answer socket    [GRANT, g, n, (addr, len, prot) x n]   (or MAPPED, RETRY, FAILED)
 //!   owner -> child            SIGURG (pidfd_send_signal), a record in the mailbox
 //! ```
@@ -45,11 +48,12 @@
 //!
 //! ```text
 //!   joiner -> channel   [JOIN, pid, key bytes, key...]        + fd [userfaultfd]
-//!                    or [JOIN_PROTECT, ...]                  + fd [mailbox memfd]
+//!                    or [JOIN_PROTECT, ...]                  + fds [mailbox, alive page]
 //!   owner  -> channel   [JOINED, object id, length, page bytes] + fd [memfd]
 //!                    or [REFUSED]
 //!   joiner -> channel   [RANGE_OF, object id, addr, len, first page, pages]
 //!   joiner -> channel   [FAULT, addr, flags]                  + fd [answer socket]
+//!   joiner -> channel   [UNLINKED]     (Protect: its range is unmapped, before it closes)
 //! ```
 //!
 //! Its ranges are *links* (`crate::mm::links`): the SIGBUS handler finds
