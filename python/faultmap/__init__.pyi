@@ -131,6 +131,17 @@ class Mapping(Buffer):
         """Reads bytes [start, stop) in and maps them, for a system call."""
     def prefetch(self, start: int = 0, stop: int | None = None) -> None:
         """Starts reading bytes [start, stop) now, and returns."""
+    def prefetch_ranges(
+        self,
+        ranges: Sequence[tuple[int, int]] | Sequence[int] | Any,
+        lengths: Sequence[int] | Any | None = None,
+        *,
+        wait: bool = False,
+    ) -> dict[str, int]:
+        """Starts reading many byte ranges at once, merged into few
+        requests in flight together: (start, length) pairs, or starts with
+        lengths (lists or numpy arrays). With wait=True, returns once they
+        are cached. Returns {"requests", "pages", "hole_pages"}."""
     def invalidate(self, start: int = 0, stop: int | None = None) -> int:
         """Drops the cached pages of bytes [start, stop); returns how many."""
     def flush(self, start: int = 0, stop: int | None = None) -> int:

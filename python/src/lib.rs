@@ -1183,6 +1183,41 @@ impl Mapping {
             .map_err(|e| py_err(&e))
     }
 
+    /// Starts reading many byte ranges at once, merged into few requests
+    /// all in flight together (see the Rust `Mapping::prefetch_ranges`),
+    /// and returns; with `wait=True`, returns once they are cached (a page
+    /// that cannot be read is an `OSError`). `ranges` is a list of
+    /// `(start, length)` pairs, or, with `lengths`, the starts: two
+    /// sequences of the same length (numpy arrays or lists). Returns
+    /// `{"requests", "pages", "hole_pages"}`.
+    #[pyo3(signature = (ranges, lengths=None, *, wait=false))]
+    fn prefetch_ranges<'py>(
+        &self,
+        py: Python<'py>,
+        ranges: &Bound<'py, PyAny>,
+        lengths: Option<&Bound<'py, PyAny>>,
+        wait: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let ranges = byte_ranges(ranges, lengths)?;
+        let map = self.map()?;
+        let got = py
+            .detach(|| {
+                either!(map.mapping(), m => {
+                    let got = m.prefetch_ranges(&ranges)?;
+                    if wait {
+                        m.wait_ranges(&ranges)?;
+                    }
+                    Ok::<_, fm::MapError>(got)
+                })
+            })
+            .map_err(|e| py_err(&e))?;
+        let d = PyDict::new(py);
+        d.set_item("requests", got.requests)?;
+        d.set_item("pages", got.pages)?;
+        d.set_item("hole_pages", got.hole_pages)?;
+        Ok(d)
+    }
+
     /// Drops the cached pages that hold bytes [start, stop) (from every
     /// mapping of the object), so that the next access reads them again;
     /// returns how many pages were dropped.
@@ -1470,4 +1505,57 @@ fn _faultmap(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PAGE_SIZE", fm::PAGE_SIZE)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
+}
+
+/// The byte ranges of `prefetch_ranges`: `(start, length)` pairs, or
+/// starts and `lengths` (numpy arrays are read through `tolist`, one call
+/// each rather than an element at a time). A negative or non-integer
+/// value, two sequences of different lengths, or a range whose end does
+/// not fit 64 bits is a `ValueError` or `TypeError`.
+fn byte_ranges(
+    ranges: &Bound<'_, PyAny>,
+    lengths: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Vec<Range<u64>>> {
+    fn list<'py>(seq: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        if seq.hasattr("tolist")? {
+            seq.call_method0("tolist")
+        } else {
+            Ok(seq.clone())
+        }
+    }
+    let ints = |seq: &Bound<'_, PyAny>, what: &str| -> PyResult<Vec<u64>> {
+        list(seq)?.extract::<Vec<u64>>().map_err(|_| {
+            PyValueError::new_err(format!(
+                "{what} must be a sequence of non-negative integers below 2**64"
+            ))
+        })
+    };
+    let pairs: Vec<(u64, u64)> = match lengths {
+        Some(lengths) => {
+            let (starts, lengths) = (ints(ranges, "starts")?, ints(lengths, "lengths")?);
+            if starts.len() != lengths.len() {
+                return Err(PyValueError::new_err(format!(
+                    "{} starts but {} lengths",
+                    starts.len(),
+                    lengths.len()
+                )));
+            }
+            starts.into_iter().zip(lengths).collect()
+        }
+        None => list(ranges)?.extract::<Vec<(u64, u64)>>().map_err(|_| {
+            PyValueError::new_err(
+                "ranges must be (start, length) pairs of non-negative integers, or starts \
+                 with lengths=",
+            )
+        })?,
+    };
+    pairs
+        .into_iter()
+        .map(|(start, len)| {
+            start
+                .checked_add(len)
+                .map(|end| start..end)
+                .ok_or_else(|| PyValueError::new_err(format!("range {start}+{len} overflows")))
+        })
+        .collect()
 }

@@ -277,6 +277,74 @@ def test_advise_prefetch_invalidate(small_file):
             m.prefetch(0, len(m) + 1)
 
 
+def test_prefetch_ranges_reads_rows_given_as_pairs_or_arrays(small_file):
+    path, data = small_file
+    with faultmap.open(path, readahead="off") as m:
+        rows = [(100, 50), (8192 + 7, 4096), (len(data) - 10, 10)]
+        got = m.prefetch_ranges(rows, wait=True)
+        # Pages 0, 2-3 and the last: three requests, four pages.
+        assert got["requests"] == 3 and got["pages"] == 4, got
+        starts = numpy.array([40960, 81920, 40961], dtype=numpy.int64)
+        lengths = numpy.array([10, 4096, 5], dtype=numpy.uint32)
+        got = m.prefetch_ranges(starts, lengths, wait=True)
+        assert got["requests"] == 2, got
+        majors = m.stats()["pgmajfault"]
+        for start, length in [*rows, *zip(starts.tolist(), lengths.tolist())]:
+            assert m[start:start + length] == data[start:start + length]
+        assert m.stats()["pgmajfault"] == majors, "a prefetched row waited for a read"
+        # Cached rows ask for nothing; touching ranges are one request.
+        assert m.prefetch_ranges(starts, lengths)["requests"] == 0
+        assert m.prefetch_ranges([(200000, 4096), (204800, 4096)])["requests"] == 1
+        assert m.prefetch_ranges([])["requests"] == 0
+        for bad in ([(len(data), 1)], [(-1, 5)], [(0, 2**64 - 1), (5, 2**64 - 1)], [(1, 2, 3)]):
+            with pytest.raises(ValueError):
+                m.prefetch_ranges(bad)
+        with pytest.raises(ValueError):
+            m.prefetch_ranges([0, 1], [1])
+        with pytest.raises(ValueError):
+            m.prefetch_ranges(numpy.array([-5]), numpy.array([1]))
+
+
+def test_prefetch_ranges_stays_within_the_budget(data_file):
+    path, data = data_file
+    budget = 2 << 20
+    pager = faultmap.Pager(memory_budget=budget)
+    with pager.open(path, readahead="off") as m:
+        # 2000 rows of two pages, 16 MB in all: eight times the budget.
+        starts = numpy.arange(2000, dtype=numpy.int64) * 24576 + 1000
+        lengths = numpy.full(2000, 6000)
+        m.prefetch_ranges(starts, lengths, wait=True)
+        assert m.memory()["peak"] <= budget + 32 * 4096, m.memory()
+        for start in starts[::97].tolist():
+            assert m[start:start + 6000] == data[start:start + 6000]
+        assert m.memory()["peak"] <= budget + 32 * 4096, m.memory()
+
+
+def test_closing_the_mapping_cancels_its_batched_prefetch():
+    server = FailingServer(pattern(64 << 20, 19))  # noqa: F821 (defined by exec)
+    try:
+        pager = faultmap.Pager()
+        m = pager.open(server.url, readahead="off")
+        # 64 rows a MiB apart, each its own request; each GET answers
+        # after 200 ms, so at most the first io_depth (32) are sent before
+        # the close.
+        server.delay = 0.2
+        got = m.prefetch_ranges([(i << 20, 100) for i in range(64)])
+        assert got["requests"] == 64, got
+        m.close()
+        gets = server.gets
+        deadline = time.monotonic() + 30
+        while pager.memory()["cached"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pager.memory()["cached"] == 0, pager.memory()
+        time.sleep(0.5)
+        assert server.gets <= 40, f"{server.gets} of 64 requests sent ({gets} at the close)"
+        assert pager.stats()["io_cancelled"] >= 24, pager.stats()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_counters_have_the_rust_names(small_file):
     path, _ = small_file
     with faultmap.open(path, fault_around_order=0, readahead="off") as m:

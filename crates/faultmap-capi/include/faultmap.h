@@ -461,6 +461,28 @@ int fm_flush(struct fm_mapping *m, uint64_t offset, uint64_t length);
 int fm_advise(struct fm_mapping *m, int advice, uint64_t offset, uint64_t length);
 
 /**
+ * Starts reading `n` byte ranges of the mapping at once, `[starts[i],
+ * starts[i] + lengths[i])` (offsets into the mapping, in any order),
+ * merged into few requests all in flight together: the batched prefetch
+ * of a caller that knows its next accesses (see the Rust
+ * `Mapping::prefetch_ranges`). With `wait` nonzero, returns once they
+ * are cached (a page that cannot be read is `-EIO`). Returns the number
+ * of store requests submitted (0 when everything was cached already), or
+ * a negative errno: `-EINVAL` for a NULL pointer with `n > 0` or a range
+ * outside the mapping (then nothing is read).
+ *
+ * # Safety
+ *
+ * `m` is NULL or a live mapping from `fm_map`; `starts` and `lengths`
+ * are NULL or point to `n` readable `uint64_t` each.
+ */
+int64_t fm_prefetch_ranges(struct fm_mapping *m,
+                           const uint64_t *starts,
+                           const uint64_t *lengths,
+                           size_t n,
+                           int wait);
+
+/**
  * Unmaps and frees `m`. A writable mapping's dirty pages are written back
  * on the way, as well as they can be within the pager's I/O timeout, with
  * no result: call `fm_flush` first to know that they were. NULL is a

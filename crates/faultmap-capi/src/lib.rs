@@ -992,6 +992,81 @@ pub unsafe extern "C" fn fm_advise(
     })
 }
 
+/// Starts reading `n` byte ranges of the mapping at once, `[starts[i],
+/// starts[i] + lengths[i])` (offsets into the mapping, in any order),
+/// merged into few requests all in flight together: the batched prefetch
+/// of a caller that knows its next accesses (see the Rust
+/// `Mapping::prefetch_ranges`). With `wait` nonzero, returns once they
+/// are cached (a page that cannot be read is `-EIO`). Returns the number
+/// of store requests submitted (0 when everything was cached already), or
+/// a negative errno: `-EINVAL` for a NULL pointer with `n > 0` or a range
+/// outside the mapping (then nothing is read).
+///
+/// # Safety
+///
+/// `m` is NULL or a live mapping from `fm_map`; `starts` and `lengths`
+/// are NULL or point to `n` readable `uint64_t` each.
+#[no_mangle]
+pub unsafe extern "C" fn fm_prefetch_ranges(
+    m: *mut fm_mapping,
+    starts: *const u64,
+    lengths: *const u64,
+    n: usize,
+    wait: c_int,
+) -> i64 {
+    guard(-i64::from(libc::EIO), || {
+        // SAFETY: NULL or a live mapping (this function's contract).
+        let Some(m) = (unsafe { m.as_ref() }) else {
+            return fail(libc::EINVAL, "fm_prefetch_ranges: the mapping is NULL").into();
+        };
+        if n > 0 && (starts.is_null() || lengths.is_null()) {
+            let why = "fm_prefetch_ranges: starts or lengths is NULL";
+            return fail(libc::EINVAL, why).into();
+        }
+        let (starts, lengths): (&[u64], &[u64]) = if n == 0 {
+            (&[], &[])
+        } else {
+            // SAFETY: non-NULL (checked above), and `n` readable values
+            // each (this function's contract).
+            unsafe {
+                (
+                    std::slice::from_raw_parts(starts, n),
+                    std::slice::from_raw_parts(lengths, n),
+                )
+            }
+        };
+        let mut ranges = Vec::with_capacity(n);
+        for (&start, &len) in starts.iter().zip(lengths) {
+            let Some(end) = start.checked_add(len) else {
+                let why = format!("fm_prefetch_ranges: range {start}+{len} overflows");
+                return fail(libc::EINVAL, &why).into();
+            };
+            ranges.push(start..end);
+        }
+        let done = match &m.map {
+            Map::Read(map) => prefetch_ranges(map, &ranges, wait != 0),
+            Map::Write(map) => prefetch_ranges(map, &ranges, wait != 0),
+        };
+        match done {
+            Ok(got) => i64::try_from(got.requests).unwrap_or(i64::MAX),
+            Err(e) => fail_with(&e).into(),
+        }
+    })
+}
+
+/// `Mapping::prefetch_ranges`, then `wait_ranges` if asked to.
+fn prefetch_ranges<A: fm::Access>(
+    map: &fm::Mapping<A>,
+    ranges: &[std::ops::Range<u64>],
+    wait: bool,
+) -> Result<fm::Prefetched, fm::MapError> {
+    let got = map.prefetch_ranges(ranges)?;
+    if wait {
+        map.wait_ranges(ranges)?;
+    }
+    Ok(got)
+}
+
 /// Unmaps and frees `m`. A writable mapping's dirty pages are written back
 /// on the way, as well as they can be within the pager's I/O timeout, with
 /// no result: call `fm_flush` first to know that they were. NULL is a

@@ -107,8 +107,8 @@ pub mod measure;
 pub use api::errno::errno_of;
 pub use api::object::{IntoObject, InvalidateError, Object};
 pub use api::pager::{
-    Access, Advice, EngineInfo, MapError, Mapping, MappingMut, Pager, PagerError, ReadOnly,
-    ReadWrite, ReplayProgress,
+    Access, Advice, EngineInfo, MapError, Mapping, MappingMut, Pager, PagerError, Prefetched,
+    ReadOnly, ReadWrite, ReplayProgress,
 };
 pub use api::shared::Sharing;
 pub use base::config::{
@@ -125,10 +125,11 @@ pub use mm::writeback::WriteBackError;
 pub use policy::readahead::Mode as ReadaheadMode;
 #[cfg(not(loom))]
 pub use store::{
-    open_url, open_url_with, HttpStore, RemoteErrorKind, RemoteTuning, S3Options, S3Store,
+    open_url, open_url_with, AzureOptions, AzureStore, GcsOptions, GcsStore, HttpStore,
+    RemoteErrorKind, RemoteTuning, S3Options, S3Store,
 };
 pub use store::{
-    FileIo, FileStore, MemStore, ParseFileIoError, ReadBuf, ReadDone, Store, StoreError,
+    FileIo, FileStore, Link, MemStore, ParseFileIoError, ReadBuf, ReadDone, Store, StoreError,
 };
 pub use sys::rendezvous::DIR_ENV as SHARED_DIR_ENV;
 pub use sys::{fork_generation, HUGE_PAGE_SIZE, PAGE_SIZE};

@@ -583,6 +583,33 @@ int main(int argc, char **argv) {
         fm_unmap(part);
     }
 
+    /* Batched prefetch: three rows (one overlapping another), waited
+       for; reading them then waits for no read. */
+    fm_mapping *rows = fm_map(pager, path, 0, 0, FM_READAHEAD_OFF);
+    CHECK(rows != NULL, "fm_map for fm_prefetch_ranges");
+    if (rows) {
+        const uint64_t starts[3] = {1000000, 4100, 4200};
+        const uint64_t lens[3] = {300, 200, 8000};
+        int64_t requests = fm_prefetch_ranges(rows, starts, lens, 3, 1);
+        CHECK(requests >= 2, "fm_prefetch_ranges: %lld requests", (long long)requests);
+        CHECK(fm_prefetch_ranges(rows, starts, lens, 3, 1) == 0,
+              "fm_prefetch_ranges of cached rows asks for nothing");
+        const uint8_t *p = fm_mapping_ptr(rows);
+        for (int i = 0; i < 3; i++)
+            CHECK(memcmp(p + starts[i], data + starts[i], lens[i]) == 0, "row %d differs", i);
+        fm_stats stats;
+        CHECK(fm_mapping_stats(rows, &stats) == 0 && stats.pgmajfault == 0,
+              "a prefetched row waited for a read (pgmajfault %llu)",
+              (unsigned long long)stats.pgmajfault);
+        const uint64_t past = len;
+        const uint64_t one = 1;
+        CHECK(fm_prefetch_ranges(rows, &past, &one, 1, 0) == -EINVAL, "a range past the end");
+        CHECK(fm_prefetch_ranges(rows, NULL, lens, 3, 0) == -EINVAL, "NULL starts");
+        CHECK(fm_prefetch_ranges(rows, NULL, NULL, 0, 0) == 0, "no ranges");
+        CHECK(fm_prefetch_ranges(NULL, starts, lens, 3, 0) == -EINVAL, "a NULL mapping");
+        fm_unmap(rows);
+    }
+
     protect_engine(path, data, len);
     fork_children(pager, path, data, len);
     unrelated_processes(argv[0], argv[1], path, data, len);

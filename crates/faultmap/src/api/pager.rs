@@ -2168,6 +2168,112 @@ impl<A: Access> Mapping<A> {
         self.advise(Advice::WillNeed, range)
     }
 
+    /// Starts reading the byte ranges `ranges` of the mapping (offsets into
+    /// the slice, in any order, overlapping or not) now, as few requests
+    /// all in flight at once, and returns: the batched prefetch of a
+    /// caller that knows its next accesses (a batch of sample rows, the
+    /// tensors a layer needs). [`Mapping::wait_ranges`] then waits for
+    /// them.
+    ///
+    /// The ranges' pages are merged into one request across a hole when
+    /// reading the hole costs less than a share of a round trip: the hole
+    /// limit is the store's measured first-byte latency × bandwidth
+    /// ([`Store::link`](crate::Store::link)) over
+    /// [`Config::io_depth`](crate::Config::io_depth), the requests in
+    /// flight (see [`crate::policy::coalesce`]); a store that reports no
+    /// link (a file) merges only ranges that touch. A request is at most
+    /// the store's request size (`Store::io_pages`: 8 MiB for a remote
+    /// store). Up to `io_depth` requests are in flight at once.
+    ///
+    /// As [`Mapping::prefetch`]: a page already cached or being read is
+    /// not read again; under a memory budget the pages that do not fit
+    /// are left out (a later access reads them); when the object's last
+    /// handle goes the reads still queued are never sent. A range outside
+    /// the mapping is an error, and nothing is read.
+    pub fn prefetch_ranges(&self, ranges: &[Range<u64>]) -> Result<Prefetched, MapError> {
+        self.check_ranges(ranges)?;
+        let Some(region) = &self.region else {
+            return Ok(Prefetched::default());
+        };
+        if self.born != sys::fork_generation() {
+            // A forked child's: its parent's I/O threads are not here.
+            return Ok(Prefetched::default());
+        }
+        let object = &region.object;
+        let page_bytes = self.object.page_size().bytes() as u64;
+        let pages: Vec<Range<u64>> = ranges
+            .iter()
+            .filter(|r| r.start < r.end)
+            .map(|r| {
+                let p = self.pages_holding(region, &(r.start as usize..r.end as usize));
+                p.start.0..p.end.0
+            })
+            .collect();
+        // A panic in the store's answer is no link (as `io_pages` at open).
+        let link = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| object.store.link()))
+            .ok()
+            .flatten();
+        let hole = link.map_or(0, |l| {
+            let depth = self.core.io_shared.depth();
+            crate::policy::coalesce::hole_pages(l.latency, l.bytes_per_sec, depth, page_bytes)
+        });
+        let pages = crate::policy::coalesce::union(&pages);
+        let requests = crate::policy::coalesce::coalesce(&pages, hole, object.io_pages);
+        let lives = region.live(&RegionTable::get().lock());
+        let mut runs = Vec::new();
+        for req in &requests {
+            for live in &lives {
+                let opages = ObjectPage(req.start)..ObjectPage(req.end);
+                if let Some(pages) = live.region_pages(opages) {
+                    runs.push((live.clone(), pages));
+                }
+            }
+        }
+        let requests = self.read_ahead_runs(&runs);
+        Ok(Prefetched {
+            requests,
+            pages: pages.iter().map(|r| r.end - r.start).sum(),
+            hole_pages: hole,
+        })
+    }
+
+    /// Waits until the pages that hold the byte ranges `ranges` of the
+    /// mapping are cached, or says why one cannot be: a read that failed
+    /// (after its retries, and once more alone) is [`MapError::Read`]. A
+    /// page that is neither cached nor being read (the memory budget left
+    /// it out, or evicted it since) is not waited for: the access reads
+    /// it. Reads nothing itself; pair it with
+    /// [`Mapping::prefetch_ranges`].
+    pub fn wait_ranges(&self, ranges: &[Range<u64>]) -> Result<(), MapError> {
+        self.check_ranges(ranges)?;
+        if self.region.is_none() || self.born != sys::fork_generation() {
+            return Ok(());
+        }
+        let page = self.object.page_size().bytes();
+        let base = self.ptr.as_ptr() as usize;
+        for r in ranges.iter().filter(|r| r.start < r.end) {
+            let (start, end) = (base + r.start as usize, base + r.end as usize);
+            let first = start & !(page - 1);
+            for at in (first..end).step_by(page) {
+                self.wait_cached(at.max(start) - base)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a range that is not inside the mapping.
+    fn check_ranges(&self, ranges: &[Range<u64>]) -> Result<(), MapError> {
+        let len = self.len as u64;
+        match ranges.iter().find(|r| r.start > r.end || r.end > len) {
+            None => Ok(()),
+            Some(bad) => Err(MapError::Options(ConfigError::AdviseRange {
+                start: usize::try_from(bad.start).unwrap_or(usize::MAX),
+                end: usize::try_from(bad.end).unwrap_or(usize::MAX),
+                len: self.len,
+            })),
+        }
+    }
+
     /// Drops the pages that hold bytes `range` of the mapping (offsets into
     /// the slice) from the object's cache and from every mapping of the
     /// object, while other threads may be faulting on them: see
@@ -2463,21 +2569,35 @@ impl<A: Access> Mapping<A> {
     /// `WillNeed`: submits the absent pages of region pages `pages` to the
     /// I/O threads and returns.
     fn will_need(&self, region: &Arc<Region>, pages: Range<RegionPage>) {
-        let env = self.core.env();
-        let mut ra = RaTally::default();
         // The whole range, in pieces of the kernel's per-call bound
         // (`force_page_cache_ra` reads at most `max(io_pages, ra_pages)`
         // from the start of what it is given; `madvise` would stop there).
         let piece = region.object.io_pages.max(region.ra_pages).max(1);
-        let (mut io_count, mut refault) = (0, 0);
+        let mut runs = Vec::new();
         let mut start = pages.start;
         while start < pages.end {
             let end = RegionPage(start.0.saturating_add(piece).min(pages.end.0));
-            let (io, re) = fault::read_ahead(&env, region, start..end, &mut ra);
-            io_count += io;
-            refault += re;
+            runs.push((region.clone(), start..end));
             start = end;
         }
+        self.read_ahead_runs(&runs);
+    }
+
+    /// Submits the absent pages of each run (a region and its pages, at
+    /// most `max(io_pages, ra_pages)` of them) to the I/O threads, and
+    /// counts them. Returns the store requests submitted.
+    fn read_ahead_runs(&self, runs: &[(Arc<Region>, Range<RegionPage>)]) -> u64 {
+        let env = self.core.env();
+        let mut ra = RaTally::default();
+        let (mut io_count, mut refault) = (0, 0);
+        for (region, pages) in runs {
+            let (io, re) = fault::read_ahead(&env, region, pages.clone(), &mut ra);
+            io_count += io;
+            refault += re;
+        }
+        let Some(region) = runs.first().map(|(r, _)| r) else {
+            return 0;
+        };
         let tally = Stats {
             io_count,
             refault,
@@ -2489,7 +2609,22 @@ impl<A: Access> Mapping<A> {
         region.counters.add(&tally);
         region.object.counters.add(&tally);
         self.core.counters.add(&tally);
+        io_count
     }
+}
+
+/// What a batched prefetch ([`Mapping::prefetch_ranges`]) asked of the
+/// store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Prefetched {
+    /// Store requests submitted (the pages already cached or being read,
+    /// and those the budget left out, take none).
+    pub requests: u64,
+    /// Pages the ranges touch (a page two ranges touch counts once).
+    pub pages: u64,
+    /// The hole limit used: two ranges at most this many pages apart were
+    /// read as one request.
+    pub hole_pages: u64,
 }
 
 impl Mapping<ReadWrite> {

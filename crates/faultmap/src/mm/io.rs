@@ -134,6 +134,11 @@ impl IoShared {
         }
     }
 
+    /// How many reads may be in flight ([`crate::Config::io_depth`]).
+    pub(crate) fn depth(&self) -> usize {
+        self.depth.limit()
+    }
+
     /// The live objects the pager opened or mapped (the watchdog's and the
     /// flusher's list).
     pub(crate) fn objects(&self) -> Vec<Arc<ObjectCore>> {
@@ -860,6 +865,11 @@ pub(crate) struct Depth {
 }
 
 impl Depth {
+    /// How many reads may be in flight.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
     pub(crate) fn new(limit: usize) -> Self {
         Self {
             limit: limit.max(1),

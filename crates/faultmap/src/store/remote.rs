@@ -365,6 +365,10 @@ macro_rules! remote_store {
                 self.remote.tuning().io_pages()
             }
 
+            fn link(&self) -> Option<$crate::store::Link> {
+                Some(self.remote.link())
+            }
+
             fn version(&self) -> Option<String> {
                 Some(self.remote.version())
             }
@@ -409,6 +413,70 @@ pub(crate) struct Remote {
     tuning: RemoteTuning,
     /// Where the object lives beyond its URL ([`Remote::with_origin`]).
     origin: String,
+    /// What its requests have cost so far.
+    meter: Arc<LinkMeter>,
+}
+
+/// The bandwidth a store's [`Link`](super::Link) reports before a body
+/// large enough to measure it has arrived: 100 MB/s, about what one
+/// connection to a cloud object store moves. Low on purpose: it only sets
+/// how large a hole batched prefetch reads rather than skip.
+const DEFAULT_BYTES_PER_SEC: u64 = 100_000_000;
+
+/// The smallest body whose transfer time counts as a bandwidth sample:
+/// smaller ones are all latency.
+const MIN_BANDWIDTH_SAMPLE: usize = 256 << 10;
+
+/// A remote object's request costs, as moving averages (each new sample
+/// weighs an eighth) of the first-byte latency and of one body's rate,
+/// measured on every ranged GET. Lossy under races (a load and a store,
+/// not a loop): it is an estimate.
+#[derive(Debug, Default)]
+struct LinkMeter {
+    /// Nanoseconds; 0: no sample yet.
+    latency_ns: std::sync::atomic::AtomicU64,
+    /// Bytes per second; 0: no sample yet.
+    bytes_per_sec: std::sync::atomic::AtomicU64,
+}
+
+impl LinkMeter {
+    fn add(avg: &std::sync::atomic::AtomicU64, sample: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let sample = sample.max(1);
+        let old = avg.load(Relaxed);
+        let new = if old == 0 {
+            sample
+        } else {
+            old - old / 8 + sample / 8
+        };
+        avg.store(new.max(1), Relaxed);
+    }
+
+    /// A GET whose first byte came `first_byte` after it was sent, and
+    /// whose `bytes`-long body then took `body`.
+    fn record(&self, first_byte: Duration, bytes: usize, body: Duration) {
+        Self::add(
+            &self.latency_ns,
+            first_byte.as_nanos().min(u64::MAX as u128) as u64,
+        );
+        if bytes >= MIN_BANDWIDTH_SAMPLE && !body.is_zero() {
+            let rate = bytes as f64 / body.as_secs_f64();
+            // `as` saturates.
+            Self::add(&self.bytes_per_sec, rate as u64);
+        }
+    }
+
+    fn link(&self) -> super::Link {
+        use std::sync::atomic::Ordering::Relaxed;
+        let bytes_per_sec = match self.bytes_per_sec.load(Relaxed) {
+            0 => DEFAULT_BYTES_PER_SEC,
+            rate => rate,
+        };
+        super::Link {
+            latency: Duration::from_nanos(self.latency_ns.load(Relaxed)),
+            bytes_per_sec,
+        }
+    }
 }
 
 impl fmt::Debug for Remote {
@@ -452,6 +520,7 @@ impl Remote {
             secrets,
             tuning,
             origin: String::new(),
+            meter: Arc::default(),
         };
         if remote.pin.size > 0 {
             let mut probe = [0u8; 1];
@@ -520,6 +589,12 @@ impl Remote {
 
     pub(crate) fn tuning(&self) -> &RemoteTuning {
         &self.tuning
+    }
+
+    /// What its requests have cost so far (the probe at open is the first
+    /// sample).
+    pub(crate) fn link(&self) -> super::Link {
+        self.meter.link()
     }
 
     /// The GET options of a read of `range`: the range, conditional on the
@@ -599,10 +674,19 @@ impl Remote {
         let url = self.url.clone();
         let secrets = self.secrets.clone();
         let pin = self.pin.clone();
+        let meter = self.meter.clone();
         let range = offset..offset + buf.len() as u64;
         let options = self.options(range.clone());
         async move {
-            let fetch = fetch_into(&*client, &path, options, range, &pin, buf.as_mut_slice());
+            let fetch = fetch_into(
+                &*client,
+                &path,
+                options,
+                range,
+                &pin,
+                buf.as_mut_slice(),
+                &meter,
+            );
             let result = match tokio::time::timeout(timeout, fetch).await {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(failure)) => Err(failure.into_store_error(&url, &secrets)),
@@ -647,7 +731,7 @@ impl Failure {
 
 /// One ranged GET of `range` into `buf` (exactly `range`'s length),
 /// checked against the pin: the same ETag, the range asked for, and
-/// exactly as many bytes.
+/// exactly as many bytes. A whole answer is a sample for `meter`.
 async fn fetch_into(
     client: &dyn ObjectStore,
     path: &Path,
@@ -655,11 +739,15 @@ async fn fetch_into(
     range: Range<u64>,
     pin: &ObjectMeta,
     buf: &mut [u8],
+    meter: &LinkMeter,
 ) -> Result<(), Failure> {
+    let sent = Instant::now();
     let result = client
         .get_opts(path, options)
         .await
         .map_err(Failure::Client)?;
+    // The client returns once the headers are in: the first byte.
+    let first_byte = sent.elapsed();
     check_pin(pin, &result.meta)?;
     if result.range != range {
         return Err(Failure::Mismatch(
@@ -690,6 +778,11 @@ async fn fetch_into(
             format!("the body ended after {filled} of {} bytes", buf.len()),
         ));
     }
+    meter.record(
+        first_byte,
+        filled,
+        sent.elapsed().saturating_sub(first_byte),
+    );
     Ok(())
 }
 
@@ -1105,6 +1198,24 @@ mod tests {
         assert!(!RemoteErrorKind::Changed.is_transient());
         assert!(!RemoteErrorKind::NotFound.is_transient());
         assert!(!RemoteErrorKind::AccessDenied.is_transient());
+    }
+
+    #[test]
+    fn the_link_meter_averages_its_samples() {
+        let m = LinkMeter::default();
+        // Before any sample: no latency, the default bandwidth.
+        assert_eq!(m.link().latency, Duration::ZERO);
+        assert_eq!(m.link().bytes_per_sec, DEFAULT_BYTES_PER_SEC);
+        let ms = Duration::from_millis;
+        m.record(ms(20), 100, ms(1));
+        assert_eq!(m.link().latency, ms(20));
+        // A small body is no bandwidth sample; a large one is.
+        assert_eq!(m.link().bytes_per_sec, DEFAULT_BYTES_PER_SEC);
+        m.record(ms(20), 1 << 20, ms(1));
+        assert_eq!(m.link().bytes_per_sec, 1_048_576_000);
+        // A new sample weighs an eighth.
+        m.record(ms(100), 0, Duration::ZERO);
+        assert_eq!(m.link().latency, ms(30));
     }
 
     #[test]
