@@ -516,3 +516,92 @@ fn a_fault_promotes_its_queued_read() {
         );
     });
 }
+
+/// A store that asks for a smaller read-around window than its readahead
+/// window, as a remote one does: `around` of `ra` pages.
+struct Narrow {
+    inner: Arc<Instrumented>,
+    ra: u64,
+    around: u64,
+}
+
+impl Store for Narrow {
+    fn name(&self) -> &str {
+        "narrow"
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn ra_pages(&self) -> u64 {
+        self.ra
+    }
+    fn around_pages(&self) -> Option<u64> {
+        Some(self.around)
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        self.inner.read_at(offset, buf)
+    }
+}
+
+/// The pages of each read-around request, in order (one request per miss
+/// here: the windows are below `io_pages`).
+fn request_pages(store: &Instrumented) -> Vec<usize> {
+    store
+        .reads
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|&(_, len)| len.div_ceil(PAGE))
+        .collect()
+}
+
+#[test]
+fn sparse_random_misses_shrink_the_read_around_window_and_dense_ones_grow_it() {
+    watchdog(WATCHDOG, || {
+        // Sparse: 60 misses 257 pages apart in a 64 MiB object, one page
+        // used of each: the window falls from 128 pages to 16.
+        let data = pattern(16384 * PAGE, 41);
+        let inner = Instrumented::mem(&data, Faults::default());
+        let pager = Pager::new(Config::default()).unwrap();
+        let store = Narrow {
+            inner: inner.clone(),
+            ra: 1024,
+            around: 128,
+        };
+        let object = pager.open(store).unwrap();
+        let map = pager
+            .map_trusted(&object, MapOptions::new().ra_pages(1024))
+            .unwrap();
+        for i in 0..60usize {
+            let page = 600 + i * 257;
+            assert_eq!(read_byte(&map, page * PAGE + 5), data[page * PAGE + 5]);
+        }
+        let sizes = request_pages(&inner);
+        assert_eq!(sizes[0], 128, "{sizes:?}");
+        assert_eq!(*sizes.last().unwrap(), 16, "{sizes:?}");
+        assert!(sizes.windows(2).all(|w| w[1] <= w[0]), "{sizes:?}");
+        drop((map, object));
+
+        // Dense: every page of a 4 MiB region, in a random-looking order
+        // (a stride prime to its length): the windows' pages are used,
+        // and they grow past the store's 128 pages.
+        let inner = Instrumented::mem(&data, Faults::default());
+        let store = Narrow {
+            inner: inner.clone(),
+            ra: 1024,
+            around: 128,
+        };
+        let object = pager.open(store).unwrap();
+        let map = pager
+            .map_trusted(&object, MapOptions::new().ra_pages(1024))
+            .unwrap();
+        let region = 1024;
+        for i in 0..region {
+            let page = 4096 + (i * 389) % region;
+            assert_eq!(read_byte(&map, page * PAGE), data[page * PAGE]);
+        }
+        let sizes = request_pages(&inner);
+        assert!(sizes.iter().any(|&s| s > 128), "{sizes:?}");
+        inner.assert_contract_kept();
+    });
+}

@@ -217,6 +217,10 @@ struct PageSet {
     bits: [u64; PTRS_PER_PTE / 64],
     /// Neighbours pinned that are in the active set (the working set).
     workingset: u64,
+    /// Pages pinned for the first time since they were read ahead.
+    first_uses: u64,
+    /// The faulting page is one of them: a hit on a readahead window.
+    fault_first_use: bool,
 }
 
 impl PageSet {
@@ -224,6 +228,8 @@ impl PageSet {
         Self {
             bits: [0; PTRS_PER_PTE / 64],
             workingset: 0,
+            first_uses: 0,
+            fault_first_use: false,
         }
     }
     fn insert(&mut self, i: usize) {
@@ -1321,6 +1327,9 @@ fn map_window(
     object.with_ra_counts(|st| {
         readahead::on_fault_around(st, around_paying);
         readahead::on_mapped(st, last.0);
+        if pinned.fault_first_use {
+            readahead::on_used(st, pinned.first_uses);
+        }
     });
     match first.fault {
         FaultPage::Woken => MapOutcome::Woken,
@@ -1396,6 +1405,8 @@ fn pin_ready(
                     }
                     if first_use {
                         ra.used(1);
+                        pinned.first_uses += 1;
+                        pinned.fault_first_use |= i == fault_i;
                     }
                     break;
                 }

@@ -46,14 +46,19 @@ pub(crate) struct ObjectCore {
     pub(crate) ra: RaCounters,
     /// Faults parked until a read in flight ends.
     pub(crate) waiters: WaitList<Waiter>,
-    /// The readahead window (`file_ra_state`'s start, size, async_size),
-    /// taken only on misses and marker hits.
-    pub(crate) ra_window: Mutex<(u64, u64, u64)>,
+    /// The readahead window (`file_ra_state`'s start, size, async_size)
+    /// and the adaptive read-around window and its pages read
+    /// (`RaState::around`, `around_read`), taken only on misses and marker
+    /// hits.
+    pub(crate) ra_window: Mutex<(u64, u64, u64, u64, u64)>,
     /// `file_ra_state.mmap_miss`: updated without the lock on every hit,
     /// racily, as the kernel does.
     pub(crate) mmap_miss: AtomicU32,
     /// The last page the previous fault mapped, `u64::MAX` before any.
     pub(crate) prev: AtomicU64,
+    /// `RaState::around_used`: updated without the lock, racily, as
+    /// `mmap_miss` is.
+    pub(crate) around_used: AtomicU64,
     /// Async read jobs queued and not yet taken, for promotion.
     pub(crate) queued: Mutex<Vec<Arc<crate::mm::io::Queued>>>,
     /// The regions that map this object, by the object pages they cover
@@ -185,9 +190,10 @@ impl ObjectCore {
             counters: Counters::default(),
             ra: RaCounters::default(),
             waiters: WaitList::default(),
-            ra_window: Mutex::new((0, 0, 0)),
+            ra_window: Mutex::new((0, 0, 0, 0, 0)),
             mmap_miss: AtomicU32::new(0),
             prev: AtomicU64::new(u64::MAX),
+            around_used: AtomicU64::new(0),
             queued: Mutex::new(Vec::new()),
             rmap: Rmap::default(),
             budget,
@@ -255,15 +261,15 @@ impl ObjectCore {
     pub(crate) fn with_ra_state<T>(&self, f: impl FnOnce(&mut RaState) -> T) -> T {
         let mut window = self.ra_window.lock().unwrap_or_else(|e| e.into_inner());
         let mut st = self.ra_counts();
-        (st.start, st.size, st.async_size) = *window;
+        (st.start, st.size, st.async_size, st.around, st.around_read) = *window;
         let out = f(&mut st);
-        *window = (st.start, st.size, st.async_size);
+        *window = (st.start, st.size, st.async_size, st.around, st.around_read);
         self.store_ra_counts(&st);
         out
     }
 
-    /// Runs a readahead update that touches only `mmap_miss` and `prev`,
-    /// without a lock (hits, fault-around).
+    /// Runs a readahead update that touches only `mmap_miss`, `prev` and
+    /// `around_used`, without a lock (hits, fault-around).
     pub(crate) fn with_ra_counts<T>(&self, f: impl FnOnce(&mut RaState) -> T) -> T {
         let mut st = self.ra_counts();
         let out = f(&mut st);
@@ -275,7 +281,7 @@ impl ObjectCore {
     pub(crate) fn ra_snapshot(&self) -> RaState {
         let window = *self.ra_window.lock().unwrap_or_else(|e| e.into_inner());
         let mut st = self.ra_counts();
-        (st.start, st.size, st.async_size) = window;
+        (st.start, st.size, st.async_size, st.around, st.around_read) = window;
         st
     }
 
@@ -284,6 +290,7 @@ impl ObjectCore {
         RaState {
             mmap_miss: self.mmap_miss.load(Ordering::Relaxed),
             prev: (prev != u64::MAX).then_some(prev),
+            around_used: self.around_used.load(Ordering::Relaxed),
             ..RaState::default()
         }
     }
@@ -292,6 +299,7 @@ impl ObjectCore {
         self.mmap_miss.store(st.mmap_miss, Ordering::Relaxed);
         self.prev
             .store(st.prev.unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.around_used.store(st.around_used, Ordering::Relaxed);
     }
 }
 

@@ -189,6 +189,30 @@
 //! ([`Mode::AroundOnly`]) has no marker to grow from, so it reads
 //! `ra_pages` around every miss, as the kernel's read-around does.
 //!
+//! # Adaptive read-around
+//!
+//! `mmap_miss` switches read-around off when its pages go unused, but only
+//! after a hundred net misses, and fault-around's credit keeps it from
+//! ever getting there on a remote store (each miss maps 16 neighbours: 15
+//! "hits"). Its other half is missing too: a window that is used does not
+//! grow. Where the store asks for a smaller read-around window than
+//! `ra_pages` (a remote store: [`adapts`]), the window adapts to use:
+//!
+//! - [`on_used`] counts the read-ahead pages mapped by a fault whose own
+//!   page was read ahead and is used for the first time: a hit on a
+//!   window. (The neighbours a *miss* maps prove nothing: they are mapped
+//!   because they are near, not because they are used.)
+//! - At a read-around miss, once the pages read around since the last
+//!   decision add up to [`AROUND_EPOCH`] windows: if at least half of them
+//!   were used the window doubles (up to `ra_pages`); if fewer than an
+//!   eighth were, it halves (down to [`MIN_AROUND_PAGES`], the fault-around
+//!   window); both counts are then halved, so that late uses still count.
+//!
+//! Sparse random reads of a large object then cost a round trip and 64 KiB
+//! per miss instead of 1 MiB; dense random reads of a region grow to few
+//! large requests. The window starts at the store's `around_pages`. The
+//! counts are updated racily, as `mmap_miss` is: they are estimates.
+//!
 //! # Modes
 //!
 //! [`Mode::Full`] is the above. [`Mode::AroundOnly`] is read-around alone (case A of the readahead mails)
@@ -205,7 +229,10 @@
 //! - a window lies inside `0..object_pages`; a miss's window contains
 //!   `index` and has at least one page;
 //! - `size <= max(ra_pages, 1)`, and under `Mode::Full` a read-around
-//!   (`Around`) window has at most `around_pages.clamp(1, ra_pages)` pages;
+//!   (`Around`) window has at most `around_pages.clamp(1, ra_pages)` pages
+//!   where it does not adapt ([`adapts`]), and at least
+//!   `min(MIN_AROUND_PAGES, around_pages)` where it does (clipped at the
+//!   object's ends);
 //! - `async_size <= size`, so the marker, if any, is a page of the window;
 //! - in the state, `async_size <= size` and `mmap_miss <= MMAP_MISS_MAX`;
 //! - no input panics or overflows: indices near `u64::MAX`, `ra_pages` up to
@@ -285,6 +312,14 @@ pub const MMAP_LOTSAMISS: u32 = 100;
 /// long random phase is paid back by a bounded number of hits.
 pub const MMAP_MISS_MAX: u32 = MMAP_LOTSAMISS * 10;
 
+/// The smallest adaptive read-around window: 16 pages (64 KiB), the
+/// default fault-around window, which a miss maps anyway.
+pub const MIN_AROUND_PAGES: u64 = 16;
+
+/// How many windows' worth of read-around pages an adaptive decision
+/// looks at (see "Adaptive read-around").
+pub const AROUND_EPOCH: u64 = 4;
+
 /// The access-pattern hint of a range of a mapping (the part of `madvise`
 /// that is state: `VM_RAND_READ` / `VM_SEQ_READ`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -333,6 +368,15 @@ pub struct RaState {
     /// The last page of the run the previous fault mapped around its page,
     /// for sequential detection; `None` before the first fault.
     pub prev: Option<u64>,
+    /// The adaptive read-around window, in pages (see "Adaptive
+    /// read-around"); 0 before the first read-around miss.
+    pub around: u64,
+    /// Pages read by read-around windows since the window last changed
+    /// (halved at each decision).
+    pub around_read: u64,
+    /// Read-ahead pages used since then ([`on_used`]; halved at each
+    /// decision).
+    pub around_used: u64,
 }
 
 /// The fixed inputs of a decision.
@@ -474,7 +518,7 @@ pub fn on_miss(state: &mut RaState, p: &Params, index: u64, cache: &impl CacheVi
     // The smaller read-around window only where a stream can grow out of
     // it (at its marker); read-around alone reads `ra_pages`, the kernel's.
     let (around, async_size) = if p.mode == Mode::Full {
-        let around = p.around_pages.clamp(1, max);
+        let around = adapt_around(state, p);
         (around, around / 4)
     } else {
         (max, 0)
@@ -523,6 +567,55 @@ pub fn consumes_marker(p: &Params) -> bool {
 pub fn on_fault_around(state: &mut RaState, pages: u64) {
     let pages = u32::try_from(pages).unwrap_or(u32::MAX);
     state.mmap_miss = state.mmap_miss.saturating_sub(pages).min(MMAP_MISS_MAX);
+}
+
+/// A fault on a page that was read ahead, its first use, mapped `pages`
+/// pages read ahead (itself and the neighbours fault-around mapped with
+/// it): evidence that read-around windows are used.
+pub fn on_used(state: &mut RaState, pages: u64) {
+    state.around_used = state.around_used.saturating_add(pages);
+}
+
+/// Whether read-around adapts its window under `p`: under [`Mode::Full`],
+/// for a store that asks for a smaller window than `ra_pages` (a remote
+/// one). Elsewhere it is the kernel's fixed `ra_pages`.
+pub fn adapts(p: &Params) -> bool {
+    p.mode == Mode::Full && p.around_pages < p.ra_pages
+}
+
+/// The read-around window of this miss, in `1..=ra_pages` (see "Adaptive
+/// read-around"): the store's `around_pages` where the window does not
+/// adapt; else the state's window, doubled when at least half of the pages
+/// read around lately were used, halved (down to [`MIN_AROUND_PAGES`])
+/// when fewer than an eighth were, decided once the windows read since
+/// the last decision add up to [`AROUND_EPOCH`] windows.
+fn adapt_around(state: &mut RaState, p: &Params) -> u64 {
+    let max = p.ra_pages.max(1);
+    let base = p.around_pages.clamp(1, max);
+    if !adapts(p) {
+        return base;
+    }
+    let floor = MIN_AROUND_PAGES.min(base);
+    let mut around = match state.around {
+        0 => base,
+        a => a.clamp(floor, max),
+    };
+    if state.around_read >= AROUND_EPOCH.saturating_mul(around) {
+        let read = state.around_read;
+        let used = state.around_used.min(read);
+        if used.saturating_mul(2) >= read {
+            around = around.saturating_mul(2).min(max);
+        } else if used.saturating_mul(8) < read {
+            around = (around / 2).max(floor);
+        }
+        // Halved, not cleared: a page used after its decision still counts
+        // at the next.
+        state.around_read /= 2;
+        state.around_used /= 2;
+    }
+    state.around = around;
+    state.around_read = state.around_read.saturating_add(around);
+    around
 }
 
 /// A fault mapped pages up to `last`: remember it for sequential detection.
@@ -732,6 +825,71 @@ mod tests {
             object_pages,
             hint: Hint::Normal,
             mode: Mode::Full,
+        }
+    }
+
+    /// A remote store's parameters: 64 MiB readahead, 1 MiB read-around,
+    /// a 16 GiB object.
+    fn remote() -> Params {
+        Params {
+            ra_pages: 16384,
+            around_pages: 256,
+            object_pages: 4 << 20,
+            hint: Hint::Normal,
+            mode: Mode::Full,
+        }
+    }
+
+    /// Read-around misses on pages `stride` apart (never cached, never
+    /// sequential), each followed by what the fault path reports: the 15
+    /// neighbours a miss maps, and `used(window)` read-ahead pages used
+    /// before the next miss. Returns the windows' sizes.
+    fn around_misses(p: &Params, n: u64, stride: u64, used: impl Fn(u64) -> u64) -> Vec<u64> {
+        let mut st = RaState::default();
+        let cache = BTreeSet::new();
+        (0..n)
+            .map(|i| {
+                let w = on_miss(&mut st, p, 1000 + i * stride, &cache);
+                assert_eq!(w.pattern, Pattern::Around, "{w:?}");
+                on_fault_around(&mut st, 15);
+                on_used(&mut st, used(w.size));
+                w.size
+            })
+            .collect()
+    }
+
+    #[test]
+    fn unused_read_around_windows_shrink_to_the_fault_around_window() {
+        let sizes = around_misses(&remote(), 300, 9973, |_| 0);
+        assert_eq!(sizes[0], 256, "it starts at the store's window");
+        assert!(sizes.windows(2).all(|w| w[1] <= w[0]), "{sizes:?}");
+        assert_eq!(*sizes.last().unwrap(), MIN_AROUND_PAGES, "{sizes:?}");
+        // 300 sparse misses read about 21 MiB, not 300 MiB.
+        let pages: u64 = sizes.iter().sum();
+        assert!(pages < 6000, "{pages} pages read around");
+    }
+
+    #[test]
+    fn used_read_around_windows_grow_to_ra_pages() {
+        let p = remote();
+        let sizes = around_misses(&p, 100, 40_000, |w| w);
+        assert!(sizes.windows(2).all(|w| w[1] >= w[0]), "{sizes:?}");
+        assert_eq!(*sizes.last().unwrap(), p.ra_pages, "{sizes:?}");
+        // Partly used (between an eighth and a half): it stays.
+        let sizes = around_misses(&p, 100, 40_000, |w| w / 4);
+        assert!(sizes.iter().all(|&s| s == 256), "{sizes:?}");
+    }
+
+    #[test]
+    fn read_around_adapts_only_for_a_store_that_asks_for_less() {
+        // A file's (around = ra_pages) and read-around alone: fixed.
+        for p in [full(32, 1 << 30), with(remote(), Hint::Normal, Mode::AroundOnly)] {
+            assert!(!adapts(&p));
+            let want = if p.mode == Mode::Full { 32 } else { p.ra_pages };
+            for used in [0, 1 << 20] {
+                let sizes = around_misses(&p, 50, 50_000, |_| used);
+                assert!(sizes.iter().all(|&s| s == want), "{p:?} {sizes:?}");
+            }
         }
     }
 
@@ -1467,8 +1625,12 @@ mod tests {
             async_size: u64::MAX,
             mmap_miss: u32::MAX,
             prev: Some(u64::MAX),
+            around: u64::MAX,
+            around_read: u64::MAX,
+            around_used: u64::MAX,
         };
         let p = full(u64::MAX, u64::MAX);
+        let _ = on_miss(&mut st.clone(), &Params { around_pages: 8, ..p }, 7, &cache);
         let _ = on_hit(&mut st, &p, u64::MAX - 1, true, &cache);
         assert!(st.mmap_miss <= MMAP_MISS_MAX);
         let _ = on_miss(&mut st, &p, 0, &cache);
@@ -1488,6 +1650,8 @@ mod tests {
         Hit(u64, bool),
         FaultAround(u64),
         Mapped(u64),
+        /// A hit on a read-ahead page mapped this many read-ahead pages.
+        Used(u64),
     }
 
     fn event(object: u64) -> impl Strategy<Value = Event> {
@@ -1498,6 +1662,7 @@ mod tests {
             2 => (page.clone(), any::<bool>()).prop_map(|(i, m)| Event::Hit(i, m)),
             1 => (0..64u64).prop_map(Event::FaultAround),
             1 => page.prop_map(Event::Mapped),
+            1 => (0..512u64).prop_map(Event::Used),
         ]
     }
 
@@ -1539,9 +1704,15 @@ mod tests {
             "{w:?} {p:?}"
         );
         assert!(w.size <= p.ra_pages.max(1), "{w:?} {p:?}");
-        if w.pattern == Pattern::Around && p.mode == Mode::Full {
+        if w.pattern == Pattern::Around && p.mode == Mode::Full && !adapts(p) {
             assert!(
                 w.size <= p.around_pages.min(p.ra_pages).max(1),
+                "{w:?} {p:?}"
+            );
+        }
+        if w.pattern == Pattern::Around && adapts(p) && !w.eof && w.start > 0 {
+            assert!(
+                w.size >= MIN_AROUND_PAGES.min(p.around_pages).max(1),
                 "{w:?} {p:?}"
             );
         }
@@ -1609,9 +1780,34 @@ mod tests {
                     }
                     Event::FaultAround(n) => on_fault_around(&mut st, n),
                     Event::Mapped(i) => on_mapped(&mut st, i),
+                    Event::Used(n) => on_used(&mut st, n),
                 }
                 prop_assert!(st.mmap_miss <= MMAP_MISS_MAX);
+                prop_assert!(st.around <= p.ra_pages.max(1));
                 prop_assert!(st.async_size <= st.size);
+            }
+        }
+
+        #[test]
+        fn the_adaptive_window_stays_between_its_floor_and_ra_pages(
+            ra_pages in 1..=20_000u64,
+            around in 1..=20_000u64,
+            credits in proptest::collection::vec(0..40_000u64, 1..120),
+        ) {
+            let p = Params { ra_pages, around_pages: around.min(ra_pages), ..remote() };
+            let floor = MIN_AROUND_PAGES.min(p.around_pages);
+            let mut st = RaState::default();
+            let cache = BTreeSet::new();
+            for (i, used) in credits.into_iter().enumerate() {
+                let w = on_miss(&mut st, &p, 1_000_000 + i as u64 * 20_000, &cache);
+                on_fault_around(&mut st, 15);
+                on_used(&mut st, used);
+                prop_assert!(w.size <= ra_pages, "{w:?}");
+                if adapts(&p) {
+                    prop_assert!(w.size >= floor && st.around >= floor, "{w:?} {st:?}");
+                } else {
+                    prop_assert_eq!(w.size, p.around_pages);
+                }
             }
         }
 
@@ -1632,14 +1828,14 @@ mod tests {
             for hint in [Hint::Normal, Hint::Sequential, Hint::Random] {
                 for mode in [Mode::Full, Mode::AroundOnly, Mode::Off] {
                     let p = Params { ra_pages, around_pages, object_pages, hint, mode };
-                    let mut st = RaState { start, size, async_size, mmap_miss, prev };
+                    let mut st = RaState { start, size, async_size, mmap_miss, prev, ..RaState::default() };
                     let w = on_miss(&mut st, &p, index, &cache);
                     prop_assert!(w.pages().contains(&index) || index == u64::MAX);
                     if index < object_pages {
                         check_window(&p, &w, Some(index));
                     }
                     let _ = w.marker();
-                    let mut st = RaState { start, size, async_size, mmap_miss, prev };
+                    let mut st = RaState { start, size, async_size, mmap_miss, prev, ..RaState::default() };
                     if let Some(w) = on_hit(&mut st, &p, index, marker, &cache) {
                         prop_assert!(w.start.checked_add(w.size).is_some_and(|e| e <= object_pages));
                         prop_assert!(w.async_size <= w.size);
