@@ -1,11 +1,15 @@
 #![cfg(not(loom))]
 //! Remote objects on real servers: nginx for HTTP ranges, versitygw for
-//! S3, both started by `scripts/remote-servers up` (which
+//! S3, a GCS stub (GCS's XML API over a folder) and Azurite for Azure
+//! Blob, all started by `scripts/remote-servers up` (which
 //! `scripts/test-all` runs around `cargo test`), and the fault-injecting
 //! proxy of `faultmap-proxy` between faultmap and them.
 //!
-//! Every object is a file written into a server's root; every read is
-//! checked byte for byte (CRC and a full comparison) against that file.
+//! Every object is a file written into a server's root (a blob put into
+//! Azurite, which keeps them in memory); every read is checked byte for
+//! byte (CRC and a full comparison) against those bytes. Each test that
+//! runs for one object store runs for every kind (`KINDS`), or says why
+//! not.
 
 mod common;
 use common::MapTrusted;
@@ -16,8 +20,8 @@ use std::time::Duration;
 use common::remote::*;
 use common::*;
 use faultmap::{
-    open_url, Advice, Config, Delivery, HttpStore, IoErrorKind, MapOptions, Pager, RemoteErrorKind,
-    RemoteTuning, S3Options, S3Store, Store,
+    open_url, Advice, AzureOptions, AzureStore, Config, Delivery, GcsOptions, GcsStore, HttpStore,
+    IoErrorKind, MapOptions, Pager, RemoteErrorKind, RemoteTuning, S3Options, S3Store, Store,
 };
 use faultmap_proxy::{ErrorStatus, Fault, Proxy};
 
@@ -32,7 +36,7 @@ const DELIVERIES: [Delivery; 2] = [Delivery::Signal, Delivery::Handler];
 // ---------------------------------------------------------------------------
 
 #[test]
-fn small_objects_read_right_on_both_servers_every_order_both_deliveries() {
+fn small_objects_read_right_on_every_server_every_order_both_deliveries() {
     watchdog(WATCHDOG, || {
         for kind in KINDS {
             for len in [0usize, 1, 4095, 4096, 4097, 3 * 4096 + 17] {
@@ -84,13 +88,17 @@ fn crc(bytes: &[u8]) -> u32 {
 }
 
 #[test]
-fn open_url_opens_both_servers_and_local_paths() {
+fn open_url_opens_every_server_and_local_paths() {
     watchdog(WATCHDOG, || {
         for kind in KINDS {
             let file = put(kind, "url", 10_000, 12);
             let store = open_url(&file.url).unwrap();
             assert_eq!(store.len(), 10_000);
             assert_eq!(store.name(), file.url);
+            // Where the object lives is part of its key for shared caches
+            // (a `gs://` or `az://` URL does not say).
+            let key = store.share_key().unwrap();
+            assert!(key.contains(&server_url(kind)), "{kind:?}: {key}");
             let mut buf = vec![0u8; 100];
             store.read_at(4000, &mut buf).unwrap();
             assert_eq!(buf, file.data[4000..4100]);
@@ -146,6 +154,11 @@ fn a_missing_object_is_not_found_naming_the_url() {
     for (kind, url) in [
         (Kind::Http, format!("{}/no-such-object", s.http_url)),
         (Kind::S3, format!("s3://{}/no-such-object", s.s3_bucket)),
+        (Kind::Gcs, format!("gs://{}/no-such-object", s.gs_bucket)),
+        (
+            Kind::Azure,
+            format!("az://{}/no-such-object", s.az_container),
+        ),
     ] {
         let e = open(kind, &url).err().expect("opened a missing object");
         assert_eq!(remote_kind(&e), RemoteErrorKind::NotFound, "{kind:?}: {e}");
@@ -153,28 +166,48 @@ fn a_missing_object_is_not_found_naming_the_url() {
     }
 }
 
+/// A missing bucket (S3, GCS) or container (Azure) on each object store.
 #[test]
 fn a_missing_bucket_is_told_apart_from_a_missing_key() {
-    let e = S3Store::open("s3://no-such-bucket-faultmap/key").unwrap_err();
-    assert_eq!(remote_kind(&e), RemoteErrorKind::NoSuchBucket, "{e}");
-    assert!(
-        e.to_string().contains("s3://no-such-bucket-faultmap/key"),
-        "{e}"
-    );
+    for (kind, url) in [
+        (Kind::S3, "s3://no-such-bucket-faultmap/key"),
+        (Kind::Gcs, "gs://no-such-bucket-faultmap/key"),
+        (Kind::Azure, "az://no-such-container-faultmap/key"),
+    ] {
+        let e = open(kind, url).err().expect("opened in a missing bucket");
+        assert_eq!(
+            remote_kind(&e),
+            RemoteErrorKind::NoSuchBucket,
+            "{kind:?}: {e}"
+        );
+        assert!(e.to_string().contains(url), "{kind:?}: {e}");
+    }
 }
 
 #[test]
 fn a_connection_refused_a_dns_failure_and_a_tls_failure_are_told_apart() {
-    let s = servers();
     let dead = free_port();
-    let e = HttpStore::open(&format!("http://127.0.0.1:{dead}/x")).unwrap_err();
-    assert_eq!(remote_kind(&e), RemoteErrorKind::ConnectionRefused, "{e}");
-    let e = HttpStore::open("http://no-such-host.invalid/x").unwrap_err();
-    assert_eq!(remote_kind(&e), RemoteErrorKind::Dns, "{e}");
-    // TLS to nginx's plain-HTTP port.
-    let tls = s.http_url.replacen("http://", "https://", 1) + "/x";
-    let e = HttpStore::open(&tls).unwrap_err();
-    assert_eq!(remote_kind(&e), RemoteErrorKind::Tls, "{e}");
+    for kind in KINDS {
+        // Plain HTTP finds its server in the object's URL; an object
+        // store, at its endpoint.
+        let fail = |endpoint: &str| {
+            let url = match kind {
+                Kind::Http => format!("{endpoint}/x"),
+                _ => object_url(kind, "x"),
+            };
+            try_open_at(kind, endpoint, &url, RemoteTuning::default())
+                .err()
+                .expect("opened")
+        };
+        let e = fail(&format!("http://127.0.0.1:{dead}"));
+        let refused = RemoteErrorKind::ConnectionRefused;
+        assert_eq!(remote_kind(&e), refused, "{kind:?}: {e}");
+        let e = fail("http://no-such-host.invalid");
+        assert_eq!(remote_kind(&e), RemoteErrorKind::Dns, "{kind:?}: {e}");
+        // TLS to the server's plain-HTTP port.
+        let e = fail(&server_url(kind).replacen("http://", "https://", 1));
+        assert_eq!(remote_kind(&e), RemoteErrorKind::Tls, "{kind:?}: {e}");
+    }
 }
 
 fn free_port() -> u16 {
@@ -184,8 +217,15 @@ fn free_port() -> u16 {
     port
 }
 
+/// S3 with a wrong secret key, Azure with a wrong account key (in a
+/// private container: Azurite serves a public one's blobs whatever the
+/// key). Not GCS: its stub (`scripts/gcs-stub.py`) checks no credentials
+/// (the client sends none with `disable_oauth`, as against
+/// fake-gcs-server), so no key is wrong there; its secrets are checked by
+/// `a_gcs_key_is_never_shown` below and by the store's unit tests.
 #[test]
 fn wrong_credentials_are_access_denied_and_never_shown() {
+    // S3.
     let file = put(Kind::S3, "denied", 5000, 15);
     let secret = "faultmap-wrong-secret-0123456789";
     let options = S3Options {
@@ -193,6 +233,28 @@ fn wrong_credentials_are_access_denied_and_never_shown() {
         ..S3Options::default()
     };
     let e = S3Store::open_with(&file.url, &options).unwrap_err();
+    assert_eq!(remote_kind(&e), RemoteErrorKind::AccessDenied, "{e}");
+    let text = format!("{e} {e:?} {} {options:?}", error_chain(&e));
+    assert!(!text.contains(secret), "the secret leaked: {text}");
+
+    // Azure: an account key is base64 (anything else is refused before a
+    // request is made). The right key reads the blob.
+    let file = put_private_blob("denied", 5000, 15);
+    let (account, key) = azurite_account();
+    let right = AzureOptions {
+        credentials: Some((account.clone(), key)),
+        ..AzureOptions::default()
+    };
+    assert_eq!(
+        AzureStore::open_with(&file.url, &right).unwrap().len(),
+        5000
+    );
+    let secret = "ZmF1bHRtYXAtd3Jvbmctc2VjcmV0LTAxMjM0NTY3ODk=";
+    let options = AzureOptions {
+        credentials: Some((account, secret.to_string())),
+        ..AzureOptions::default()
+    };
+    let e = AzureStore::open_with(&file.url, &options).unwrap_err();
     assert_eq!(remote_kind(&e), RemoteErrorKind::AccessDenied, "{e}");
     let text = format!("{e} {e:?} {} {options:?}", error_chain(&e));
     assert!(!text.contains(secret), "the secret leaked: {text}");
@@ -216,6 +278,55 @@ fn the_store_debug_output_holds_no_secret() {
     let secret = std::env::var("AWS_SECRET_ACCESS_KEY").unwrap();
     assert!(!text.contains(&secret), "{text}");
     assert!(text.contains(&file.url), "{text}");
+
+    // Azure, with the account's key given.
+    let file = put(Kind::Azure, "debug", 100, 16);
+    let (account, key) = azurite_account();
+    let options = AzureOptions {
+        credentials: Some((account, key.clone())),
+        ..AzureOptions::default()
+    };
+    let store = AzureStore::open_with(&file.url, &options).unwrap();
+    let text = format!("{store:?} {options:?}");
+    assert!(!text.contains(&key), "{text}");
+    assert!(text.contains(&file.url), "{text}");
+}
+
+/// A made-up private key and key ID, in a service account's JSON key
+/// that points the client at the GCS stub (`disable_oauth`: the key is
+/// never used to sign, as with the stub's own service account file).
+const GCS_KEY_LINE: &str = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj";
+const GCS_KEY_ID: &str = "0123456789abcdef0123456789abcdef01234567";
+
+fn gcs_key() -> String {
+    format!(
+        "{{\"gcs_base_url\": \"{}\", \"disable_oauth\": true, \
+         \"client_email\": \"faultmap@example.iam.gserviceaccount.com\", \
+         \"private_key_id\": \"{GCS_KEY_ID}\", \"private_key\": \
+         \"-----BEGIN PRIVATE KEY-----\\n{GCS_KEY_LINE}\\n-----END PRIVATE KEY-----\\n\"}}",
+        server_url(Kind::Gcs)
+    )
+}
+
+#[test]
+fn a_gcs_key_is_never_shown() {
+    let file = put(Kind::Gcs, "gcskey", 100, 16);
+    let options = GcsOptions {
+        service_account_key: Some(gcs_key()),
+        ..GcsOptions::default()
+    };
+    let store = GcsStore::open_with(&file.url, &options).unwrap();
+    let mut buf = [0u8; 100];
+    store.read_at(0, &mut buf).unwrap();
+    assert_eq!(buf[..], file.data[..]);
+    let missing = object_url(Kind::Gcs, "no-such-object");
+    let e = GcsStore::open_with(&missing, &options).unwrap_err();
+    assert_eq!(remote_kind(&e), RemoteErrorKind::NotFound, "{e}");
+    let text = format!("{store:?} {options:?} {e} {e:?} {}", error_chain(&e));
+    for secret in [GCS_KEY_LINE, GCS_KEY_ID] {
+        assert!(!text.contains(secret), "the key leaked: {text}");
+    }
+    assert!(text.contains(&file.url), "{text}");
 }
 
 // ---------------------------------------------------------------------------
@@ -230,6 +341,8 @@ fn a_changed_object_fails_its_unread_pages_never_mixing_versions() {
             let pager = pager(Delivery::Signal);
             let store = open(kind, &file.url).unwrap();
             let object = pager.open(store).unwrap();
+            // Another store of the object, read directly below.
+            let direct = open(kind, &file.url).unwrap();
             // Read page 0 only (no readahead window reaches the rest).
             let map = pager
                 .map_trusted(&object, MapOptions::new().fault_around_order(0))
@@ -237,10 +350,13 @@ fn a_changed_object_fails_its_unread_pages_never_mixing_versions() {
             map.advise(faultmap::Advice::Random, 0..map.len()).unwrap();
             assert_eq!(touch(&map, 0), file.data[0]);
             // A new version of the object, same length.
-            std::fs::write(&file.path, pattern(64 * PAGE, 18)).unwrap();
+            file.rewrite(&pattern(64 * PAGE, 18));
             // Let the mtime move on for servers with one-second ETags.
             std::thread::sleep(Duration::from_millis(1100));
-            std::fs::write(&file.path, pattern(64 * PAGE, 18)).unwrap();
+            file.rewrite(&pattern(64 * PAGE, 18));
+            let mut buf = vec![0u8; PAGE];
+            let e = direct.read_at(40 * PAGE as u64, &mut buf).unwrap_err();
+            assert_eq!(remote_kind(&e), RemoteErrorKind::Changed, "{kind:?}: {e}");
             let r = page_range(&map, 40);
             map.advise(faultmap::Advice::WillNeed, r).unwrap();
             assert!(
@@ -276,14 +392,19 @@ fn a_trace_recorded_on_a_remote_object_replays_on_it_and_not_on_a_new_version() 
             let trace = map.trace().unwrap();
             drop(map);
             assert_eq!(trace.runs(), &[200..201, 3..4, 100..101, 4..5]);
-            // nginx gives an ETag; versitygw none for a file written into
-            // its directory, so its Last-Modified is the version.
+            // nginx, the GCS stub and Azurite give an ETag (GCS a
+            // generation too: pinned, not sent); versitygw none for a file
+            // written into its directory, so its Last-Modified is the
+            // version.
             let version = trace.object_version().unwrap();
-            let want = match kind {
-                Kind::Http => "etag",
-                Kind::S3 => "last-modified",
+            let want: &[&str] = match kind {
+                Kind::Http | Kind::Azure => &["etag"],
+                Kind::S3 => &["last-modified"],
+                Kind::Gcs => &["etag", "version id"],
             };
-            assert!(version.contains(want), "{kind:?}: {version}");
+            for want in want {
+                assert!(version.contains(want), "{kind:?}: {version}");
+            }
             // The same version: replayed, every page read before it is
             // touched.
             let cold = pager(Delivery::Signal);
@@ -304,7 +425,7 @@ fn a_trace_recorded_on_a_remote_object_replays_on_it_and_not_on_a_new_version() 
             drop(map);
             // A new version (its ETag moves with the mtime): refused.
             std::thread::sleep(Duration::from_millis(1100));
-            std::fs::write(&file.path, pattern(256 * PAGE, 20)).unwrap();
+            file.rewrite(&pattern(256 * PAGE, 20));
             let e = cold
                 .map_trusted(
                     open(kind, &file.url).unwrap(),

@@ -2,10 +2,12 @@
 //!
 //! A [`Store`] is a random-access byte source of fixed length: a local file
 //! ([`FileStore`], module `file`), a buffer ([`MemStore`], module
-//! `memory`), an object behind HTTP ([`HttpStore`], module `http`) or in an
-//! S3-compatible service ([`S3Store`], module `s3`), the last two on the
-//! shared remote core (module `remote`). [`open_url`] (module `url`) opens
-//! whichever a URL or path names. The fault path asks for a contiguous run of pages in one call
+//! `memory`), an object behind HTTP ([`HttpStore`], module `http`), in an
+//! S3-compatible service ([`S3Store`], module `s3`), in Google Cloud
+//! Storage ([`GcsStore`], module `gcs`) or in Azure Blob Storage
+//! ([`AzureStore`], module `azure`), the last four on the shared remote
+//! core (module `remote`). [`open_url`] (module `url`) opens whichever a
+//! URL or path names. The fault path asks for a contiguous run of pages in one call
 //! ([`Store::read_at`]) and hands the store the final destination (the
 //! cache's alias mapping), so a store that can read straight into it
 //! (pread, a socket read) copies nothing twice.
@@ -29,7 +31,11 @@
 //! readahead window) and [`crate::sys`]. The page cache above fills itself
 //! through this trait and knows no kind of store.
 
+#[cfg(not(loom))]
+mod azure;
 mod file;
+#[cfg(not(loom))]
+mod gcs;
 #[cfg(not(loom))]
 mod http;
 mod memory;
@@ -44,7 +50,11 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+#[cfg(not(loom))]
+pub use azure::{AzureOptions, AzureStore};
 pub use file::{FileIo, FileStore, ParseFileIoError};
+#[cfg(not(loom))]
+pub use gcs::{GcsOptions, GcsStore};
 #[cfg(not(loom))]
 pub use http::HttpStore;
 pub use memory::MemStore;
@@ -279,6 +289,15 @@ impl std::fmt::Debug for ReadBuf {
     }
 }
 
+/// What a request to a store costs ([`Store::link`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Link {
+    /// From sending a request to its first byte.
+    pub latency: std::time::Duration,
+    /// The rate of one request's body, in bytes per second.
+    pub bytes_per_sec: u64,
+}
+
 /// What an asynchronous read calls when it ends: the buffer back, and the
 /// result.
 pub type ReadDone = Box<dyn FnOnce(ReadBuf, Result<(), StoreError>) + Send>;
@@ -324,6 +343,17 @@ pub trait Store: Send + Sync + 'static {
     /// Default: 256 (1 MiB).
     fn io_pages(&self) -> u64 {
         256
+    }
+
+    /// What a request to this store costs, as measured so far: its
+    /// first-byte latency and the bandwidth of one request's body. Batched
+    /// prefetch (`Mapping::prefetch_ranges`) reads a hole between two
+    /// ranges rather than make another request when the hole moves in less
+    /// than a share of a round trip (`crate::policy::coalesce`). Default:
+    /// `None` (a local store: only ranges that touch are merged). A store
+    /// that wraps another should forward it.
+    fn link(&self) -> Option<Link> {
+        None
     }
 
     /// Fills all of `buf` with the object's bytes at `[offset, offset +
@@ -418,6 +448,9 @@ macro_rules! forward_store {
             }
             fn io_pages(&self) -> u64 {
                 (**self).io_pages()
+            }
+            fn link(&self) -> Option<Link> {
+                (**self).link()
             }
             fn version(&self) -> Option<String> {
                 (**self).version()

@@ -1,14 +1,23 @@
 //! Opening by URL: [`open_url`] turns `s3://bucket/key`,
-//! `http(s)://host/path` or a local path into a store.
+//! `gs://bucket/key`, `az://container/key` (or `abfs[s]://`),
+//! `http(s)://host/path` or a local path into a store; and the URL
+//! checks every remote store shares (no credentials in a URL, an object
+//! key's escapes).
+
+use object_store::path::Path;
 
 use super::remote::{RemoteErrorKind, RemoteTuning};
-use super::{FileStore, HttpStore, S3Options, S3Store, Store, StoreError};
+use super::{
+    AzureOptions, AzureStore, FileStore, GcsOptions, GcsStore, HttpStore, S3Options, S3Store,
+    Store, StoreError,
+};
 
 /// Opens the object that `target` names: `s3://bucket/key` (an
-/// [`S3Store`]), `http://` or `https://` (an [`HttpStore`]), `file:///path`
-/// or a plain path (a [`FileStore`]). Any other scheme is a clear error
-/// naming it. Remote objects are opened with the default
-/// [`RemoteTuning`]; see [`open_url_with`].
+/// [`S3Store`]), `gs://bucket/key` (a [`GcsStore`]), `az://container/key`,
+/// `abfs://` or `abfss://` (an [`AzureStore`]), `http://` or `https://`
+/// (an [`HttpStore`]), `file:///path` or a plain path (a [`FileStore`]).
+/// Any other scheme is a clear error naming it. Remote objects are opened
+/// with the default [`RemoteTuning`]; see [`open_url_with`].
 pub fn open_url(target: &str) -> Result<Box<dyn Store>, StoreError> {
     open_url_with(target, &RemoteTuning::default())
 }
@@ -28,6 +37,20 @@ pub fn open_url_with(target: &str, tuning: &RemoteTuning) -> Result<Box<dyn Stor
             };
             Ok(Box::new(S3Store::open_with(target, &options)?))
         }
+        "gs" => {
+            let options = GcsOptions {
+                tuning: *tuning,
+                ..GcsOptions::default()
+            };
+            Ok(Box::new(GcsStore::open_with(target, &options)?))
+        }
+        "az" | "abfs" | "abfss" => {
+            let options = AzureOptions {
+                tuning: *tuning,
+                ..AzureOptions::default()
+            };
+            Ok(Box::new(AzureStore::open_with(target, &options)?))
+        }
         "http" | "https" => Ok(Box::new(HttpStore::open_with(target, *tuning)?)),
         "file" => {
             let (parsed, shown) = parse(target)?;
@@ -45,7 +68,8 @@ pub fn open_url_with(target: &str, tuning: &RemoteTuning) -> Result<Box<dyn Stor
                 });
             Err(bad_url(
                 &shown,
-                "unsupported scheme (faultmap opens s3://, http://, https://, file:// and local paths)",
+                "unsupported scheme (faultmap opens s3://, gs://, az://, abfs://, abfss://, \
+                 http://, https://, file:// and local paths)",
             ))
         }
     }
@@ -55,27 +79,69 @@ pub fn open_url_with(target: &str, tuning: &RemoteTuning) -> Result<Box<dyn Stor
 /// information or a query string are refused, since their secrets would
 /// end up in messages.
 pub(crate) fn parse(target: &str) -> Result<(url::Url, String), StoreError> {
+    parse_url(target, false)
+}
+
+/// [`parse`], keeping a user name without a password: in
+/// `abfss://container@account.dfs.core.windows.net/key` it names the
+/// container, not a user, and is shown. A password is refused as in
+/// `parse`, and so is a query string.
+pub(crate) fn parse_with_user(target: &str) -> Result<(url::Url, String), StoreError> {
+    parse_url(target, true)
+}
+
+/// [`parse`], or [`parse_with_user`] if `user_is_a_name`.
+fn parse_url(target: &str, user_is_a_name: bool) -> Result<(url::Url, String), StoreError> {
     let parsed =
         url::Url::parse(target).map_err(|_| bad_url(&redact(target), "not a valid URL"))?;
     let mut shown = parsed.clone();
-    let _ = shown.set_username("");
+    if !user_is_a_name {
+        let _ = shown.set_username("");
+    }
     let _ = shown.set_password(None);
     shown.set_query(None);
     shown.set_fragment(None);
     let shown = shown.to_string();
-    if !parsed.username().is_empty() || parsed.password().is_some() {
+    let user = !parsed.username().is_empty() && !user_is_a_name;
+    if user || parsed.password().is_some() {
         return Err(bad_url(
             &shown,
-            "credentials in the URL are not supported (S3 reads the AWS environment)",
+            "credentials in the URL are not supported (each store reads its service's \
+             environment: AWS_*, GOOGLE_*, AZURE_*)",
         ));
     }
     if parsed.query().is_some() {
         return Err(bad_url(
             &shown,
-            "query strings (presigned URLs) are not supported",
+            "query strings (presigned URLs, SAS tokens) are not supported",
         ));
     }
     Ok((parsed, shown))
+}
+
+/// The object path of a `gs://` or `az://` URL's path: its escapes
+/// decoded, each `/` a separator. Refuses an escaped `/` (tools disagree
+/// on whether `a%2Fb` names the key `a/b` or the key `a%2Fb`), a key that
+/// ends in `/` (a folder: the client would drop the `/` and read another
+/// key), and an empty key, with `no_key` as the reason.
+pub(crate) fn object_key(url_path: &str, no_key: &'static str) -> Result<Path, &'static str> {
+    let escaped_slash = url_path
+        .as_bytes()
+        .windows(3)
+        .any(|w| w[0] == b'%' && w[1] == b'2' && w[2].eq_ignore_ascii_case(&b'f'));
+    if escaped_slash {
+        return Err(
+            "an escaped '/' (%2F) in the key is ambiguous (some tools read it as a \
+             separator, others as the three characters): write the key's '/' as is",
+        );
+    }
+    if url_path.trim_start_matches('/').is_empty() {
+        return Err(no_key);
+    }
+    if url_path.ends_with('/') {
+        return Err("the key ends in '/' (a folder, not an object)");
+    }
+    Path::from_url_path(url_path).map_err(|_| "the key is not a valid object path")
 }
 
 /// `target` without anything between `://` and an `@` (user
@@ -121,6 +187,9 @@ mod tests {
         let (url, k) = kind(open_url("ftp://example.com/x"));
         assert_eq!(url, "ftp://example.com/x");
         assert!(matches!(k, RemoteErrorKind::BadUrl(why) if why.contains("unsupported scheme")));
+        for scheme in ["s3://", "gs://", "az://", "abfss://"] {
+            assert!(matches!(&k, RemoteErrorKind::BadUrl(why) if why.contains(scheme)));
+        }
     }
 
     #[test]
@@ -132,6 +201,10 @@ mod tests {
             "http://user:hunter2secret@[bad/x",
             "http://user:hunter2@topsecret@[bad/x",
             "http://user:p@ss@host:9/x",
+            "gs://user:hunter2secret@bucket/key",
+            "gs://bucket/key?GoogleAccessId=a&Signature=hunter2secret",
+            "az://container/key?sv=2022-11-02&sig=hunter2secret",
+            "abfss://container:hunter2secret@acct.dfs.core.windows.net/key",
         ] {
             let e = open_url(target).err().expect("refused");
             let text = format!("{e} {e:?}");
@@ -155,6 +228,49 @@ mod tests {
             kind(open_url("http://127.0.0.1:9")).1,
             RemoteErrorKind::BadUrl(_)
         ));
+        for target in [
+            "gs://bucket",
+            "gs:///key",
+            "az://container",
+            "az:///key",
+            "abfs://container/",
+            "abfss://container@acct.dfs.core.windows.net",
+            "abfss://container@acct.dfs.core.windows.net/dir/",
+        ] {
+            let (url, k) = kind(open_url(target));
+            assert!(matches!(k, RemoteErrorKind::BadUrl(_)), "{target}: {k}");
+            assert!(!url.is_empty(), "{target}");
+        }
+    }
+
+    #[test]
+    fn an_object_key_decodes_its_escapes_and_refuses_an_escaped_slash() {
+        let no_key = "no key";
+        for bad in ["/a%2Fb.bin", "/a%2fb", "/%2F", "/dir/x%2F"] {
+            assert!(
+                object_key(bad, no_key).unwrap_err().contains("%2F"),
+                "{bad}"
+            );
+        }
+        assert_eq!(object_key("/a%20b/c", no_key).unwrap().as_ref(), "a b/c");
+        assert_eq!(object_key("/a/b.bin", no_key).unwrap().as_ref(), "a/b.bin");
+        assert_eq!(object_key("/", no_key), Err(no_key));
+        assert_eq!(object_key("", no_key), Err(no_key));
+        assert!(object_key("/dir/", no_key)
+            .unwrap_err()
+            .contains("ends in '/'"));
+    }
+
+    #[test]
+    fn a_container_in_the_user_part_is_shown_a_password_never() {
+        let (_, shown) = parse_with_user("abfss://c@acct.dfs.core.windows.net/k").unwrap();
+        assert_eq!(shown, "abfss://c@acct.dfs.core.windows.net/k");
+        let e = parse_with_user("abfss://c:hunter2@acct.dfs.core.windows.net/k").unwrap_err();
+        let text = format!("{e} {e:?}");
+        assert!(!text.contains("hunter2"), "{text}");
+        // A plain `parse` shows no user at all.
+        let e = parse("s3://AKIAUSERNAME@bucket/key").unwrap_err();
+        assert!(!format!("{e} {e:?}").contains("AKIAUSERNAME"));
     }
 
     #[test]
