@@ -44,6 +44,9 @@ pub const WORD: usize = 8;
 /// Pages per cluster of the `clustered` pattern: 64 KiB.
 pub const CLUSTER_PAGES: u64 = 16;
 
+/// Rows per batch of the `batch` pattern.
+pub const BATCH_ROWS: usize = 64;
+
 /// The seed of the random orders (thread `i` uses `ACCESS_SEED + i`).
 pub const ACCESS_SEED: u64 = 0x5eed_0001;
 
@@ -57,6 +60,9 @@ pub enum Access {
     Rand,
     /// Random 64 KiB clusters, the pages of a cluster in order.
     Clustered,
+    /// `rand`'s pages as 4 KiB rows in batches of [`BATCH_ROWS`]: each
+    /// batch is prefetched (where the engine can) and then read.
+    Batch,
 }
 
 impl Access {
@@ -66,6 +72,7 @@ impl Access {
             Access::Seq => "seq",
             Access::Rand => "rand",
             Access::Clustered => "clustered",
+            Access::Batch => "batch",
         }
     }
 }
@@ -128,19 +135,79 @@ impl AccessPlan {
     }
 
     /// What thread `thread` does over `data` (the mapping the plan was made
-    /// for); returns the wrapping sum of the words it read.
+    /// for); returns the wrapping sum of the words it read. `batch` reads
+    /// its rows one by one, as an engine without a batched prefetch does.
     pub fn walk(&self, thread: usize, data: &[u8]) -> u64 {
+        self.walk_batched(thread, data, &mut |_| Ok(()))
+            .unwrap_or_default()
+    }
+
+    /// [`AccessPlan::walk`], where `batch` calls `prefetch` with each
+    /// batch's rows (byte ranges of `data`) before it reads them. A
+    /// prefetch's error ends the walk.
+    pub fn walk_batched(
+        &self,
+        thread: usize,
+        data: &[u8],
+        prefetch: &mut dyn FnMut(&[Range<u64>]) -> Result<()>,
+    ) -> Result<u64> {
         let Some(part) = self.parts.get(thread) else {
-            return 0;
+            return Ok(0);
         };
         let data = &data[..self.len.min(data.len())];
+        if self.access == Access::Batch {
+            let pages: Vec<u64> = self.touched(part).collect();
+            let mut sum = 0u64;
+            for batch in pages.chunks(BATCH_ROWS) {
+                let rows: Vec<Range<u64>> = batch
+                    .iter()
+                    .map(|&p| {
+                        let start = byte(p, data.len()) as u64;
+                        start..byte(p + 1, data.len()) as u64
+                    })
+                    .collect();
+                prefetch(&rows)?;
+                sum = batch
+                    .iter()
+                    .fold(sum, |s, &p| s.wrapping_add(first_word(data, p)));
+            }
+            return Ok(sum);
+        }
+        Ok(self.walk_part(part, data))
+    }
+
+    /// [`AccessPlan::walk_batched`] over a faultmap mapping: each batch
+    /// prefetched at once (`Mapping::prefetch_ranges`) and waited for. The
+    /// first failure is kept in `failed` (the walk returns 0 then).
+    pub fn walk_mapping<A: faultmap::Access>(
+        &self,
+        thread: usize,
+        map: &faultmap::Mapping<A>,
+        failed: &std::sync::Mutex<Option<anyhow::Error>>,
+    ) -> u64 {
+        let mut prefetch = |rows: &[Range<u64>]| -> Result<()> {
+            map.prefetch_ranges(rows)?;
+            map.wait_ranges(rows)?;
+            Ok(())
+        };
+        match self.walk_batched(thread, map, &mut prefetch) {
+            Ok(sum) => sum,
+            Err(e) => {
+                let mut slot = failed.lock().unwrap_or_else(|e| e.into_inner());
+                slot.get_or_insert(e);
+                0
+            }
+        }
+    }
+
+    fn walk_part(&self, part: &Part, data: &[u8]) -> u64 {
         match self.access {
             Access::Seq => {
                 let start = byte(part.pages.start, data.len());
                 let end = byte(part.pages.end, data.len());
                 sum_words(&data[start..end])
             }
-            Access::Rand | Access::Clustered => self
+            Access::Rand | Access::Clustered | Access::Batch => self
                 .touched(part)
                 .fold(0u64, |sum, page| sum.wrapping_add(first_word(data, page))),
         }
@@ -159,7 +226,7 @@ impl AccessPlan {
     fn part_pages(&self, part: &Part) -> u64 {
         match self.access {
             Access::Seq => part.pages.end - part.pages.start,
-            Access::Rand | Access::Clustered => self.touched(part).count() as u64,
+            Access::Rand | Access::Clustered | Access::Batch => self.touched(part).count() as u64,
         }
     }
 
@@ -172,7 +239,7 @@ impl AccessPlan {
 /// Pages per unit of a pattern's order.
 fn unit(access: Access) -> u64 {
     match access {
-        Access::Seq | Access::Rand => 1,
+        Access::Seq | Access::Rand | Access::Batch => 1,
         Access::Clustered => CLUSTER_PAGES,
     }
 }
@@ -347,6 +414,39 @@ mod tests {
         // A sample larger than the object is the whole object.
         let d = AccessPlan::new(Access::Rand, 10 * PAGE_SIZE, 1, Coverage::Sample(99)).unwrap();
         assert_eq!(d.pages_touched(), 10);
+    }
+
+    #[test]
+    fn batches_are_rands_pages_in_rows_of_64_each_prefetched_first() {
+        let d = numbered(1000, 0);
+        let coverage = Coverage::Sample(150);
+        let rand = AccessPlan::new(Access::Rand, d.len(), 1, coverage).unwrap();
+        let batch = AccessPlan::new(Access::Batch, d.len(), 1, coverage).unwrap();
+        assert_eq!(all_pages(&rand), all_pages(&batch));
+        let mut rows = Vec::new();
+        let sum = batch
+            .walk_batched(0, &d, &mut |b| {
+                rows.push(b.to_vec());
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(sum, rand.walk(0, &d));
+        let sizes: Vec<usize> = rows.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [64, 64, 22]);
+        let mut pages: Vec<u64> = rows
+            .iter()
+            .flatten()
+            .map(|r| r.start / PAGE_SIZE as u64)
+            .collect();
+        pages.sort_unstable();
+        assert_eq!(pages, all_pages(&rand));
+        assert!(rows
+            .iter()
+            .flatten()
+            .all(|r| r.end - r.start == PAGE_SIZE as u64));
+        // A failed prefetch ends the walk.
+        let failed = batch.walk_batched(0, &d, &mut |_| anyhow::bail!("no"));
+        assert!(failed.is_err());
     }
 
     #[test]

@@ -109,7 +109,11 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     // 4. The kernel's page cache.
     let kernel_cache_dropped = args.cold && drop_kernel_cache();
     // 5. The walk.
-    let timed = crate::timed::run(threads, |i| plan.walk(i, &map))?;
+    let failed = std::sync::Mutex::new(None);
+    let timed = crate::timed::run(threads, |i| plan.walk_mapping(i, &map, &failed))?;
+    if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e.context("a batch's prefetch failed"));
+    }
     // 6. Settle.
     let bytes = map.len() as u64;
     let trace = args.map.save_trace(&map)?;
@@ -213,6 +217,10 @@ fn access_line(r: &StatsReport<'_>) -> String {
         Access::Rand => "the first word of every page, pages in a random order",
         Access::Clustered => {
             "64 KiB clusters in a random order, the first word of each page of a cluster in order"
+        }
+        Access::Batch => {
+            "the pages of rand as 4 KiB rows in batches of 64, each batch prefetched \
+             (prefetch_ranges) and then read"
         }
     };
     format!(

@@ -1,4 +1,6 @@
 #![cfg(not(loom))]
+// Lists of one range are lists of ranges here, not ranges made lists.
+#![allow(clippy::single_range_in_vec_init)]
 //! Batched prefetch (`Mapping::prefetch_ranges`, `Mapping::wait_ranges`):
 //! the bytes, the coalescing across holes, pages already cached, the
 //! memory budget, bad ranges, failures, and the cancellation when the
@@ -265,7 +267,7 @@ fn a_range_outside_the_mapping_is_refused_and_nothing_is_read() {
         for bad in [0..len + 1, 5..4, u64::MAX - 1..u64::MAX] {
             let e = map.prefetch_ranges(&[0..10, bad.clone()]).unwrap_err();
             assert!(matches!(e, MapError::Options(_)), "{bad:?}: {e}");
-            let e = map.wait_ranges(&[bad.clone()]).unwrap_err();
+            let e = map.wait_ranges(std::slice::from_ref(&bad)).unwrap_err();
             assert!(matches!(e, MapError::Options(_)), "{bad:?}: {e}");
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -117,11 +117,15 @@ fn remote_options(args: &BenchArgs) -> Result<remote::RemoteOptions> {
                 workload::Workload::Seq => Ok(Access::Seq),
                 workload::Workload::Rand => Ok(Access::Rand),
                 workload::Workload::Clustered => Ok(Access::Clustered),
+                workload::Workload::Batch => Ok(Access::Batch),
                 workload::Workload::Sparse
                 | workload::Workload::Scattered
                 | workload::Workload::Pages
                 | workload::Workload::Hotcold => {
-                    anyhow::bail!("--remote runs seq, rand and clustered, not {}", w.name())
+                    anyhow::bail!(
+                        "--remote runs seq, rand, clustered and batch, not {}",
+                        w.name()
+                    )
                 }
             })
             .collect::<Result<_>>()?

@@ -77,6 +77,10 @@ pub enum Workload {
     Pages,
     /// Budget only (--budget): 90% of the touches on a hot set, 10% uniform.
     Hotcold,
+    /// Remote only (--remote): rand's sampled pages as 4 KiB rows in
+    /// batches of 64, each batch prefetched (faultmap's `prefetch_ranges`)
+    /// and then read.
+    Batch,
 }
 
 impl Workload {
@@ -90,6 +94,7 @@ impl Workload {
             Workload::Clustered => "clustered",
             Workload::Pages => "pages",
             Workload::Hotcold => "hotcold",
+            Workload::Batch => "batch",
         }
     }
 
@@ -112,16 +117,18 @@ impl Workload {
             }
             Workload::Pages => "the fault path: one byte per 4 KiB page, in order",
             Workload::Hotcold => "90% of the touches on a hot set, 10% uniform",
+            Workload::Batch => "batches of 64 random 4 KiB rows, each prefetched and then read",
         }
     }
 
     /// The benchmark a workload the warm one does not run belongs to (its
-    /// flag without `--`): `cold` for `clustered`, `budget` for `hotcold`;
-    /// `None` for the warm workloads.
+    /// flag without `--`): `cold` for `clustered`, `budget` for `hotcold`,
+    /// `remote` for `batch`; `None` for the warm workloads.
     pub fn only_in(self) -> Option<&'static str> {
         match self {
             Workload::Clustered => Some("cold"),
             Workload::Hotcold => Some("budget"),
+            Workload::Batch => Some("remote"),
             Workload::Seq
             | Workload::Rand
             | Workload::Sparse
@@ -155,7 +162,7 @@ impl Plan {
                 vec![pages; threads]
             }
             Workload::Seq | Workload::Sparse | Workload::Pages => Vec::new(),
-            Workload::Clustered | Workload::Hotcold => bail!(
+            Workload::Clustered | Workload::Hotcold | Workload::Batch => bail!(
                 "{} is a workload of the {1} benchmark (--{1})",
                 workload.name(),
                 workload.only_in().unwrap_or("warm")
@@ -174,7 +181,7 @@ impl Plan {
         match self.workload {
             Workload::Rand | Workload::Scattered => self.perms.len(),
             Workload::Seq | Workload::Sparse | Workload::Pages => usize::MAX,
-            Workload::Clustered | Workload::Hotcold => 0,
+            Workload::Clustered | Workload::Hotcold | Workload::Batch => 0,
         }
     }
 
@@ -185,7 +192,7 @@ impl Plan {
             Workload::Rand | Workload::Scattered => walk_pages(data, &self.perms[thread]),
             Workload::Sparse => walk_sparse(data),
             Workload::Pages => walk_page_bytes(data),
-            Workload::Clustered | Workload::Hotcold => 0,
+            Workload::Clustered | Workload::Hotcold | Workload::Batch => 0,
         }
     }
 }

@@ -1184,6 +1184,7 @@ impl Pager {
             ra: RaCounters::default(),
             ra_pages: opts.ra_pages_override().unwrap_or(object.0.ra_pages),
             ra_mode: opts.readahead_mode(),
+            ra_adapt: opts.adaptive_read_around(),
             hints: AtomicPtr::new(Box::into_raw(Box::default())),
             mapped: MappedPages::new(extent.pages),
             successors: Mutex::new(Vec::new()),

@@ -600,6 +600,7 @@ pub struct MapOptions {
     auto: bool,
     ra_pages: Option<u64>,
     readahead: Mode,
+    fixed_read_around: bool,
     /// Record the first-touch trace ([`MapOptions::record_trace`]).
     record: bool,
     /// The trace to replay ([`MapOptions::replay_trace`]).
@@ -619,6 +620,7 @@ impl Default for MapOptions {
             auto: false,
             ra_pages: None,
             readahead: Mode::Full,
+            fixed_read_around: false,
             record: false,
             replay: None,
             replay_ahead: None,
@@ -708,6 +710,21 @@ impl MapOptions {
     /// The readahead algorithm.
     pub fn readahead_mode(&self) -> Mode {
         self.readahead
+    }
+
+    /// Keeps the read-around window of a remote store at its fixed size
+    /// (`Store::around_pages`) instead of adapting it to how much of it is
+    /// used (the default; see `policy::readahead`, "Adaptive
+    /// read-around"). For comparisons.
+    pub fn fixed_read_around(mut self) -> Self {
+        self.fixed_read_around = true;
+        self
+    }
+
+    /// Whether the read-around window adapts (see
+    /// [`MapOptions::fixed_read_around`]).
+    pub fn adaptive_read_around(&self) -> bool {
+        !self.fixed_read_around
     }
 
     /// Records the order in which the mapping's pages are first touched:

@@ -73,6 +73,9 @@ pub(crate) struct Region {
     pub(crate) ra_pages: u64,
     /// Which readahead runs.
     pub(crate) ra_mode: Mode,
+    /// Whether a remote store's read-around window adapts
+    /// (`MapOptions::fixed_read_around`).
+    pub(crate) ra_adapt: bool,
     /// Hints set with `Mapping::advise`, as sorted, disjoint ranges of
     /// region pages (pages not listed are `Normal`).
     /// Published like the table (read in read sections, replaced under the
@@ -302,6 +305,7 @@ impl Region {
             object_pages: self.object.cache.states.pages(),
             hint,
             mode: self.ra_mode,
+            adapt: self.ra_adapt,
         }
     }
 
@@ -341,6 +345,7 @@ impl Region {
             ra: RaCounters::default(),
             ra_pages: self.ra_pages,
             ra_mode: self.ra_mode,
+            ra_adapt: self.ra_adapt,
             hints: AtomicPtr::new(Box::into_raw(Box::new(hints))),
             mapped: MappedPages::new(self.pages),
             successors: Mutex::new(Vec::new()),
@@ -381,6 +386,7 @@ impl Region {
             ra: RaCounters::default(),
             ra_pages: object.ra_pages,
             ra_mode: opts.readahead_mode(),
+            ra_adapt: opts.adaptive_read_around(),
             hints: AtomicPtr::new(Box::into_raw(Box::default())),
             mapped: MappedPages::new(pages),
             successors: Mutex::new(Vec::new()),
@@ -454,6 +460,7 @@ impl Region {
             ra: RaCounters::default(),
             ra_pages: self.ra_pages,
             ra_mode: self.ra_mode,
+            ra_adapt: self.ra_adapt,
             hints: AtomicPtr::new(Box::into_raw(Box::new(hints))),
             mapped,
             successors: Mutex::new(Vec::new()),

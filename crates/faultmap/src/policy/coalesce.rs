@@ -87,6 +87,8 @@ pub fn union(ranges: &[Range<u64>]) -> Vec<Range<u64>> {
 }
 
 #[cfg(test)]
+// A list of one range is a list of ranges here, not a range made a list.
+#[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

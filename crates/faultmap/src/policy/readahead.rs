@@ -396,6 +396,9 @@ pub struct Params {
     pub hint: Hint,
     /// Which readahead runs.
     pub mode: Mode,
+    /// Whether the read-around window may adapt (see [`adapts`]); `false`
+    /// keeps `around_pages` (`MapOptions::fixed_read_around`).
+    pub adapt: bool,
 }
 
 /// Why a window was read: the rows of the readahead table.
@@ -578,9 +581,10 @@ pub fn on_used(state: &mut RaState, pages: u64) {
 
 /// Whether read-around adapts its window under `p`: under [`Mode::Full`],
 /// for a store that asks for a smaller window than `ra_pages` (a remote
-/// one). Elsewhere it is the kernel's fixed `ra_pages`.
+/// one), unless the mapping fixed it ([`Params::adapt`]). Elsewhere it is
+/// the store's fixed window (the kernel's `ra_pages`).
 pub fn adapts(p: &Params) -> bool {
-    p.mode == Mode::Full && p.around_pages < p.ra_pages
+    p.adapt && p.mode == Mode::Full && p.around_pages < p.ra_pages
 }
 
 /// The read-around window of this miss, in `1..=ra_pages` (see "Adaptive
@@ -825,6 +829,7 @@ mod tests {
             object_pages,
             hint: Hint::Normal,
             mode: Mode::Full,
+            adapt: true,
         }
     }
 
@@ -837,6 +842,7 @@ mod tests {
             object_pages: 4 << 20,
             hint: Hint::Normal,
             mode: Mode::Full,
+            adapt: true,
         }
     }
 
@@ -881,11 +887,22 @@ mod tests {
     }
 
     #[test]
-    fn read_around_adapts_only_for_a_store_that_asks_for_less() {
+    fn read_around_adapts_only_for_a_store_that_asks_for_less_unless_fixed() {
         // A file's (around = ra_pages) and read-around alone: fixed.
-        for p in [full(32, 1 << 30), with(remote(), Hint::Normal, Mode::AroundOnly)] {
+        let fixed = Params {
+            adapt: false,
+            ..remote()
+        };
+        for p in [
+            full(32, 1 << 30),
+            with(remote(), Hint::Normal, Mode::AroundOnly),
+            fixed,
+        ] {
             assert!(!adapts(&p));
-            let want = if p.mode == Mode::Full { 32 } else { p.ra_pages };
+            let want = match p.mode {
+                Mode::Full => p.around_pages,
+                _ => p.ra_pages,
+            };
             for used in [0, 1 << 20] {
                 let sizes = around_misses(&p, 50, 50_000, |_| used);
                 assert!(sizes.iter().all(|&s| s == want), "{p:?} {sizes:?}");
@@ -1630,7 +1647,15 @@ mod tests {
             around_used: u64::MAX,
         };
         let p = full(u64::MAX, u64::MAX);
-        let _ = on_miss(&mut st.clone(), &Params { around_pages: 8, ..p }, 7, &cache);
+        let _ = on_miss(
+            &mut st.clone(),
+            &Params {
+                around_pages: 8,
+                ..p
+            },
+            7,
+            &cache,
+        );
         let _ = on_hit(&mut st, &p, u64::MAX - 1, true, &cache);
         assert!(st.mmap_miss <= MMAP_MISS_MAX);
         let _ = on_miss(&mut st, &p, 0, &cache);
@@ -1685,6 +1710,7 @@ mod tests {
                 object_pages,
                 hint,
                 mode,
+                adapt: true,
             })
     }
 
@@ -1827,7 +1853,7 @@ mod tests {
             let cache: BTreeSet<u64> = BTreeSet::new();
             for hint in [Hint::Normal, Hint::Sequential, Hint::Random] {
                 for mode in [Mode::Full, Mode::AroundOnly, Mode::Off] {
-                    let p = Params { ra_pages, around_pages, object_pages, hint, mode };
+                    let p = Params { ra_pages, around_pages, object_pages, hint, mode, adapt: true };
                     let mut st = RaState { start, size, async_size, mmap_miss, prev, ..RaState::default() };
                     let w = on_miss(&mut st, &p, index, &cache);
                     prop_assert!(w.pages().contains(&index) || index == u64::MAX);

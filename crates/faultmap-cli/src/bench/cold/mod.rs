@@ -143,7 +143,11 @@ fn cold_access(w: Workload) -> Option<Access> {
         Workload::Seq => Some(Access::Seq),
         Workload::Rand => Some(Access::Rand),
         Workload::Clustered => Some(Access::Clustered),
-        Workload::Sparse | Workload::Scattered | Workload::Pages | Workload::Hotcold => None,
+        Workload::Sparse
+        | Workload::Scattered
+        | Workload::Pages
+        | Workload::Hotcold
+        | Workload::Batch => None,
     }
 }
 
@@ -151,7 +155,7 @@ fn cold_access(w: Workload) -> Option<Access> {
 fn threads_of(workload: Access, seq_threads: &[u16]) -> Vec<u16> {
     match workload {
         Access::Seq => seq_threads.to_vec(),
-        Access::Rand | Access::Clustered => vec![1],
+        Access::Rand | Access::Clustered | Access::Batch => vec![1],
     }
 }
 
@@ -634,6 +638,7 @@ fn describe(w: Access) -> &'static str {
             "sampled 64 KiB clusters in a random order, each read page by page \
              (device: the whole file, for reference)"
         }
+        Access::Batch => "rand's sampled pages as rows in batches of 64, each read page by page",
     }
 }
 

@@ -18,8 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use faultmap::{
-    Config, HttpStore, MapOptions, Pager, ReadaheadMode, RemoteTuning, S3Options, S3Store, Store,
-    Trace,
+    Config, HttpStore, MapOptions, Pager, RemoteTuning, S3Options, S3Store, Store, Trace,
 };
 use faultmap_proxy::Proxy;
 use futures::StreamExt;
@@ -215,7 +214,7 @@ fn runtime() -> Result<&'static tokio::runtime::Runtime> {
 pub fn faultmap(
     target: &Target<'_>,
     plan: &AccessPlan,
-    readahead: ReadaheadMode,
+    mut opts: MapOptions,
     config: &Config,
     budget: Option<u64>,
     replay: Option<Arc<Trace>>,
@@ -226,7 +225,6 @@ pub fn faultmap(
     }
     let pager = Pager::new(config)?;
     let object = pager.open(target.store(RemoteTuning::default())?)?;
-    let mut opts = MapOptions::new().readahead(readahead);
     if let Some(trace) = replay {
         opts = opts.replay_trace(trace);
     }
@@ -234,7 +232,11 @@ pub fn faultmap(
     // Last-Modified: it does not change under the mapping.
     let map = unsafe { pager.map(&object, opts)? };
     counted(target, || {
-        let timed = crate::timed::run(plan.threads(), |i| plan.walk(i, &map))?;
+        let failed = std::sync::Mutex::new(None);
+        let timed = crate::timed::run(plan.threads(), |i| plan.walk_mapping(i, &map, &failed))?;
+        if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            return Err(e.context("a batch's prefetch failed"));
+        }
         let sum = timed.sums.iter().fold(0u64, |a, s| a.wrapping_add(*s));
         drop(map);
         Ok((timed.seconds, pager.memory().peak, sum))
