@@ -612,6 +612,30 @@ def test_s3_object_reads_like_the_file(s3_object):
         del a
 
 
+@pytest.mark.parametrize("scheme", ["gs", "az"])
+def test_gcs_and_azure_objects_read_like_the_file(scheme, tmp_path):
+    """An object put into the project's GCS server or Azurite with
+    `scripts/remote-servers put` reads like its file; a missing one is
+    FileNotFoundError, as on S3."""
+    bucket = server_env({"gs": "FAULTMAP_GS_BUCKET", "az": "FAULTMAP_AZ_CONTAINER"}[scheme])
+    data = pattern(3 * 1024 * 1024 + 77, 23)
+    src = tmp_path / "object.bin"
+    src.write_bytes(data)
+    url = f"{scheme}://{bucket}/py-{os.getpid()}/object.bin"
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    subprocess.run([repo / "scripts" / "remote-servers", "put", url, src], check=True,
+                   timeout=120)
+    with faultmap.open(url) as m:
+        assert len(m) == len(data)
+        rows = [(5, 100), (2_000_000, 5000)]
+        assert m.prefetch_ranges(rows, wait=True)["requests"] >= 1
+        for start, length in rows:
+            assert m[start:start + length] == data[start:start + length]
+        assert zlib.crc32(memoryview(m)) == zlib.crc32(data)
+    with pytest.raises(FileNotFoundError):
+        faultmap.open(url + ".missing")
+
+
 # ---------------------------------------------------------------------------
 # The kernel's own reads of a mapping.
 
