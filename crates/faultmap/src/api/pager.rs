@@ -2190,7 +2190,9 @@ impl<A: Access> Mapping<A> {
     /// not read again; under a memory budget the pages that do not fit
     /// are left out (a later access reads them); when the object's last
     /// handle goes the reads still queued are never sent. A range outside
-    /// the mapping is an error, and nothing is read.
+    /// the mapping is an error, and nothing is read. In a forked child, or
+    /// a process that joined another's cache (`Config::shared`), it reads
+    /// nothing: the serving process reads each page at its first access.
     pub fn prefetch_ranges(&self, ranges: &[Range<u64>]) -> Result<Prefetched, MapError> {
         self.check_ranges(ranges)?;
         let Some(region) = &self.region else {
