@@ -13,6 +13,8 @@
 //!   device; with `--parts`, the lockless page cache benchmark; with
 //!   `--churn`, the speculative fault benchmark; with `--budget`, a memory budget
 //!   against the kernel under a cgroup memory limit);
+//! - [`proxy`]: the benchmarks' counting proxy with an added first-byte
+//!   latency, as a process of its own (for the Python benchmarks);
 //! - [`access`] (the access patterns), [`timed`] (threads started together,
 //!   timed), [`kernel`] (drop_caches, block-device counters), [`ra_table`],
 //!   [`output`], [`units`] and [`table`]: helpers shared by the commands.
@@ -27,6 +29,7 @@ mod access;
 mod bench;
 mod kernel;
 mod output;
+mod proxy;
 mod ra_table;
 mod scan;
 mod stats;
@@ -213,6 +216,26 @@ enum Command {
     /// every 5 ms), the budget, and whether the peak stayed within the
     /// budget + 1%. One sample per cell by default (--repetitions).
     Bench(Box<BenchArgs>),
+    /// Run the benchmarks' counting proxy in front of an HTTP or S3 server,
+    /// with an added first-byte latency, until stdin ends or SIGTERM or
+    /// SIGINT.
+    ///
+    /// It listens on a free port of 127.0.0.1 and prints one line,
+    /// `http://127.0.0.1:PORT`, on stdout as soon as it does: give that URL
+    /// to the clients as their endpoint (an S3 client signs for the host it
+    /// talks to, so it must use the proxy as *the* endpoint, path-style).
+    /// Requests and responses pass through unchanged; each response head
+    /// waits --latency-ms first (a cloud object store's first-byte
+    /// latency; `faultmap bench --remote --latency-ms` adds the same). At
+    /// exit it prints its counters on stderr, one line:
+    /// `faultmap proxy: requests=N body_bytes=N ranged_requests=N
+    /// range_bytes=N upstream_errors=N (ended by ...)`.
+    ///
+    /// Stdin is its lease: it runs until stdin reaches EOF, so a program
+    /// that starts it with a pipe on stdin stops it by closing the pipe, or
+    /// by exiting. With stdin at EOF from the start (`< /dev/null`, or `&`
+    /// in a script) it stops at once.
+    Proxy(ProxyArgs),
     /// Internal: the kernel-file child of `bench --budget`.
     #[command(name = "__budget-kernel", hide = true)]
     BudgetKernel(BudgetChildArgs),
@@ -231,6 +254,19 @@ pub struct BudgetChildArgs {
     pub budget_bytes: u64,
     /// The data file.
     pub file: PathBuf,
+}
+
+/// Options of `faultmap proxy`.
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    /// The server to forward to: HOST:PORT, or http://HOST:PORT (as
+    /// AWS_ENDPOINT_URL and FAULTMAP_HTTP_URL spell it). Plain HTTP only.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub upstream: String,
+    /// Milliseconds to wait before each response head (0..=10000; default 0).
+    #[arg(long, default_value_t = 0, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub latency_ms: u64,
 }
 
 /// Options `scan` and `stats` share: the file, and how faultmap maps and
@@ -703,7 +739,10 @@ struct BenchArgs {
     /// stops itself (scripts/remote-servers, scripts/fuse-peers), on a
     /// generated object (--size, default 1G), cold caches. Workloads
     /// seq (with --threads), rand and clustered (one thread, a sample of
-    /// --sample-pages pages).
+    /// --sample-pages pages), and batch (rand's pages as 4 KiB rows in
+    /// batches of 64, each batch prefetched with prefetch_ranges and then
+    /// read; --workload batch). rand also runs faultmap-fixed: the store's
+    /// read-around window fixed instead of adaptive.
     #[arg(long, conflicts_with_all = ["cold", "parts", "churn", "budget", "full", "orders", "file"])]
     remote: bool,
     /// With --remote: the stores, comma-separated (http, s3; default both).
@@ -851,6 +890,7 @@ fn main() -> ExitCode {
         Command::Scan(args) => scan::run(&args),
         Command::Stats(args) => stats::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Proxy(args) => proxy::run(&args),
         Command::BudgetKernel(args) => bench::budget::child(&args),
     };
     match result {
