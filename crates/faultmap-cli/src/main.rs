@@ -65,7 +65,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Map a file or a remote object (http://, https://, s3://) through
+    /// Map a file or a remote object (http://, https://, s3://, gs://, az://) through
     /// faultmap, read every byte, print its CRC-32 and the fault counters.
     ///
     /// The CRC-32 is the IEEE one (zlib's, Python's `zlib.crc32`), so the
@@ -745,7 +745,11 @@ struct BenchArgs {
     /// read-around window fixed instead of adaptive.
     #[arg(long, conflicts_with_all = ["cold", "parts", "churn", "budget", "full", "orders", "file"])]
     remote: bool,
-    /// With --remote: the stores, comma-separated (http, s3; default both).
+    /// With --remote: the stores, comma-separated (default http,s3): http
+    /// (nginx), s3 (versitygw), gs (GCS's XML API, scripts/gcs-stub.py), az
+    /// (Azure Blob, Azurite; the object is uploaded, about 25 s a GiB). Only
+    /// the stores named get the object and a proxy; the FUSE peers (s3fs,
+    /// rclone) are S3's and HTTP's only.
     #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
     store: Vec<bench::RemoteStore>,
     /// With --remote: first-byte latencies to add through the proxy, in

@@ -5,12 +5,21 @@
 //! - `raw-get`: the client library itself (`object_store`), ranged GETs
 //!   of one size with a fixed number in flight, every byte summed: the
 //!   limit of the link and the server;
-//! - `faultmap`: a mapping of the object ([`faultmap::HttpStore`] or
-//!   [`faultmap::S3Store`]) read by the workload, with full readahead or
-//!   read-around only;
+//! - `faultmap`: a mapping of the object ([`faultmap::HttpStore`],
+//!   [`faultmap::S3Store`], [`faultmap::GcsStore`] or
+//!   [`faultmap::AzureStore`]) read by the workload, with full readahead
+//!   or read-around only;
 //! - `s3fs`, `rclone`: the FUSE mounts of `scripts/fuse-peers`, each file
 //!   read through a kernel `mmap` (`MAP_SHARED`), its page cache dropped
-//!   first (`posix_fadvise(DONTNEED)`).
+//!   first (`posix_fadvise(DONTNEED)`). S3 and HTTP only: `gs` and `az`
+//!   have no FUSE peer ([`StoreKind::has_fuse_peers`]).
+//!
+//! Every client is pointed at the proxy: the HTTP URL's host, S3's
+//! endpoint, GCS's base URL (with the stub's service account, which turns
+//! OAuth off), Azure's endpoint with Azurite's account in its path
+//! (`http://proxy/devstoreaccount1`: with an endpoint given the client is
+//! not in emulator mode, so the path carries the account, as the
+//! emulator's URLs do, and the account's key signs).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -18,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use faultmap::{
-    Config, HttpStore, MapOptions, Pager, RemoteTuning, S3Options, S3Store, Store, Trace,
+    AzureOptions, AzureStore, Config, GcsOptions, GcsStore, HttpStore, MapOptions, Pager,
+    RemoteTuning, S3Options, S3Store, Store, Trace,
 };
 use faultmap_proxy::Proxy;
 use futures::StreamExt;
@@ -38,6 +48,10 @@ pub enum StoreKind {
     Http,
     /// versitygw, S3.
     S3,
+    /// scripts/gcs-stub.py, Google Cloud Storage's XML API (no FUSE peer).
+    Gs,
+    /// Azurite, Azure Blob Storage (no FUSE peer).
+    Az,
 }
 
 impl StoreKind {
@@ -46,9 +60,25 @@ impl StoreKind {
         match self {
             StoreKind::Http => "http",
             StoreKind::S3 => "s3",
+            StoreKind::Gs => "gs",
+            StoreKind::Az => "az",
         }
     }
+
+    /// Whether `scripts/fuse-peers` mounts a FUSE peer over it (s3fs and
+    /// rclone over S3, rclone over HTTP; none over GCS or Azure).
+    pub fn has_fuse_peers(self) -> bool {
+        matches!(self, StoreKind::Http | StoreKind::S3)
+    }
 }
+
+/// Azurite's development account and its key, which Microsoft publishes
+/// (the same in every Azurite; `object_store` uses them in emulator mode,
+/// which an explicit endpoint turns off).
+pub const AZURITE_ACCOUNT: (&str, &str) = (
+    "devstoreaccount1",
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==",
+);
 
 /// Where the benchmark's object is, as each engine reaches it.
 pub struct Target<'a> {
@@ -56,13 +86,16 @@ pub struct Target<'a> {
     /// The proxy in front of the store's server.
     pub proxy: &'a Proxy,
     /// Every store's proxy: all must be quiet before a run starts.
-    pub proxies: [&'a Proxy; 2],
+    pub proxies: Vec<&'a Proxy>,
     /// The largest first-byte latency any proxy adds in this run.
     pub latency: Duration,
-    /// The object's name in the HTTP root and in the bucket.
+    /// The object's name in the HTTP root, the bucket or the container.
     pub name: &'a str,
-    /// The bucket.
+    /// The bucket (S3, GCS) or the container (Azure); empty for HTTP.
     pub bucket: &'a str,
+    /// The GCS stub's service-account JSON (`gcs_base_url`,
+    /// `disable_oauth`): the GCS clients' credentials; empty otherwise.
+    pub gcs_account: &'a str,
     /// The object's length.
     pub len: u64,
 }
@@ -73,7 +106,14 @@ impl Target<'_> {
         match self.kind {
             StoreKind::Http => format!("{}/{}", self.proxy.url(), self.name),
             StoreKind::S3 => format!("s3://{}/{}", self.bucket, self.name),
+            StoreKind::Gs => format!("gs://{}/{}", self.bucket, self.name),
+            StoreKind::Az => format!("az://{}/{}", self.bucket, self.name),
         }
+    }
+
+    /// Azure's endpoint through the proxy: the account in its path.
+    fn azure_endpoint(&self) -> String {
+        format!("{}/{}", self.proxy.url(), AZURITE_ACCOUNT.0)
     }
 
     /// A faultmap store of the object, through the proxy.
@@ -88,6 +128,25 @@ impl Target<'_> {
                     ..S3Options::default()
                 };
                 Box::new(S3Store::open_with(&self.url(), &options)?)
+            }
+            StoreKind::Gs => {
+                let options = GcsOptions {
+                    endpoint: Some(self.proxy.url()),
+                    service_account_key: Some(self.gcs_account.to_string()),
+                    allow_http: Some(true),
+                    tuning,
+                };
+                Box::new(GcsStore::open_with(&self.url(), &options)?)
+            }
+            StoreKind::Az => {
+                let (account, key) = AZURITE_ACCOUNT;
+                let options = AzureOptions {
+                    endpoint: Some(self.azure_endpoint()),
+                    credentials: Some((account.to_string(), key.to_string())),
+                    allow_http: Some(true),
+                    tuning,
+                };
+                Box::new(AzureStore::open_with(&self.url(), &options)?)
             }
         })
     }
@@ -109,6 +168,23 @@ impl Target<'_> {
                 object_store::aws::AmazonS3Builder::from_env()
                     .with_bucket_name(self.bucket)
                     .with_endpoint(self.proxy.url())
+                    .with_client_options(options)
+                    .build()?,
+            ),
+            StoreKind::Gs => Arc::new(
+                object_store::gcp::GoogleCloudStorageBuilder::new()
+                    .with_service_account_key(self.gcs_account)
+                    .with_bucket_name(self.bucket)
+                    .with_base_url(&self.proxy.url())
+                    .with_client_options(options)
+                    .build()?,
+            ),
+            StoreKind::Az => Arc::new(
+                object_store::azure::MicrosoftAzureBuilder::new()
+                    .with_account(AZURITE_ACCOUNT.0)
+                    .with_access_key(AZURITE_ACCOUNT.1)
+                    .with_container_name(self.bucket)
+                    .with_endpoint(self.azure_endpoint())
                     .with_client_options(options)
                     .build()?,
             ),
@@ -528,4 +604,63 @@ pub fn fault_path_costs(config: &Config, reps: usize) -> Result<(f64, f64, f64)>
     let per_fault = median(guest.iter().map(|g| g.0).collect());
     let per_window = median(guest.iter().map(|g| g.1).collect());
     Ok((median(own), per_fault, per_window))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The GCS stub's service account, as `scripts/remote-servers` writes
+    /// it.
+    const GCS_ACCOUNT: &str = r#"{"gcs_base_url": "http://127.0.0.1:9", "disable_oauth": true, "client_email": "", "private_key": "", "private_key_id": ""}"#;
+
+    #[test]
+    fn every_store_names_its_object_and_builds_its_client_through_the_proxy() {
+        // Nothing listens upstream: building a client sends no request.
+        let proxy = Proxy::start("127.0.0.1:9".parse().unwrap()).unwrap();
+        let kinds = <StoreKind as clap::ValueEnum>::value_variants();
+        for &kind in kinds {
+            let target = Target {
+                kind,
+                proxy: &proxy,
+                proxies: vec![&proxy],
+                latency: Duration::ZERO,
+                name: "bench-1",
+                bucket: if kind == StoreKind::Http {
+                    ""
+                } else {
+                    "faultmap"
+                },
+                gcs_account: GCS_ACCOUNT,
+                len: 1,
+            };
+            let url = target.url();
+            let want = match kind {
+                StoreKind::Http => format!("{}/bench-1", proxy.url()),
+                _ => format!("{}://faultmap/bench-1", kind.name()),
+            };
+            assert_eq!(url, want);
+            let (client, path) = target.client().unwrap();
+            assert_eq!(path.as_ref(), "bench-1");
+            // Its configuration names where it sends its requests: the
+            // proxy (a URL's port), and Azurite's account in the path.
+            let shown = format!("{client:?}");
+            let port = proxy.addr().port();
+            let at_proxy = shown.contains(&format!("127.0.0.1:{port}"))
+                || shown.contains(&format!("port: Some({port})"));
+            assert!(at_proxy, "{kind:?} not through the proxy");
+            if kind == StoreKind::Az {
+                assert!(shown.contains("path: \"/devstoreaccount1\""), "{kind:?}");
+            }
+        }
+        assert_eq!(
+            kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
+            ["http", "s3", "gs", "az"],
+            "the names on the command line are the JSON's"
+        );
+        assert!(kinds.iter().all(|k| {
+            let clap_name = clap::ValueEnum::to_possible_value(k).unwrap();
+            clap_name.get_name() == k.name()
+        }));
+    }
 }

@@ -1,14 +1,22 @@
 //! `faultmap bench --remote`: faultmap against raw ranged GETs and the
-//! FUSE peers a user would pick, on the project's own HTTP (nginx) and S3
-//! (versitygw) servers, all in one run, on the benchmark framework
-//! ([`super::grid`]).
+//! FUSE peers a user would pick, on the project's own servers, all in one
+//! run, on the benchmark framework ([`super::grid`]).
+//!
+//! `--store` picks the stores, comma-separated (default `http,s3`):
+//! `http` (nginx, plain HTTP ranges), `s3` (versitygw), `gs` (Google
+//! Cloud Storage's XML API: `scripts/gcs-stub.py`) and `az` (Azure Blob
+//! Storage: Azurite). Only the stores asked for get the object and a
+//! proxy; the FUSE peers are S3's and HTTP's alone: a `gs` or `az`
+//! column has none (the report says so).
 //!
 //! 1. [`setup::Setup`] starts the servers (`scripts/remote-servers`),
-//!    writes the object (1 GiB by default) into both, starts a proxy in
-//!    front of each (`faultmap-proxy`: it counts every engine's requests
-//!    the same way, and adds the column's first-byte latency), and mounts
-//!    `s3fs` and `rclone` through those proxies (`scripts/fuse-peers`; a
-//!    peer that cannot be mounted is skipped with one line saying why).
+//!    writes the object (1 GiB by default) into each store asked for (a
+//!    link into the folder nginx, versitygw or the GCS stub serves; an
+//!    upload into Azurite, about 25 s a GiB), starts a proxy in front of
+//!    each (`faultmap-proxy`: it counts every engine's requests the same
+//!    way, and adds the column's first-byte latency), and mounts `s3fs`
+//!    and `rclone` through the S3 and HTTP proxies (`scripts/fuse-peers`;
+//!    a peer that cannot be mounted is skipped with one line saying why).
 //! 2. The columns: per store and latency, `raw-get` (the client library's
 //!    own ranged GETs at the best of a few request sizes and depths,
 //!    probed first: the link's limit; `seq` only), `faultmap` with full
@@ -27,9 +35,10 @@
 //!    one cold run (its proxy without latency) the first time the column
 //!    is measured.
 //! 3. [`grid::measure`] reads the object cold in every cell,
-//!    `--repetitions` times, repetitions outermost. Every run's checksum
-//!    must equal the first of its workload: an engine that read wrong
-//!    bytes fails the benchmark.
+//!    `--repetitions` times, repetitions outermost, each run once every
+//!    store's proxy has gone quiet. Every run's checksum must equal the
+//!    first of its workload: an engine that read wrong bytes, on any
+//!    store, fails the benchmark.
 //! 4. The report: a table per workload and latency, the goals; or one JSON document.
 
 pub mod engines;
@@ -203,7 +212,7 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
         anyhow::bail!("--remote needs at least one store, workload and thread count");
     }
     // 1. The servers, the object, the proxies, the mounts.
-    let setup = setup::Setup::start(&o.state, o.size, o.no_fuse)?;
+    let setup = setup::Setup::start(&o.state, o.size, &o.stores, o.no_fuse)?;
     let len = usize::try_from(setup.len).context("the object does not fit the address space")?;
     // 2. The columns, the plans, the cells.
     let procs = !o.procs.is_empty();
@@ -238,13 +247,13 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
         }
     }
     let mut cells = grid::cells(&o.workloads, threads_of, &columns);
-    // A run waits for both proxies to be quiet over this latency.
+    // A run waits for every proxy to be quiet over this latency.
     let max_latency = Duration::from_millis(o.latencies_ms.iter().copied().max().unwrap_or(0));
     // raw-get's best request size and depth, per store and latency.
     let mut raw = BTreeMap::new();
     if o.workloads.contains(&Access::Seq) {
         for c in columns.iter().filter(|c| c.engine == Engine::RawGet) {
-            let target = target(&setup, c, max_latency);
+            let target = target(&setup, c, max_latency)?;
             raw.insert((c.store, c.latency_ms), best_raw_get(&target)?);
         }
     }
@@ -254,7 +263,7 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
     let mut checksums = Checksums::new();
     grid::measure(&mut cells, Repetitions::Fixed(o.repetitions), |key, _| {
         let c = key.column;
-        let target = target(&setup, &c, max_latency);
+        let target = target(&setup, &c, max_latency)?;
         let plan = &plans[&(key.workload, key.threads)];
         let mut sample = match c.engine {
             Engine::RawGet if key.workload != Access::Seq => return Ok(None),
@@ -327,8 +336,7 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
         Ok(Some(sample))
     })?;
     // 4. The report.
-    let fuse_skipped = (!o.no_fuse && setup.fuse.is_empty())
-        .then(|| "no FUSE peer could be mounted (see the notes above)".to_string());
+    let fuse_skipped = fuse_note(&o.stores, o.no_fuse, !setup.fuse.is_empty());
     let data = DataInfo {
         path: format!("{} on each store", setup.name),
         generated: true,
@@ -394,21 +402,53 @@ fn columns(o: &RemoteOptions, setup: &setup::Setup) -> Vec<RemoteColumn> {
     columns
 }
 
+/// The report's word on the FUSE peers of `stores`, if any is missing
+/// (`mounted`: whether any peer is up): none could be mounted, or a store
+/// has none (`gs`, `az`). Nothing with `--no-fuse`.
+fn fuse_note(stores: &[StoreKind], no_fuse: bool, mounted: bool) -> Option<String> {
+    if no_fuse {
+        return None;
+    }
+    let mut notes = Vec::new();
+    if stores.iter().any(|k| k.has_fuse_peers()) && !mounted {
+        notes.push("no FUSE peer could be mounted (see the notes above)".to_string());
+    }
+    let without: Vec<&str> = stores
+        .iter()
+        .filter(|k| !k.has_fuse_peers())
+        .map(|k| k.name())
+        .collect();
+    if !without.is_empty() {
+        notes.push(format!(
+            "none on {} (s3fs and rclone are mounted over S3 and HTTP only)",
+            without.join(", ")
+        ));
+    }
+    (!notes.is_empty()).then(|| notes.join("; "))
+}
+
 /// Column `c`'s object, its proxy set to the column's latency.
-fn target<'a>(setup: &'a setup::Setup, c: &RemoteColumn, max_latency: Duration) -> Target<'a> {
-    let proxy = setup.proxy(c.store);
+fn target<'a>(
+    setup: &'a setup::Setup,
+    c: &RemoteColumn,
+    max_latency: Duration,
+) -> Result<Target<'a>> {
+    let proxy = setup
+        .proxy(c.store)
+        .with_context(|| format!("no proxy in front of {}", c.store.name()))?;
     proxy
         .faults()
         .set_latency(Duration::from_millis(c.latency_ms));
-    Target {
+    Ok(Target {
         kind: c.store,
         proxy,
-        proxies: [&setup.http_proxy, &setup.s3_proxy],
+        proxies: setup.proxies.iter().map(|(_, p)| p).collect(),
         latency: max_latency,
         name: &setup.name,
-        bucket: setup.bucket(),
+        bucket: setup.bucket(c.store),
+        gcs_account: &setup.gcs_account,
         len: setup.len,
-    }
+    })
 }
 
 /// The best request size and depth for raw GETs of this store at this
@@ -996,6 +1036,37 @@ mod tests {
         // Against read-around's 2 s (the faster), 250 MiB (the thriftier).
         assert!(g[1].1 == 3.0 && !g[1].2, "{g:?}");
         assert!(g[2].1 == 0.08 && g[2].2, "{g:?}");
+    }
+
+    #[test]
+    fn the_object_stores_have_columns_and_no_fuse_peer() {
+        let full = Engine::Faultmap(ReadaheadMode::Full);
+        assert_eq!(col(StoreKind::Gs, full).heading(), "gs:faultmap-full@20ms");
+        assert_eq!(
+            col(StoreKind::Az, Engine::RawGet).heading(),
+            "az:raw-get@20ms"
+        );
+        let all = [StoreKind::Http, StoreKind::S3, StoreKind::Gs, StoreKind::Az];
+        assert_eq!(
+            fuse_note(&all, false, true).as_deref(),
+            Some("none on gs, az (s3fs and rclone are mounted over S3 and HTTP only)")
+        );
+        assert_eq!(
+            fuse_note(&all, true, false),
+            None,
+            "--no-fuse: no peers asked"
+        );
+        assert_eq!(fuse_note(&all[..2], false, true), None);
+        let note = fuse_note(&all[..3], false, false).unwrap_or_default();
+        assert!(
+            note.starts_with("no FUSE peer could be mounted") && note.ends_with("HTTP only)"),
+            "{note}"
+        );
+        assert_eq!(
+            fuse_note(&all[2..], false, false).as_deref(),
+            Some("none on gs, az (s3fs and rclone are mounted over S3 and HTTP only)"),
+            "no peer was tried: none is missing"
+        );
     }
 
     #[test]

@@ -1,8 +1,16 @@
 //! What `faultmap bench --remote` stands on: the project's servers
-//! (`scripts/remote-servers`), the benchmark object in both of them, a
-//! proxy in front of each, and the FUSE peers (`scripts/fuse-peers`)
-//! mounted through those proxies. Everything it starts it stops when
-//! dropped, through the same scripts (which stop their processes by PID).
+//! (`scripts/remote-servers`, which starts all four), the benchmark object
+//! in each store asked for, a proxy in front of each of those, and the
+//! FUSE peers (`scripts/fuse-peers`) mounted through the HTTP and S3
+//! proxies. Everything it starts it stops when dropped, through the same
+//! scripts (which stop their processes by PID).
+//!
+//! The object is written once, beside the servers' folders, and reaches
+//! each store the cheapest way it can ([`Server`]): a hard link (a copy
+//! across file systems) into the folder of nginx, versitygw and the GCS
+//! stub, each of which serves a file there as an object at once; an
+//! upload into Azurite (`scripts/remote-servers put`: Azurite keeps blobs
+//! in its memory; about 25 s a GiB), only when `az` is asked for.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -13,7 +21,45 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use faultmap_proxy::Proxy;
 
+use super::engines::StoreKind;
 use crate::bench::note;
+
+/// Where `scripts/remote-servers` says a store is: the variables it
+/// exports for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Server {
+    /// The server's URL (`http://127.0.0.1:PORT`), which its proxy
+    /// forwards to.
+    pub url: &'static str,
+    /// The bucket or container; `None` for HTTP.
+    pub bucket: Option<&'static str>,
+    /// The folder whose files the server serves as objects; `None` for
+    /// Azurite (its blobs are uploaded).
+    pub root: Option<&'static str>,
+}
+
+/// The variables of `kind`'s server.
+pub fn server(kind: StoreKind) -> Server {
+    let (url, bucket, root) = match kind {
+        StoreKind::Http => ("FAULTMAP_HTTP_URL", None, Some("FAULTMAP_HTTP_ROOT")),
+        StoreKind::S3 => (
+            "AWS_ENDPOINT_URL",
+            Some("FAULTMAP_S3_BUCKET"),
+            Some("FAULTMAP_S3_ROOT"),
+        ),
+        StoreKind::Gs => (
+            "FAULTMAP_GCS_ENDPOINT",
+            Some("FAULTMAP_GS_BUCKET"),
+            Some("FAULTMAP_GS_ROOT"),
+        ),
+        StoreKind::Az => (
+            "AZURITE_BLOB_STORAGE_URL",
+            Some("FAULTMAP_AZ_CONTAINER"),
+            None,
+        ),
+    };
+    Server { url, bucket, root }
+}
 
 /// The scripts' folder in the source tree this binary was built from.
 fn scripts() -> PathBuf {
@@ -58,59 +104,49 @@ pub struct Setup {
     pub vars: HashMap<String, String>,
     pub name: String,
     pub len: u64,
-    pub http_proxy: Proxy,
-    pub s3_proxy: Proxy,
+    /// A proxy in front of each store asked for, in the order asked.
+    pub proxies: Vec<(StoreKind, Proxy)>,
+    /// The GCS stub's service-account file (`GOOGLE_SERVICE_ACCOUNT`),
+    /// read: the GCS clients' credentials (`gcs_base_url`,
+    /// `disable_oauth`). Empty unless `gs` was asked for.
+    pub gcs_account: String,
     /// The FUSE peers that are up: engine name → the object's path.
-    pub fuse: Vec<(
-        &'static str,
-        crate::bench::remote::engines::StoreKind,
-        PathBuf,
-    )>,
+    pub fuse: Vec<(&'static str, StoreKind, PathBuf)>,
     fuse_mounted: bool,
 }
 
 impl Setup {
     /// Starts the servers under `state`, writes a `len`-byte object into
-    /// both, starts the proxies, and mounts the FUSE peers unless `no_fuse`.
-    pub fn start(state: &Path, len: u64, no_fuse: bool) -> Result<Setup> {
+    /// each of `stores`, starts a proxy in front of each, and mounts the
+    /// FUSE peers unless `no_fuse`.
+    pub fn start(state: &Path, len: u64, stores: &[StoreKind], no_fuse: bool) -> Result<Setup> {
         std::fs::create_dir_all(state)?;
         let state = state.canonicalize()?;
+        // Each store once, in the order asked.
+        let stores = &stores
+            .iter()
+            .enumerate()
+            .filter(|&(i, k)| !stores[..i].contains(k))
+            .map(|(_, &k)| k)
+            .collect::<Vec<_>>();
         let base = [(
             "FAULTMAP_REMOTE_STATE".to_string(),
             state.join("servers").display().to_string(),
         )];
         note("starting the servers (scripts/remote-servers up)");
         let vars = run_script("remote-servers", "up", &base)?;
-        let get = |k: &str| {
-            vars.get(k)
-                .cloned()
-                .with_context(|| format!("remote-servers gave no {k}"))
-        };
-        let (http_root, s3_root) = (
-            PathBuf::from(get("FAULTMAP_HTTP_ROOT")?),
-            PathBuf::from(get("FAULTMAP_S3_ROOT")?),
-        );
         let name = format!("bench-{len}");
-        let down = || {
-            let _ = run_script("remote-servers", "down", &base);
-        };
         // A failed write leaves nothing behind: neither a partial object
         // (which could fill the disk) nor the servers.
-        if let Err(e) = write_object(&http_root.join(&name), len) {
-            let _ = std::fs::remove_file(http_root.join(&name));
-            down();
-            return Err(e);
-        }
-        let s3_path = s3_root.join(&name);
-        let _ = std::fs::remove_file(&s3_path);
-        std::fs::hard_link(http_root.join(&name), &s3_path)
-            .or_else(|_| std::fs::copy(http_root.join(&name), &s3_path).map(|_| ()))?;
-        let addr = |k: &str| -> Result<SocketAddr> {
-            let url = get(k)?;
-            url.trim_start_matches("http://")
-                .trim_end_matches('/')
-                .parse()
-                .with_context(|| format!("{k}={url}"))
+        let placed = place_objects(&state, &vars, &name, len, stores, &base)
+            .and_then(|()| gcs_account(&vars, stores));
+        let gcs_account = match placed {
+            Ok(account) => account,
+            Err(e) => {
+                remove_objects(&state, &vars, &name);
+                let _ = run_script("remote-servers", "down", &base);
+                return Err(e);
+            }
         };
         // The S3 client of every engine reads the AWS environment.
         for (k, v) in &vars {
@@ -121,29 +157,37 @@ impl Setup {
                 unsafe { std::env::set_var(k, v) };
             }
         }
-        let http_proxy = Proxy::start(addr("FAULTMAP_HTTP_URL")?)?;
-        let s3_proxy = Proxy::start(addr("AWS_ENDPOINT_URL")?)?;
+        let mut proxies = Vec::new();
+        for &kind in stores {
+            let upstream = addr(&vars, server(kind).url)?;
+            proxies.push((kind, Proxy::start(upstream)?));
+        }
         let mut setup = Setup {
             state: state.clone(),
             vars,
             name,
             len,
-            http_proxy,
-            s3_proxy,
+            proxies,
+            gcs_account,
             fuse: Vec::new(),
             fuse_mounted: false,
         };
-        if !no_fuse {
+        if !no_fuse && stores.iter().any(|k| k.has_fuse_peers()) {
             setup.mount()?;
         }
         Ok(setup)
     }
 
     fn mount(&mut self) -> Result<()> {
+        // The peers read through the proxies of the stores asked for (a
+        // peer of a store not asked for is mounted on its server, since
+        // the script mounts them all, and never used).
         let mut env: Vec<(String, String)> = self.vars.clone().into_iter().collect();
-        env.retain(|(k, _)| k != "FAULTMAP_HTTP_URL" && k != "AWS_ENDPOINT_URL");
-        env.push(("FAULTMAP_HTTP_URL".into(), self.http_proxy.url()));
-        env.push(("AWS_ENDPOINT_URL".into(), self.s3_proxy.url()));
+        for (kind, proxy) in &self.proxies {
+            let var = server(*kind).url;
+            env.retain(|(k, _)| k != var);
+            env.push((var.to_string(), proxy.url()));
+        }
         env.push((
             "FAULTMAP_FUSE_STATE".into(),
             self.state.join("fuse").display().to_string(),
@@ -157,13 +201,13 @@ impl Setup {
             }
         };
         self.fuse_mounted = true;
-        use crate::bench::remote::engines::StoreKind;
         for (var, engine, kind) in [
             ("FAULTMAP_S3FS_DIR", "s3fs", StoreKind::S3),
             ("FAULTMAP_RCLONE_S3_DIR", "rclone", StoreKind::S3),
             ("FAULTMAP_RCLONE_HTTP_DIR", "rclone", StoreKind::Http),
         ] {
-            if let Some(dir) = dirs.get(var) {
+            let asked = self.proxies.iter().any(|(k, _)| *k == kind);
+            if let Some(dir) = dirs.get(var).filter(|_| asked) {
                 self.fuse
                     .push((engine, kind, PathBuf::from(dir).join(&self.name)));
             }
@@ -171,17 +215,19 @@ impl Setup {
         Ok(())
     }
 
-    /// The proxy in front of `kind`'s server.
-    pub fn proxy(&self, kind: crate::bench::remote::engines::StoreKind) -> &Proxy {
-        match kind {
-            crate::bench::remote::engines::StoreKind::Http => &self.http_proxy,
-            crate::bench::remote::engines::StoreKind::S3 => &self.s3_proxy,
-        }
+    /// The proxy in front of `kind`'s server, if `kind` was asked for.
+    pub fn proxy(&self, kind: StoreKind) -> Option<&Proxy> {
+        self.proxies
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, proxy)| proxy)
     }
 
-    pub fn bucket(&self) -> &str {
-        self.vars
-            .get("FAULTMAP_S3_BUCKET")
+    /// `kind`'s bucket or container (empty for HTTP).
+    pub fn bucket(&self, kind: StoreKind) -> &str {
+        server(kind)
+            .bucket
+            .and_then(|var| self.vars.get(var))
             .map_or("", String::as_str)
     }
 }
@@ -199,17 +245,115 @@ impl Drop for Setup {
                 note(&format!("unmounting the FUSE peers: {e:#}"));
             }
         }
-        for root in ["FAULTMAP_HTTP_ROOT", "FAULTMAP_S3_ROOT"] {
-            if let Some(root) = self.vars.get(root) {
-                let _ = std::fs::remove_file(Path::new(root).join(&self.name));
-            }
-        }
+        // Azurite's copy goes with Azurite (it is in its memory).
+        remove_objects(&self.state, &self.vars, &self.name);
         let base = [(
             "FAULTMAP_REMOTE_STATE".to_string(),
             self.state.join("servers").display().to_string(),
         )];
         if let Err(e) = run_script("remote-servers", "down", &base) {
             note(&format!("stopping the servers: {e:#}"));
+        }
+    }
+}
+
+/// The URL `vars[var]` as a socket address (`http://127.0.0.1:PORT`).
+fn addr(vars: &HashMap<String, String>, var: &str) -> Result<SocketAddr> {
+    let url = vars
+        .get(var)
+        .with_context(|| format!("remote-servers gave no {var}"))?;
+    url.trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .with_context(|| format!("{var}={url}"))
+}
+
+/// The GCS stub's service-account JSON, if `gs` is among `stores`
+/// (empty otherwise).
+fn gcs_account(vars: &HashMap<String, String>, stores: &[StoreKind]) -> Result<String> {
+    if !stores.contains(&StoreKind::Gs) {
+        return Ok(String::new());
+    }
+    let var = "GOOGLE_SERVICE_ACCOUNT";
+    let path = vars
+        .get(var)
+        .with_context(|| format!("remote-servers gave no {var}"))?;
+    std::fs::read_to_string(path).with_context(|| format!("reading {var}={path}"))
+}
+
+/// The object as written once: in the state folder, beside the servers'.
+fn object_path(state: &Path, name: &str) -> PathBuf {
+    state.join(name)
+}
+
+/// Writes the `len`-byte object `name` and puts it in each of `stores`:
+/// linked (or copied) into the folder of a server that serves one,
+/// uploaded with `scripts/remote-servers put` into one that does not.
+fn place_objects(
+    state: &Path,
+    vars: &HashMap<String, String>,
+    name: &str,
+    len: u64,
+    stores: &[StoreKind],
+    base: &[(String, String)],
+) -> Result<()> {
+    // A new file (a new inode): the links of an earlier run that was
+    // killed keep their own bytes.
+    let object = object_path(state, name);
+    let _ = std::fs::remove_file(&object);
+    write_object(&object, len)?;
+    for &kind in stores {
+        let server = server(kind);
+        if let Some(var) = server.root {
+            let root = vars
+                .get(var)
+                .with_context(|| format!("remote-servers gave no {var}"))?;
+            let path = Path::new(root).join(name);
+            let _ = std::fs::remove_file(&path);
+            std::fs::hard_link(&object, &path)
+                .or_else(|_| std::fs::copy(&object, &path).map(|_| ()))
+                .with_context(|| format!("putting the object in {root}"))?;
+            continue;
+        }
+        let var = server
+            .bucket
+            .context("a store without a folder has a bucket")?;
+        let bucket = vars
+            .get(var)
+            .with_context(|| format!("remote-servers gave no {var}"))?;
+        let url = format!("{}://{bucket}/{name}", kind.name());
+        note(&format!(
+            "uploading the object to {url} (scripts/remote-servers put)"
+        ));
+        let object = object.display().to_string();
+        put(&url, &object, base)?;
+    }
+    Ok(())
+}
+
+/// `scripts/remote-servers put URL FILE`.
+fn put(url: &str, file: &str, env: &[(String, String)]) -> Result<()> {
+    let path = scripts().join("remote-servers");
+    let status = Command::new(&path)
+        .args(["put", url, file])
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .status()
+        .with_context(|| format!("running {} put {url}", path.display()))?;
+    if !status.success() {
+        bail!("{} put {url} {file} failed ({status})", path.display());
+    }
+    Ok(())
+}
+
+/// Removes the object `name` from the state folder and from every
+/// server's folder (whether or not it was put there).
+fn remove_objects(state: &Path, vars: &HashMap<String, String>, name: &str) {
+    let _ = std::fs::remove_file(object_path(state, name));
+    let kinds = <StoreKind as clap::ValueEnum>::value_variants();
+    for root in kinds.iter().filter_map(|&k| server(k).root) {
+        if let Some(root) = vars.get(root) {
+            let _ = std::fs::remove_file(Path::new(root).join(name));
         }
     }
 }
@@ -248,4 +392,29 @@ fn write_object(path: &Path, len: u64) -> Result<()> {
     }
     out.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_store_has_a_server_and_azurite_alone_takes_uploads() {
+        for &kind in <StoreKind as clap::ValueEnum>::value_variants() {
+            let s = server(kind);
+            assert!(
+                s.url.ends_with("_URL") || s.url.ends_with("_ENDPOINT"),
+                "{s:?}"
+            );
+            assert_eq!(s.bucket.is_none(), kind == StoreKind::Http, "{s:?}");
+            assert_eq!(s.root.is_none(), kind == StoreKind::Az, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn a_server_url_is_an_address() {
+        let vars = HashMap::from([("U".to_string(), "http://127.0.0.1:4443/".to_string())]);
+        assert_eq!(addr(&vars, "U").unwrap().port(), 4443);
+        assert!(addr(&vars, "V").is_err());
+    }
 }
