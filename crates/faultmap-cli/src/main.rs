@@ -275,9 +275,14 @@ pub struct ProxyArgs {
 struct MapArgs {
     /// What to read: a local file (directories, FIFOs and devices are
     /// refused), `http(s)://host/path` (a server that answers range
-    /// requests) or `s3://bucket/key` (credentials, region and endpoint
+    /// requests), `s3://bucket/key` (credentials, region and endpoint
     /// from the AWS environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-    /// AWS_REGION, AWS_ENDPOINT_URL, AWS_ALLOW_HTTP). It is read as memory,
+    /// AWS_REGION, AWS_ENDPOINT_URL, AWS_ALLOW_HTTP), `gs://bucket/key`
+    /// (GOOGLE_SERVICE_ACCOUNT, GOOGLE_SERVICE_ACCOUNT_KEY,
+    /// GOOGLE_APPLICATION_CREDENTIALS) or `az://container/key` and
+    /// `abfs[s]://container@account.dfs.core.windows.net/key`
+    /// (AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY,
+    /// AZURE_STORAGE_SAS_KEY, AZURE_STORAGE_USE_EMULATOR). It is read as memory,
     /// like `mmap`: a local file must not be written while the command
     /// runs; a remote object that changes fails the reads after the change.
     #[arg(value_name = "FILE|URL")]
