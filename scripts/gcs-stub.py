@@ -57,6 +57,7 @@ Stdlib only. TERM stops it.
 """
 
 import argparse
+import contextlib
 import datetime
 import email.utils
 import errno
@@ -216,7 +217,24 @@ class Handler(BaseHTTPRequestHandler):
             return self.error(400, "InvalidArgument", "Invalid object name.")
         if not os.path.isdir(os.path.join(self.server.root, bucket)):
             return self.error(404, "NoSuchBucket", "The specified bucket does not exist.")
-        obj = self.lookup(path)
+        # The file is opened first and its metadata read from the open
+        # file: a rename over it meanwhile can never pair the old ETag with
+        # the new bytes.
+        try:
+            f = open(path, "rb")
+        except OSError:
+            f = None
+        with contextlib.ExitStack() as stack:
+            if f is not None:
+                stack.enter_context(f)
+            return self.get_open(path, f, query)
+
+    def get_open(self, path, f, query):
+        """GET or HEAD of the object whose file is open as `f` (None: none)."""
+        obj = None
+        if f is not None:
+            st = os.fstat(f.fileno())
+            obj = Obj(path, st) if stat.S_ISREG(st.st_mode) else None
         gen = query.get("generation", [None])[0]
         if obj is None or (gen is not None and gen != str(obj.generation)):
             return self.error(404, "NoSuchKey", "The specified key does not exist.")
@@ -234,23 +252,18 @@ class Handler(BaseHTTPRequestHandler):
             status, start, length = 200, 0, obj.size
         else:
             status, start, length = 206, rng[0], rng[1] - rng[0] + 1
-        try:
-            f = open(obj.path, "rb")
-        except OSError:
-            return self.error(404, "NoSuchKey", "The specified key does not exist.")
-        with f:
-            self.send_response(status)
-            self.object_headers(obj)
-            self.send_header("Content-Length", str(length))
-            if status == 206:
-                self.send_header(
-                    "Content-Range", "bytes %d-%d/%d" % (start, start + length - 1, obj.size)
-                )
-            self.end_headers()
-            if self.command == "GET" and length:
-                sent = self.connection.sendfile(f, start, length)
-                if sent != length:  # the file shrank under us: close, never pad
-                    self.close_connection = True
+        self.send_response(status)
+        self.object_headers(obj)
+        self.send_header("Content-Length", str(length))
+        if status == 206:
+            self.send_header(
+                "Content-Range", "bytes %d-%d/%d" % (start, start + length - 1, obj.size)
+            )
+        self.end_headers()
+        if self.command == "GET" and length:
+            sent = self.connection.sendfile(f, start, length)
+            if sent != length:  # the file shrank under us: close, never pad
+                self.close_connection = True
 
     def object_headers(self, obj):
         self.send_header("Content-Type", "application/octet-stream")

@@ -139,9 +139,11 @@ class Mapping(Buffer):
         wait: bool = False,
     ) -> dict[str, int]:
         """Starts reading many byte ranges at once, merged into few
-        requests in flight together: (start, length) pairs, or starts with
-        lengths (lists or numpy arrays). With wait=True, returns once they
-        are cached. Returns {"requests", "pages", "hole_pages"}."""
+        requests in flight together: (start, length) pairs (or an (N, 2)
+        array), or starts with lengths (lists or numpy arrays). With
+        wait=True, returns once the reads it started have ended (a page
+        that cannot be read raises OSError). Returns {"requests", "pages",
+        "hole_pages"}."""
     def invalidate(self, start: int = 0, stop: int | None = None) -> int:
         """Drops the cached pages of bytes [start, stop); returns how many."""
     def flush(self, start: int = 0, stop: int | None = None) -> int:

@@ -1185,11 +1185,12 @@ impl Mapping {
 
     /// Starts reading many byte ranges at once, merged into few requests
     /// all in flight together (see the Rust `Mapping::prefetch_ranges`),
-    /// and returns; with `wait=True`, returns once they are cached (a page
-    /// that cannot be read is an `OSError`). `ranges` is a list of
-    /// `(start, length)` pairs, or, with `lengths`, the starts: two
-    /// sequences of the same length (numpy arrays or lists). Returns
-    /// `{"requests", "pages", "hole_pages"}`.
+    /// and returns; with `wait=True`, returns once the reads it started
+    /// have ended (a page that cannot be read is an `OSError`; a page the
+    /// memory budget left out is read at its access). `ranges` is a
+    /// sequence of `(start, length)` pairs (or an (N, 2) array), or, with
+    /// `lengths`, the starts: two sequences of the same length (numpy
+    /// arrays or lists). Returns `{"requests", "pages", "hole_pages"}`.
     #[pyo3(signature = (ranges, lengths=None, *, wait=false))]
     fn prefetch_ranges<'py>(
         &self,
@@ -1542,12 +1543,24 @@ fn byte_ranges(
             }
             starts.into_iter().zip(lengths).collect()
         }
-        None => list(ranges)?.extract::<Vec<(u64, u64)>>().map_err(|_| {
-            PyValueError::new_err(
-                "ranges must be (start, length) pairs of non-negative integers, or starts \
-                 with lengths=",
-            )
-        })?,
+        None => {
+            let bad = || {
+                PyValueError::new_err(
+                    "ranges must be (start, length) pairs of non-negative integers, or \
+                     starts with lengths=",
+                )
+            };
+            // Tuples, or lists of two (a 2-D array's `tolist`).
+            let rows = list(ranges)?
+                .extract::<Vec<Vec<u64>>>()
+                .map_err(|_| bad())?;
+            rows.into_iter()
+                .map(|row| match row[..] {
+                    [start, len] => Ok((start, len)),
+                    _ => Err(bad()),
+                })
+                .collect::<PyResult<_>>()?
+        }
     };
     pairs
         .into_iter()

@@ -130,7 +130,7 @@ def run_python(code: str, env=None, timeout=120) -> subprocess.CompletedProcess:
 # the bytes of the bodies it sent. Used in-process and (as source text) in
 # child interpreters.
 FAILING_SERVER = '''
-import http.server, threading, time
+import http.server, threading
 
 _SENT_LOCK = threading.Lock()
 
@@ -140,9 +140,11 @@ class FailingServer(http.server.ThreadingHTTPServer):
     def __init__(self, data):
         self.data, self.fail, self.fail_from = data, False, 4096
         self.validators = True
-        self.delay = 0.0  # seconds before each GET's answer
+        self.hold = threading.Event()  # cleared: GETs wait until it is set
+        self.hold.set()
+        self.held = 0  # GETs that waited for `hold`
         self.sent = 0  # body bytes of ranged GETs, in total
-        self.gets = 0  # GETs answered
+        self.gets = 0  # GETs received
         super().__init__(("127.0.0.1", 0), _Handler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -169,10 +171,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         data, server = self.server.data, self.server
-        if server.delay:
-            time.sleep(server.delay)
         with _SENT_LOCK:
             server.gets += 1
+        if not server.hold.is_set():
+            with _SENT_LOCK:
+                server.held += 1
+            server.hold.wait(60)
         first, last = 0, len(data) - 1
         if "Range" in self.headers:
             first, last = self.headers["Range"].split("=")[1].split("-")

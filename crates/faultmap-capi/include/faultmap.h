@@ -465,11 +465,14 @@ int fm_advise(struct fm_mapping *m, int advice, uint64_t offset, uint64_t length
  * starts[i] + lengths[i])` (offsets into the mapping, in any order),
  * merged into few requests all in flight together: the batched prefetch
  * of a caller that knows its next accesses (see the Rust
- * `Mapping::prefetch_ranges`). With `wait` nonzero, returns once they
- * are cached (a page that cannot be read is `-EIO`). Returns the number
- * of store requests submitted (0 when everything was cached already), or
- * a negative errno: `-EINVAL` for a NULL pointer with `n > 0` or a range
- * outside the mapping (then nothing is read).
+ * `Mapping::prefetch_ranges`). With `wait` nonzero, returns once the
+ * reads it started have ended (`Mapping::wait_ranges`: a page that cannot
+ * be read is `-EIO`; a page the memory budget left out is read at its
+ * access). Returns the number of store requests submitted (0 when every
+ * page was cached or being read already, when the budget left every page
+ * out, and in a forked child, whose parent reads each page at its
+ * access), or a negative errno: `-EINVAL` for a NULL pointer with `n > 0`
+ * or a range outside the mapping (then nothing is read).
  *
  * # Safety
  *

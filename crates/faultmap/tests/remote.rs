@@ -683,6 +683,51 @@ fn a_random_miss_reads_the_small_read_around_window_and_a_stream_ramps_up() {
     });
 }
 
+/// Batched prefetch through a link with a 20 ms first-byte latency: the
+/// store measures it (the open's probe is the first sample), so rows a
+/// few pages apart are read as one request, holes and all, and the rows
+/// then read without another request.
+#[test]
+fn a_batch_of_close_rows_is_one_request_over_a_slow_link() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let file = put(kind, "rows", 4 << 20, 31);
+            let proxy = Proxy::start(upstream(kind)).unwrap();
+            proxy.faults().set_latency(Duration::from_millis(20));
+            let store = open_via(kind, &proxy, &file, RemoteTuning::default());
+            let link = store.link().expect("a remote store measures its link");
+            assert!(
+                link.latency >= Duration::from_millis(20),
+                "{kind:?}: {link:?}"
+            );
+            let pager = Pager::new(Config::default()).unwrap();
+            let object = pager.open(store).unwrap();
+            let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
+            // 16 rows of 100 bytes, 8 pages apart: holes of 7 pages, under
+            // the limit (20 ms at the default 100 MB/s over 32 in flight:
+            // 15 pages).
+            let rows: Vec<std::ops::Range<u64>> = (0..16u64)
+                .map(|i| {
+                    let at = (100 + i * 8) * PAGE as u64 + 7;
+                    at..at + 100
+                })
+                .collect();
+            let before = proxy.stats();
+            let got = map.prefetch_ranges(&rows).unwrap();
+            map.wait_ranges(&rows).unwrap();
+            assert!(got.hole_pages >= 7, "{kind:?}: {got:?}");
+            assert_eq!(got.requests, 1, "{kind:?}: {got:?}");
+            for r in &rows {
+                let (a, b) = (r.start as usize, r.end as usize);
+                assert_eq!(&map[a..b], &file.data[a..b], "{kind:?}: {r:?}");
+            }
+            let d = proxy.stats().since(&before);
+            assert_eq!(d.requests, 1, "{kind:?}: {d:?}");
+            assert_eq!(d.range_bytes, (15 * 8 + 1) * PAGE as u64, "{kind:?}: {d:?}");
+        }
+    });
+}
+
 #[test]
 fn prefetch_reads_ahead_in_large_requests_and_the_access_then_needs_none() {
     watchdog(WATCHDOG, || {

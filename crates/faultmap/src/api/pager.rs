@@ -1928,11 +1928,7 @@ impl<A: Access> Mapping<A> {
             // Reads are only submitted: no need to hold up faults and
             // events meanwhile.
             drop(table);
-            for live in &lives {
-                if let Some(pages) = live.region_pages(touched.clone()) {
-                    self.will_need(live, pages);
-                }
-            }
+            self.will_need_lives(&lives, touched);
             return Ok(());
         }
         for live in lives {
@@ -2120,7 +2116,13 @@ impl<A: Access> Mapping<A> {
                 crate::cache::page_state::State::Absent if word.has_failed() => match retry {
                     None => {
                         retry = Some((word, Instant::now()));
-                        self.prefetch(at..at + 1)?;
+                        // A read is claimed (the word leaves ABSENT) before
+                        // its submission returns: none claimed now, none
+                        // will be; the page is left to the access (its
+                        // range unmapped, the budget full).
+                        if self.read_alone(region, at) == 0 && state.load() == word {
+                            return Ok(());
+                        }
                         continue;
                     }
                     // Not begun yet (bounded: a read that was never
@@ -2188,7 +2190,8 @@ impl<A: Access> Mapping<A> {
     ///
     /// As [`Mapping::prefetch`]: a page already cached or being read is
     /// not read again; under a memory budget the pages that do not fit
-    /// are left out (a later access reads them); when the object's last
+    /// are left out (a later access reads them), and no hole is read
+    /// when the ranges and their holes would not fit; when the object's last
     /// handle goes the reads still queued are never sent. A range outside
     /// the mapping is an error, and nothing is read. In a forked child, or
     /// a process that joined another's cache (`Config::shared`), it reads
@@ -2216,12 +2219,21 @@ impl<A: Access> Mapping<A> {
         let link = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| object.store.link()))
             .ok()
             .flatten();
-        let hole = link.map_or(0, |l| {
+        let mut hole = link.map_or(0, |l| {
             let depth = self.core.io_shared.depth();
             crate::policy::coalesce::hole_pages(l.latency, l.bytes_per_sec, depth, page_bytes)
         });
         let pages = crate::policy::coalesce::union(&pages);
-        let requests = crate::policy::coalesce::coalesce(&pages, hole, object.io_pages);
+        let count = |rs: &[Range<u64>]| rs.iter().map(|r| r.end - r.start).sum::<u64>();
+        let mut requests = crate::policy::coalesce::coalesce(&pages, hole, object.io_pages);
+        // Under a budget, holes must not take the room of the pages asked
+        // for (they are claimed in order, up to the budget): where both do
+        // not fit, no hole is read.
+        let room = object.budget.headroom_pages(object);
+        if room.is_some_and(|room| count(&requests) > room) && hole > 0 {
+            hole = 0;
+            requests = crate::policy::coalesce::coalesce(&pages, hole, object.io_pages);
+        }
         let lives = region.live(&RegionTable::get().lock());
         let mut runs = Vec::new();
         for req in &requests {
@@ -2235,7 +2247,7 @@ impl<A: Access> Mapping<A> {
         let requests = self.read_ahead_runs(&runs);
         Ok(Prefetched {
             requests,
-            pages: pages.iter().map(|r| r.end - r.start).sum(),
+            pages: count(&pages),
             hole_pages: hole,
         })
     }
@@ -2245,16 +2257,17 @@ impl<A: Access> Mapping<A> {
     /// (after its retries, and once more alone) is [`MapError::Read`]. A
     /// page that is neither cached nor being read (the memory budget left
     /// it out, or evicted it since) is not waited for: the access reads
-    /// it. Reads nothing itself; pair it with
-    /// [`Mapping::prefetch_ranges`].
+    /// it. It reads nothing itself but a failed page alone, once more;
+    /// pair it with [`Mapping::prefetch_ranges`]. In a forked child, or a
+    /// process that joined another's cache, each page is asked of the
+    /// process that serves it, as [`Mapping::read_at`] does, so a page
+    /// that cannot be read is an error here too.
     pub fn wait_ranges(&self, ranges: &[Range<u64>]) -> Result<(), MapError> {
         self.check_ranges(ranges)?;
-        if self.region.is_none() || self.born != sys::fork_generation() {
-            return Ok(());
-        }
         let page = self.object.page_size().bytes();
         let base = self.ptr.as_ptr() as usize;
-        for r in ranges.iter().filter(|r| r.start < r.end) {
+        // Each page once, however many ranges hold it.
+        for r in crate::policy::coalesce::union(ranges) {
             let (start, end) = (base + r.start as usize, base + r.end as usize);
             let first = start & !(page - 1);
             for at in (first..end).step_by(page) {
@@ -2569,9 +2582,27 @@ impl<A: Access> Mapping<A> {
         }
     }
 
+    /// Submits a read of the page that holds byte `at` of the mapping,
+    /// alone, if it is absent; returns the store requests submitted.
+    fn read_alone(&self, region: &Arc<Region>, at: usize) -> u64 {
+        let touched = self.pages_holding(region, &(at..at + 1));
+        let lives = region.live(&RegionTable::get().lock());
+        self.will_need_lives(&lives, touched)
+    }
+
+    /// `WillNeed` on object pages `touched`, through the regions that serve
+    /// them now: submits their absent pages to the I/O threads. Returns
+    /// the store requests submitted.
+    fn will_need_lives(&self, lives: &[Arc<Region>], touched: Range<ObjectPage>) -> u64 {
+        lives
+            .iter()
+            .filter_map(|live| Some(self.will_need(live, live.region_pages(touched.clone())?)))
+            .sum()
+    }
+
     /// `WillNeed`: submits the absent pages of region pages `pages` to the
-    /// I/O threads and returns.
-    fn will_need(&self, region: &Arc<Region>, pages: Range<RegionPage>) {
+    /// I/O threads and returns the store requests submitted.
+    fn will_need(&self, region: &Arc<Region>, pages: Range<RegionPage>) -> u64 {
         // The whole range, in pieces of the kernel's per-call bound
         // (`force_page_cache_ra` reads at most `max(io_pages, ra_pages)`
         // from the start of what it is given; `madvise` would stop there).
@@ -2583,7 +2614,7 @@ impl<A: Access> Mapping<A> {
             runs.push((region.clone(), start..end));
             start = end;
         }
-        self.read_ahead_runs(&runs);
+        self.read_ahead_runs(&runs)
     }
 
     /// Submits the absent pages of each run (a region and its pages, at

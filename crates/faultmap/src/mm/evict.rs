@@ -349,6 +349,15 @@ impl Budget {
         }
     }
 
+    /// The room left under the limit now, in `object`'s pages; `None`
+    /// without a budget.
+    pub(crate) fn headroom_pages(&self, object: &ObjectCore) -> Option<u64> {
+        self.is_limited().then(|| {
+            let cached = self.cached.load(Ordering::Relaxed);
+            self.limit.saturating_sub(cached) / base_pages(object)
+        })
+    }
+
     /// The largest readahead window the budget allows, in `object`'s
     /// pages: an eighth of it (unlimited without a budget).
     pub(crate) fn max_ra_pages(&self, object: &ObjectCore) -> u64 {

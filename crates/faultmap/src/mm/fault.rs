@@ -1327,10 +1327,18 @@ fn map_window(
     object.with_ra_counts(|st| {
         readahead::on_fault_around(st, around_paying);
         readahead::on_mapped(st, last.0);
-        if pinned.fault_first_use {
-            readahead::on_used(st, pinned.first_uses);
-        }
     });
+    // A hit on a page read ahead, its first use: evidence for adaptive
+    // read-around if the page was read around a miss (under the lock: the
+    // recent windows are there). Only where read-around adapts (a remote
+    // store), so a local file's hot path takes no lock.
+    if pinned.fault_first_use {
+        let params = region.ra_params(page);
+        if readahead::adapts(&params) {
+            let opage = region.object_page(page).0;
+            object.with_ra_state(|st| readahead::on_used(st, opage, pinned.first_uses));
+        }
+    }
     match first.fault {
         FaultPage::Woken => MapOutcome::Woken,
         FaultPage::AlreadyMapped => MapOutcome::NotWoken,

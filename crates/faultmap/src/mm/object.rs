@@ -46,19 +46,17 @@ pub(crate) struct ObjectCore {
     pub(crate) ra: RaCounters,
     /// Faults parked until a read in flight ends.
     pub(crate) waiters: WaitList<Waiter>,
-    /// The readahead window (`file_ra_state`'s start, size, async_size)
-    /// and the adaptive read-around window and its pages read
-    /// (`RaState::around`, `around_read`), taken only on misses and marker
-    /// hits.
-    pub(crate) ra_window: Mutex<(u64, u64, u64, u64, u64)>,
+    /// The readahead state but its lock-free counts (`mmap_miss`, `prev`):
+    /// the window (`file_ra_state`'s start, size, async_size) and the
+    /// adaptive read-around state. Taken only on misses, marker hits, and
+    /// first uses of read-around pages of a store whose read-around
+    /// adapts.
+    pub(crate) ra_window: Mutex<RaState>,
     /// `file_ra_state.mmap_miss`: updated without the lock on every hit,
     /// racily, as the kernel does.
     pub(crate) mmap_miss: AtomicU32,
     /// The last page the previous fault mapped, `u64::MAX` before any.
     pub(crate) prev: AtomicU64,
-    /// `RaState::around_used`: updated without the lock, racily, as
-    /// `mmap_miss` is.
-    pub(crate) around_used: AtomicU64,
     /// Async read jobs queued and not yet taken, for promotion.
     pub(crate) queued: Mutex<Vec<Arc<crate::mm::io::Queued>>>,
     /// The regions that map this object, by the object pages they cover
@@ -190,10 +188,9 @@ impl ObjectCore {
             counters: Counters::default(),
             ra: RaCounters::default(),
             waiters: WaitList::default(),
-            ra_window: Mutex::new((0, 0, 0, 0, 0)),
+            ra_window: Mutex::new(RaState::default()),
             mmap_miss: AtomicU32::new(0),
             prev: AtomicU64::new(u64::MAX),
-            around_used: AtomicU64::new(0),
             queued: Mutex::new(Vec::new()),
             rmap: Rmap::default(),
             budget,
@@ -260,16 +257,15 @@ impl ObjectCore {
     /// under its lock (misses and marker hits).
     pub(crate) fn with_ra_state<T>(&self, f: impl FnOnce(&mut RaState) -> T) -> T {
         let mut window = self.ra_window.lock().unwrap_or_else(|e| e.into_inner());
-        let mut st = self.ra_counts();
-        (st.start, st.size, st.async_size, st.around, st.around_read) = *window;
+        let mut st = self.with_counts(*window);
         let out = f(&mut st);
-        *window = (st.start, st.size, st.async_size, st.around, st.around_read);
+        *window = st;
         self.store_ra_counts(&st);
         out
     }
 
-    /// Runs a readahead update that touches only `mmap_miss`, `prev` and
-    /// `around_used`, without a lock (hits, fault-around).
+    /// Runs a readahead update that touches only `mmap_miss` and `prev`,
+    /// without a lock (hits, fault-around).
     pub(crate) fn with_ra_counts<T>(&self, f: impl FnOnce(&mut RaState) -> T) -> T {
         let mut st = self.ra_counts();
         let out = f(&mut st);
@@ -280,18 +276,20 @@ impl ObjectCore {
     /// The whole readahead state, read only.
     pub(crate) fn ra_snapshot(&self) -> RaState {
         let window = *self.ra_window.lock().unwrap_or_else(|e| e.into_inner());
-        let mut st = self.ra_counts();
-        (st.start, st.size, st.async_size, st.around, st.around_read) = window;
-        st
+        self.with_counts(window)
     }
 
     fn ra_counts(&self) -> RaState {
+        self.with_counts(RaState::default())
+    }
+
+    /// `locked` with the lock-free counts as they are now.
+    fn with_counts(&self, locked: RaState) -> RaState {
         let prev = self.prev.load(Ordering::Relaxed);
         RaState {
             mmap_miss: self.mmap_miss.load(Ordering::Relaxed),
             prev: (prev != u64::MAX).then_some(prev),
-            around_used: self.around_used.load(Ordering::Relaxed),
-            ..RaState::default()
+            ..locked
         }
     }
 
@@ -299,7 +297,6 @@ impl ObjectCore {
         self.mmap_miss.store(st.mmap_miss, Ordering::Relaxed);
         self.prev
             .store(st.prev.unwrap_or(u64::MAX), Ordering::Relaxed);
-        self.around_used.store(st.around_used, Ordering::Relaxed);
     }
 }
 

@@ -179,8 +179,13 @@ impl AzureStore {
                 kind: RemoteErrorKind::Other,
                 source: Some(io::Error::other(secrets.scrub(&e.to_string()))),
             })?);
+        let opened = std::time::Instant::now();
         let remote = Remote::open(client.clone(), path.clone(), shown, secrets.clone(), tuning)
-            .map_err(|e| tell_missing_container(&client, &path, &secrets, &tuning, e))?
+            .map_err(|e| {
+                // What is left of the open's deadline bounds the extra GET.
+                let left = tuning.open_timeout.saturating_sub(opened.elapsed());
+                tell_missing_container(&client, &path, &secrets, left, e)
+            })?
             .with_origin(origin);
         Ok(Self { remote })
     }
@@ -336,14 +341,14 @@ fn origin(builder: &MicrosoftAzureBuilder) -> String {
     )
 }
 
-/// `e`, or, if it is a missing blob and a GET of its first byte says its
-/// container is missing, [`RemoteErrorKind::NoSuchBucket`] (see the
-/// module doc).
+/// `e`, or, if it is a missing blob and a GET of its first byte (within
+/// `left`, what is left of the open's deadline) says its container is
+/// missing, [`RemoteErrorKind::NoSuchBucket`] (see the module doc).
 fn tell_missing_container(
     client: &Arc<dyn ObjectStore>,
     path: &Path,
     secrets: &Secrets,
-    tuning: &RemoteTuning,
+    left: std::time::Duration,
     e: StoreError,
 ) -> StoreError {
     let StoreError::Remote {
@@ -354,7 +359,10 @@ fn tell_missing_container(
     else {
         return e;
     };
-    let (c, p, timeout) = (client.clone(), path.clone(), tuning.request_timeout);
+    if left.is_zero() {
+        return e;
+    }
+    let (c, p, timeout) = (client.clone(), path.clone(), left);
     let options = GetOptions {
         range: Some(GetRange::Bounded(0..1)),
         ..GetOptions::default()

@@ -294,7 +294,8 @@ impl std::fmt::Debug for ReadBuf {
 pub struct Link {
     /// From sending a request to its first byte.
     pub latency: std::time::Duration,
-    /// The rate of one request's body, in bytes per second.
+    /// The link's rate, in bytes per second, across the requests in
+    /// flight.
     pub bytes_per_sec: u64,
 }
 
@@ -346,7 +347,8 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// What a request to this store costs, as measured so far: its
-    /// first-byte latency and the bandwidth of one request's body. Batched
+    /// first-byte latency and its link's bandwidth (the bytes of all
+    /// bodies over the time any was arriving). Batched
     /// prefetch (`Mapping::prefetch_ranges`) reads a hole between two
     /// ranges rather than make another request when the hole moves in less
     /// than a share of a round trip (`crate::policy::coalesce`). Default:

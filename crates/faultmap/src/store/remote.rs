@@ -423,58 +423,109 @@ pub(crate) struct Remote {
 /// how large a hole batched prefetch reads rather than skip.
 const DEFAULT_BYTES_PER_SEC: u64 = 100_000_000;
 
-/// The smallest body whose transfer time counts as a bandwidth sample:
-/// smaller ones are all latency.
-const MIN_BANDWIDTH_SAMPLE: usize = 256 << 10;
+/// The bytes of bodies the link must have moved before their rate is
+/// trusted: less is all latency and scheduling.
+const MIN_BANDWIDTH_SAMPLE: u64 = 256 << 10;
 
-/// A remote object's request costs, as moving averages (each new sample
-/// weighs an eighth) of the first-byte latency and of one body's rate,
-/// measured on every ranged GET. Lossy under races (a load and a store,
-/// not a loop): it is an estimate.
+/// A remote object's request costs: the first-byte latency, a moving
+/// average (each sample weighs an eighth) of every whole GET's, and the
+/// link's bandwidth: the bytes of all bodies over the time at least one
+/// body was arriving. Not one body's rate: with `d` requests in flight
+/// each body gets about a `d`-th of the link, and batched prefetch divides
+/// by the requests in flight itself (`policy::coalesce`). The latency is a
+/// load and a store (lossy under races: an estimate); the bodies' clock is
+/// under a mutex, taken twice per GET.
 #[derive(Debug, Default)]
 struct LinkMeter {
     /// Nanoseconds; 0: no sample yet.
     latency_ns: std::sync::atomic::AtomicU64,
-    /// Bytes per second; 0: no sample yet.
-    bytes_per_sec: std::sync::atomic::AtomicU64,
+    bodies: std::sync::Mutex<Bodies>,
+}
+
+/// The bodies' clock of a [`LinkMeter`].
+#[derive(Debug, Default)]
+struct Bodies {
+    /// Bodies arriving now.
+    open: u32,
+    /// Since when at least one has been arriving.
+    since: Option<Instant>,
+    /// Time with at least one arriving, before `since`.
+    busy: Duration,
+    /// Bytes of the bodies that ended.
+    bytes: u64,
 }
 
 impl LinkMeter {
-    fn add(avg: &std::sync::atomic::AtomicU64, sample: u64) {
+    /// A whole GET's first byte came `first_byte` after it was sent.
+    fn record_latency(&self, first_byte: Duration) {
         use std::sync::atomic::Ordering::Relaxed;
-        let sample = sample.max(1);
-        let old = avg.load(Relaxed);
+        let sample = (first_byte.as_nanos().min(u64::MAX as u128) as u64).max(1);
+        let old = self.latency_ns.load(Relaxed);
         let new = if old == 0 {
             sample
         } else {
             old - old / 8 + sample / 8
         };
-        avg.store(new.max(1), Relaxed);
+        self.latency_ns.store(new.max(1), Relaxed);
     }
 
-    /// A GET whose first byte came `first_byte` after it was sent, and
-    /// whose `bytes`-long body then took `body`.
-    fn record(&self, first_byte: Duration, bytes: usize, body: Duration) {
-        Self::add(
-            &self.latency_ns,
-            first_byte.as_nanos().min(u64::MAX as u128) as u64,
-        );
-        if bytes >= MIN_BANDWIDTH_SAMPLE && !body.is_zero() {
-            let rate = bytes as f64 / body.as_secs_f64();
-            // `as` saturates.
-            Self::add(&self.bytes_per_sec, rate as u64);
+    fn bodies(&self) -> std::sync::MutexGuard<'_, Bodies> {
+        self.bodies.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A body starts arriving; the guard says how many bytes it brought
+    /// ([`Body::end`]; none if it is dropped: a failed GET).
+    fn body(&self) -> Body<'_> {
+        let mut b = self.bodies();
+        if b.open == 0 {
+            b.since = Some(Instant::now());
+        }
+        b.open += 1;
+        Body {
+            meter: self,
+            bytes: 0,
         }
     }
 
     fn link(&self) -> super::Link {
         use std::sync::atomic::Ordering::Relaxed;
-        let bytes_per_sec = match self.bytes_per_sec.load(Relaxed) {
-            0 => DEFAULT_BYTES_PER_SEC,
-            rate => rate,
+        let b = self.bodies();
+        let busy = b.busy + b.since.map_or(Duration::ZERO, |s| s.elapsed());
+        let bytes_per_sec = if b.bytes >= MIN_BANDWIDTH_SAMPLE && !busy.is_zero() {
+            // `as` saturates.
+            ((b.bytes as f64 / busy.as_secs_f64()) as u64).max(1)
+        } else {
+            DEFAULT_BYTES_PER_SEC
         };
         super::Link {
             latency: Duration::from_nanos(self.latency_ns.load(Relaxed)),
             bytes_per_sec,
+        }
+    }
+}
+
+/// One body arriving, on a [`LinkMeter`]'s clock.
+struct Body<'a> {
+    meter: &'a LinkMeter,
+    bytes: u64,
+}
+
+impl Body<'_> {
+    /// The body ended whole, with `bytes` bytes.
+    fn end(mut self, bytes: usize) {
+        self.bytes = bytes as u64;
+    }
+}
+
+impl Drop for Body<'_> {
+    fn drop(&mut self) {
+        let mut b = self.meter.bodies();
+        b.bytes = b.bytes.saturating_add(self.bytes);
+        b.open = b.open.saturating_sub(1);
+        if b.open == 0 {
+            if let Some(since) = b.since.take() {
+                b.busy += since.elapsed();
+            }
         }
     }
 }
@@ -748,6 +799,7 @@ async fn fetch_into(
         .map_err(Failure::Client)?;
     // The client returns once the headers are in: the first byte.
     let first_byte = sent.elapsed();
+    let body = meter.body();
     check_pin(pin, &result.meta)?;
     if result.range != range {
         return Err(Failure::Mismatch(
@@ -778,11 +830,8 @@ async fn fetch_into(
             format!("the body ended after {filled} of {} bytes", buf.len()),
         ));
     }
-    meter.record(
-        first_byte,
-        filled,
-        sent.elapsed().saturating_sub(first_byte),
-    );
+    body.end(filled);
+    meter.record_latency(first_byte);
     Ok(())
 }
 
@@ -1201,21 +1250,34 @@ mod tests {
     }
 
     #[test]
-    fn the_link_meter_averages_its_samples() {
+    fn the_link_meter_times_the_link_not_one_body() {
         let m = LinkMeter::default();
         // Before any sample: no latency, the default bandwidth.
         assert_eq!(m.link().latency, Duration::ZERO);
         assert_eq!(m.link().bytes_per_sec, DEFAULT_BYTES_PER_SEC);
         let ms = Duration::from_millis;
-        m.record(ms(20), 100, ms(1));
+        m.record_latency(ms(20));
         assert_eq!(m.link().latency, ms(20));
-        // A small body is no bandwidth sample; a large one is.
-        assert_eq!(m.link().bytes_per_sec, DEFAULT_BYTES_PER_SEC);
-        m.record(ms(20), 1 << 20, ms(1));
-        assert_eq!(m.link().bytes_per_sec, 1_048_576_000);
         // A new sample weighs an eighth.
-        m.record(ms(100), 0, Duration::ZERO);
+        m.record_latency(ms(100));
         assert_eq!(m.link().latency, ms(30));
+        // Two bodies of 1 MiB arriving together over 50 ms: 2 MiB over the
+        // time either was arriving, not 1 MiB over 50 ms.
+        let (a, b) = (m.body(), m.body());
+        std::thread::sleep(ms(50));
+        a.end(1 << 20);
+        b.end(1 << 20);
+        let rate = m.link().bytes_per_sec;
+        assert!(rate <= (2 << 20) * 20, "{rate}");
+        assert_ne!(rate, DEFAULT_BYTES_PER_SEC);
+        // A failed body brings no bytes but its time.
+        let before = m.link().bytes_per_sec;
+        drop(m.body());
+        assert!(m.link().bytes_per_sec <= before);
+        // Less than MIN_BANDWIDTH_SAMPLE in all: the default.
+        let small = LinkMeter::default();
+        small.body().end(4096);
+        assert_eq!(small.link().bytes_per_sec, DEFAULT_BYTES_PER_SEC);
     }
 
     #[test]

@@ -105,7 +105,15 @@ impl RemoteFile {
     /// ETag).
     pub fn rewrite(&self, data: &[u8]) {
         match &self.place {
-            Place::File(path) => std::fs::write(path, data).unwrap(),
+            // A new file renamed over the old (a new inode, as an upload
+            // makes): the GCS stub's ETag names the inode, and an in-place
+            // write of the same length within one clock tick would keep
+            // its ETag.
+            Place::File(path) => {
+                let tmp = path.with_extension("rewrite.tmp");
+                std::fs::write(&tmp, data).unwrap();
+                std::fs::rename(&tmp, path).unwrap();
+            }
             Place::Blob(container) => azure_put(container, &self.name, data),
         }
     }
