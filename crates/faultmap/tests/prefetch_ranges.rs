@@ -360,11 +360,22 @@ fn under_a_budget_holes_never_take_the_room_of_the_rows() {
         let got = map.prefetch_ranges(&ranges).unwrap();
         map.wait_ranges(&ranges).unwrap();
         assert_eq!(got.hole_pages, 0, "{got:?}");
-        let cached = ranges
+        // Every page read is a row's (the evictor may take some of them
+        // back since: the batch is larger than the budget).
+        let rows_pages: std::collections::BTreeSet<u64> =
+            ranges.iter().map(|r| r.start / PAGE as u64).collect();
+        let read: Vec<u64> = inner
+            .page_reads()
             .iter()
-            .filter(|r| object.is_cached(r.start / PAGE as u64))
-            .count();
-        assert!(cached >= 200, "{cached} of 400 rows cached");
+            .enumerate()
+            .filter(|&(_, &n)| n > 0)
+            .map(|(p, _)| p as u64)
+            .collect();
+        assert!(
+            read.iter().all(|p| rows_pages.contains(p)),
+            "a hole was read"
+        );
+        assert!(read.len() >= 100, "{} rows read", read.len());
         // Rows and holes that fit are still merged.
         let few = rows(8, 10, 100);
         let map2 = pager.map_trusted(&object, MapOptions::new()).unwrap();
@@ -393,7 +404,8 @@ fn a_failed_page_whose_retry_cannot_be_sent_is_not_waited_for() {
         // again (the mapping's drop unmaps only what is still its own).
         assert_eq!(unsafe { libc::munmap(at as *mut _, 16 * PAGE) }, 0);
         let started = std::time::Instant::now();
-        let _ = map.wait_ranges(&rows);
+        // Left to the access (which would find the range unmapped).
+        map.wait_ranges(&rows).unwrap();
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "{:?}",

@@ -2259,9 +2259,10 @@ impl<A: Access> Mapping<A> {
     /// it out, or evicted it since) is not waited for: the access reads
     /// it. It reads nothing itself but a failed page alone, once more;
     /// pair it with [`Mapping::prefetch_ranges`]. In a forked child, or a
-    /// process that joined another's cache, each page is asked of the
-    /// process that serves it, as [`Mapping::read_at`] does, so a page
-    /// that cannot be read is an error here too.
+    /// process that joined another's cache, each page is read through the
+    /// process that serves it, as [`Mapping::read_at`] reads it (with its
+    /// limits: where that copy is made in user space, a page that cannot
+    /// be read is SIGBUS).
     pub fn wait_ranges(&self, ranges: &[Range<u64>]) -> Result<(), MapError> {
         self.check_ranges(ranges)?;
         let page = self.object.page_size().bytes();

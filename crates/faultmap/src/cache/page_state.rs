@@ -37,6 +37,10 @@
 //!          bit 11 WRITEBACK  (being written back to the store)
 //!          bit 12 STALLED    (READING, and the read outlived the store
 //!                             timeout: faults on it fail instead of waiting)
+//!          bit 13 AROUND     (read around a miss by adaptive read-around,
+//!                             not mapped by anyone yet: the first pin
+//!                             clears it, which is how the window's use is
+//!                             counted)
 //! ```
 //!
 //! # States and transitions
@@ -108,10 +112,11 @@ const MAPPED: u64 = 1 << 9;
 const DIRTY: u64 = 1 << 10;
 const WRITEBACK: u64 = 1 << 11;
 const STALLED: u64 = 1 << 12;
+const AROUND: u64 = 1 << 13;
 /// The CLOCK's flags: what the hand reads and rewrites.
 const CLOCK_FLAGS: u64 = REFERENCED | SECOND | ACTIVE | MAPPED;
 /// Flags that live from the end of a read to the first pin.
-const UNMAPPED_FLAGS: u64 = READAHEAD;
+const UNMAPPED_FLAGS: u64 = READAHEAD | AROUND;
 
 const PIN_SHIFT: u32 = 16;
 const PIN_ONE: u64 = 1 << PIN_SHIFT;
@@ -163,6 +168,12 @@ impl Word {
     /// Whether the page was read ahead and has not been mapped since.
     pub fn is_read_ahead(self) -> bool {
         self.0 & READAHEAD != 0
+    }
+
+    /// Whether the page was read around a miss by adaptive read-around and
+    /// no one has mapped it yet.
+    pub fn is_around(self) -> bool {
+        self.0 & AROUND != 0
     }
 
     /// Whether the page is ABSENT because its last read failed.
@@ -267,6 +278,19 @@ impl PageState {
         self.end_read(UPTODATE | if read_ahead { READAHEAD | MAPPED } else { 0 })
     }
 
+    /// Sets AROUND on a page this caller just claimed (READING) for a
+    /// read-around window of adaptive read-around; it survives the read
+    /// and the first pin clears it (a no-op in any other state).
+    pub fn mark_around(&self) {
+        let mut cur = self.load();
+        while cur.state() == State::Reading && !cur.is_around() {
+            match self.cas(cur, Word(cur.0 | AROUND)) {
+                Ok(_) => return,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
     /// Sets the readahead marker on a page this caller just claimed
     /// (READING), as the kernel sets PG_readahead when it allocates the
     /// folio, before the I/O: a fault that finds the page still being read
@@ -303,7 +327,7 @@ impl PageState {
             // A successful read keeps the marker (if no fault consumed it
             // meanwhile); a failed one drops it with the page.
             let kept = if to & STATE_MASK == UPTODATE {
-                cur.0 & (MARKER | ACTIVE)
+                cur.0 & (MARKER | ACTIVE | AROUND)
             } else {
                 0
             };
@@ -585,6 +609,27 @@ mod tests {
         assert!(p.begin_read());
         assert!(!p.load().has_failed(), "a new read clears FAILED");
         assert!(!p.load().has_waiters(), "the flag goes with the read");
+    }
+
+    #[test]
+    fn around_lives_from_the_claim_to_the_first_pin() {
+        let p = PageState::default();
+        assert!(p.begin_read());
+        p.mark_around();
+        assert!(p.load().is_around());
+        p.finish_read(true);
+        let seen = p.load();
+        assert!(seen.is_around() && seen.is_read_ahead());
+        assert_eq!(p.try_pin(seen), Ok(true));
+        assert!(!p.load().is_around(), "the first pin clears it");
+        // A failed read drops it; a page not READING is not marked.
+        let q = PageState::default();
+        q.mark_around();
+        assert!(!q.load().is_around());
+        assert!(q.begin_read());
+        q.mark_around();
+        q.fail_read();
+        assert!(!q.load().is_around());
     }
 
     #[test]

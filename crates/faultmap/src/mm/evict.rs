@@ -349,13 +349,20 @@ impl Budget {
         }
     }
 
-    /// The room left under the limit now, in `object`'s pages; `None`
-    /// without a budget.
+    /// The room left now, in `object`'s pages, for pages that should
+    /// stay cached: up to the evictor's target (`limit - 2 * gap`, where
+    /// the hand stops; pages claimed past it are evicted again, unused
+    /// ones first), less the reserve `try_charge` keeps. `None` without a
+    /// budget, or once its evictor stopped (the budget is not enforced).
     pub(crate) fn headroom_pages(&self, object: &ObjectCore) -> Option<u64> {
-        self.is_limited().then(|| {
-            let cached = self.cached.load(Ordering::Relaxed);
-            self.limit.saturating_sub(cached) / base_pages(object)
-        })
+        if !self.is_limited() || self.stop.load(Ordering::Acquire) {
+            return None;
+        }
+        let unit = self.unit.load(Ordering::Relaxed);
+        let reserve = if unit > 1 { unit } else { 0 };
+        let target = self.limit.saturating_sub(2 * self.gap() + reserve);
+        let cached = self.cached.load(Ordering::Relaxed);
+        Some(target.saturating_sub(cached) / base_pages(object))
     }
 
     /// The largest readahead window the budget allows, in `object`'s

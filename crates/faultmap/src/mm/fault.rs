@@ -217,10 +217,11 @@ struct PageSet {
     bits: [u64; PTRS_PER_PTE / 64],
     /// Neighbours pinned that are in the active set (the working set).
     workingset: u64,
-    /// Pages pinned for the first time since they were read ahead.
-    first_uses: u64,
-    /// The faulting page is one of them: a hit on a readahead window.
-    fault_first_use: bool,
+    /// Pages pinned for the first time since an adaptive read-around
+    /// window read them (AROUND).
+    around_uses: u64,
+    /// The faulting page is one of them: a hit on such a window.
+    fault_around_use: bool,
 }
 
 impl PageSet {
@@ -228,8 +229,8 @@ impl PageSet {
         Self {
             bits: [0; PTRS_PER_PTE / 64],
             workingset: 0,
-            first_uses: 0,
-            fault_first_use: false,
+            around_uses: 0,
+            fault_around_use: false,
         }
     }
     fn insert(&mut self, i: usize) {
@@ -900,7 +901,7 @@ fn hit(
     let next = object
         .with_ra_state(|st| readahead::on_hit(st, &params, opage.0, true, &object.cache.states));
     if let Some(w) = next {
-        let submitted = submit_window(env, region, &w, None, false, ra);
+        let submitted = submit_window(env, region, &w, None, false, false, ra);
         ra.window(&w, submitted.requests, submitted.pages);
         tally.io_count += submitted.requests;
         tally.refault += submitted.refaults;
@@ -920,21 +921,26 @@ fn miss(
 ) -> bool {
     let object = &*region.object;
     let opage = region.object_page(page);
-    let window = if word.has_failed() {
+    let (window, adapts) = if word.has_failed() {
         // The last read of this page failed: read it alone, once more.
-        Window {
+        let alone = Window {
             start: opage.0,
             size: 1,
             async_size: 0,
             pattern: readahead::Pattern::Random,
             sync: true,
             eof: false,
-        }
+        };
+        (alone, false)
     } else {
         let params = region.ra_params(page);
-        object.with_ra_state(|st| readahead::on_miss(st, &params, opage.0, &object.cache.states))
+        let w = object
+            .with_ra_state(|st| readahead::on_miss(st, &params, opage.0, &object.cache.states));
+        (w, readahead::adapts(&params))
     };
-    let submitted = submit_window(env, region, &window, Some(opage), word.has_failed(), ra);
+    let around = adapts && window.pattern == readahead::Pattern::Around;
+    let last_chance = word.has_failed();
+    let submitted = submit_window(env, region, &window, Some(opage), last_chance, around, ra);
     if submitted.demand {
         ra.window(&window, submitted.requests, submitted.pages);
         tally.io_retry_single += u64::from(word.has_failed());
@@ -960,13 +966,17 @@ struct Submitted {
 /// requests of at most the store's `io_pages`. With `demand`, that page must
 /// be claimed first (else nothing is read: another fault reads it), and its
 /// request goes to the sync queue, ahead of the rest; `last_chance`: the
-/// demand page's previous read failed (see [`ReadJob::last_chance`]).
+/// demand page's previous read failed (see [`ReadJob::last_chance`]);
+/// `around`: the window is an adaptive read-around window, whose pages are
+/// tagged AROUND (read-ahead ones, not the demand page) so that their
+/// first uses count for it ([`readahead::on_used`]).
 fn submit_window(
     env: &FaultEnv<'_>,
     region: &Arc<Region>,
     w: &Window,
     demand: Option<ObjectPage>,
     last_chance: bool,
+    around: bool,
     ra: &mut RaTally,
 ) -> Submitted {
     let object = &region.object;
@@ -1049,6 +1059,14 @@ fn submit_window(
             }
         }
     }
+    if around {
+        let ahead = requests.iter().flat_map(|r| r.start.0..r.end.0);
+        for p in ahead.map(ObjectPage).filter(|&p| Some(p) != demand) {
+            if let Some(state) = states.get(p) {
+                state.mark_around();
+            }
+        }
+    }
     // 4. Submit.
     for (i, pages) in requests.iter().enumerate() {
         let urgency = if i == 0 && demand.is_some() {
@@ -1105,7 +1123,7 @@ pub(crate) fn read_ahead(
         sync: false,
         eof: false,
     };
-    let submitted = submit_window(env, region, &w, None, false, ra);
+    let submitted = submit_window(env, region, &w, None, false, false, ra);
     (submitted.requests, submitted.refaults)
 }
 
@@ -1327,18 +1345,12 @@ fn map_window(
     object.with_ra_counts(|st| {
         readahead::on_fault_around(st, around_paying);
         readahead::on_mapped(st, last.0);
-    });
-    // A hit on a page read ahead, its first use: evidence for adaptive
-    // read-around if the page was read around a miss (under the lock: the
-    // recent windows are there). Only where read-around adapts (a remote
-    // store), so a local file's hot path takes no lock.
-    if pinned.fault_first_use {
-        let params = region.ra_params(page);
-        if readahead::adapts(&params) {
-            let opage = region.object_page(page).0;
-            object.with_ra_state(|st| readahead::on_used(st, opage, pinned.first_uses));
+        // A hit on a page an adaptive read-around window read, its first
+        // use: evidence that the windows are used.
+        if pinned.fault_around_use {
+            readahead::on_used(st, pinned.around_uses);
         }
-    }
+    });
     match first.fault {
         FaultPage::Woken => MapOutcome::Woken,
         FaultPage::AlreadyMapped => MapOutcome::NotWoken,
@@ -1413,8 +1425,10 @@ fn pin_ready(
                     }
                     if first_use {
                         ra.used(1);
-                        pinned.first_uses += 1;
-                        pinned.fault_first_use |= i == fault_i;
+                    }
+                    if seen.is_around() {
+                        pinned.around_uses += 1;
+                        pinned.fault_around_use |= i == fault_i;
                     }
                     break;
                 }

@@ -46,17 +46,20 @@ pub(crate) struct ObjectCore {
     pub(crate) ra: RaCounters,
     /// Faults parked until a read in flight ends.
     pub(crate) waiters: WaitList<Waiter>,
-    /// The readahead state but its lock-free counts (`mmap_miss`, `prev`):
-    /// the window (`file_ra_state`'s start, size, async_size) and the
-    /// adaptive read-around state. Taken only on misses, marker hits, and
-    /// first uses of read-around pages of a store whose read-around
-    /// adapts.
+    /// The readahead state but its lock-free counts (`mmap_miss`, `prev`,
+    /// `around_used`): the window (`file_ra_state`'s start, size,
+    /// async_size) and the adaptive read-around window. Taken only on
+    /// misses and marker hits, never in a signal handler (those are
+    /// forwarded to a pager thread).
     pub(crate) ra_window: Mutex<RaState>,
     /// `file_ra_state.mmap_miss`: updated without the lock on every hit,
     /// racily, as the kernel does.
     pub(crate) mmap_miss: AtomicU32,
     /// The last page the previous fault mapped, `u64::MAX` before any.
     pub(crate) prev: AtomicU64,
+    /// `RaState::around_used`: updated without the lock on hits, racily,
+    /// as `mmap_miss` is.
+    pub(crate) around_used: AtomicU64,
     /// Async read jobs queued and not yet taken, for promotion.
     pub(crate) queued: Mutex<Vec<Arc<crate::mm::io::Queued>>>,
     /// The regions that map this object, by the object pages they cover
@@ -191,6 +194,7 @@ impl ObjectCore {
             ra_window: Mutex::new(RaState::default()),
             mmap_miss: AtomicU32::new(0),
             prev: AtomicU64::new(u64::MAX),
+            around_used: AtomicU64::new(0),
             queued: Mutex::new(Vec::new()),
             rmap: Rmap::default(),
             budget,
@@ -264,8 +268,9 @@ impl ObjectCore {
         out
     }
 
-    /// Runs a readahead update that touches only `mmap_miss` and `prev`,
-    /// without a lock (hits, fault-around).
+    /// Runs a readahead update that touches only `mmap_miss`, `prev` and
+    /// `around_used`, without a lock (hits, fault-around; a SIGBUS handler
+    /// may run it).
     pub(crate) fn with_ra_counts<T>(&self, f: impl FnOnce(&mut RaState) -> T) -> T {
         let mut st = self.ra_counts();
         let out = f(&mut st);
@@ -289,6 +294,7 @@ impl ObjectCore {
         RaState {
             mmap_miss: self.mmap_miss.load(Ordering::Relaxed),
             prev: (prev != u64::MAX).then_some(prev),
+            around_used: self.around_used.load(Ordering::Relaxed),
             ..locked
         }
     }
@@ -297,6 +303,7 @@ impl ObjectCore {
         self.mmap_miss.store(st.mmap_miss, Ordering::Relaxed);
         self.prev
             .store(st.prev.unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.around_used.store(st.around_used, Ordering::Relaxed);
     }
 }
 

@@ -198,15 +198,17 @@
 //! grow. Where the store asks for a smaller read-around window than
 //! `ra_pages` (a remote store: [`adapts`]), the window adapts to use:
 //!
-//! - [`on_used`] counts the read-ahead pages mapped by a fault whose own
-//!   page was read ahead, is used for the first time, and lies in one of
-//!   the last [`RECENT_AROUND`] read-around windows: a hit on a window.
-//!   (The neighbours a *miss* maps prove nothing: they are mapped because
-//!   they are near, not because they are used. Pages read by a stream's
-//!   readahead, a prefetch or a trace replay prove nothing about
-//!   read-around either. A hit's neighbours are counted with it: once
-//!   mapped, they are never seen again, and in a dense random phase they
-//!   are used soon; in a sparse one hits are rare anyway.)
+//! - [`on_used`] counts the pages of read-around windows mapped by a fault
+//!   whose own page a read-around window read and which is used for the
+//!   first time: a hit on a window. The pages carry a bit from their claim
+//!   to their first pin (AROUND, `crate::cache::page_state`), so the count
+//!   has no time horizon and takes no lock. (The neighbours a *miss* maps
+//!   prove nothing: they are mapped because they are near, not because
+//!   they are used. Pages read by a stream's readahead, a prefetch or a
+//!   trace replay prove nothing about read-around either. A hit's
+//!   neighbours are counted with it: once mapped, they are never seen
+//!   again, and in a dense random phase they are used soon; in a sparse
+//!   one hits are rare anyway.)
 //! - At a read-around miss, once the pages read around since the last
 //!   decision add up to [`AROUND_EPOCH`] windows: if at least half of them
 //!   were used the window doubles (up to `ra_pages`); if fewer than an
@@ -382,14 +384,7 @@ pub struct RaState {
     /// Read-ahead pages used since then ([`on_used`]; halved at each
     /// decision).
     pub around_used: u64,
-    /// The last [`RECENT_AROUND`] read-around windows of an adaptive
-    /// state, as page ranges `(start, end)`, newest last: a first use
-    /// counts for read-around only inside one of them.
-    pub recent_around: [(u64, u64); RECENT_AROUND],
 }
-
-/// How many recent read-around windows [`on_used`] looks in.
-pub const RECENT_AROUND: usize = 8;
 
 /// The fixed inputs of a decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -541,13 +536,8 @@ pub fn on_miss(state: &mut RaState, p: &Params, index: u64, cache: &impl CacheVi
     state.start = index.saturating_sub(around / 2);
     state.size = around;
     state.async_size = async_size;
-    let w = clip(p, state.start, around, async_size, Pattern::Around, true)
-        .unwrap_or_else(|| exact(p, index, 1));
-    if adapts(p) {
-        state.recent_around.rotate_left(1);
-        state.recent_around[RECENT_AROUND - 1] = (w.start, w.start.saturating_add(w.size));
-    }
-    w
+    clip(p, state.start, around, async_size, Pattern::Around, true)
+        .unwrap_or_else(|| exact(p, index, 1))
 }
 
 /// A fault on page `index`, which is cached (`do_async_mmap_readahead`);
@@ -589,20 +579,16 @@ pub fn on_fault_around(state: &mut RaState, pages: u64) {
     state.mmap_miss = state.mmap_miss.saturating_sub(pages).min(MMAP_MISS_MAX);
 }
 
-/// A fault on page `index`, read ahead and used for the first time,
-/// mapped `pages` pages read ahead (itself and the neighbours fault-around
+/// A fault on a page that an adaptive read-around window read, its first
+/// use, mapped `pages` such pages (itself and the neighbours fault-around
 /// mapped with it, which no later fault will see): evidence that
-/// read-around windows are used, if `index` lies in one of the recent
-/// ones. A page read by readahead, a prefetch or a trace replay is no
-/// such evidence.
-pub fn on_used(state: &mut RaState, index: u64, pages: u64) {
-    let in_window = state
-        .recent_around
-        .iter()
-        .any(|&(start, end)| (start..end).contains(&index));
-    if in_window {
-        state.around_used = state.around_used.saturating_add(pages);
-    }
+/// read-around windows are used. The fault path tells such pages by the
+/// AROUND bit of their state word (`crate::cache::page_state`), set when
+/// the window claimed them: a page read by a stream's readahead, a
+/// prefetch or a trace replay is no such evidence. Lock-free, as
+/// `mmap_miss`'s updates are.
+pub fn on_used(state: &mut RaState, pages: u64) {
+    state.around_used = state.around_used.saturating_add(pages);
 }
 
 /// Whether read-around adapts its window under `p`: under [`Mode::Full`],
@@ -884,8 +870,7 @@ mod tests {
                 let w = on_miss(&mut st, p, 1000 + i * stride, &cache);
                 assert_eq!(w.pattern, Pattern::Around, "{w:?}");
                 on_fault_around(&mut st, 15);
-                // A hit on the window's last page.
-                on_used(&mut st, w.start + w.size - 1, used(w.size));
+                on_used(&mut st, used(w.size));
                 w.size
             })
             .collect()
@@ -911,37 +896,6 @@ mod tests {
         // Partly used (between an eighth and a half): it stays.
         let sizes = around_misses(&p, 100, 40_000, |w| w / 4);
         assert!(sizes.iter().all(|&s| s == 256), "{sizes:?}");
-    }
-
-    #[test]
-    fn only_uses_inside_recent_read_around_windows_count() {
-        let p = remote();
-        let mut st = RaState::default();
-        let cache = BTreeSet::new();
-        let w = on_miss(&mut st, &p, 100_000, &cache);
-        on_used(&mut st, w.start, 7);
-        assert_eq!(st.around_used, 7);
-        // A page read by something else (a stream, a prefetch) far away.
-        on_used(&mut st, 3_000_000, 500);
-        assert_eq!(st.around_used, 7);
-        // Windows older than the last RECENT_AROUND no longer count.
-        for i in 0..RECENT_AROUND as u64 {
-            on_miss(&mut st, &p, 1_000_000 + i * 10_000, &cache);
-        }
-        let before = st.around_used;
-        on_used(&mut st, w.start, 5);
-        assert_eq!(st.around_used, before);
-        // The sparse misses of `unused_read_around_windows_shrink...`
-        // shrink though pages read ahead elsewhere are used all along.
-        let mut st = RaState::default();
-        let mut last = 0;
-        for i in 0..300 {
-            let w = on_miss(&mut st, &p, 1000 + i * 9973, &cache);
-            on_fault_around(&mut st, 15);
-            on_used(&mut st, 3_500_000 + i, 4096);
-            last = w.size;
-        }
-        assert_eq!(last, MIN_AROUND_PAGES);
     }
 
     #[test]
@@ -1703,7 +1657,6 @@ mod tests {
             around: u64::MAX,
             around_read: u64::MAX,
             around_used: u64::MAX,
-            recent_around: [(u64::MAX, 0); RECENT_AROUND],
         };
         let p = full(u64::MAX, u64::MAX);
         let _ = on_miss(
@@ -1734,8 +1687,8 @@ mod tests {
         Hit(u64, bool),
         FaultAround(u64),
         Mapped(u64),
-        /// A hit on a read-ahead page mapped this many read-ahead pages.
-        Used(u64, u64),
+        /// A hit on a read-around page mapped this many such pages.
+        Used(u64),
     }
 
     fn event(object: u64) -> impl Strategy<Value = Event> {
@@ -1745,8 +1698,8 @@ mod tests {
             2 => page.clone().prop_map(Event::Miss),
             2 => (page.clone(), any::<bool>()).prop_map(|(i, m)| Event::Hit(i, m)),
             1 => (0..64u64).prop_map(Event::FaultAround),
-            1 => page.clone().prop_map(Event::Mapped),
-            1 => (page, 0..512u64).prop_map(|(i, n)| Event::Used(i, n)),
+            1 => page.prop_map(Event::Mapped),
+            1 => (0..512u64).prop_map(Event::Used),
         ]
     }
 
@@ -1865,7 +1818,7 @@ mod tests {
                     }
                     Event::FaultAround(n) => on_fault_around(&mut st, n),
                     Event::Mapped(i) => on_mapped(&mut st, i),
-                    Event::Used(i, n) => on_used(&mut st, i, n),
+                    Event::Used(n) => on_used(&mut st, n),
                 }
                 prop_assert!(st.mmap_miss <= MMAP_MISS_MAX);
                 prop_assert!(st.around <= p.ra_pages.max(1));
@@ -1886,7 +1839,7 @@ mod tests {
             for (i, used) in credits.into_iter().enumerate() {
                 let w = on_miss(&mut st, &p, 1_000_000 + i as u64 * 20_000, &cache);
                 on_fault_around(&mut st, 15);
-                on_used(&mut st, w.start, used);
+                on_used(&mut st, used);
                 prop_assert!(w.size <= ra_pages, "{w:?}");
                 if adapts(&p) {
                     prop_assert!(w.size >= floor && st.around >= floor, "{w:?} {st:?}");
