@@ -30,7 +30,7 @@ use object_store::{
 };
 
 use super::remote::{Remote, RemoteErrorKind, RemoteTuning, Secrets};
-use super::url::{bad_url, object_key, parse};
+use super::url::{bucket_and_key, parse, BucketUrl};
 use super::StoreError;
 
 /// An object at a `gs://bucket/key` URL in Google Cloud Storage or a
@@ -110,23 +110,13 @@ impl GcsStore {
     pub fn open_with(url: &str, options: &GcsOptions) -> Result<Self, StoreError> {
         let tuning = options.tuning;
         let (parsed, shown) = parse(url)?;
-        if parsed.scheme() != "gs" {
-            return Err(bad_url(&shown, "a GcsStore opens gs://bucket/key URLs"));
-        }
-        let Some(bucket) = parsed.host_str().filter(|b| !b.is_empty()) else {
-            return Err(bad_url(&shown, "no bucket (gs://bucket/key)"));
+        let url = BucketUrl {
+            scheme: "gs",
+            wrong_scheme: "a GcsStore opens gs://bucket/key URLs",
+            no_bucket: "no bucket (gs://bucket/key)",
+            no_key: "no key after the bucket (gs://bucket/key)",
         };
-        if !bucket
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
-        {
-            return Err(bad_url(
-                &shown,
-                "a bucket name is letters, digits, '-', '.' and '_' (no escapes)",
-            ));
-        }
-        let path = object_key(parsed.path(), "no key after the bucket (gs://bucket/key)")
-            .map_err(|why| bad_url(&shown, why))?;
+        let (bucket, path) = bucket_and_key(&parsed, &shown, &url)?;
         let mut secrets = Secrets::default();
         let mut builder = match &options.service_account_key {
             None => GoogleCloudStorageBuilder::from_env(),
@@ -377,7 +367,7 @@ mod tests {
 
     #[test]
     fn escapes_in_a_key_are_decoded() {
-        let key = object_key("/a%20b/c", "no key").unwrap();
+        let key = super::super::url::object_key("/a%20b/c", "no key").unwrap();
         assert_eq!(key.as_ref(), "a b/c");
     }
 

@@ -4,11 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
-use object_store::path::Path;
+
 use object_store::ClientConfigKey;
 
 use super::remote::{Remote, RemoteErrorKind, RemoteTuning, Secrets};
-use super::url::{bad_url, parse};
+use super::url::{bucket_and_key, parse, BucketUrl};
 use super::StoreError;
 
 /// An object at an `s3://bucket/key` URL in AWS S3 or any S3-compatible
@@ -86,22 +86,7 @@ impl S3Store {
     pub fn open_with(url: &str, options: &S3Options) -> Result<Self, StoreError> {
         let tuning = options.tuning;
         let (parsed, shown) = parse(url)?;
-        if parsed.scheme() != "s3" {
-            return Err(bad_url(&shown, "an S3Store opens s3://bucket/key URLs"));
-        }
-        let Some(bucket) = parsed.host_str().filter(|b| !b.is_empty()) else {
-            return Err(bad_url(&shown, "no bucket (s3://bucket/key)"));
-        };
-        if !bucket
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
-        {
-            return Err(bad_url(
-                &shown,
-                "a bucket name is letters, digits, '-', '.' and '_' (no escapes)",
-            ));
-        }
-        let path = key_path(parsed.path()).map_err(|why| bad_url(&shown, why))?;
+        let (bucket, path) = bucket_and_key(&parsed, &shown, &S3_URL)?;
         let mut secrets = Secrets::default();
         for var in [
             "AWS_SECRET_ACCESS_KEY",
@@ -174,28 +159,18 @@ impl S3Store {
 
 super::remote::remote_store!(S3Store);
 
-/// The object path of an `s3://` URL's path: its escapes decoded, each
-/// `/` a separator. Refuses an escaped `/` (the decoded key would hold a
-/// separator the URL did not: see [`S3Store`]), a key that ends in `/`
-/// (the client would drop it), and an empty key.
-fn key_path(url_path: &str) -> Result<Path, &'static str> {
-    let escaped_slash = url_path
-        .as_bytes()
-        .windows(3)
-        .any(|w| w[0] == b'%' && w[1] == b'2' && w[2].eq_ignore_ascii_case(&b'f'));
-    if escaped_slash {
-        return Err(
-            "an escaped '/' (%2F) in the key is ambiguous (some tools read it as a \
-                    separator, others as the three characters): write the key's '/' as is",
-        );
-    }
-    if url_path.trim_start_matches('/').is_empty() {
-        return Err("no key after the bucket (s3://bucket/key)");
-    }
-    if url_path.ends_with('/') {
-        return Err("the key ends in '/' (a folder, not an object)");
-    }
-    Path::from_url_path(url_path).map_err(|_| "the key is not a valid object path")
+/// The words of an `s3://` URL.
+const S3_URL: BucketUrl = BucketUrl {
+    scheme: "s3",
+    wrong_scheme: "an S3Store opens s3://bucket/key URLs",
+    no_bucket: "no bucket (s3://bucket/key)",
+    no_key: "no key after the bucket (s3://bucket/key)",
+};
+
+/// The object path of an `s3://` URL's path (see `url::object_key`).
+#[cfg(test)]
+fn key_path(url_path: &str) -> Result<object_store::path::Path, &'static str> {
+    super::url::object_key(url_path, S3_URL.no_key)
 }
 
 #[cfg(test)]

@@ -119,7 +119,44 @@ fn parse_url(target: &str, user_is_a_name: bool) -> Result<(url::Url, String), S
     Ok((parsed, shown))
 }
 
-/// The object path of a `gs://` or `az://` URL's path: its escapes
+/// What an `s3://` or `gs://` URL's words are for: the scheme, and the
+/// reasons given when it is wrong, the bucket missing, the key missing.
+pub(crate) struct BucketUrl {
+    pub(crate) scheme: &'static str,
+    pub(crate) wrong_scheme: &'static str,
+    pub(crate) no_bucket: &'static str,
+    pub(crate) no_key: &'static str,
+}
+
+/// The bucket and the object path of a `scheme://bucket/key` URL (parsed,
+/// and `shown` for messages): the scheme must be `url.scheme`; a bucket
+/// name is letters, digits, `-`, `.` and `_` (an escape is refused); the
+/// key as [`object_key`] reads it.
+pub(crate) fn bucket_and_key<'u>(
+    parsed: &'u url::Url,
+    shown: &str,
+    url: &BucketUrl,
+) -> Result<(&'u str, Path), StoreError> {
+    if parsed.scheme() != url.scheme {
+        return Err(bad_url(shown, url.wrong_scheme));
+    }
+    let Some(bucket) = parsed.host_str().filter(|b| !b.is_empty()) else {
+        return Err(bad_url(shown, url.no_bucket));
+    };
+    if !bucket
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+    {
+        return Err(bad_url(
+            shown,
+            "a bucket name is letters, digits, '-', '.' and '_' (no escapes)",
+        ));
+    }
+    let path = object_key(parsed.path(), url.no_key).map_err(|why| bad_url(shown, why))?;
+    Ok((bucket, path))
+}
+
+/// The object path of an `s3://`, `gs://` or `az://` URL's path: its escapes
 /// decoded, each `/` a separator. Refuses an escaped `/` (tools disagree
 /// on whether `a%2Fb` names the key `a/b` or the key `a%2Fb`), a key that
 /// ends in `/` (a folder: the client would drop the `/` and read another
