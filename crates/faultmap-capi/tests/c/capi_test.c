@@ -531,6 +531,52 @@ static void read_file(const char *path, uint8_t *out, size_t len) {
     }
 }
 
+/* fm_prefetch_ranges under a memory budget: a batch of rows three times
+   the budget reads only what fits (the store's bytes say so), and every
+   row still reads right; then a large batch left in flight by fm_unmap is
+   cancelled (the unmap and the pager's free return, and the pager serves
+   the next mapping). */
+static void prefetch_budget_and_close(const char *path, const uint8_t *data, size_t len) {
+    enum { ROWS = 1024, PAGE = 4096 };
+    const uint64_t budget = 1 << 20; /* 256 pages */
+    fm_config config = {.size = sizeof config};
+    config.memory_budget = budget;
+    fm_pager *pager = fm_pager_new(&config);
+    CHECK(pager != NULL, "fm_pager_new with a budget");
+    if (!pager)
+        return;
+    fm_mapping *m = fm_map(pager, path, 0, 0, FM_READAHEAD_OFF);
+    CHECK(m != NULL, "fm_map under a budget");
+    if (m) {
+        static uint64_t starts[ROWS], lens[ROWS];
+        size_t n = 0;
+        /* A 100-byte row in every whole page of the file: 768 pages. */
+        for (size_t i = 0; i < ROWS && (i + 1) * PAGE <= len; i++, n++) {
+            starts[n] = i * PAGE + 10;
+            lens[n] = 100;
+        }
+        int64_t requests = fm_prefetch_ranges(m, starts, lens, n, 1);
+        CHECK(requests > 0, "fm_prefetch_ranges under a budget: %lld", (long long)requests);
+        fm_stats stats;
+        CHECK(fm_mapping_stats(m, &stats) == 0, "fm_mapping_stats");
+        CHECK(stats.io_bytes <= budget + 64 * PAGE,
+              "the prefetch read %llu bytes under a budget of %llu (%zu rows)",
+              (unsigned long long)stats.io_bytes, (unsigned long long)budget, n);
+        const uint8_t *p = fm_mapping_ptr(m);
+        for (size_t i = 0; i < n; i += 7)
+            CHECK(memcmp(p + starts[i], data + starts[i], lens[i]) == 0, "row %zu differs", i);
+        /* A batch left in flight: its reads are cancelled with the mapping. */
+        CHECK(fm_prefetch_ranges(m, starts, lens, n, 0) >= 0, "a batch not waited for");
+        fm_unmap(m);
+    }
+    fm_mapping *again = fm_map(pager, path, 0, 0, 0);
+    CHECK(again != NULL && memcmp(fm_mapping_ptr(again), data, 65536) == 0,
+          "the pager serves the next mapping after a cancelled batch");
+    if (again)
+        fm_unmap(again);
+    fm_pager_free(pager);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--joiner") == 0)
         return joiner(argv[2]);
@@ -609,6 +655,7 @@ int main(int argc, char **argv) {
         CHECK(fm_prefetch_ranges(NULL, starts, lens, 3, 0) == -EINVAL, "a NULL mapping");
         fm_unmap(rows);
     }
+    prefetch_budget_and_close(path, data, len);
 
     protect_engine(path, data, len);
     fork_children(pager, path, data, len);
