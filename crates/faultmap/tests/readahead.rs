@@ -580,11 +580,13 @@ fn sparse_random_misses_shrink_the_read_around_window_and_dense_ones_grow_it() {
         assert_eq!(sizes[0], 128, "{sizes:?}");
         assert_eq!(*sizes.last().unwrap(), 16, "{sizes:?}");
         assert!(sizes.windows(2).all(|w| w[1] <= w[0]), "{sizes:?}");
+        assert_eq!(object.ra_state().around, 16);
         drop((map, object));
 
-        // Dense: every page of a 4 MiB region, in a random-looking order
-        // (a stride prime to its length): the windows' pages are used,
-        // and they grow past the store's 128 pages.
+        // Dense: at 8 places far apart, a miss, then the 128 pages around
+        // it touched (rows near each other): the window's pages are used,
+        // and it grows past the store's 128 pages (to 256, where the
+        // 128 pages touched are half of it).
         let inner = Instrumented::mem(&data, Faults::default());
         let store = Narrow {
             inner: inner.clone(),
@@ -595,13 +597,15 @@ fn sparse_random_misses_shrink_the_read_around_window_and_dense_ones_grow_it() {
         let map = pager
             .map_trusted(&object, MapOptions::new().ra_pages(1024))
             .unwrap();
-        let region = 1024;
-        for i in 0..region {
-            let page = 4096 + (i * 389) % region;
-            assert_eq!(read_byte(&map, page * PAGE), data[page * PAGE]);
+        for k in 0..8usize {
+            let center = 1000 + k * 1900;
+            assert_eq!(read_byte(&map, center * PAGE), data[center * PAGE]);
+            for page in center - 64..center + 64 {
+                assert_eq!(read_byte(&map, page * PAGE + 1), data[page * PAGE + 1]);
+            }
         }
-        let sizes = request_pages(&inner);
-        assert!(sizes.iter().any(|&s| s > 128), "{sizes:?}");
+        let around = object.ra_state().around;
+        assert!(around > 128, "{around} {:?}", request_pages(&inner));
         inner.assert_contract_kept();
     });
 }
