@@ -376,14 +376,14 @@ class Handler(BaseHTTPRequestHandler):
                     while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                         pass  # trailers
                     return True
-                while n > 0:
-                    got = self.rfile.read(min(n, CHUNK))
-                    if not got:
-                        return False
-                    out.write(got)
-                    n -= len(got)
+                if not self.copy_n(out, n):
+                    return False
                 self.rfile.readline(16)  # the chunk's CRLF
-        n = int(self.headers.get("Content-Length") or 0)
+        return self.copy_n(out, int(self.headers.get("Content-Length") or 0))
+
+    def copy_n(self, out, n):
+        """Copies the next `n` bytes of the request body to `out`; False if
+        the body ends before."""
         while n > 0:
             got = self.rfile.read(min(n, CHUNK))
             if not got:

@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy
 
 import faultmap
+from bench import parse_size  # python/bench/bench.py, beside this file
 
 ROW = 4096
 REPO = Path(__file__).resolve().parents[2]
@@ -63,14 +64,6 @@ ENGINES = ["faultmap", "faultmap-no-prefetch", "obstore", "fsspec"]
 TARGETS = {"faultmap-no-prefetch": 5.0, "obstore": 1.2, "fsspec": None}
 # How long the proxy may take to print its URL, and to exit once told.
 PROXY_TIMEOUT_SECS = 10
-
-
-def parse_size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    text = text.strip().upper().removesuffix("IB").removesuffix("B")
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
 
 
 def write_object(path: Path, size: int, seed: int) -> None:

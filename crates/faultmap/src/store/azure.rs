@@ -26,7 +26,7 @@ use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::path::Path;
 use object_store::{ClientConfigKey, GetOptions, GetRange, ObjectStore};
 
-use super::remote::{block_on, Remote, RemoteErrorKind, RemoteTuning, Secrets};
+use super::remote::{block_on, build_failed, Remote, RemoteErrorKind, RemoteTuning, Secrets};
 use super::url::{bad_url, object_key, parse_with_user};
 use super::StoreError;
 use crate::base::report::error_text;
@@ -173,12 +173,11 @@ impl AzureStore {
             .with_client_options(client_options)
             .with_retry(tuning.retry_config());
         let origin = origin(&builder);
-        let client: Arc<dyn ObjectStore> =
-            Arc::new(builder.build().map_err(|e| StoreError::Remote {
-                url: shown.clone(),
-                kind: RemoteErrorKind::Other,
-                source: Some(io::Error::other(secrets.scrub(&e.to_string()))),
-            })?);
+        let client: Arc<dyn ObjectStore> = Arc::new(
+            builder
+                .build()
+                .map_err(|e| build_failed(&shown, &secrets, e))?,
+        );
         let opened = std::time::Instant::now();
         let remote = Remote::open(client.clone(), path.clone(), shown, secrets.clone(), tuning)
             .map_err(|e| {

@@ -29,7 +29,7 @@ use object_store::{
     ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
 
-use super::remote::{Remote, RemoteErrorKind, RemoteTuning, Secrets};
+use super::remote::{build_failed, Remote, RemoteTuning, Secrets};
 use super::url::{bucket_and_key, parse, BucketUrl};
 use super::StoreError;
 
@@ -158,11 +158,9 @@ impl GcsStore {
         if let Some(endpoint) = &options.endpoint {
             builder = builder.with_base_url(endpoint);
         }
-        let client = builder.build().map_err(|e| StoreError::Remote {
-            url: shown.clone(),
-            kind: RemoteErrorKind::Other,
-            source: Some(std::io::Error::other(secrets.scrub(&e.to_string()))),
-        })?;
+        let client = builder
+            .build()
+            .map_err(|e| build_failed(&shown, &secrets, e))?;
         // Where the bucket is, for the version key of shared caches
         // (`Store::share_key`): a `gs://` URL does not say.
         let origin = base_url(&client).unwrap_or_default();
@@ -342,6 +340,7 @@ impl ObjectStore for GenerationUnsent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::RemoteErrorKind;
 
     fn bad_url_reason(url: &str) -> &'static str {
         match GcsStore::open(url) {

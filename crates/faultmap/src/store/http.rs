@@ -6,7 +6,7 @@ use std::sync::Arc;
 use object_store::http::HttpBuilder;
 use object_store::path::Path;
 
-use super::remote::{Remote, RemoteErrorKind, RemoteTuning, Secrets};
+use super::remote::{build_failed, Remote, RemoteTuning, Secrets};
 use super::url::{bad_url, parse};
 use super::StoreError;
 
@@ -67,11 +67,7 @@ impl HttpStore {
             .with_client_options(tuning.client_options(scheme == "http"))
             .with_retry(tuning.retry_config())
             .build()
-            .map_err(|e| StoreError::Remote {
-                url: shown.clone(),
-                kind: RemoteErrorKind::Other,
-                source: Some(std::io::Error::other(e.to_string())),
-            })?;
+            .map_err(|e| build_failed(&shown, &Secrets::default(), e))?;
         let remote = Remote::open(Arc::new(client), path, shown, Secrets::default(), tuning)?;
         Ok(Self { remote })
     }

@@ -1143,6 +1143,16 @@ fn classify_open(
     }
 }
 
+/// The error of a client that could not be built (a bad setting in the
+/// environment or the options), its words scrubbed of `secrets`.
+pub(crate) fn build_failed(url: &str, secrets: &Secrets, e: object_store::Error) -> StoreError {
+    StoreError::Remote {
+        url: url.to_string(),
+        kind: RemoteErrorKind::Other,
+        source: Some(io::Error::other(secrets.scrub(&e.to_string()))),
+    }
+}
+
 /// The runtime could not be started, or dropped a request.
 fn runtime_error(url: &str, e: io::Error) -> StoreError {
     StoreError::Remote {

@@ -7,7 +7,7 @@ use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 
 use object_store::ClientConfigKey;
 
-use super::remote::{Remote, RemoteErrorKind, RemoteTuning, Secrets};
+use super::remote::{build_failed, Remote, RemoteTuning, Secrets};
 use super::url::{bucket_and_key, parse, BucketUrl};
 use super::StoreError;
 
@@ -141,11 +141,9 @@ impl S3Store {
             .map(|k| builder.get_config_value(k).unwrap_or_default())
             .collect::<Vec<_>>()
             .join(" ");
-        let client = builder.build().map_err(|e| StoreError::Remote {
-            url: shown.clone(),
-            kind: RemoteErrorKind::Other,
-            source: Some(std::io::Error::other(secrets.scrub(&e.to_string()))),
-        })?;
+        let client = builder
+            .build()
+            .map_err(|e| build_failed(&shown, &secrets, e))?;
         let remote =
             Remote::open(Arc::new(client), path, shown, secrets, tuning)?.with_origin(origin);
         Ok(Self { remote })

@@ -926,6 +926,33 @@ mod tests {
         }
     }
 
+    /// A one-thread run of `workloads` over `columns` with `cells`.
+    fn test_run(
+        workloads: Vec<Access>,
+        columns: Vec<RemoteColumn>,
+        cells: Vec<Cell<Access, RemoteColumn>>,
+        budget: Option<u64>,
+    ) -> Run {
+        Run {
+            machine: Machine::read(),
+            data: DataInfo::test(),
+            workloads,
+            threads: vec![1],
+            deliveries: Vec::new(),
+            columns,
+            cells,
+            wall_seconds: 1.0,
+            mode: Remote {
+                repetitions: 1,
+                sample_pages: 16,
+                budget,
+                raw: BTreeMap::new(),
+                fuse_skipped: None,
+                fault_path: None,
+            },
+        }
+    }
+
     #[test]
     fn goals_come_from_the_right_cells() {
         let full = Engine::Faultmap(ReadaheadMode::Full);
@@ -946,24 +973,7 @@ mod tests {
             col(http, Engine::Fuse("rclone")),
             col(http, Engine::Fuse("s3fs")),
         ];
-        let run = Run {
-            machine: Machine::read(),
-            data: DataInfo::test(),
-            workloads: vec![Access::Seq, Access::Rand],
-            threads: vec![1],
-            deliveries: Vec::new(),
-            columns,
-            cells,
-            wall_seconds: 1.0,
-            mode: Remote {
-                repetitions: 1,
-                sample_pages: 16,
-                budget: Some(100),
-                raw: BTreeMap::new(),
-                fuse_skipped: None,
-                fault_path: None,
-            },
-        };
+        let run = test_run(vec![Access::Seq, Access::Rand], columns, cells, Some(100));
         let g: Vec<(String, f64, bool)> = goals(&run)
             .iter()
             .map(|g| (g.what.clone(), g.value, g.met()))
@@ -1006,24 +1016,7 @@ mod tests {
             cell(Access::Batch, col(http, full), 0.25),
         ];
         let columns = vec![col(http, full), col(http, Engine::Fixed), col(http, around)];
-        let run = Run {
-            machine: Machine::read(),
-            data: DataInfo::test(),
-            workloads: vec![Access::Rand, Access::Batch],
-            threads: vec![1],
-            deliveries: Vec::new(),
-            columns,
-            cells,
-            wall_seconds: 1.0,
-            mode: Remote {
-                repetitions: 1,
-                sample_pages: 16,
-                budget: None,
-                raw: BTreeMap::new(),
-                fuse_skipped: None,
-                fault_path: None,
-            },
-        };
+        let run = test_run(vec![Access::Rand, Access::Batch], columns, cells, None);
         let g: Vec<(String, f64, bool)> = random_goals(&run, "http", http, 20)
             .iter()
             .map(|g| (g.what.clone(), g.value, g.met()))
