@@ -8,33 +8,7 @@ use std::time::Duration;
 
 const KIB: u64 = 1024;
 
-/// Parses a size: a number of bytes, optionally with a K/M/G/T suffix
-/// (powers of 1024). Zero is refused: there is nothing to measure.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, suffix) = text.split_at(split);
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size (e.g. 4096, 512K, 8M, 1G)"))?;
-    let shift = match suffix.to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => return Err(format!("`{suffix}` is not a size suffix (K, M, G or T)")),
-    };
-    let bytes = number
-        .checked_mul(1 << shift)
-        .ok_or_else(|| format!("`{text}` is too large"))?;
-    if bytes == 0 {
-        return Err("the size must be at least 1 byte".into());
-    }
-    Ok(bytes)
-}
+pub use faultmap::parse_size;
 
 /// `1234567` as `1,234,567`.
 pub fn count(n: u64) -> String {

@@ -112,8 +112,9 @@ pub use api::pager::{
 };
 pub use api::shared::Sharing;
 pub use base::config::{
-    Config, ConfigError, Delivery, Engine, HandlerPlacement, MapOptions, PageSize, RegionLookup,
-    ENGINE_ENV, MAX_REPLAY_AHEAD, MIN_BUDGET, MIN_HUGE_BUDGET_PAGES, SHARED_ENV,
+    parse_size, Config, ConfigError, Delivery, DiskCacheConfig, Engine, HandlerPlacement,
+    MapOptions, PageSize, RegionLookup, CACHE_DIR_ENV, CACHE_MAX_ENV, ENGINE_ENV,
+    MAX_REPLAY_AHEAD, MIN_BUDGET, MIN_HUGE_BUDGET_PAGES, SHARED_ENV,
 };
 pub use base::report::{error_text, IoErrorKind, IoErrorReport, LOG_CAPACITY};
 pub use base::stats::{RaRow, RaStats, Stats};
@@ -125,8 +126,9 @@ pub use mm::writeback::WriteBackError;
 pub use policy::readahead::Mode as ReadaheadMode;
 #[cfg(not(loom))]
 pub use store::{
-    open_url, open_url_with, AzureOptions, AzureStore, GcsOptions, GcsStore, HttpStore,
-    RemoteErrorKind, RemoteTuning, S3Options, S3Store,
+    open_url, open_url_with, AzureOptions, AzureStore, CachedStore, DiskCache, DiskCacheError,
+    DiskCacheStats, GcsOptions, GcsStore, HttpStore, RemoteErrorKind, RemoteTuning, S3Options,
+    S3Store,
 };
 pub use store::{
     FileIo, FileStore, Link, MemStore, ParseFileIoError, ReadBuf, ReadDone, Store, StoreError,

@@ -67,6 +67,13 @@ pub const DEFAULT_DIRTY_EXPIRE: Duration = Duration::from_secs(30);
 /// A tunable out of its bounds.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// `FAULTMAP_CACHE_MAX` or `DiskCacheConfig::max_bytes` is not a size
+    /// above zero.
+    #[error("the disk cache's maximum ({CACHE_MAX_ENV}) is not a size above zero: {0}")]
+    CacheMax(String),
+    /// `DiskCacheConfig::dir` is empty.
+    #[error("the disk cache's directory is empty")]
+    CacheDir,
     /// `handler_threads` is 0 or above the maximum.
     #[error("handler_threads must be 1..={MAX_HANDLER_THREADS}, got {0}")]
     HandlerThreads(usize),
@@ -433,6 +440,103 @@ pub struct Config {
     /// process listens for the others on a socket only this user can
     /// reach. See "Many processes" in the README.
     pub shared: bool,
+    /// A persistent cache of remote objects' bytes on local disk (default:
+    /// `FAULTMAP_CACHE_DIR` in the environment, [`CACHE_DIR_ENV`], sized
+    /// by `FAULTMAP_CACHE_MAX`, [`CACHE_MAX_ENV`]). Objects opened by URL
+    /// under this configuration (`open_url_with` with
+    /// `RemoteTuning::for_config`) read through it: a page read from the
+    /// network is kept there, and read from there by later runs and other
+    /// processes. See `crate::store::disk` and "Disk cache" in the README.
+    pub disk_cache: Option<DiskCacheConfig>,
+}
+
+/// Where and how large the disk cache of remote objects is
+/// ([`Config::disk_cache`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskCacheConfig {
+    /// The cache's directory: created with mode 0700 if missing; refused
+    /// if another user owns it or others may write to it.
+    pub dir: std::path::PathBuf,
+    /// The most bytes the cache keeps on disk (`None`, the default: only
+    /// `min_free_bytes` bounds it). Cold chunks are evicted past it.
+    pub max_bytes: Option<u64>,
+    /// The free space the cache leaves on its file system (`None`, the
+    /// default: 5 % of the file system, as mountpoint-s3 keeps). Cold
+    /// chunks are evicted, and nothing more is written, below it.
+    pub min_free_bytes: Option<u64>,
+}
+
+impl DiskCacheConfig {
+    /// A cache in `dir`, with the default bounds.
+    pub fn new(dir: impl Into<std::path::PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            max_bytes: None,
+            min_free_bytes: None,
+        }
+    }
+
+    /// At most `bytes` on disk.
+    pub fn max_bytes(mut self, bytes: u64) -> Self {
+        self.max_bytes = Some(bytes);
+        self
+    }
+
+    /// At least `bytes` left free on the file system.
+    pub fn min_free_bytes(mut self, bytes: u64) -> Self {
+        self.min_free_bytes = Some(bytes);
+        self
+    }
+}
+
+/// The environment variable that turns the disk cache on
+/// ([`Config::disk_cache`]): its directory.
+pub const CACHE_DIR_ENV: &str = "FAULTMAP_CACHE_DIR";
+
+/// The environment variable that bounds the disk cache: a size, `50G`
+/// ([`parse_size`]).
+pub const CACHE_MAX_ENV: &str = "FAULTMAP_CACHE_MAX";
+
+/// The disk cache the environment asks for: [`CACHE_DIR_ENV`], bounded by
+/// [`CACHE_MAX_ENV`]. A malformed size is refused by [`Config::validate`].
+fn disk_cache_from_env() -> Option<DiskCacheConfig> {
+    let dir = std::env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty())?;
+    let max = std::env::var(CACHE_MAX_ENV)
+        .ok()
+        .and_then(|v| parse_size(&v).ok());
+    Some(DiskCacheConfig {
+        max_bytes: max,
+        ..DiskCacheConfig::new(dir)
+    })
+}
+
+/// Parses a size: a number of bytes, optionally with a K/M/G/T suffix
+/// (powers of 1024, optionally followed by `iB` or `B`, any case). Zero is
+/// refused.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, suffix) = text.split_at(split);
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (e.g. 4096, 512K, 8M, 1G)"))?;
+    let shift = match suffix.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("`{suffix}` is not a size suffix (K, M, G or T)")),
+    };
+    let bytes = number
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("`{text}` is too large"))?;
+    if bytes == 0 {
+        return Err("the size must be at least 1 byte".into());
+    }
+    Ok(bytes)
 }
 
 /// The environment variable that turns [`Config::shared`] on by default
@@ -463,6 +567,7 @@ impl Default for Config {
             dirty_expire: DEFAULT_DIRTY_EXPIRE,
             page_size: PageSize::Base,
             shared: shared_from_env(),
+            disk_cache: disk_cache_from_env(),
         }
     }
 }
@@ -584,6 +689,19 @@ impl Config {
         }
         if self.handler_spin_us > MAX_HANDLER_SPIN_US {
             return Err(ConfigError::HandlerSpin(self.handler_spin_us));
+        }
+        if let Ok(max) = std::env::var(CACHE_MAX_ENV) {
+            if let Err(why) = parse_size(&max) {
+                return Err(ConfigError::CacheMax(why));
+            }
+        }
+        if let Some(cache) = &self.disk_cache {
+            if cache.dir.as_os_str().is_empty() {
+                return Err(ConfigError::CacheDir);
+            }
+            if cache.max_bytes == Some(0) {
+                return Err(ConfigError::CacheMax("0 bytes".into()));
+            }
         }
         Ok(())
     }

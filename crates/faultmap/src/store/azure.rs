@@ -122,7 +122,7 @@ impl AzureStore {
     /// Opens `az://container/key` (or `abfs[s]://`) with `options` over
     /// the Azure environment.
     pub fn open_with(url: &str, options: &AzureOptions) -> Result<Self, StoreError> {
-        let tuning = options.tuning;
+        let tuning = options.tuning.clone();
         let (parsed, shown) = parse_with_user(url)?;
         let place = locate(&parsed).map_err(|why| bad_url(&shown, why))?;
         let path = object_key(
@@ -179,7 +179,7 @@ impl AzureStore {
                 .map_err(|e| build_failed(&shown, &secrets, e))?,
         );
         let opened = std::time::Instant::now();
-        let remote = Remote::open(client.clone(), path.clone(), shown, secrets.clone(), tuning)
+        let remote = Remote::open(client.clone(), path.clone(), shown, secrets.clone(), tuning.clone())
             .map_err(|e| {
                 // What is left of the open's deadline bounds the extra GET.
                 let left = tuning.open_timeout.saturating_sub(opened.elapsed());

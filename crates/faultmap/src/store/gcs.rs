@@ -108,7 +108,7 @@ impl GcsStore {
 
     /// Opens `gs://bucket/key` with `options` over the Google environment.
     pub fn open_with(url: &str, options: &GcsOptions) -> Result<Self, StoreError> {
-        let tuning = options.tuning;
+        let tuning = options.tuning.clone();
         let (parsed, shown) = parse(url)?;
         let url = BucketUrl {
             scheme: "gs",

@@ -27,12 +27,18 @@
 //! and keeps many requests in flight on one small runtime, so the I/O
 //! layer needs no thread per request (its default calls `read_at`).
 //!
+//! A remote store may be read through a cache on local disk
+//! ([`CachedStore`], module `disk`), which [`open_url_with`] puts in front
+//! of it when its tuning names one.
+//!
 //! Layer rule: uses [`crate::base`], [`crate::policy`] (the default
 //! readahead window) and [`crate::sys`]. The page cache above fills itself
 //! through this trait and knows no kind of store.
 
 #[cfg(not(loom))]
 mod azure;
+#[cfg(not(loom))]
+pub mod disk;
 mod file;
 #[cfg(not(loom))]
 mod gcs;
@@ -52,6 +58,8 @@ use std::sync::Arc;
 
 #[cfg(not(loom))]
 pub use azure::{AzureOptions, AzureStore};
+#[cfg(not(loom))]
+pub use disk::{CachedStore, DiskCache, DiskCacheError, DiskCacheStats};
 pub use file::{FileIo, FileStore, ParseFileIoError};
 #[cfg(not(loom))]
 pub use gcs::{GcsOptions, GcsStore};
@@ -177,6 +185,11 @@ pub enum StoreError {
         /// The client's own words, when it had any.
         source: Option<io::Error>,
     },
+    /// The disk cache ([`crate::Config::disk_cache`]) cannot be used:
+    /// its directory is unsafe or cannot be made.
+    #[cfg(not(loom))]
+    #[error(transparent)]
+    DiskCache(#[from] DiskCacheError),
     /// A read asked for bytes outside the object.
     #[error(
         "{name}: read of {len} bytes at offset {offset} is outside the object ({object_len} bytes)"
@@ -405,6 +418,14 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// What the disk cache in front of this store did, if there is one
+    /// ([`CachedStore`]). Default: `None`. A store that wraps another
+    /// should forward it.
+    #[cfg(not(loom))]
+    fn disk_cache_stats(&self) -> Option<DiskCacheStats> {
+        None
+    }
+
     /// Whether the store takes writes ([`Store::write_at`]): only such a
     /// store can be mapped writable. Default: false.
     fn writable(&self) -> bool {
@@ -459,6 +480,10 @@ macro_rules! forward_store {
             }
             fn share_key(&self) -> Option<String> {
                 (**self).share_key()
+            }
+            #[cfg(not(loom))]
+            fn disk_cache_stats(&self) -> Option<DiskCacheStats> {
+                (**self).disk_cache_stats()
             }
             fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
                 (**self).read_at(offset, buf)

@@ -230,8 +230,9 @@ pub(crate) fn block_on<T: Send + 'static>(
         .map_err(|_| io::Error::other("the network runtime dropped a request"))
 }
 
-/// Request sizes and windows a remote store asks the fault path for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Request sizes and windows a remote store asks the fault path for, its
+/// timeouts, and the disk cache it reads through.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RemoteTuning {
     /// The largest ranged GET, in bytes (default 8 MiB: S3's guidance for
     /// sequential reads is 8 to 16 MiB per request).
@@ -263,6 +264,11 @@ pub struct RemoteTuning {
     /// if it changes while mapped, pages of two versions are mixed
     /// unseen.
     pub allow_unpinned: bool,
+    /// The disk cache that [`open_url_with`](super::open_url_with) puts
+    /// in front of the object (default `None`: none;
+    /// [`RemoteTuning::for_config`] takes the pager's,
+    /// [`Config::disk_cache`]). An object opened unpinned is never cached.
+    pub disk_cache: Option<crate::base::config::DiskCacheConfig>,
 }
 
 impl Default for RemoteTuning {
@@ -276,6 +282,7 @@ impl Default for RemoteTuning {
             open_timeout: DEFAULT_IO_TIMEOUT,
             open_retries: DEFAULT_IO_RETRIES,
             allow_unpinned: false,
+            disk_cache: None,
         }
     }
 }
@@ -294,6 +301,7 @@ impl RemoteTuning {
             connect_timeout: config.io_timeout.min(MAX_CONNECT_TIMEOUT),
             open_timeout: config.io_timeout,
             open_retries: config.io_retries,
+            disk_cache: config.disk_cache.clone(),
             ..Self::default()
         }
     }

@@ -84,7 +84,7 @@ impl S3Store {
 
     /// Opens `s3://bucket/key` with `options` over the AWS environment.
     pub fn open_with(url: &str, options: &S3Options) -> Result<Self, StoreError> {
-        let tuning = options.tuning;
+        let tuning = options.tuning.clone();
         let (parsed, shown) = parse(url)?;
         let (bucket, path) = bucket_and_key(&parsed, &shown, &S3_URL)?;
         let mut secrets = Secrets::default();

@@ -25,33 +25,48 @@ pub fn open_url(target: &str) -> Result<Box<dyn Store>, StoreError> {
 /// [`open_url`], opening a remote object with `tuning` (its timeouts, its
 /// open deadline, whether an unpinned object is allowed). A pager's I/O
 /// settings give [`RemoteTuning::for_config`].
+///
+/// A remote object is read through the disk cache `tuning.disk_cache`
+/// names, if any ([`super::CachedStore`]); a local file never is.
 pub fn open_url_with(target: &str, tuning: &RemoteTuning) -> Result<Box<dyn Store>, StoreError> {
+    let store = open_uncached(target, tuning)?;
+    let remote = target
+        .split_once("://")
+        .is_some_and(|(scheme, _)| !scheme.eq_ignore_ascii_case("file"));
+    match &tuning.disk_cache {
+        Some(cache) if remote => super::disk::wrap(store, cache, tuning.request_timeout),
+        _ => Ok(store),
+    }
+}
+
+/// [`open_url_with`] without the disk cache.
+fn open_uncached(target: &str, tuning: &RemoteTuning) -> Result<Box<dyn Store>, StoreError> {
     let Some((scheme, _)) = target.split_once("://") else {
         return Ok(Box::new(FileStore::open(target)?));
     };
     match scheme.to_ascii_lowercase().as_str() {
         "s3" => {
             let options = S3Options {
-                tuning: *tuning,
+                tuning: tuning.clone(),
                 ..S3Options::default()
             };
             Ok(Box::new(S3Store::open_with(target, &options)?))
         }
         "gs" => {
             let options = GcsOptions {
-                tuning: *tuning,
+                tuning: tuning.clone(),
                 ..GcsOptions::default()
             };
             Ok(Box::new(GcsStore::open_with(target, &options)?))
         }
         "az" | "abfs" | "abfss" => {
             let options = AzureOptions {
-                tuning: *tuning,
+                tuning: tuning.clone(),
                 ..AzureOptions::default()
             };
             Ok(Box::new(AzureStore::open_with(target, &options)?))
         }
-        "http" | "https" => Ok(Box::new(HttpStore::open_with(target, *tuning)?)),
+        "http" | "https" => Ok(Box::new(HttpStore::open_with(target, tuning.clone())?)),
         "file" => {
             let (parsed, shown) = parse(target)?;
             let path = parsed

@@ -563,6 +563,100 @@ pub(crate) fn flock_exclusive(file: &File) -> io::Result<()> {
     Ok(())
 }
 
+/// Tries to take a `flock` on `file` without waiting: exclusive or
+/// shared. `Ok(false)` if another open file description holds a
+/// conflicting one. Released by [`flock_unlock`] or when every descriptor
+/// of this open file description is closed.
+pub(crate) fn flock_try(file: &File, exclusive: bool) -> io::Result<bool> {
+    let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
+    // SAFETY: flock on a descriptor `file` owns, for the call; no memory
+    // is passed.
+    if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(false);
+    }
+    Err(e)
+}
+
+/// Releases this open file description's `flock` on `file` (for every
+/// process that shares the description, a forked child included).
+pub(crate) fn flock_unlock(file: &File) -> io::Result<()> {
+    // SAFETY: flock on a descriptor `file` owns; no memory is passed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// An open-file-description record lock (`F_OFD_SETLK`) of type `kind`
+/// (`F_WRLCK` or `F_UNLCK`) on bytes `[start, start + len)` of `file`.
+fn ofd_lock(file: &File, kind: libc::c_short, start: u64, len: u64) -> io::Result<bool> {
+    let (Ok(start), Ok(len)) = (libc::off_t::try_from(start), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    // SAFETY: an all-zero flock is a valid value; the fields are set below.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = start;
+    lock.l_len = len;
+    // SAFETY: fcntl reads one live flock for the call (l_pid is 0, as OFD
+    // locks require); `file` owns the descriptor.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut lock) } == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+/// Tries to take an exclusive record lock on bytes `[start, start + len)`
+/// of `file`, owned by this open file description (`F_OFD_SETLK`): it
+/// conflicts with every other description's, in this process or another,
+/// and goes when the description is closed, by an exit or a kill too.
+/// `Ok(false)` if another description holds an overlapping lock.
+pub(crate) fn range_lock_try(file: &File, start: u64, len: u64) -> io::Result<bool> {
+    ofd_lock(file, libc::F_WRLCK as libc::c_short, start, len)
+}
+
+/// Releases the record lock [`range_lock_try`] took on `[start, start +
+/// len)`: for every process that shares the description (a child forked
+/// while it was held would otherwise keep it until it closes its copy).
+pub(crate) fn range_unlock(file: &File, start: u64, len: u64) -> io::Result<()> {
+    ofd_lock(file, libc::F_UNLCK as libc::c_short, start, len).map(|_| ())
+}
+
+/// This process's effective user id.
+pub(crate) fn effective_uid() -> u32 {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The size and the bytes an unprivileged writer may still use of the
+/// file system of `path` (`statvfs`'s `f_blocks` and `f_bavail`).
+pub fn fs_space(path: &std::path::Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: an all-zero statvfs is a valid value to be overwritten.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and lives for the call; statvfs writes
+    // one struct to a live value.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let frsize = st.f_frsize as u64;
+    Ok((
+        (st.f_blocks as u64).saturating_mul(frsize),
+        (st.f_bavail as u64).saturating_mul(frsize),
+    ))
+}
+
 /// Allocates the pages of `[offset, offset+len)` of a memfd (`fallocate`,
 /// mode 0): a hugetlb memfd's pages are then in its page cache, zeroed, so
 /// a store that copies into them through a mapping never meets an empty
@@ -1282,17 +1376,7 @@ pub fn rusage_faults() -> io::Result<(u64, u64)> {
 /// Bytes an unprivileged writer may still use on the file system of `path`
 /// (`statvfs`'s `f_bavail` blocks).
 pub fn free_bytes(path: &std::path::Path) -> io::Result<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: an all-zero statvfs is a valid value to be overwritten.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is NUL-terminated and lives for the call; statvfs writes
-    // one struct to a live value.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    fs_space(path).map(|(_, free)| free)
 }
 
 /// How many pages of `[addr, addr+len)` are resident in the page cache

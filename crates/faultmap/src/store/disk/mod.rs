@@ -1,0 +1,689 @@
+//! The disk cache: a [`Store`] in front of a remote one
+//! ([`CachedStore`]) that keeps the pages it reads in a directory on local
+//! disk ([`DiskCache`]), for later runs and other processes.
+//!
+//! # What a read does
+//!
+//! A read asks the disk first: every page whose checksum entry is written
+//! and matches its bytes is read from there. The pages it lacks (the
+//! enclosing run of them: one request, as the fault path asked) are read
+//! from the store below, written to the disk, and only then handed to the
+//! fault path. A changed object is never served from a stale entry:
+//! entries are keyed by the store's [`Store::share_key`] (its URL, length
+//! and pinned version), and opening a version removes the URL's other
+//! versions. An object without a pinned version (no ETag, no
+//! Last-Modified) is not cached.
+//!
+//! # Crash safety: per-page checksums, checked on every read
+//!
+//! Chunk files are written in place, data first and then a checksum per
+//! page (module `chunk`); a page is served only if its bytes match. So a
+//! write torn by a kill, a full disk or a power cut leaves pages that are
+//! read again from the network, never wrong bytes. Whole-chunk
+//! write-then-rename was the other choice; it would make a sequential
+//! first run write each 4 MiB twice (once staged) or hold a chunk's pages
+//! until all arrived, and could not keep the pages of a random reader's
+//! 64 KiB windows.
+//!
+//! # Many processes
+//!
+//! Several processes may share one directory, and one may evict while
+//! others read and write. Before fetching pages, a process takes a record
+//! lock on their checksum entries (`F_OFD_SETLK`, module `sys`); a process
+//! that finds them locked waits for the holder (polling with backoff, up
+//! to the store's request timeout), then reads what the holder wrote. So a
+//! chunk in flight is downloaded once. A lock goes with its holder's file
+//! description, so a killed process leaves none behind. Chunk files are
+//! born whole (header and empty table, linked into place); eviction
+//! unlinks whole chunk files, which their open readers keep reading, and
+//! into which a late write is lost, never misplaced. The invariants, and
+//! the tests that kill processes at random points against them, are in
+//! `tests/disk_cache.rs`.
+//!
+//! # Bounds and failures
+//!
+//! The cache stays under its maximum and above its minimum of free space
+//! by evicting cold chunks (module `dir`): least recently used, old
+//! versions first. A disk error or a full disk never fails a read: the
+//! bytes came from the network; the page is just not kept. The first such
+//! failure is kept for [`DiskCacheStats::first_problem`], the others
+//! counted.
+//!
+//! Writes are done by two threads of their own ("faultmap-disk"), not on
+//! the network runtime's threads, whose time is the transfers'.
+//!
+//! Written by hand: no crate keeps a shared, crash-safe, multi-process
+//! page cache on disk (`cacache` and `foyer` are content-addressed or
+//! single-process key-value caches).
+//!
+//! Layer rule: part of [`crate::store`]; uses [`crate::base`] and
+//! [`crate::sys`].
+
+mod chunk;
+mod dir;
+
+use std::ops::Range;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use dir::{BadPage, CachedObject, DiskCache, DiskCacheError, Verified};
+
+use self::chunk::{page_sum, Chunk, Header, OpenError, CHUNK_BYTES, CHUNK_PAGES, PAGE};
+use self::dir::{hash_name, Meta, TOUCH_EVERY};
+use super::{Link, ReadBuf, ReadDone, Store, StoreError};
+
+/// What a [`CachedStore`] did, since it was opened.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DiskCacheStats {
+    /// Bytes read from the disk.
+    pub disk_bytes: u64,
+    /// Bytes read from the store below (the network).
+    pub network_bytes: u64,
+    /// Bytes written to the disk.
+    pub written_bytes: u64,
+    /// Times a read waited for another reader's fetch of the same pages.
+    pub waits: u64,
+    /// Disk failures (errors, a full disk) of the cache directory, over
+    /// all its objects in this process: their reads came from the network.
+    pub problems: u64,
+    /// The first of them.
+    pub first_problem: Option<String>,
+}
+
+/// A store read through a [`DiskCache`]: see the module doc.
+pub struct CachedStore<S: Store> {
+    inner: S,
+    object: Arc<CachedObjectState>,
+}
+
+/// What the reads of one cached object share with their callbacks.
+struct CachedObjectState {
+    cache: Arc<DiskCache>,
+    /// The version's directory, and its meta.
+    dir: PathBuf,
+    meta: Meta,
+    name: String,
+    len: u64,
+    /// How long a read waits for another's fetch before fetching itself.
+    wait: Duration,
+    /// Per chunk: when this process last set its modification time
+    /// (seconds since `born`, 0: never).
+    touched: Vec<AtomicU64>,
+    born: Instant,
+    disk_bytes: AtomicU64,
+    network_bytes: AtomicU64,
+    written_bytes: AtomicU64,
+    waits: AtomicU64,
+}
+
+impl<S: Store> CachedStore<S> {
+    /// `inner` read through `cache`, waiting at most `wait` for another
+    /// reader's fetch of the same pages. `Ok(Err(inner))` if `inner` names
+    /// no pinned version ([`Store::share_key`] is `None`): such an object
+    /// cannot be cached safely. An error if the object's directory cannot
+    /// be made.
+    pub fn new(
+        inner: S,
+        cache: Arc<DiskCache>,
+        wait: Duration,
+    ) -> Result<Result<Self, S>, DiskCacheError> {
+        let Some(key) = inner.share_key() else {
+            return Ok(Err(inner));
+        };
+        let meta = Meta {
+            url: inner.name().to_string(),
+            version: inner.version().unwrap_or_default(),
+            len: inner.len(),
+            key,
+        };
+        let url_dir = cache.url_dir(&meta.url);
+        let dir = url_dir.join(hash_name(&meta.key));
+        let io_error = |what| {
+            let path = dir.clone();
+            move |source| DiskCacheError::Io { path, what, source }
+        };
+        // Other versions of this URL can no longer be read: reclaimed
+        // first.
+        if let Ok(entries) = std::fs::read_dir(&url_dir) {
+            for entry in entries.flatten() {
+                if entry.path() != dir {
+                    let _ = dir::remove_tree(&entry.path());
+                }
+            }
+        }
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io_error("create an object's directory"))?;
+        match Meta::read(&dir) {
+            Some(found) if found == meta => {}
+            Some(found) if found.key != meta.key => {
+                // Two keys with one 128-bit hash: not cached rather than
+                // mixed.
+                return Ok(Err(inner));
+            }
+            _ => meta
+                .write(&dir, &cache.tmp())
+                .map_err(io_error("write an object's meta file"))?,
+        }
+        let chunks = meta.len.div_ceil(CHUNK_BYTES) as usize;
+        Ok(Ok(CachedStore {
+            object: Arc::new(CachedObjectState {
+                name: meta.url.clone(),
+                len: meta.len,
+                cache,
+                dir,
+                meta,
+                wait,
+                touched: (0..chunks).map(|_| AtomicU64::new(0)).collect(),
+                born: Instant::now(),
+                disk_bytes: AtomicU64::new(0),
+                network_bytes: AtomicU64::new(0),
+                written_bytes: AtomicU64::new(0),
+                waits: AtomicU64::new(0),
+            }),
+            inner,
+        }))
+    }
+
+    /// What it did so far.
+    pub fn stats(&self) -> DiskCacheStats {
+        self.object.stats()
+    }
+
+    /// The store below.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The cache.
+    pub fn cache(&self) -> &Arc<DiskCache> {
+        &self.object.cache
+    }
+
+    /// Whether a read of `len` bytes at `offset` goes through the disk:
+    /// page-aligned, inside the object.
+    fn cacheable(&self, offset: u64, len: usize) -> bool {
+        offset % PAGE == 0
+            && len > 0
+            && offset
+                .checked_add(len as u64)
+                .is_some_and(|end| end <= self.object.len)
+    }
+}
+
+impl<S: Store> Store for CachedStore<S> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn ra_pages(&self) -> u64 {
+        self.inner.ra_pages()
+    }
+    fn around_pages(&self) -> Option<u64> {
+        self.inner.around_pages()
+    }
+    fn io_pages(&self) -> u64 {
+        self.inner.io_pages()
+    }
+    fn link(&self) -> Option<Link> {
+        self.inner.link()
+    }
+    fn len_now(&self) -> Option<u64> {
+        self.inner.len_now()
+    }
+    fn version(&self) -> Option<String> {
+        self.inner.version()
+    }
+    fn share_key(&self) -> Option<String> {
+        self.inner.share_key()
+    }
+    fn disk_cache_stats(&self) -> Option<DiskCacheStats> {
+        Some(self.stats())
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
+        if !self.cacheable(offset, buf.len()) {
+            return self.inner.read_at(offset, buf);
+        }
+        let object = &self.object;
+        let Some((missing, claim)) = object.claim(offset, buf) else {
+            return Ok(());
+        };
+        let (from, to) = object.byte_range(&missing);
+        let at = (from - offset) as usize..(to - offset) as usize;
+        let result = self.inner.read_at(from, &mut buf[at.clone()]);
+        if result.is_ok() {
+            object.keep(from, &buf[at], claim);
+        }
+        result
+    }
+
+    fn start_read(&self, offset: u64, mut buf: ReadBuf, done: ReadDone) {
+        if !self.cacheable(offset, buf.len()) {
+            return self.inner.start_read(offset, buf, done);
+        }
+        let object = self.object.clone();
+        let Some((missing, claim)) = object.claim(offset, buf.as_mut_slice()) else {
+            return done(buf, Ok(()));
+        };
+        let (from, to) = object.byte_range(&missing);
+        if from == offset && to == offset + buf.len() as u64 {
+            // The common case: all of it from the network, into the
+            // caller's buffer.
+            let finish: ReadDone = Box::new(move |mut buf, result| {
+                if result.is_err() {
+                    drop(claim);
+                    return done(buf, result);
+                }
+                writers::run(Box::new(move || {
+                    object.keep(from, buf.as_mut_slice(), claim);
+                    done(buf, Ok(()));
+                }));
+            });
+            return self.inner.start_read(from, buf, finish);
+        }
+        // Part of it: through a buffer of its own, copied in.
+        let part = ReadBuf::from(vec![0u8; (to - from) as usize]);
+        let at = (from - offset) as usize;
+        let finish: ReadDone = Box::new(move |mut part, result| {
+            if result.is_err() {
+                drop(claim);
+                return done(buf, result);
+            }
+            writers::run(Box::new(move || {
+                let bytes = part.as_mut_slice();
+                buf.as_mut_slice()[at..at + bytes.len()].copy_from_slice(bytes);
+                object.keep(from, bytes, claim);
+                done(buf, Ok(()));
+            }));
+        });
+        self.inner.start_read(from, part, finish)
+    }
+}
+
+/// The right to fetch and write pages: record locks on their chunks'
+/// table entries, given back when dropped. Empty when the wait for them
+/// ran out (the pages are fetched anyway).
+struct Claim {
+    held: Vec<(Chunk, u64, u64)>,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        for (chunk, first, n) in &self.held {
+            chunk.unlock(*first, *n);
+        }
+    }
+}
+
+impl CachedObjectState {
+    fn stats(&self) -> DiskCacheStats {
+        DiskCacheStats {
+            disk_bytes: self.disk_bytes.load(Ordering::Relaxed),
+            network_bytes: self.network_bytes.load(Ordering::Relaxed),
+            written_bytes: self.written_bytes.load(Ordering::Relaxed),
+            waits: self.waits.load(Ordering::Relaxed),
+            problems: self.cache.problems().count(),
+            first_problem: self.cache.problems().first(),
+        }
+    }
+
+    /// Bytes `[from, to)` of the object that pages `pages` hold.
+    fn byte_range(&self, pages: &Range<u64>) -> (u64, u64) {
+        (pages.start * PAGE, (pages.end * PAGE).min(self.len))
+    }
+
+    fn chunk_path(&self, index: u64) -> PathBuf {
+        self.dir.join(format!("{index}.chunk"))
+    }
+
+    fn header(&self, index: u64) -> Header {
+        self.meta.header(index)
+    }
+
+    fn problem(&self, what: &str, e: &std::io::Error) {
+        self.cache.problems().note(|| {
+            format!(
+                "disk cache {}: {what} for {}: {e}; those reads come from the network",
+                self.cache.dir().display(),
+                self.name
+            )
+        });
+    }
+
+    /// Fills `buf` (bytes from `offset`, page-aligned) with what the disk
+    /// holds, and returns the run of pages from its first missing page to
+    /// its last, or `None` if the disk held it all.
+    fn fill(&self, offset: u64, buf: &mut [u8]) -> Option<Range<u64>> {
+        let first_page = offset / PAGE;
+        let end_page = first_page + (buf.len() as u64).div_ceil(PAGE);
+        let mut missing: Option<Range<u64>> = None;
+        let mut miss = |pages: Range<u64>| {
+            missing = Some(match missing.take() {
+                None => pages,
+                Some(m) => m.start.min(pages.start)..m.end.max(pages.end),
+            });
+        };
+        let mut page = first_page;
+        while page < end_page {
+            let index = page / CHUNK_PAGES;
+            let chunk_end = ((index + 1) * CHUNK_PAGES).min(end_page);
+            let at = ((page - first_page) * PAGE) as usize;
+            let to = (((chunk_end - first_page) * PAGE) as usize).min(buf.len());
+            if !self.fill_chunk(index, page % CHUNK_PAGES, &mut buf[at..to], &mut miss) {
+                miss(page..chunk_end);
+            }
+            page = chunk_end;
+        }
+        let served = (buf.len() as u64).saturating_sub(
+            missing
+                .as_ref()
+                .map_or(0, |m| self.byte_range(m).1 - self.byte_range(m).0),
+        );
+        self.disk_bytes.fetch_add(served, Ordering::Relaxed);
+        missing
+    }
+
+    /// [`Self::fill`] within chunk `index`, pages from `first` on: calls
+    /// `miss` with the absolute pages it lacks. `false` if the chunk file
+    /// cannot be used at all.
+    fn fill_chunk(
+        &self,
+        index: u64,
+        first: u64,
+        buf: &mut [u8],
+        miss: &mut impl FnMut(Range<u64>),
+    ) -> bool {
+        let header = self.header(index);
+        let chunk = match Chunk::open(&self.chunk_path(index), header) {
+            Ok(chunk) => chunk,
+            Err(OpenError::Missing | OpenError::Foreign) => return false,
+            Err(OpenError::Io(e)) => {
+                self.problem("opening a chunk", &e);
+                return false;
+            }
+        };
+        let pages = (buf.len() as u64).div_ceil(PAGE) as usize;
+        let mut sums = vec![0u32; pages];
+        if let Err(e) = chunk.sums(first, &mut sums) {
+            self.problem("reading a chunk's checksums", &e);
+            return false;
+        }
+        let base = index * CHUNK_PAGES;
+        let mut served_any = false;
+        let mut p = 0;
+        while p < pages {
+            if sums[p] == 0 {
+                miss(base + first + p as u64..base + first + p as u64 + 1);
+                p += 1;
+                continue;
+            }
+            // A run of pages the table says are there: one read.
+            let run_end = (p..pages).find(|&q| sums[q] == 0).unwrap_or(pages);
+            let at = p * PAGE as usize;
+            let to = (run_end * PAGE as usize).min(buf.len());
+            let whole = match chunk.read(first + p as u64, &mut buf[at..to]) {
+                Ok(whole) => whole,
+                Err(e) => {
+                    self.problem("reading a chunk", &e);
+                    false
+                }
+            };
+            for q in p..run_end {
+                let page = first + q as u64;
+                let bytes = &buf[q * PAGE as usize..((q + 1) * PAGE as usize).min(buf.len())];
+                if whole && page_sum(&header, page, bytes) == sums[q] {
+                    served_any = true;
+                } else {
+                    miss(base + page..base + page + 1);
+                }
+            }
+            p = run_end;
+        }
+        if served_any {
+            self.touch(index, &chunk);
+        }
+        true
+    }
+
+    /// Marks chunk `index` used (its modification time), at most once per
+    /// [`TOUCH_EVERY`] per process.
+    fn touch(&self, index: u64, chunk: &Chunk) {
+        let Some(last) = self.touched.get(index as usize) else {
+            return;
+        };
+        let now = self.born.elapsed().as_secs() + 1;
+        let then = last.load(Ordering::Relaxed);
+        if then != 0 && now - then < TOUCH_EVERY.as_secs() {
+            return;
+        }
+        if last
+            .compare_exchange(then, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            let _ = chunk.file().set_modified(std::time::SystemTime::now());
+        }
+    }
+
+    /// Fills `buf` from the disk, then takes the right to fetch what it
+    /// lacks: waits while another reader fetches any of it, then looks at
+    /// the disk again. `None` if the disk had it all (after a wait,
+    /// perhaps); else the pages to fetch and the claim on them, empty if
+    /// the wait ran out.
+    fn claim(&self, offset: u64, buf: &mut [u8]) -> Option<(Range<u64>, Claim)> {
+        let mut missing = self.fill(offset, buf)?;
+        let deadline = Instant::now() + self.wait;
+        let mut backoff = Duration::from_micros(500);
+        let mut waited = false;
+        loop {
+            match self.try_claim(&missing) {
+                Ok(Some(claim)) => {
+                    // Another reader may have written pages between the
+                    // look and the lock.
+                    let (from, to) = self.byte_range(&missing);
+                    let at = (from - offset) as usize..(to - offset) as usize;
+                    let rest = self.fill(from, &mut buf[at])?;
+                    let gone = rest.start > missing.start || rest.end < missing.end;
+                    if gone {
+                        // Keep only what is still missing locked.
+                        drop(claim);
+                        missing = rest;
+                        continue;
+                    }
+                    return Some((missing, claim));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.problem("creating a chunk", &e);
+                    return Some((missing, Claim { held: Vec::new() }));
+                }
+            }
+            if !waited {
+                waited = true;
+                self.waits.fetch_add(1, Ordering::Relaxed);
+            }
+            // A writer thread must not wait: the holder's write may be
+            // queued behind it.
+            if writers::on_writer_thread() || Instant::now() >= deadline {
+                return Some((missing, Claim { held: Vec::new() }));
+            }
+            std::thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
+            backoff = (backoff * 2).min(Duration::from_millis(20));
+            let (from, to) = self.byte_range(&missing);
+            let at = (from - offset) as usize..(to - offset) as usize;
+            missing = self.fill(from, &mut buf[at])?;
+        }
+    }
+
+    /// Locks the table entries of `pages` in each chunk they span, or none
+    /// (`Ok(None)`) if another reader holds any of them.
+    fn try_claim(&self, pages: &Range<u64>) -> std::io::Result<Option<Claim>> {
+        let mut claim = Claim { held: Vec::new() };
+        let mut page = pages.start;
+        while page < pages.end {
+            let index = page / CHUNK_PAGES;
+            let end = ((index + 1) * CHUNK_PAGES).min(pages.end);
+            let chunk = self.open_or_create(index)?;
+            let first = page % CHUNK_PAGES;
+            let n = end - page;
+            if !chunk.try_lock(first, n)? {
+                return Ok(None);
+            }
+            claim.held.push((chunk, first, n));
+            page = end;
+        }
+        Ok(Some(claim))
+    }
+
+    fn open_or_create(&self, index: u64) -> std::io::Result<Chunk> {
+        let path = self.chunk_path(index);
+        match Chunk::open_or_create(&path, &self.cache.tmp(), self.header(index)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // The directory went (a clear, another version's open):
+                // made again.
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&self.dir)?;
+                self.meta.write(&self.dir, &self.cache.tmp())?;
+                Chunk::open_or_create(&path, &self.cache.tmp(), self.header(index))
+            }
+            other => other,
+        }
+    }
+
+    /// Writes `bytes`, fetched from byte `from` (page-aligned), to the
+    /// disk, then gives the claim back. Failures are noted, never
+    /// returned: the bytes are right either way.
+    fn keep(&self, from: u64, bytes: &[u8], claim: Claim) {
+        self.network_bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        if !self.cache.make_room(bytes.len() as u64) {
+            self.problem(
+                "no room (the cache's maximum, or its minimum of free space)",
+                &std::io::Error::from_raw_os_error(libc::ENOSPC),
+            );
+            return;
+        }
+        let mut page = from / PAGE;
+        let mut at = 0usize;
+        let mut held = claim.held.iter();
+        while at < bytes.len() {
+            let index = page / CHUNK_PAGES;
+            let first = page % CHUNK_PAGES;
+            let n = (CHUNK_PAGES - first) as usize * PAGE as usize;
+            let part = &bytes[at..(at + n).min(bytes.len())];
+            let fresh;
+            let chunk = match held.next() {
+                Some((chunk, _, _)) if chunk.header().index == index => chunk,
+                _ => match self.open_or_create(index) {
+                    Ok(chunk) => {
+                        fresh = chunk;
+                        &fresh
+                    }
+                    Err(e) => {
+                        self.problem("creating a chunk", &e);
+                        return;
+                    }
+                },
+            };
+            if let Err(e) = chunk.write(first, part) {
+                self.problem("writing a chunk", &e);
+                if e.raw_os_error() == Some(libc::ENOSPC) {
+                    let _ = self.cache.evict(0);
+                }
+                return;
+            }
+            self.cache.wrote(part.len() as u64);
+            self.written_bytes
+                .fetch_add(part.len() as u64, Ordering::Relaxed);
+            page += (part.len() as u64).div_ceil(PAGE);
+            at += part.len();
+        }
+        drop(claim);
+    }
+}
+
+/// The threads that write fetched pages to the disk (and hand them to the
+/// fault path after).
+mod writers {
+    use crate::sys;
+
+    type Job = Box<dyn FnOnce() + Send>;
+
+    static QUEUE: sys::ForkLocal<Option<crossbeam_channel::Sender<Job>>> = sys::ForkLocal::new();
+
+    /// Writer threads per process.
+    const THREADS: usize = 2;
+
+    std::thread_local! {
+        static ON_WRITER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// Whether the calling thread is a writer.
+    pub(super) fn on_writer_thread() -> bool {
+        ON_WRITER.with(|w| w.get())
+    }
+
+    /// Runs `job` on a writer thread (on this one if none could start).
+    pub(super) fn run(job: Job) {
+        let queue = QUEUE.get_or_init(|| {
+            let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+            let mut started = 0;
+            for _ in 0..THREADS {
+                let rx = rx.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("faultmap-disk".into())
+                    .spawn(move || {
+                        ON_WRITER.with(|w| w.set(true));
+                        while let Ok(job) = rx.recv() {
+                            job();
+                        }
+                    });
+                started += usize::from(spawned.is_ok());
+            }
+            (started > 0).then_some(tx)
+        });
+        match queue {
+            Some(tx) => {
+                if let Err(back) = tx.send(job) {
+                    (back.0)();
+                }
+            }
+            None => job(),
+        }
+    }
+}
+
+/// Opens `store` through the disk cache `config` names, waiting at most
+/// `wait` for another reader's fetch: the store itself if it names no
+/// pinned version.
+pub(crate) fn wrap(
+    store: Box<dyn Store>,
+    config: &crate::base::config::DiskCacheConfig,
+    wait: Duration,
+) -> Result<Box<dyn Store>, StoreError> {
+    let cache = DiskCache::open(config)?;
+    Ok(match CachedStore::new(store, cache, wait)? {
+        Ok(cached) => Box::new(cached),
+        Err(store) => store,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_store_is_send_and_sync() {
+        fn is<T: Send + Sync>() {}
+        is::<CachedStore<Box<dyn Store>>>();
+    }
+}
