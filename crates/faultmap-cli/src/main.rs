@@ -27,6 +27,7 @@
 
 mod access;
 mod bench;
+mod cache;
 mod kernel;
 mod output;
 mod proxy;
@@ -236,6 +237,10 @@ enum Command {
     /// by exiting. With stdin at EOF from the start (`< /dev/null`, or `&`
     /// in a script) it stops at once.
     Proxy(ProxyArgs),
+    /// Look after a disk cache of remote objects (--cache-dir, or
+    /// FAULTMAP_CACHE_DIR): list what it holds, its size, check its
+    /// checksums, or clear it. Safe while other processes use it.
+    Cache(cache::CacheCommandArgs),
     /// Internal: the kernel-file child of `bench --budget`.
     #[command(name = "__budget-kernel", hide = true)]
     BudgetKernel(BudgetChildArgs),
@@ -340,6 +345,49 @@ struct MapArgs {
     /// 2 MiB page); --ra-pages counts 2 MiB pages too.
     #[arg(long, value_name = "SIZE", value_parser = parse_page_size)]
     page_size: Option<faultmap::PageSize>,
+    #[command(flatten)]
+    cache: CacheArgs,
+}
+
+/// Where a remote object's disk cache is (`--cache-dir`, `--cache-max`).
+#[derive(Args, Clone, Debug, Default)]
+struct CacheArgs {
+    /// Read a remote object through a persistent disk cache in DIR
+    /// (created with mode 0700; refused if another user owns it or others
+    /// may write to it): pages read from the network are kept there, and
+    /// later runs and other processes read them from the disk. Default:
+    /// FAULTMAP_CACHE_DIR in the environment; none without it. Local files
+    /// are never cached.
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// The most bytes the disk cache keeps (e.g. 50G); cold 4 MiB chunks
+    /// are evicted past it. Default: FAULTMAP_CACHE_MAX, else no maximum
+    /// (the cache still leaves 5 % of its file system free).
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size)]
+    cache_max: Option<u64>,
+}
+
+impl CacheArgs {
+    /// `config` with the disk cache these arguments name (the
+    /// environment's when they name none).
+    fn configure(&self, mut config: faultmap::Config) -> faultmap::Config {
+        if let Some(dir) = &self.cache_dir {
+            config.disk_cache = Some(faultmap::DiskCacheConfig::new(dir));
+        }
+        if let (Some(max), Some(cache)) = (self.cache_max, config.disk_cache.as_mut()) {
+            cache.max_bytes = Some(max);
+        }
+        config
+    }
+
+    /// The disk cache these arguments, or the environment, name.
+    fn config(&self) -> anyhow::Result<faultmap::DiskCacheConfig> {
+        let config = self.configure(faultmap::Config::default());
+        config.validate()?;
+        config.disk_cache.context(
+            "no disk cache: give --cache-dir DIR, or set FAULTMAP_CACHE_DIR in the environment",
+        )
+    }
 }
 
 impl MapArgs {
@@ -900,6 +948,7 @@ fn main() -> ExitCode {
         Command::Stats(args) => stats::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Proxy(args) => proxy::run(&args),
+        Command::Cache(args) => cache::run(&args),
         Command::BudgetKernel(args) => bench::budget::child(&args),
     };
     match result {

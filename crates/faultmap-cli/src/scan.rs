@@ -24,7 +24,10 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use faultmap::{open_url_with, Config, Pager, RemoteTuning, Stats, PAGE_SIZE};
+use faultmap::{
+    open_url_with, Config, DiskCacheStats, Pager, RemoteTuning, Stats, Store, PAGE_SIZE,
+};
+use std::sync::Arc;
 use serde::Serialize;
 
 use crate::table::Table;
@@ -57,6 +60,8 @@ struct ScanReport<'a> {
     /// What --record-trace wrote.
     trace: Option<crate::TraceWritten>,
     stats: Stats,
+    /// What the disk cache did, if the object was read through one.
+    disk_cache: Option<DiskCacheStats>,
 }
 
 /// Runs `faultmap scan`.
@@ -67,10 +72,15 @@ pub fn run(args: &ScanArgs) -> Result<()> {
     let config = Config::default()
         .handler_threads(usize::from(args.map.handler_threads))
         .engine(args.map.engine);
+    let config = args.map.cache.configure(config);
+    config.validate()?;
     let pager = Pager::new(config).context("cannot start the pager")?;
     let engine = pager.engine().clone();
-    let store = open_url_with(&args.map.file, &RemoteTuning::for_config(pager.config()))?;
-    let object = pager.open_with_page_size(store, args.map.page_size())?;
+    let store: Arc<dyn Store> = Arc::from(open_url_with(
+        &args.map.file,
+        &RemoteTuning::for_config(pager.config()),
+    )?);
+    let object = pager.open_with_page_size(store.clone(), args.map.page_size())?;
     let map = crate::map_readonly(&pager, &object, opts)
         .with_context(|| format!("cannot map {}", args.map.file))?;
     let start = Instant::now();
@@ -99,6 +109,7 @@ pub fn run(args: &ScanArgs) -> Result<()> {
         engine_why: engine.why,
         trace,
         stats: object.stats(),
+        disk_cache: store.disk_cache_stats(),
     };
     crate::output::print(
         args.json,
@@ -193,6 +204,9 @@ fn human(r: &ScanReport<'_>) -> String {
     ]);
     if let Some(t) = &r.trace {
         head.row(["trace".to_string(), t.line()]);
+    }
+    if let Some(d) = &r.disk_cache {
+        head.row(["disk cache".to_string(), crate::cache::stats_line(d)]);
     }
     let mut stats = Table::new(1);
     stats.row(["stat", "value"]);

@@ -70,6 +70,8 @@ struct StatsReport<'a> {
     trace: Option<crate::TraceWritten>,
     stats: Stats,
     readahead_stats: RaStats,
+    /// What the disk cache did, if the object was read through one.
+    disk_cache: Option<faultmap::DiskCacheStats>,
 }
 
 /// Whether `target` is a URL of a remote object (not a local path, nor a
@@ -85,20 +87,21 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     let opts = args.map.with_trace(opts)?;
     opts.validate()?;
     let config = pager_config(args.map.handler_threads, args.io_threads).engine(args.map.engine);
+    let config = args.map.cache.configure(config);
     config.validate()?;
     // 2. The pager, the file, the mapping.
     let io_threads = config.io_threads;
     let pager = Pager::new(config).context("cannot start the pager")?;
     let engine = pager.engine().clone();
-    let (store, file_io): (Box<dyn Store>, &str) = if is_url(&args.map.file) {
+    let (store, file_io): (std::sync::Arc<dyn Store>, &str) = if is_url(&args.map.file) {
         let tuning = RemoteTuning::for_config(pager.config());
-        (open_url_with(&args.map.file, &tuning)?, "remote")
+        (open_url_with(&args.map.file, &tuning)?.into(), "remote")
     } else {
         let store = FileStore::open_with(&args.map.file, crate::file_io(args.file_io))?;
         let io = store.io().as_str();
-        (Box::new(store), io)
+        (std::sync::Arc::new(store), io)
     };
-    let object = pager.open_with_page_size(store, args.map.page_size())?;
+    let object = pager.open_with_page_size(store.clone(), args.map.page_size())?;
     let ra_pages = args.map.ra_pages.unwrap_or_else(|| object.ra_pages());
     let page_size = object.page_size().bytes() as u64;
     let map = crate::map_readonly(&pager, &object, opts)
@@ -147,6 +150,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
         trace,
         stats: object.stats(),
         readahead_stats: object.ra_stats(),
+        disk_cache: store.disk_cache_stats(),
     };
     crate::output::print(
         args.json,
@@ -202,6 +206,9 @@ fn human(r: &StatsReport<'_>) -> String {
     head.row(["time".to_string(), time_line(r)]);
     if let Some(t) = &r.trace {
         head.row(["trace".to_string(), t.line()]);
+    }
+    if let Some(d) = &r.disk_cache {
+        head.row(["disk cache".to_string(), crate::cache::stats_line(d)]);
     }
     format!(
         "{}\nreadahead, per pattern (sizes are mean pages)\n{}\n{}",

@@ -133,6 +133,14 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     out
 }
 
+/// The bytes of [`pattern`]`(_, seed)` at `[offset, offset + buf.len())`.
+pub fn pattern_at(seed: u64, offset: u64, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        let at = offset + i as u64;
+        *b = splitmix64(seed.rotate_left(32) ^ (at / 8)).to_le_bytes()[(at % 8) as usize];
+    }
+}
+
 /// A file with known contents in a temporary directory (removed on drop).
 pub struct TestFile {
     pub dir: tempfile::TempDir,

@@ -217,14 +217,20 @@ impl Chunk {
     }
 
     /// Reads the data of pages from `first` on into `buf` (whole pages,
-    /// the object's last cut at its end). `Ok(false)` if the file ends
-    /// first (pages whose data never made it).
-    pub(crate) fn read(&self, first: u64, buf: &mut [u8]) -> io::Result<bool> {
-        match self.file.read_exact_at(buf, DATA + first * PAGE) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
-            Err(e) => Err(e),
+    /// the object's last cut at its end), as far as the file goes:
+    /// returns how many bytes it read (fewer if the file ends first, in
+    /// pages whose data never made it).
+    pub(crate) fn read(&self, first: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let mut got = 0;
+        while got < buf.len() {
+            match self.file.read_at(&mut buf[got..], DATA + first * PAGE + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
         }
+        Ok(got)
     }
 
     /// Writes pages from `first` on: `data` (whole pages, the object's
@@ -325,7 +331,7 @@ mod tests {
         chunk.write(2, &data[8192..]).unwrap();
         chunk.sums(0, &mut sums).unwrap();
         let mut back = vec![0u8; data.len()];
-        assert!(chunk.read(0, &mut back).unwrap());
+        assert_eq!(chunk.read(0, &mut back).unwrap(), data.len());
         assert_eq!(back, data);
         for (page, bytes) in data.chunks(4096).enumerate() {
             assert_eq!(sums[page], page_sum(&h, page as u64, bytes));
@@ -340,10 +346,10 @@ mod tests {
         // A flipped byte of data no longer matches its entry.
         chunk.file().write_all_at(&[0xff], DATA + 5).unwrap();
         let mut page = vec![0u8; 4096];
-        assert!(chunk.read(0, &mut page).unwrap());
+        assert_eq!(chunk.read(0, &mut page).unwrap(), 4096);
         assert_ne!(page_sum(&h, 0, &page), sums[0]);
         // The data of a page beyond the file's end is not there.
-        assert!(!chunk.read(5, &mut page).unwrap());
+        assert_eq!(chunk.read(5, &mut page).unwrap(), 0);
     }
 
     #[test]

@@ -84,8 +84,6 @@ pub struct DiskCache {
     used_at_scan: AtomicU64,
     written_since_scan: AtomicU64,
     scanned: AtomicBool,
-    /// Bytes written since free space was last asked of the file system.
-    written_since_statfs: AtomicU64,
     problems: Problems,
 }
 
@@ -162,7 +160,6 @@ impl DiskCache {
             used_at_scan: AtomicU64::new(0),
             written_since_scan: AtomicU64::new(0),
             scanned: AtomicBool::new(false),
-            written_since_statfs: AtomicU64::new(u64::MAX / 2),
             problems: Problems::default(),
             root: root.clone(),
         });
@@ -211,12 +208,8 @@ impl DiskCache {
                 || written > rescan
                 || self.used_at_scan.load(Ordering::Relaxed) + written + bytes > max
         });
-        let since_statfs = self.written_since_statfs.load(Ordering::Relaxed);
-        let mut low_space = false;
-        if since_statfs >= 16 << 20 || over_max {
-            self.written_since_statfs.store(0, Ordering::Relaxed);
-            low_space = self.free_bytes() < self.min_free_bytes + bytes;
-        }
+        // statvfs costs a microsecond, against a fetch's milliseconds.
+        let low_space = self.free_bytes() < self.min_free_bytes + bytes;
         if over_max || low_space {
             let _ = self.evict(bytes);
             if self.free_bytes() < self.min_free_bytes + bytes {
@@ -236,8 +229,6 @@ impl DiskCache {
     /// Counts `bytes` written by this process.
     pub(crate) fn wrote(&self, bytes: u64) {
         self.written_since_scan.fetch_add(bytes, Ordering::Relaxed);
-        self.written_since_statfs
-            .fetch_add(bytes, Ordering::Relaxed);
     }
 
     fn free_bytes(&self) -> u64 {
@@ -406,7 +397,7 @@ impl DiskCache {
                         continue;
                     }
                     let len = header.page_len(p as u64);
-                    let whole = len > 0 && chunk.read(p as u64, &mut page[..len])?;
+                    let whole = len > 0 && chunk.read(p as u64, &mut page[..len])? == len;
                     if whole && page_sum(&header, p as u64, &page[..len]) == sum {
                         out.good_pages += 1;
                     } else {

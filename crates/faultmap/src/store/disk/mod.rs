@@ -253,16 +253,15 @@ impl<S: Store> Store for CachedStore<S> {
             return self.inner.read_at(offset, buf);
         }
         let object = &self.object;
-        let Some((missing, claim)) = object.claim(offset, buf) else {
-            return Ok(());
-        };
-        let (from, to) = object.byte_range(&missing);
-        let at = (from - offset) as usize..(to - offset) as usize;
-        let result = self.inner.read_at(from, &mut buf[at.clone()]);
-        if result.is_ok() {
-            object.keep(from, &buf[at], claim);
+        let fetches = object.claim(offset, buf);
+        object.count(buf.len(), &fetches);
+        for fetch in fetches {
+            let (from, to) = object.byte_range(&fetch.pages);
+            let at = (from - offset) as usize..(to - offset) as usize;
+            self.inner.read_at(from, &mut buf[at.clone()])?;
+            object.keep(from, &buf[at], fetch.claim);
         }
-        result
+        Ok(())
     }
 
     fn start_read(&self, offset: u64, mut buf: ReadBuf, done: ReadDone) {
@@ -270,42 +269,103 @@ impl<S: Store> Store for CachedStore<S> {
             return self.inner.start_read(offset, buf, done);
         }
         let object = self.object.clone();
-        let Some((missing, claim)) = object.claim(offset, buf.as_mut_slice()) else {
+        let mut fetches = object.claim(offset, buf.as_mut_slice());
+        object.count(buf.len(), &fetches);
+        if fetches.is_empty() {
             return done(buf, Ok(()));
-        };
-        let (from, to) = object.byte_range(&missing);
-        if from == offset && to == offset + buf.len() as u64 {
+        }
+        let whole = object.byte_range(&fetches[0].pages) == (offset, offset + buf.len() as u64);
+        if whole {
             // The common case: all of it from the network, into the
             // caller's buffer.
+            let Some(Fetch { claim, .. }) = fetches.pop() else {
+                return done(buf, Ok(()));
+            };
             let finish: ReadDone = Box::new(move |mut buf, result| {
                 if result.is_err() {
                     drop(claim);
                     return done(buf, result);
                 }
                 writers::run(Box::new(move || {
-                    object.keep(from, buf.as_mut_slice(), claim);
+                    object.keep(offset, buf.as_mut_slice(), claim);
                     done(buf, Ok(()));
                 }));
             });
-            return self.inner.start_read(from, buf, finish);
+            return self.inner.start_read(offset, buf, finish);
         }
-        // Part of it: through a buffer of its own, copied in.
-        let part = ReadBuf::from(vec![0u8; (to - from) as usize]);
-        let at = (from - offset) as usize;
-        let finish: ReadDone = Box::new(move |mut part, result| {
-            if result.is_err() {
-                drop(claim);
-                return done(buf, result);
-            }
-            writers::run(Box::new(move || {
-                let bytes = part.as_mut_slice();
-                buf.as_mut_slice()[at..at + bytes.len()].copy_from_slice(bytes);
-                object.keep(from, bytes, claim);
-                done(buf, Ok(()));
-            }));
+        // Parts of it: each through a buffer of its own, copied in; the
+        // last to end hands the buffer back.
+        let parts = Arc::new(Parts {
+            state: std::sync::Mutex::new(PartsState {
+                buf: Some(buf),
+                done: Some(done),
+                left: fetches.len(),
+                error: None,
+            }),
         });
-        self.inner.start_read(from, part, finish)
+        for Fetch { pages, claim } in fetches {
+            let (from, to) = object.byte_range(&pages);
+            let part = ReadBuf::from(vec![0u8; (to - from) as usize]);
+            let at = (from - offset) as usize;
+            let (object, parts) = (object.clone(), parts.clone());
+            let finish: ReadDone = Box::new(move |mut part, result| {
+                if let Err(e) = result {
+                    drop(claim);
+                    return parts.end(Some(e), |_| {});
+                }
+                writers::run(Box::new(move || {
+                    let bytes = part.as_mut_slice();
+                    object.keep(from, bytes, claim);
+                    parts.end(None, |buf| {
+                        buf.as_mut_slice()[at..at + bytes.len()].copy_from_slice(bytes)
+                    });
+                }));
+            });
+            self.inner.start_read(from, part, finish);
+        }
     }
+}
+
+/// A read whose missing pages are fetched in several parts.
+struct Parts {
+    state: std::sync::Mutex<PartsState>,
+}
+
+struct PartsState {
+    buf: Option<ReadBuf>,
+    done: Option<ReadDone>,
+    left: usize,
+    error: Option<StoreError>,
+}
+
+impl Parts {
+    /// Ends one part: `copy` puts its bytes in the buffer (unless a part
+    /// failed); the last part calls back.
+    fn end(&self, error: Option<StoreError>, copy: impl FnOnce(&mut ReadBuf)) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match (error, state.buf.as_mut()) {
+            (Some(e), _) => {
+                state.error.get_or_insert(e);
+            }
+            (None, Some(buf)) => copy(buf),
+            (None, None) => {}
+        }
+        state.left -= 1;
+        if state.left > 0 {
+            return;
+        }
+        let (buf, done, error) = (state.buf.take(), state.done.take(), state.error.take());
+        drop(state);
+        if let (Some(buf), Some(done)) = (buf, done) {
+            done(buf, error.map_or(Ok(()), Err));
+        }
+    }
+}
+
+/// Pages to fetch, and the right to.
+struct Fetch {
+    pages: Range<u64>,
+    claim: Claim,
 }
 
 /// The right to fetch and write pages: record locks on their chunks'
@@ -358,18 +418,29 @@ impl CachedObjectState {
         });
     }
 
+    /// Counts a read of `len` bytes that fetches `fetches`, the rest
+    /// from the disk.
+    fn count(&self, len: usize, fetches: &[Fetch]) {
+        let fetched: u64 = fetches
+            .iter()
+            .map(|f| {
+                let (from, to) = self.byte_range(&f.pages);
+                to - from
+            })
+            .sum();
+        self.disk_bytes
+            .fetch_add((len as u64).saturating_sub(fetched), Ordering::Relaxed);
+    }
+
     /// Fills `buf` (bytes from `offset`, page-aligned) with what the disk
-    /// holds, and returns the run of pages from its first missing page to
-    /// its last, or `None` if the disk held it all.
-    fn fill(&self, offset: u64, buf: &mut [u8]) -> Option<Range<u64>> {
+    /// holds, and returns the runs of pages it lacks, in order.
+    fn fill(&self, offset: u64, buf: &mut [u8]) -> Vec<Range<u64>> {
         let first_page = offset / PAGE;
         let end_page = first_page + (buf.len() as u64).div_ceil(PAGE);
-        let mut missing: Option<Range<u64>> = None;
-        let mut miss = |pages: Range<u64>| {
-            missing = Some(match missing.take() {
-                None => pages,
-                Some(m) => m.start.min(pages.start)..m.end.max(pages.end),
-            });
+        let mut missing: Vec<Range<u64>> = Vec::new();
+        let mut miss = |pages: Range<u64>| match missing.last_mut() {
+            Some(last) if last.end == pages.start => last.end = pages.end,
+            _ => missing.push(pages),
         };
         let mut page = first_page;
         while page < end_page {
@@ -382,12 +453,6 @@ impl CachedObjectState {
             }
             page = chunk_end;
         }
-        let served = (buf.len() as u64).saturating_sub(
-            missing
-                .as_ref()
-                .map_or(0, |m| self.byte_range(m).1 - self.byte_range(m).0),
-        );
-        self.disk_bytes.fetch_add(served, Ordering::Relaxed);
         missing
     }
 
@@ -429,17 +494,18 @@ impl CachedObjectState {
             let run_end = (p..pages).find(|&q| sums[q] == 0).unwrap_or(pages);
             let at = p * PAGE as usize;
             let to = (run_end * PAGE as usize).min(buf.len());
-            let whole = match chunk.read(first + p as u64, &mut buf[at..to]) {
-                Ok(whole) => whole,
+            let got = match chunk.read(first + p as u64, &mut buf[at..to]) {
+                Ok(got) => at + got,
                 Err(e) => {
                     self.problem("reading a chunk", &e);
-                    false
+                    at
                 }
             };
             for q in p..run_end {
                 let page = first + q as u64;
-                let bytes = &buf[q * PAGE as usize..((q + 1) * PAGE as usize).min(buf.len())];
-                if whole && page_sum(&header, page, bytes) == sums[q] {
+                let end = ((q + 1) * PAGE as usize).min(buf.len());
+                let bytes = &buf[q * PAGE as usize..end];
+                if end <= got && page_sum(&header, page, bytes) == sums[q] {
                     served_any = true;
                 } else {
                     miss(base + page..base + page + 1);
@@ -474,35 +540,53 @@ impl CachedObjectState {
 
     /// Fills `buf` from the disk, then takes the right to fetch what it
     /// lacks: waits while another reader fetches any of it, then looks at
-    /// the disk again. `None` if the disk had it all (after a wait,
-    /// perhaps); else the pages to fetch and the claim on them, empty if
-    /// the wait ran out.
-    fn claim(&self, offset: u64, buf: &mut [u8]) -> Option<(Range<u64>, Claim)> {
-        let mut missing = self.fill(offset, buf)?;
+    /// the disk again. Returns the runs of pages to fetch (none if the
+    /// disk had it all, after a wait perhaps), each with its claim: empty
+    /// if the wait ran out.
+    fn claim(&self, offset: u64, buf: &mut [u8]) -> Vec<Fetch> {
+        let mut missing = self.fill(offset, buf);
         let deadline = Instant::now() + self.wait;
         let mut backoff = Duration::from_micros(500);
         let mut waited = false;
+        let unclaimed = |missing: Vec<Range<u64>>| {
+            missing
+                .into_iter()
+                .map(|pages| Fetch {
+                    pages,
+                    claim: Claim { held: Vec::new() },
+                })
+                .collect()
+        };
         loop {
+            let (Some(first), Some(last)) = (missing.first(), missing.last()) else {
+                return Vec::new();
+            };
+            let span = first.start..last.end;
             match self.try_claim(&missing) {
-                Ok(Some(claim)) => {
+                Ok(Some(claims)) => {
                     // Another reader may have written pages between the
-                    // look and the lock.
-                    let (from, to) = self.byte_range(&missing);
+                    // look and the lock (or an evictor removed some).
+                    let (from, to) = self.byte_range(&span);
                     let at = (from - offset) as usize..(to - offset) as usize;
-                    let rest = self.fill(from, &mut buf[at])?;
-                    let gone = rest.start > missing.start || rest.end < missing.end;
-                    if gone {
-                        // Keep only what is still missing locked.
-                        drop(claim);
-                        missing = rest;
-                        continue;
+                    let now = self.fill(from, &mut buf[at]);
+                    if now == missing {
+                        return missing
+                            .into_iter()
+                            .zip(claims)
+                            .map(|(pages, claim)| Fetch { pages, claim })
+                            .collect();
                     }
-                    return Some((missing, claim));
+                    drop(claims);
+                    missing = now;
+                    if Instant::now() >= deadline {
+                        return unclaimed(missing);
+                    }
+                    continue;
                 }
                 Ok(None) => {}
                 Err(e) => {
                     self.problem("creating a chunk", &e);
-                    return Some((missing, Claim { held: Vec::new() }));
+                    return unclaimed(missing);
                 }
             }
             if !waited {
@@ -512,34 +596,39 @@ impl CachedObjectState {
             // A writer thread must not wait: the holder's write may be
             // queued behind it.
             if writers::on_writer_thread() || Instant::now() >= deadline {
-                return Some((missing, Claim { held: Vec::new() }));
+                return unclaimed(missing);
             }
             std::thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
             backoff = (backoff * 2).min(Duration::from_millis(20));
-            let (from, to) = self.byte_range(&missing);
+            let (from, to) = self.byte_range(&span);
             let at = (from - offset) as usize..(to - offset) as usize;
-            missing = self.fill(from, &mut buf[at])?;
+            missing = self.fill(from, &mut buf[at]);
         }
     }
 
-    /// Locks the table entries of `pages` in each chunk they span, or none
-    /// (`Ok(None)`) if another reader holds any of them.
-    fn try_claim(&self, pages: &Range<u64>) -> std::io::Result<Option<Claim>> {
-        let mut claim = Claim { held: Vec::new() };
-        let mut page = pages.start;
-        while page < pages.end {
-            let index = page / CHUNK_PAGES;
-            let end = ((index + 1) * CHUNK_PAGES).min(pages.end);
-            let chunk = self.open_or_create(index)?;
-            let first = page % CHUNK_PAGES;
-            let n = end - page;
-            if !chunk.try_lock(first, n)? {
-                return Ok(None);
+    /// Locks the table entries of each run of `runs` in each chunk it
+    /// spans: a claim per run, or none (`Ok(None)`) if another reader
+    /// holds any of them.
+    fn try_claim(&self, runs: &[Range<u64>]) -> std::io::Result<Option<Vec<Claim>>> {
+        let mut claims = Vec::with_capacity(runs.len());
+        for pages in runs {
+            let mut claim = Claim { held: Vec::new() };
+            let mut page = pages.start;
+            while page < pages.end {
+                let index = page / CHUNK_PAGES;
+                let end = ((index + 1) * CHUNK_PAGES).min(pages.end);
+                let chunk = self.open_or_create(index)?;
+                let first = page % CHUNK_PAGES;
+                let n = end - page;
+                if !chunk.try_lock(first, n)? {
+                    return Ok(None);
+                }
+                claim.held.push((chunk, first, n));
+                page = end;
             }
-            claim.held.push((chunk, first, n));
-            page = end;
+            claims.push(claim);
         }
-        Ok(Some(claim))
+        Ok(Some(claims))
     }
 
     fn open_or_create(&self, index: u64) -> std::io::Result<Chunk> {
