@@ -823,6 +823,19 @@ struct BenchArgs {
     /// With --remote: leave out the FUSE peers.
     #[arg(long)]
     no_fuse: bool,
+    /// With --remote: the disk cache benchmark. Each workload (default
+    /// seq) is read by faultmap without a disk cache, then through
+    /// faultmap's disk cache (--cache-dir's mechanism) and through each
+    /// FUSE peer's (rclone --vfs-cache-mode full, s3fs use_cache): a first
+    /// run on an empty cache, a second run after a first, and a cold
+    /// second run (the kernel's page cache dropped first), each run a
+    /// process (a mount) of its own. Reports the bytes each run took from
+    /// the network and from the disk, and the goals: the second run moves
+    /// no object bytes, is 3x faster than the first and at least as fast
+    /// as each peer's second run; the first is within 10 % of a run
+    /// without the cache.
+    #[arg(long)]
+    disk_cache: bool,
     /// Many processes, one object: for each count N, N forked processes
     /// read the same remote object (seq: each the whole object; rand: each
     /// the same sample of --sample-pages pages) through the counting proxy,

@@ -112,6 +112,9 @@ pub struct Sample {
     /// mean request size (`io_count` is the requests, `io_bytes` what came
     /// back).
     pub request_bytes: Option<u64>,
+    /// remote, `--disk-cache`: the bytes faultmap read from its disk
+    /// cache.
+    pub disk_bytes: Option<u64>,
 }
 
 /// A workload, or what stands in for one: it has a name.

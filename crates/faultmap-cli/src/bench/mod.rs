@@ -14,6 +14,7 @@
 //! | `--budget`        | a memory budget against a cgroup memory limit       | [`budget`]  |
 //! | `--remote`        | HTTP and S3 objects against ranged GETs and FUSE    | `remote`    |
 //! | `--procs N,..`    | N processes on one remote object: shared, private, FUSE | `remote`    |
+//! | `--remote --disk-cache` | first and second runs through disk caches: faultmap's, the FUSE peers' | `remote` |
 //!
 //! An option of one mode given to another is refused
 //! (`check_mode_options`), never ignored.
@@ -108,6 +109,8 @@ fn remote_options(args: &BenchArgs) -> Result<remote::RemoteOptions> {
     use crate::access::Access;
     let workloads = if args.workload.is_empty() && !args.procs.is_empty() {
         vec![Access::Seq, Access::Rand]
+    } else if args.workload.is_empty() && args.disk_cache {
+        vec![Access::Seq]
     } else if args.workload.is_empty() {
         vec![Access::Seq, Access::Rand, Access::Clustered]
     } else {
@@ -142,7 +145,9 @@ fn remote_options(args: &BenchArgs) -> Result<remote::RemoteOptions> {
         } else {
             args.latency_ms.clone()
         },
-        threads: if args.threads.is_empty() {
+        threads: if args.threads.is_empty() && args.disk_cache {
+            vec![1]
+        } else if args.threads.is_empty() {
             vec![1, 2]
         } else {
             args.threads.clone()
@@ -162,6 +167,7 @@ fn remote_options(args: &BenchArgs) -> Result<remote::RemoteOptions> {
         state: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-remote"),
         procs: args.procs.clone(),
         protect: args.engine.contains(&EngineArg::Protect),
+        disk_cache: args.disk_cache,
     })
 }
 
@@ -195,7 +201,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 /// conflicting with `--cold`), and the option would be silently ignored.
 fn check_mode_options(args: &BenchArgs) -> Result<()> {
     let remote = args.remote || !args.procs.is_empty();
-    let given: [(&str, bool, bool, &str); 10] = [
+    let given: [(&str, bool, bool, &str); 11] = [
+        (
+            "--disk-cache",
+            args.disk_cache,
+            args.remote && args.procs.is_empty(),
+            "--remote (not --procs)",
+        ),
         ("--ra-pages", args.ra_pages.is_some(), args.cold, "--cold"),
         (
             "--file-io",

@@ -557,7 +557,8 @@ impl Remote {
     /// Opens the object at `path` through `client`, all within
     /// `tuning.open_timeout`: pins its version (`HEAD`), refuses it if it
     /// has no validator (unless allowed), and checks that the server
-    /// honours ranges (a one-byte ranged GET, conditional on the pin).
+    /// honours ranges (a one-byte ranged GET, conditional on the pin;
+    /// left out when `tuning.disk_cache` holds this version already).
     /// `url` names it in messages.
     pub(crate) fn open(
         client: Arc<dyn ObjectStore>,
@@ -585,7 +586,12 @@ impl Remote {
             origin: String::new(),
             meter: Arc::default(),
         };
-        if remote.pin.size > 0 {
+        // A disk cache that holds this version was filled from this
+        // server by ranges: no need to ask again.
+        let known = remote.tuning.disk_cache.as_ref().is_some_and(|cache| {
+            super::disk::holds(cache, &remote.url, &remote.version(), remote.pin.size)
+        });
+        if remote.pin.size > 0 && !known {
             let mut probe = [0u8; 1];
             remote
                 .read_within(0, &mut probe, deadline.left())

@@ -21,6 +21,7 @@
 //! not in emulator mode, so the path carries the account, as the
 //! emulator's URLs do, and the account's key signs).
 
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -355,6 +356,193 @@ pub fn fuse(path: &Path, target: &Target<'_>, plan: &AccessPlan) -> Result<Sampl
         let resident = faultmap::sys::mincore_resident(map.as_ptr(), map.len()).unwrap_or(0) as u64
             * faultmap::PAGE_SIZE as u64;
         Ok((timed.seconds, resident, sum))
+    })
+}
+
+/// Which run of a disk cache a cell measures (`bench --remote
+/// --disk-cache`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskRun {
+    /// The first run, on an empty cache.
+    First,
+    /// The second run, in another process, after a first one: the cache's
+    /// files may be in the kernel's page cache (a restart on the same
+    /// machine).
+    Second,
+    /// The second run with the kernel's page cache dropped before it: the
+    /// cache's files are read from the disk.
+    SecondCold,
+}
+
+impl DiskRun {
+    /// The column's suffix.
+    pub fn name(self) -> &'static str {
+        match self {
+            DiskRun::First => "first",
+            DiskRun::Second => "second",
+            DiskRun::SecondCold => "second-cold",
+        }
+    }
+}
+
+/// faultmap with its disk cache in `dir`: a forked process reads the
+/// object through a fresh pager and the cache (`CachedStore`); for
+/// `run`'s second runs another process read it first, untimed, into the
+/// same emptied cache (and the kernel's page cache is dropped after it for
+/// [`DiskRun::SecondCold`]: `None` if it cannot be). The sample's
+/// `disk_bytes` is what the measured process read from the disk.
+pub fn disk_cached(
+    target: &Target<'_>,
+    plan: &AccessPlan,
+    config: &Config,
+    dir: &Path,
+    run: DiskRun,
+) -> Result<Option<Sample>> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("emptying {}", dir.display())),
+    }
+    if run != DiskRun::First {
+        disk_process(target, plan, config, dir)?;
+        if run == DiskRun::SecondCold && !drop_page_cache()? {
+            return Ok(None);
+        }
+    }
+    let mut disk_bytes = 0;
+    let mut sample = counted(target, || {
+        let r = disk_process(target, plan, config, dir)?;
+        disk_bytes = r.disk_bytes;
+        Ok((r.seconds, r.peak, r.sum))
+    })?;
+    sample.disk_bytes = Some(disk_bytes);
+    Ok(Some(sample))
+}
+
+/// Writes back dirty pages and drops the kernel's page cache: `false`
+/// (after a note) if this process may not.
+pub fn drop_page_cache() -> Result<bool> {
+    // SAFETY: sync takes nothing and cannot fail.
+    unsafe { libc::sync() };
+    match crate::kernel::CacheDropper::probe(
+        crate::kernel::DROP_CACHES,
+        crate::kernel::Caches::PageCache,
+    ) {
+        Ok(_) => Ok(true),
+        Err(e) => {
+            super::super::note(&format!(
+                "cannot drop the kernel's page cache ({e}): the cold second runs are left out"
+            ));
+            Ok(false)
+        }
+    }
+}
+
+/// What a disk cache's reading process reports.
+struct DiskProcess {
+    seconds: f64,
+    sum: u64,
+    peak: u64,
+    disk_bytes: u64,
+}
+
+/// One process (a fork of this one) reads the object through the disk
+/// cache in `dir` and a pager of its own.
+fn disk_process(
+    target: &Target<'_>,
+    plan: &AccessPlan,
+    config: &Config,
+    dir: &Path,
+) -> Result<DiskProcess> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe2: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: the child makes a pager, a disk cache and a network runtime
+    // of its own (each made anew in a forked child), writes 32 bytes and
+    // _exits: it never returns into the benchmark.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        bail!("fork: {}", std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        let record = match disk_walk(target, plan, config, dir) {
+            Ok(r) => [r.seconds.to_bits(), r.sum, r.peak, r.disk_bytes],
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "faultmap: a disk cache run failed: {e:#}");
+                [u64::MAX; 4]
+            }
+        };
+        let bytes: Vec<u8> = record.iter().flat_map(|v| v.to_le_bytes()).collect();
+        // SAFETY: writes 32 bytes from a live vector, then leaves.
+        unsafe {
+            libc::write(fds[1], bytes.as_ptr().cast(), 32);
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: the parent's copy of the write end.
+    unsafe { libc::close(fds[1]) };
+    let mut bytes = [0u8; 32];
+    // SAFETY: reads 32 bytes into a live array (blocking until the child
+    // writes or exits).
+    let got = unsafe { libc::read(fds[0], bytes.as_mut_ptr().cast(), 32) };
+    let mut status = 0;
+    // SAFETY: reaps the child just forked; closes its pipe.
+    unsafe {
+        libc::waitpid(pid, &mut status, 0);
+        libc::close(fds[0]);
+    }
+    let word = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+    if got != 32 || !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        bail!("a disk cache's reading process failed (status {status:#x})");
+    }
+    if word(1) == u64::MAX && word(0) == u64::MAX {
+        bail!("a disk cache's reading process failed (its error is above)");
+    }
+    Ok(DiskProcess {
+        seconds: f64::from_bits(word(0)),
+        sum: word(1),
+        peak: word(2),
+        disk_bytes: word(3),
+    })
+}
+
+/// A disk cache process's walk, timed: a pager, the store through the
+/// cache, the plan's walk; the pager's reads finish before it reports.
+fn disk_walk(target: &Target<'_>, plan: &AccessPlan, config: &Config, dir: &Path) -> Result<DiskProcess> {
+    let pager = Pager::new(config.clone())?;
+    let cache_config = faultmap::DiskCacheConfig::new(dir);
+    let cache = faultmap::DiskCache::open(&cache_config)?;
+    // The tuning names the cache, so that the open leaves out its range
+    // probe when the cache holds the object (as `open_url_with` does).
+    let tuning = RemoteTuning {
+        disk_cache: Some(cache_config),
+        ..RemoteTuning::default()
+    };
+    let wait = tuning.request_timeout;
+    let store = match faultmap::CachedStore::new(target.store(tuning)?, cache, wait)? {
+        Ok(store) => Arc::new(store),
+        Err(_) => bail!("the object has no version to key a disk cache by"),
+    };
+    let object = pager.open(store.clone())?;
+    // SAFETY: as in `faultmap`.
+    let map = unsafe { pager.map(&object, MapOptions::new())? };
+    let failed = std::sync::Mutex::new(None);
+    let timed = crate::timed::run(plan.threads(), |i| plan.walk_mapping(i, &map, &failed))?;
+    if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e.context("a batch's prefetch failed"));
+    }
+    let sum = timed.sums.iter().fold(0u64, |a, s| a.wrapping_add(*s));
+    drop(map);
+    let peak = pager.memory().peak;
+    drop(object);
+    drop(pager);
+    Ok(DiskProcess {
+        seconds: timed.seconds,
+        sum,
+        peak,
+        disk_bytes: store.stats().disk_bytes,
     })
 }
 

@@ -63,6 +63,13 @@ use engines::{StoreKind, Target};
 /// runs at every count.
 static PROCS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// The run is `--disk-cache`: first and second runs through disk caches.
+static DISK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn disk_mode() -> bool {
+    DISK.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// What `faultmap bench --remote` was asked for.
 #[derive(Debug)]
 pub struct RemoteOptions {
@@ -83,6 +90,9 @@ pub struct RemoteOptions {
     pub procs: Vec<u16>,
     /// `--engine protect`: a column of faultmap under the protect engine.
     pub protect: bool,
+    /// `--disk-cache`: faultmap's disk cache and the FUSE peers' against
+    /// faultmap without one, first and second runs.
+    pub disk_cache: bool,
 }
 
 /// An engine of the remote benchmark.
@@ -113,6 +123,12 @@ pub enum Engine {
     /// (`FAULTMAP_SHARED=1`): they join the cache of the process that
     /// mapped the object first, over its socket, as unrelated processes do.
     Joined,
+    /// `--disk-cache`: a process reading through faultmap's disk cache
+    /// (full readahead), this run of it.
+    Disk(engines::DiskRun),
+    /// `--disk-cache`: a FUSE peer mounted with its disk cache, this run
+    /// of it (each run a mount of its own).
+    FuseCached(&'static str, engines::DiskRun),
 }
 
 /// A column: an engine on a store at a latency.
@@ -133,10 +149,12 @@ impl Column for RemoteColumn {
             | Engine::Replay
             | Engine::Shared
             | Engine::Private
-            | Engine::Joined => {
+            | Engine::Joined
+            | Engine::Disk(_) => {
                 format!("faultmap-{}", self.variant())
             }
             Engine::Fuse(name) => name.to_string(),
+            Engine::FuseCached(name, _) => format!("{name}-{}", self.variant()),
         };
         let latency = match self.latency_ms {
             0 => String::new(),
@@ -154,8 +172,9 @@ impl Column for RemoteColumn {
             | Engine::Replay
             | Engine::Shared
             | Engine::Private
-            | Engine::Joined => "faultmap",
-            Engine::Fuse(name) => name,
+            | Engine::Joined
+            | Engine::Disk(_) => "faultmap",
+            Engine::Fuse(name) | Engine::FuseCached(name, _) => name,
         }
     }
 
@@ -171,6 +190,8 @@ impl Column for RemoteColumn {
             Engine::Shared => "shared".into(),
             Engine::Private => "private".into(),
             Engine::Joined => "joined".into(),
+            Engine::Disk(run) => format!("disk-{}", run.name()),
+            Engine::FuseCached(_, run) => format!("cache-{}", run.name()),
         }
     }
 
@@ -212,7 +233,15 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
         anyhow::bail!("--remote needs at least one store, workload and thread count");
     }
     // 1. The servers, the object, the proxies, the mounts.
-    let setup = setup::Setup::start(&o.state, o.size, &o.stores, o.no_fuse)?;
+    DISK.store(o.disk_cache, std::sync::atomic::Ordering::Relaxed);
+    // The disk cache benchmark mounts its peers with their caches, one
+    // run at a time.
+    let setup = setup::Setup::start(&o.state, o.size, &o.stores, o.no_fuse || o.disk_cache)?;
+    let cached_peers = if o.disk_cache && !o.no_fuse {
+        cached_peers(&setup)
+    } else {
+        Vec::new()
+    };
     let len = usize::try_from(setup.len).context("the object does not fit the address space")?;
     // 2. The columns, the plans, the cells.
     let procs = !o.procs.is_empty();
@@ -223,7 +252,11 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
     } else {
         None
     };
-    let columns = columns(o, &setup);
+    let columns = if o.disk_cache {
+        disk_columns(o, &cached_peers)
+    } else {
+        columns(o, &setup)
+    };
     let threads_of = |w: Access| {
         if procs {
             o.procs.clone()
@@ -320,6 +353,19 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
                     engines::fuse(path, &target, plan)?
                 }
             }
+            Engine::Disk(run) => {
+                let dir = setup.scratch("disk-cache");
+                match engines::disk_cached(&target, plan, &o.config, &dir, run)? {
+                    Some(sample) => sample,
+                    None => return Ok(None),
+                }
+            }
+            Engine::FuseCached(name, run) => {
+                match fuse_cached(&setup, (name, c.store), &target, plan, run)? {
+                    Some(sample) => sample,
+                    None => return Ok(None),
+                }
+            }
             Engine::Shared | Engine::Private | Engine::Joined => {
                 let how = match c.engine {
                     Engine::Shared => engines::Procs::Shared,
@@ -336,7 +382,8 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
         Ok(Some(sample))
     })?;
     // 4. The report.
-    let fuse_skipped = fuse_note(&o.stores, o.no_fuse, !setup.fuse.is_empty());
+    let mounted = !setup.fuse.is_empty() || !cached_peers.is_empty();
+    let fuse_skipped = fuse_note(&o.stores, o.no_fuse, mounted);
     let data = DataInfo {
         path: format!("{} on each store", setup.name),
         generated: true,
@@ -367,6 +414,90 @@ pub fn run(o: &RemoteOptions, args: &crate::BenchArgs) -> Result<()> {
         mode,
     )
     .write(args)
+}
+
+/// The FUSE peers that come up with disk caches, of the stores asked for
+/// (mounted once to learn which, then unmounted).
+fn cached_peers(setup: &setup::Setup) -> Vec<(&'static str, StoreKind)> {
+    super::note("mounting the FUSE peers with their disk caches, to see which come up");
+    let probe = setup.scratch("fuse-cache");
+    let peers = setup.mount_cached(None, &probe);
+    if let Err(e) = setup.unmount_cached() {
+        super::note(&format!("unmounting the FUSE peers: {e:#}"));
+    }
+    let _ = std::fs::remove_dir_all(&probe);
+    match peers {
+        Ok(peers) => peers.into_iter().map(|(name, kind, _)| (name, kind)).collect(),
+        Err(e) => {
+            super::note(&format!("the FUSE peers are skipped: {e:#}"));
+            Vec::new()
+        }
+    }
+}
+
+/// `--disk-cache`'s columns, per latency and store: faultmap without a
+/// disk cache, faultmap's first, second and cold second runs through its
+/// disk cache, and each FUSE peer's with its own.
+fn disk_columns(o: &RemoteOptions, peers: &[(&'static str, StoreKind)]) -> Vec<RemoteColumn> {
+    use engines::DiskRun::{First, Second, SecondCold};
+    let mut columns = Vec::new();
+    for &latency_ms in &o.latencies_ms {
+        for &store in &o.stores {
+            let mut engines = vec![Engine::Faultmap(ReadaheadMode::Full)];
+            engines.extend([First, Second, SecondCold].map(Engine::Disk));
+            for &(name, _) in peers.iter().filter(|(_, k)| *k == store) {
+                engines.extend([First, Second, SecondCold].map(|r| Engine::FuseCached(name, r)));
+            }
+            columns.extend(engines.into_iter().map(|engine| RemoteColumn {
+                store,
+                latency_ms,
+                engine,
+            }));
+        }
+    }
+    columns
+}
+
+/// A FUSE peer with its disk cache, emptied first: mounted for this run
+/// alone (for a second run, mounted once before and read, then unmounted;
+/// the kernel's page cache dropped after it for a cold one), the object
+/// read through a kernel `mmap` ([`engines::fuse`]), unmounted. `None` if
+/// the peer does not come up or the page cache cannot be dropped.
+fn fuse_cached(
+    setup: &setup::Setup,
+    peer: (&'static str, StoreKind),
+    target: &engines::Target<'_>,
+    plan: &AccessPlan,
+    run: engines::DiskRun,
+) -> Result<Option<grid::Sample>> {
+    let cache = setup.scratch("fuse-cache");
+    match std::fs::remove_dir_all(&cache) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("emptying {}", cache.display())),
+    }
+    let mount = || -> Result<Option<std::path::PathBuf>> {
+        let up = setup.mount_cached(Some(peer), &cache)?;
+        Ok(up.into_iter().next().map(|(_, _, path)| path))
+    };
+    let measured = (|| {
+        if run != engines::DiskRun::First {
+            let Some(path) = mount()? else {
+                return Ok(None);
+            };
+            engines::fuse(&path, target, plan)?;
+            setup.unmount_cached()?;
+            if run == engines::DiskRun::SecondCold && !engines::drop_page_cache()? {
+                return Ok(None);
+            }
+        }
+        let Some(path) = mount()? else {
+            return Ok(None);
+        };
+        engines::fuse(&path, target, plan).map(Some)
+    })();
+    setup.unmount_cached()?;
+    measured
 }
 
 /// The columns of the stores and latencies asked for, with the FUSE peers
@@ -523,7 +654,15 @@ impl grid::Mode for Remote {
                 "N forked processes each read the object (seq: all of it; rand: the same sample); time until the last is done; transferred: what the server sent; peak memory: faultmap's caches summed (shared: the parent's one, through the mapping each inherited; joined: the parent's one, each process mapping the object itself with sharing on, as an unrelated process does; private: one per process), a FUSE peer's the kernel page cache (the most any process found resident)".to_string(),
             ));
         }
-        let title = if PROCS.load(std::sync::atomic::Ordering::Relaxed) {
+        if disk_mode() {
+            lines.push((
+                "disk cache",
+                "each run a process of its own (faultmap: a fork with a new pager; a FUSE peer: a mount of its own), the cache emptied before the first; second: after a first run, its files possibly in the kernel's page cache (a restart on the same machine); second-cold: the kernel's page cache dropped before it (the cache read from the disk); transferred: object bytes from the network (the proxy's count of bodies); from disk cache: what faultmap read from its cache".to_string(),
+            ));
+        }
+        let title = if disk_mode() {
+            "faultmap bench --remote --disk-cache"
+        } else if PROCS.load(std::sync::atomic::Ordering::Relaxed) {
             "faultmap bench --procs"
         } else {
             "faultmap bench --remote"
@@ -550,6 +689,11 @@ impl grid::Mode for Remote {
             ("peak memory", |r, k| {
                 let cell = r.cell(k.workload, k.threads, k.column);
                 cell.and_then(|c| c.median_u64(|s| s.peak_bytes))
+                    .map_or(String::new(), units::bytes)
+            }),
+            ("from disk cache", |r, k| {
+                let cell = r.cell(k.workload, k.threads, k.column);
+                cell.and_then(|c| c.median_u64(|s| s.disk_bytes))
                     .map_or(String::new(), units::bytes)
             }),
         ];
@@ -598,7 +742,7 @@ impl grid::Mode for Remote {
             .collect();
         let procs = PROCS.load(std::sync::atomic::Ordering::Relaxed);
         json!({
-            "benchmark": if procs { "procs" } else { "remote" },
+            "benchmark": if disk_mode() { "disk-cache" } else if procs { "procs" } else { "remote" },
             "repetitions": m.repetitions,
             "sample_pages": m.sample_pages,
             "memory_budget": m.budget,
@@ -630,6 +774,7 @@ impl grid::Mode for Remote {
             .with("mean_request_bytes", mean_request(cell))
             .with("transferred", cell.median_u64(|s| s.io_bytes))
             .with("peak_bytes", cell.median_u64(|s| s.peak_bytes))
+            .with("disk_bytes", cell.median_u64(|s| s.disk_bytes))
     }
 
     fn figure(run: &Run) -> Figure {
@@ -746,6 +891,88 @@ fn random_goals(run: &Run, place: &str, store: StoreKind, latency: u64) -> Vec<G
     out
 }
 
+/// `--disk-cache`'s goals (issue "a persistent local cache"), per store
+/// at a cloud latency (20 ms or more), on `seq`:
+/// - the second run transfers no object bytes from the network;
+/// - the second run at least 3x faster than the first;
+/// - the second run at least as fast as each FUSE peer's second run;
+/// - the first run within 1.1x of faultmap without a disk cache.
+///
+/// Each second-run goal for the warm second run and the cold one.
+fn disk_goals(run: &Run) -> Vec<Goal> {
+    use engines::DiskRun::{First, Second, SecondCold};
+    let mut out = Vec::new();
+    for (store, latency) in store_latencies(run) {
+        if latency < 20 {
+            continue;
+        }
+        let place = format!("{} at {latency} ms", store.name());
+        let cell = |engine| {
+            run.cell(
+                Access::Seq,
+                1,
+                RemoteColumn {
+                    store,
+                    latency_ms: latency,
+                    engine,
+                },
+            )
+        };
+        let seconds = |engine| cell(engine).map(Cell::seconds);
+        let mut goal = |what: String, value: Option<f64>, bound: f64, at_least: bool| {
+            if let Some(value) = value {
+                out.push(Goal {
+                    place: place.clone(),
+                    what,
+                    value,
+                    bound,
+                    at_least,
+                });
+            }
+        };
+        let first = seconds(Engine::Disk(First));
+        for (second, name) in [(Second, "second run"), (SecondCold, "cold second run")] {
+            let bytes = cell(Engine::Disk(second)).and_then(|c| c.median_u64(|s| s.io_bytes));
+            goal(
+                format!("seq, faultmap's {name}: object bytes from the network"),
+                bytes.map(|b| b as f64),
+                0.0,
+                false,
+            );
+            let s = seconds(Engine::Disk(second));
+            goal(
+                format!("seq, faultmap's first run over its {name} (time)"),
+                first.zip(s).and_then(|(f, s)| grid::ratio(f, s)),
+                3.0,
+                true,
+            );
+            let peers = run.columns.iter().filter(|c| {
+                c.store == store
+                    && c.latency_ms == latency
+                    && matches!(c.engine, Engine::FuseCached(_, r) if r == second)
+            });
+            for peer in peers {
+                let theirs = seconds(peer.engine);
+                goal(
+                    format!("seq, {}'s {name} over faultmap's (time)", peer.engine()),
+                    theirs.zip(s).and_then(|(p, s)| grid::ratio(p, s)),
+                    1.0,
+                    true,
+                );
+            }
+        }
+        let none = seconds(Engine::Faultmap(ReadaheadMode::Full));
+        goal(
+            "seq, faultmap's first run through its disk cache over a run without one (time)"
+                .into(),
+            first.zip(none).and_then(|(f, n)| grid::ratio(f, n)),
+            1.1,
+            false,
+        );
+    }
+    out
+}
+
 fn procs_goals(run: &Run) -> Vec<Goal> {
     let Some(&n) = run.threads.iter().max() else {
         return Vec::new();
@@ -790,6 +1017,9 @@ fn procs_goals(run: &Run) -> Vec<Goal> {
 fn goals(run: &Run) -> Vec<Goal> {
     if PROCS.load(std::sync::atomic::Ordering::Relaxed) {
         return procs_goals(run);
+    }
+    if disk_mode() {
+        return disk_goals(run);
     }
     let seconds = |w: Access, c: RemoteColumn| run.seconds(w, 1, c);
     let column = |store, latency_ms, engine| RemoteColumn {

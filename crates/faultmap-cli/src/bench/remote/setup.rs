@@ -113,7 +113,18 @@ pub struct Setup {
     /// The FUSE peers that are up: engine name → the object's path.
     pub fuse: Vec<(&'static str, StoreKind, PathBuf)>,
     fuse_mounted: bool,
+    /// Whether peers with disk caches may be mounted
+    /// ([`Setup::mount_cached`]).
+    fuse_cached: std::cell::Cell<bool>,
 }
+
+/// The FUSE peers: `scripts/fuse-peers`' variable of each, the engine's
+/// name, its store, the script's name of it.
+const FUSE_PEERS: [(&str, &str, StoreKind, &str); 3] = [
+    ("FAULTMAP_S3FS_DIR", "s3fs", StoreKind::S3, "s3fs"),
+    ("FAULTMAP_RCLONE_S3_DIR", "rclone", StoreKind::S3, "rclone-s3"),
+    ("FAULTMAP_RCLONE_HTTP_DIR", "rclone", StoreKind::Http, "rclone-http"),
+];
 
 impl Setup {
     /// Starts the servers under `state`, writes a `len`-byte object into
@@ -171,6 +182,7 @@ impl Setup {
             gcs_account,
             fuse: Vec::new(),
             fuse_mounted: false,
+            fuse_cached: std::cell::Cell::new(false),
         };
         if !no_fuse && stores.iter().any(|k| k.has_fuse_peers()) {
             setup.mount()?;
@@ -178,10 +190,11 @@ impl Setup {
         Ok(setup)
     }
 
-    fn mount(&mut self) -> Result<()> {
-        // The peers read through the proxies of the stores asked for (a
-        // peer of a store not asked for is mounted on its server, since
-        // the script mounts them all, and never used).
+    /// The environment of `scripts/fuse-peers`: the servers' variables,
+    /// with the proxies in place of the servers asked for (a peer of a
+    /// store not asked for is mounted on its server, since the script
+    /// mounts them all, and never used), and its state in `fuse_state`.
+    fn fuse_env(&self, fuse_state: &str) -> Vec<(String, String)> {
         let mut env: Vec<(String, String)> = self.vars.clone().into_iter().collect();
         for (kind, proxy) in &self.proxies {
             let var = server(*kind).url;
@@ -190,8 +203,26 @@ impl Setup {
         }
         env.push((
             "FAULTMAP_FUSE_STATE".into(),
-            self.state.join("fuse").display().to_string(),
+            self.state.join(fuse_state).display().to_string(),
         ));
+        env
+    }
+
+    /// The peers `scripts/fuse-peers mount` said are up, of the stores
+    /// asked for: engine, store, the object's path.
+    fn peers_up(&self, dirs: &HashMap<String, String>) -> Vec<(&'static str, StoreKind, PathBuf)> {
+        FUSE_PEERS
+            .iter()
+            .filter(|(_, _, kind, _)| self.proxies.iter().any(|(k, _)| k == kind))
+            .filter_map(|&(var, engine, kind, _)| {
+                let dir = dirs.get(var)?;
+                Some((engine, kind, PathBuf::from(dir).join(&self.name)))
+            })
+            .collect()
+    }
+
+    fn mount(&mut self) -> Result<()> {
+        let env = self.fuse_env("fuse");
         note("mounting the FUSE peers (scripts/fuse-peers mount)");
         let dirs = match run_script("fuse-peers", "mount", &env) {
             Ok(dirs) => dirs,
@@ -201,18 +232,51 @@ impl Setup {
             }
         };
         self.fuse_mounted = true;
-        for (var, engine, kind) in [
-            ("FAULTMAP_S3FS_DIR", "s3fs", StoreKind::S3),
-            ("FAULTMAP_RCLONE_S3_DIR", "rclone", StoreKind::S3),
-            ("FAULTMAP_RCLONE_HTTP_DIR", "rclone", StoreKind::Http),
-        ] {
-            let asked = self.proxies.iter().any(|(k, _)| *k == kind);
-            if let Some(dir) = dirs.get(var).filter(|_| asked) {
-                self.fuse
-                    .push((engine, kind, PathBuf::from(dir).join(&self.name)));
-            }
-        }
+        self.fuse = self.peers_up(&dirs);
         Ok(())
+    }
+
+    /// Mounts the FUSE peer `engine` of `kind` alone with its disk cache
+    /// of file data in `cache` (`s3fs -o use_cache`, `rclone
+    /// --vfs-cache-mode full`), or with `engine` `None` every peer of the
+    /// stores asked for; returns those that came up (the script says why
+    /// the others did not), each with the object's path through it.
+    /// [`Setup::unmount_cached`] unmounts.
+    pub fn mount_cached(
+        &self,
+        engine: Option<(&'static str, StoreKind)>,
+        cache: &Path,
+    ) -> Result<Vec<(&'static str, StoreKind, PathBuf)>> {
+        let mut env = self.fuse_env("fuse-cached");
+        env.push((
+            "FAULTMAP_FUSE_CACHE_DIR".into(),
+            cache.display().to_string(),
+        ));
+        if let Some((engine, kind)) = engine {
+            let peer = FUSE_PEERS
+                .iter()
+                .find(|p| p.1 == engine && p.2 == kind)
+                .map(|p| p.3)
+                .with_context(|| format!("no FUSE peer {engine} of {}", kind.name()))?;
+            env.push(("FAULTMAP_FUSE_PEERS".into(), peer.into()));
+        }
+        self.fuse_cached.set(true);
+        let dirs = run_script("fuse-peers", "mount", &env)?;
+        Ok(self.peers_up(&dirs))
+    }
+
+    /// Unmounts what [`Setup::mount_cached`] mounted (the peers' caches
+    /// stay on disk).
+    pub fn unmount_cached(&self) -> Result<()> {
+        let env = self.fuse_env("fuse-cached");
+        run_script("fuse-peers", "unmount", &env)?;
+        self.fuse_cached.set(false);
+        Ok(())
+    }
+
+    /// A folder of the benchmark's own, under its state.
+    pub fn scratch(&self, name: &str) -> PathBuf {
+        self.state.join(name)
     }
 
     /// The proxy in front of `kind`'s server, if `kind` was asked for.
@@ -243,6 +307,11 @@ impl Drop for Setup {
         if self.fuse_mounted {
             if let Err(e) = run_script("fuse-peers", "unmount", &env) {
                 note(&format!("unmounting the FUSE peers: {e:#}"));
+            }
+        }
+        if self.fuse_cached.get() {
+            if let Err(e) = self.unmount_cached() {
+                note(&format!("unmounting the FUSE peers with caches: {e:#}"));
             }
         }
         // Azurite's copy goes with Azurite (it is in its memory).

@@ -751,6 +751,25 @@ mod writers {
     }
 }
 
+/// Whether the disk cache `config` names holds version `version` (of
+/// `len` bytes) of the object at `url`: a reader read it from its server by
+/// ranges before, so the open's range probe can be left out (a second run
+/// then sends the server its `HEAD` alone). Looks, creates nothing.
+pub(crate) fn holds(
+    config: &crate::base::config::DiskCacheConfig,
+    url: &str,
+    version: &str,
+    len: u64,
+) -> bool {
+    let url_dir = config.dir.join("objects").join(hash_name(url));
+    let Ok(entries) = std::fs::read_dir(url_dir) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        Meta::read(&e.path()).is_some_and(|m| m.url == url && m.version == version && m.len == len)
+    })
+}
+
 /// Opens `store` through the disk cache `config` names, waiting at most
 /// `wait` for another reader's fetch: the store itself if it names no
 /// pinned version.
