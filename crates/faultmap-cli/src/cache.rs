@@ -129,7 +129,10 @@ pub fn run(args: &CacheCommandArgs) -> Result<()> {
             let freed = cache
                 .clear(url.as_deref())
                 .with_context(|| format!("cannot clear {dir}"))?;
-            let report = Cleared { dir, freed_bytes: freed };
+            let report = Cleared {
+                dir,
+                freed_bytes: freed,
+            };
             crate::output::print(
                 args.json,
                 |out| crate::output::json_line(out, &report),
@@ -149,7 +152,10 @@ pub fn stats_line(d: &faultmap::DiskCacheStats) -> String {
         d.waits
     );
     if let Some(first) = &d.first_problem {
-        line.push_str(&format!("; {} disk problem(s), the first: {first}", d.problems));
+        line.push_str(&format!(
+            "; {} disk problem(s), the first: {first}",
+            d.problems
+        ));
     }
     line
 }
@@ -218,9 +224,9 @@ struct Du {
 }
 
 fn du_human(d: &Du) -> String {
-    let max = d
-        .max_bytes
-        .map_or("no maximum".to_string(), |m| format!("maximum {}", units::bytes(m)));
+    let max = d.max_bytes.map_or("no maximum".to_string(), |m| {
+        format!("maximum {}", units::bytes(m))
+    });
     format!(
         "{}\t{} in {} object(s); {max}, leaves {} free; file system {} free of {}\n",
         d.dir,
@@ -257,7 +263,10 @@ fn verify_human(r: &VerifyReport) -> String {
         r.bad_chunks.len()
     );
     for p in r.bad_pages.iter().take(20) {
-        out.push_str(&format!("\nbad page: {} ({}) at offset {}", p.url, p.version, p.offset));
+        out.push_str(&format!(
+            "\nbad page: {} ({}) at offset {}",
+            p.url, p.version, p.offset
+        ));
     }
     if r.bad_pages.len() > 20 {
         out.push_str(&format!("\n... and {} more", r.bad_pages.len() - 20));

@@ -27,8 +27,8 @@ use anyhow::{Context, Result};
 use faultmap::{
     open_url_with, Config, DiskCacheStats, Pager, RemoteTuning, Stats, Store, PAGE_SIZE,
 };
-use std::sync::Arc;
 use serde::Serialize;
+use std::sync::Arc;
 
 use crate::table::Table;
 use crate::units;

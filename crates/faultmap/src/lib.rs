@@ -113,8 +113,8 @@ pub use api::pager::{
 pub use api::shared::Sharing;
 pub use base::config::{
     parse_size, Config, ConfigError, Delivery, DiskCacheConfig, Engine, HandlerPlacement,
-    MapOptions, PageSize, RegionLookup, CACHE_DIR_ENV, CACHE_MAX_ENV, ENGINE_ENV,
-    MAX_REPLAY_AHEAD, MIN_BUDGET, MIN_HUGE_BUDGET_PAGES, SHARED_ENV,
+    MapOptions, PageSize, RegionLookup, CACHE_DIR_ENV, CACHE_MAX_ENV, ENGINE_ENV, MAX_REPLAY_AHEAD,
+    MIN_BUDGET, MIN_HUGE_BUDGET_PAGES, SHARED_ENV,
 };
 pub use base::report::{error_text, IoErrorKind, IoErrorReport, LOG_CAPACITY};
 pub use base::stats::{RaRow, RaStats, Stats};

@@ -792,7 +792,9 @@ fn closing_an_object_cancels_its_prefetch() {
             let config = Config::default();
             let bound = (config.io_depth + config.io_threads) as u64;
             let pager = Pager::new(config).unwrap();
-            let object = pager.open(open_via(kind, &proxy, &file, tuning)).unwrap();
+            let object = pager
+                .open(open_via(kind, &proxy, &file, tuning.clone()))
+                .unwrap();
             let map = pager.map_trusted(&object, MapOptions::new()).unwrap();
             map.prefetch(0..map.len()).unwrap();
             // Many reads at the server when it closes, so that their
@@ -886,5 +888,106 @@ fn a_prefetch_larger_than_the_budget_stays_within_it() {
             "{:?}",
             pager.memory()
         );
+    });
+}
+
+/// The disk cache on every store: a second run, in another pager, reads
+/// the object from the disk and sends the server its `HEAD` alone (the
+/// open's range probe is left out when the cache holds the version); no
+/// object bytes cross the network.
+#[test]
+fn a_second_run_reads_the_disk_cache_and_sends_headers_only() {
+    watchdog(WATCHDOG, || {
+        for kind in KINDS {
+            let len = (3 << 20) + 77;
+            let file = put(kind, "disk-cache", len, 41);
+            let proxy = Proxy::start(upstream(kind)).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let config = faultmap::DiskCacheConfig::new(dir.path().join("cache"));
+            let tuning = RemoteTuning {
+                disk_cache: Some(config.clone()),
+                ..RemoteTuning::default()
+            };
+            let run = || {
+                let store = open_via(kind, &proxy, &file, tuning.clone());
+                let cache = faultmap::DiskCache::open(&config).unwrap();
+                let cached = faultmap::CachedStore::new(store, cache, Duration::from_secs(30))
+                    .unwrap()
+                    .ok()
+                    .expect("a pinned object is cached");
+                let cached = Arc::new(cached);
+                let pager = Pager::new(Config::default()).unwrap();
+                let map = pager
+                    .map_trusted(cached.clone(), MapOptions::new())
+                    .unwrap();
+                assert_bytes(&map, &file.data, &format!("{kind:?}"));
+                drop(map);
+                drop(pager);
+                cached.stats()
+            };
+            let before = proxy.stats();
+            let first = run();
+            let between = proxy.stats();
+            let second = run();
+            let (d1, d2) = (between.since(&before), proxy.stats().since(&between));
+            assert_eq!(first.network_bytes, len as u64, "{kind:?}: {first:?}");
+            assert!(d1.body_bytes >= len as u64, "{kind:?}: {d1:?}");
+            assert_eq!(
+                (second.network_bytes, second.disk_bytes),
+                (0, len as u64),
+                "{kind:?}: {second:?}"
+            );
+            assert_eq!(d2.body_bytes, 0, "{kind:?}: no object bytes: {d2:?}");
+            assert_eq!(d2.ranged_requests, 0, "{kind:?}: {d2:?}");
+        }
+    });
+}
+
+/// `open_url_with` puts the tuning's disk cache in front of a remote
+/// object, never of a local file, and refuses a directory others may
+/// write to, naming it.
+#[test]
+fn open_url_with_reads_remote_objects_through_the_disk_cache() {
+    watchdog(WATCHDOG, || {
+        let file = put(Kind::Http, "disk-url", 100_000, 43);
+        let dir = tempfile::tempdir().unwrap();
+        let cache_dir = dir.path().join("cache");
+        let tuning = RemoteTuning {
+            disk_cache: Some(faultmap::DiskCacheConfig::new(&cache_dir)),
+            ..RemoteTuning::default()
+        };
+        let store = faultmap::open_url_with(&file.url, &tuning).unwrap();
+        let mut buf = vec![0u8; 100_000];
+        store.read_at(0, &mut buf).unwrap();
+        assert_eq!(buf, file.data);
+        let stats = store.disk_cache_stats().expect("through the disk cache");
+        assert_eq!(stats.network_bytes, 100_000);
+        let again = faultmap::open_url_with(&file.url, &tuning).unwrap();
+        again.read_at(0, &mut buf).unwrap();
+        assert_eq!(buf, file.data);
+        assert_eq!(again.disk_cache_stats().unwrap().disk_bytes, 100_000);
+
+        let local = TestFile::new(5000, 1);
+        let plain = faultmap::open_url_with(local.path.to_str().unwrap(), &tuning).unwrap();
+        assert!(
+            plain.disk_cache_stats().is_none(),
+            "a local file is not cached"
+        );
+
+        use std::os::unix::fs::PermissionsExt;
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let tuning = RemoteTuning {
+            disk_cache: Some(faultmap::DiskCacheConfig::new(&open)),
+            ..RemoteTuning::default()
+        };
+        let e = faultmap::open_url_with(&file.url, &tuning)
+            .err()
+            .expect("refused");
+        assert!(matches!(e, faultmap::StoreError::DiskCache(_)), "{e}");
+        let text = e.to_string();
+        assert!(text.contains(&open.display().to_string()), "{text}");
+        assert!(text.contains("others may write"), "{text}");
     });
 }

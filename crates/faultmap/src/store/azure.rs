@@ -179,13 +179,19 @@ impl AzureStore {
                 .map_err(|e| build_failed(&shown, &secrets, e))?,
         );
         let opened = std::time::Instant::now();
-        let remote = Remote::open(client.clone(), path.clone(), shown, secrets.clone(), tuning.clone())
-            .map_err(|e| {
-                // What is left of the open's deadline bounds the extra GET.
-                let left = tuning.open_timeout.saturating_sub(opened.elapsed());
-                tell_missing_container(&client, &path, &secrets, left, e)
-            })?
-            .with_origin(origin);
+        let remote = Remote::open(
+            client.clone(),
+            path.clone(),
+            shown,
+            secrets.clone(),
+            tuning.clone(),
+        )
+        .map_err(|e| {
+            // What is left of the open's deadline bounds the extra GET.
+            let left = tuning.open_timeout.saturating_sub(opened.elapsed());
+            tell_missing_container(&client, &path, &secrets, left, e)
+        })?
+        .with_origin(origin);
         Ok(Self { remote })
     }
 

@@ -568,7 +568,11 @@ pub(crate) fn flock_exclusive(file: &File) -> io::Result<()> {
 /// conflicting one. Released by [`flock_unlock`] or when every descriptor
 /// of this open file description is closed.
 pub(crate) fn flock_try(file: &File, exclusive: bool) -> io::Result<bool> {
-    let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
+    let op = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    };
     // SAFETY: flock on a descriptor `file` owns, for the call; no memory
     // is passed.
     if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } == 0 {

@@ -470,7 +470,10 @@ fn disk_process(
         let record = match disk_walk(target, plan, config, dir) {
             Ok(r) => [r.seconds.to_bits(), r.sum, r.peak, r.disk_bytes],
             Err(e) => {
-                let _ = writeln!(std::io::stderr(), "faultmap: a disk cache run failed: {e:#}");
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "faultmap: a disk cache run failed: {e:#}"
+                );
                 [u64::MAX; 4]
             }
         };
@@ -493,7 +496,8 @@ fn disk_process(
         libc::waitpid(pid, &mut status, 0);
         libc::close(fds[0]);
     }
-    let word = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+    let word =
+        |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap_or_default());
     if got != 32 || !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
         bail!("a disk cache's reading process failed (status {status:#x})");
     }
@@ -510,7 +514,12 @@ fn disk_process(
 
 /// A disk cache process's walk, timed: a pager, the store through the
 /// cache, the plan's walk; the pager's reads finish before it reports.
-fn disk_walk(target: &Target<'_>, plan: &AccessPlan, config: &Config, dir: &Path) -> Result<DiskProcess> {
+fn disk_walk(
+    target: &Target<'_>,
+    plan: &AccessPlan,
+    config: &Config,
+    dir: &Path,
+) -> Result<DiskProcess> {
     let pager = Pager::new(config.clone())?;
     let cache_config = faultmap::DiskCacheConfig::new(dir);
     let cache = faultmap::DiskCache::open(&cache_config)?;

@@ -427,7 +427,10 @@ fn cached_peers(setup: &setup::Setup) -> Vec<(&'static str, StoreKind)> {
     }
     let _ = std::fs::remove_dir_all(&probe);
     match peers {
-        Ok(peers) => peers.into_iter().map(|(name, kind, _)| (name, kind)).collect(),
+        Ok(peers) => peers
+            .into_iter()
+            .map(|(name, kind, _)| (name, kind))
+            .collect(),
         Err(e) => {
             super::note(&format!("the FUSE peers are skipped: {e:#}"));
             Vec::new()
@@ -963,8 +966,7 @@ fn disk_goals(run: &Run) -> Vec<Goal> {
         }
         let none = seconds(Engine::Faultmap(ReadaheadMode::Full));
         goal(
-            "seq, faultmap's first run through its disk cache over a run without one (time)"
-                .into(),
+            "seq, faultmap's first run through its disk cache over a run without one (time)".into(),
             first.zip(none).and_then(|(f, n)| grid::ratio(f, n)),
             1.1,
             false,

@@ -122,8 +122,18 @@ pub struct Setup {
 /// name, its store, the script's name of it.
 const FUSE_PEERS: [(&str, &str, StoreKind, &str); 3] = [
     ("FAULTMAP_S3FS_DIR", "s3fs", StoreKind::S3, "s3fs"),
-    ("FAULTMAP_RCLONE_S3_DIR", "rclone", StoreKind::S3, "rclone-s3"),
-    ("FAULTMAP_RCLONE_HTTP_DIR", "rclone", StoreKind::Http, "rclone-http"),
+    (
+        "FAULTMAP_RCLONE_S3_DIR",
+        "rclone",
+        StoreKind::S3,
+        "rclone-s3",
+    ),
+    (
+        "FAULTMAP_RCLONE_HTTP_DIR",
+        "rclone",
+        StoreKind::Http,
+        "rclone-http",
+    ),
 ];
 
 impl Setup {

@@ -203,7 +203,10 @@ impl Chunk {
         let mut bytes = vec![0u8; out.len() * 4];
         let mut got = 0;
         while got < bytes.len() {
-            match self.file.read_at(&mut bytes[got..], TABLE + first * 4 + got as u64) {
+            match self
+                .file
+                .read_at(&mut bytes[got..], TABLE + first * 4 + got as u64)
+            {
                 Ok(0) => break,
                 Ok(n) => got += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -223,7 +226,10 @@ impl Chunk {
     pub(crate) fn read(&self, first: u64, buf: &mut [u8]) -> io::Result<usize> {
         let mut got = 0;
         while got < buf.len() {
-            match self.file.read_at(&mut buf[got..], DATA + first * PAGE + got as u64) {
+            match self
+                .file
+                .read_at(&mut buf[got..], DATA + first * PAGE + got as u64)
+            {
                 Ok(0) => break,
                 Ok(n) => got += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

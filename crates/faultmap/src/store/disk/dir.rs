@@ -115,7 +115,10 @@ impl Problems {
 }
 
 /// The caches open in this process, by directory.
-static OPEN: sys::ForkLocal<Mutex<Vec<(PathBuf, Weak<DiskCache>)>>> = sys::ForkLocal::new();
+static OPEN: sys::ForkLocal<Mutex<Vec<OpenCache>>> = sys::ForkLocal::new();
+
+/// A cache open in this process: its directory, and it while it lives.
+type OpenCache = (PathBuf, Weak<DiskCache>);
 
 impl DiskCache {
     /// Opens the cache `config` names, creating its directory (mode 0700)
@@ -211,11 +214,12 @@ impl DiskCache {
         // statvfs costs a microsecond, against a fetch's milliseconds.
         let low_space = self.free_bytes() < self.min_free_bytes + bytes;
         if over_max || low_space {
-            let _ = self.evict(bytes);
+            let evicted = self.evict(bytes);
             if self.free_bytes() < self.min_free_bytes + bytes {
                 return false;
             }
-            if let Some(max) = self.max_bytes {
+            // Another process evicting (`Ok(None)`) makes the room itself.
+            if let (Some(max), Ok(Some(_))) = (self.max_bytes, evicted) {
                 let used = self.used_at_scan.load(Ordering::Relaxed)
                     + self.written_since_scan.load(Ordering::Relaxed);
                 if used + bytes > max {
@@ -299,7 +303,7 @@ impl DiskCache {
                 let stale = Some(born(version)) != newest;
                 for entry in read_dir(version)? {
                     let path = entry.path();
-                    if path.extension().is_none_or(|e| e != "chunk") {
+                    if !path.extension().is_some_and(|e| e == "chunk") {
                         continue;
                     }
                     let Ok(meta) = entry.metadata() else { continue };
@@ -560,7 +564,8 @@ impl Meta {
     /// Writes the meta file of `dir` whole (through a file in `tmp`).
     pub(crate) fn write(&self, dir: &Path, tmp: &Path) -> io::Result<()> {
         let staged = tmp.join(super::chunk::temp_name());
-        let made = fs::write(&staged, self.text()).and_then(|()| fs::rename(&staged, dir.join("meta")));
+        let made =
+            fs::write(&staged, self.text()).and_then(|()| fs::rename(&staged, dir.join("meta")));
         if made.is_err() {
             let _ = fs::remove_file(&staged);
         }
@@ -602,7 +607,11 @@ fn prepare(dir: &Path) -> Result<PathBuf, DiskCacheError> {
     match fs::metadata(dir) {
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            match fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+            match fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+            {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io_error("create it")(e)),
