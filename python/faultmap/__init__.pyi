@@ -1,6 +1,7 @@
 """Type stubs of faultmap (the extension module faultmap._faultmap)."""
 
 import os
+import pathlib
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Literal, Self, SupportsIndex, overload
@@ -62,7 +63,15 @@ class Pager:
         io_retries: int | None = None,
         shared: bool | None = None,
         engine: Literal["auto", "userfaultfd", "protect"] | None = None,
-    ) -> None: ...
+        disk_cache: str | bytes | os.PathLike[str] | os.PathLike[bytes] | None = None,
+        disk_cache_max: int | str | None = None,
+    ) -> None:
+        """disk_cache: a directory that keeps remote objects' pages on disk
+        for later runs and other processes (None: FAULTMAP_CACHE_DIR, else
+        none); refused at open (OSError naming it) if another user owns it
+        or others may write to it. disk_cache_max: its most bytes, an int
+        or a size such as "50G" (None: FAULTMAP_CACHE_MAX, else no
+        maximum)."""
     def open(
         self,
         path_or_url: str | os.PathLike[str],
@@ -104,6 +113,12 @@ class Pager:
     @property
     def page_size(self) -> int:
         """The page size of objects opened without one: 4096 or 2097152."""
+    @property
+    def disk_cache(self) -> pathlib.Path | None:
+        """The disk cache's directory (disk_cache= or FAULTMAP_CACHE_DIR)."""
+    @property
+    def disk_cache_max(self) -> int | None:
+        """The most bytes the disk cache keeps, or None."""
 
 class Mapping(Buffer):
     """A mapped object: reads (and, if writable, writes) like memory.
@@ -152,6 +167,11 @@ class Mapping(Buffer):
         """This mapping's counters (pgfault, pgmajfault, io_count, ...)."""
     def ra_stats(self) -> dict[str, Any]:
         """This mapping's readahead table."""
+    def disk_cache_stats(self) -> dict[str, int | str | None] | None:
+        """What the object's disk cache did since it was opened:
+        {"disk_bytes", "network_bytes", "written_bytes", "waits",
+        "problems", "first_problem"}, or None when the object is not read
+        through a disk cache."""
     def save_trace(self, path: str | os.PathLike[str]) -> dict[str, int]:
         """Writes the access trace recorded so far (record_trace=True);
         returns {"pages", "runs", "bytes"}."""

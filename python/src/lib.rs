@@ -49,6 +49,7 @@
 use std::error::Error;
 use std::ffi::c_int;
 use std::ops::Range;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::exceptions::{
@@ -60,7 +61,10 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PySlice, PyTuple};
 
-use fm::{Advice, Config, Delivery, FileStore, MapOptions, PageSize, ReadaheadMode};
+use fm::{
+    Advice, Config, Delivery, DiskCacheConfig, FileStore, MapOptions, PageSize, ReadaheadMode,
+    Store,
+};
 
 /// The delivery of a pager made without one: handler threads, so that the
 /// kernel's own reads of a mapping (`f.write(m)`, `sock.sendall(m)`,
@@ -129,6 +133,20 @@ fn generation() -> u64 {
 ///     served from it, under its memory budget (None: on when the
 ///     environment has FAULTMAP_SHARED=1). Mapping.sharing says what a
 ///     mapping got.
+/// disk_cache: a directory (str or os.PathLike) that keeps the pages of
+///     the remote objects this pager opens (http(s)://, s3://, gs://,
+///     az://; never local files) on disk, for later runs and other
+///     processes to read from there instead of the network (None: the
+///     environment's FAULTMAP_CACHE_DIR, else no disk cache). It is
+///     created with mode 0700 if missing; opening a remote object raises
+///     OSError, naming the directory and why, if it cannot be made or is
+///     not safe (another user owns it, or others may write to it).
+///     Mapping.disk_cache_stats() says what a mapping read from it.
+/// disk_cache_max: the most bytes the disk cache keeps: an int, or a size
+///     such as "50G" (a K, M, G or T suffix: powers of 1024); cold chunks
+///     are evicted past it (None: the environment's FAULTMAP_CACHE_MAX,
+///     else no maximum; the cache always leaves 5 % of its file system
+///     free). With disk_cache=None it bounds the environment's cache.
 #[pyclass(module = "faultmap", frozen)]
 struct Pager {
     inner: Arc<fm::Pager>,
@@ -139,6 +157,8 @@ struct Pager {
 }
 
 impl Pager {
+    /// A pager with these settings (None: faultmap's default for each).
+    #[allow(clippy::too_many_arguments)]
     fn make(
         memory_budget: Option<u64>,
         io_threads: Option<usize>,
@@ -147,6 +167,7 @@ impl Pager {
         io: IoSettings,
         shared: Option<bool>,
         engine: Option<&str>,
+        disk: DiskCacheSettings,
     ) -> PyResult<Pager> {
         let engine = match engine {
             None => fm::Engine::Auto,
@@ -184,6 +205,7 @@ impl Pager {
         if let Some(n) = io.retries {
             config = config.io_retries(n);
         }
+        disk.apply(&mut config);
         let inner = fm::Pager::new(config).map_err(|e| py_err(&e))?;
         Ok(Pager {
             inner: Arc::new(inner),
@@ -210,7 +232,8 @@ impl Pager {
 impl Pager {
     #[new]
     #[pyo3(signature = (*, memory_budget=None, io_threads=None, delivery=None, page_size=None,
-                        io_timeout=None, io_retries=None, shared=None, engine=None))]
+                        io_timeout=None, io_retries=None, shared=None, engine=None,
+                        disk_cache=None, disk_cache_max=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -222,8 +245,14 @@ impl Pager {
         io_retries: Option<u32>,
         shared: Option<bool>,
         engine: Option<String>,
+        disk_cache: Option<Bound<'_, PyAny>>,
+        disk_cache_max: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Pager> {
         let page_size = page_size.as_ref().map(page_size_of).transpose()?;
+        let disk = DiskCacheSettings {
+            dir: disk_cache.as_ref().map(cache_dir_of).transpose()?,
+            max: disk_cache_max.as_ref().map(cache_max_of).transpose()?,
+        };
         let io = IoSettings {
             timeout: io_timeout.map(seconds_of).transpose()?,
             retries: io_retries,
@@ -237,6 +266,7 @@ impl Pager {
                 io,
                 shared,
                 engine.as_deref(),
+                disk,
             )
         })
     }
@@ -366,6 +396,22 @@ impl Pager {
         self.page_size.bytes()
     }
 
+    /// The directory of the disk cache its remote objects are read
+    /// through (Pager(disk_cache=...), or the environment's
+    /// FAULTMAP_CACHE_DIR), as a pathlib.Path, or None.
+    #[getter]
+    fn disk_cache(&self) -> Option<PathBuf> {
+        let cache = self.inner.config().disk_cache.as_ref()?;
+        Some(cache.dir.clone())
+    }
+
+    /// The most bytes that disk cache keeps, or None (no cache, or no
+    /// maximum).
+    #[getter]
+    fn disk_cache_max(&self) -> Option<u64> {
+        self.inner.config().disk_cache.as_ref()?.max_bytes
+    }
+
     fn __repr__(&self) -> String {
         match self.live() {
             Ok(p) => format!(
@@ -402,7 +448,16 @@ fn default_pager(py: Python<'_>) -> PyResult<Py<Pager>> {
     // two threads from making two default pagers.
     let made = Py::new(
         py,
-        Pager::make(None, None, None, None, IoSettings::default(), None, None)?,
+        Pager::make(
+            None,
+            None,
+            None,
+            None,
+            IoSettings::default(),
+            None,
+            None,
+            DiskCacheSettings::default(),
+        )?,
     )?;
     *slot = Some(made.clone_ref(py));
     Ok(made)
@@ -470,6 +525,84 @@ struct IoSettings {
     retries: Option<u32>,
 }
 
+/// A pager's disk cache from Python (None: the environment's).
+#[derive(Default)]
+struct DiskCacheSettings {
+    /// `disk_cache`: the directory.
+    dir: Option<PathBuf>,
+    /// `disk_cache_max`: the most bytes it keeps.
+    max: Option<u64>,
+}
+
+impl DiskCacheSettings {
+    /// Sets `config`'s disk cache: the directory asked for (bounded by
+    /// the environment's `FAULTMAP_CACHE_MAX` unless a maximum is asked
+    /// for too), else the environment's (`Config::default()`'s), which a
+    /// maximum asked for then bounds. A malformed `FAULTMAP_CACHE_MAX` is
+    /// left to `Config::validate`, which refuses it.
+    fn apply(self, config: &mut Config) {
+        if let Some(dir) = self.dir {
+            let env_max = std::env::var(fm::CACHE_MAX_ENV)
+                .ok()
+                .and_then(|v| fm::parse_size(&v).ok());
+            config.disk_cache = Some(DiskCacheConfig {
+                max_bytes: env_max,
+                ..DiskCacheConfig::new(dir)
+            });
+        }
+        if let (Some(max), Some(cache)) = (self.max, config.disk_cache.as_mut()) {
+            cache.max_bytes = Some(max);
+        }
+    }
+}
+
+/// The disk cache's directory from Python: a str, bytes or os.PathLike
+/// path (os.fspath's).
+fn cache_dir_of(arg: &Bound<'_, PyAny>) -> PyResult<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = || -> PyResult<PyErr> {
+        Ok(PyTypeError::new_err(format!(
+            "disk_cache must be a directory: a str or os.PathLike, not {}",
+            arg.get_type().name()?
+        )))
+    };
+    let fspath = arg.py().import("os")?.getattr("fspath")?;
+    let Ok(path) = fspath.call1((arg,)) else {
+        return Err(bad()?);
+    };
+    if let Ok(text) = path.cast::<pyo3::types::PyString>() {
+        return Ok(PathBuf::from(text.to_str()?));
+    }
+    if let Ok(bytes) = path.cast::<PyBytes>() {
+        return Ok(PathBuf::from(std::ffi::OsStr::from_bytes(bytes.as_bytes())));
+    }
+    Err(bad()?)
+}
+
+/// The disk cache's maximum from Python: an int of bytes (at least 1), or
+/// a size string such as "50G" (`fm::parse_size`).
+fn cache_max_of(arg: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if let Ok(text) = arg.cast::<pyo3::types::PyString>() {
+        let text = text.to_cow()?;
+        return fm::parse_size(&text).map_err(|why| {
+            PyValueError::new_err(format!(
+                "disk_cache_max must be a size such as \"50G\" or a number of bytes: {why}"
+            ))
+        });
+    }
+    if arg.is_instance_of::<pyo3::types::PyInt>() && !arg.is_instance_of::<pyo3::types::PyBool>() {
+        return arg.extract::<u64>().ok().filter(|&n| n > 0).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "disk_cache_max must be at least 1 byte and below 2**64, got {arg}"
+            ))
+        });
+    }
+    Err(PyTypeError::new_err(format!(
+        "disk_cache_max must be an int of bytes or a size str such as \"50G\", not {}",
+        arg.get_type().name()?
+    )))
+}
+
 /// A duration from Python seconds: finite and above zero.
 fn seconds_of(seconds: f64) -> PyResult<std::time::Duration> {
     std::time::Duration::try_from_secs_f64(seconds)
@@ -505,6 +638,9 @@ impl Request {
             opts = opts.replay_trace(fm::Trace::load(path).map_err(|e| py_err(&e))?);
         }
         let name = self.target.clone();
+        // The store, kept for `Mapping.disk_cache_stats` when it reads
+        // through a disk cache.
+        let mut cached: Option<Arc<dyn Store>> = None;
         let map = if self.writable {
             if let Some((scheme, _)) = self.target.split_once("://") {
                 let remote =
@@ -538,7 +674,12 @@ impl Request {
                 allow_unpinned: self.allow_unpinned,
                 ..fm::RemoteTuning::for_config(pager.config())
             };
-            let store = fm::open_url_with(&self.target, &tuning).map_err(|e| py_err(&e))?;
+            let store: Arc<dyn Store> = fm::open_url_with(&self.target, &tuning)
+                .map_err(|e| py_err(&e))?
+                .into();
+            if store.disk_cache_stats().is_some() {
+                cached = Some(Arc::clone(&store));
+            }
             let object = open_object(pager, store, self.memory_budget, self.page_size)?;
             // SAFETY: as for `map_mut` above: the store's bytes do not
             // change while mapped (a remote object's version is pinned at
@@ -553,6 +694,7 @@ impl Request {
         Ok(Mapping {
             state: Mutex::new(State {
                 map: Some(Arc::new(map)),
+                cached,
                 exports: 0,
             }),
             len,
@@ -689,7 +831,8 @@ fn readahead_mode(arg: Option<&str>) -> PyResult<ReadaheadMode> {
 ///     change to it while mapped then goes unseen, and bytes of two
 ///     versions may be mixed.
 /// pager: the Pager to map with (None: a default one, made on first use;
-///     its io_timeout and io_retries apply to the open and the reads).
+///     its io_timeout and io_retries apply to the open and the reads, and
+///     a remote object is read through its disk_cache).
 ///
 /// Raises FileNotFoundError, PermissionError, IsADirectoryError, ValueError
 /// (a bad argument) or OSError (with errno) for the rest, each with
@@ -805,6 +948,9 @@ macro_rules! either {
 struct State {
     /// `None` once closed.
     map: Option<Arc<Map>>,
+    /// The object's store if it reads through a disk cache (for its
+    /// counters); `None` otherwise, and once closed.
+    cached: Option<Arc<dyn Store>>,
     /// Live buffer exports (memoryviews, arrays).
     exports: usize,
 }
@@ -1256,6 +1402,24 @@ impl Mapping {
         to_py(py, &either!(map.mapping(), m => m.ra_stats()))
     }
 
+    /// What the object's disk cache did since it was opened (see
+    /// Pager(disk_cache=...)): {"disk_bytes" (read from the disk),
+    /// "network_bytes" (read from the store below), "written_bytes"
+    /// (written to the disk), "waits" (reads that waited for another
+    /// reader's fetch of the same pages), "problems" (disk failures of the
+    /// cache directory in this process: those reads came from the
+    /// network), "first_problem" (the first one's message, or None)}.
+    /// None when the object is not read through a disk cache (a local
+    /// file, no cache, or an object without a version to pin).
+    fn disk_cache_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.map()?;
+        let store = lock(&self.state).cached.clone();
+        store
+            .and_then(|s| s.disk_cache_stats())
+            .map(|stats| to_py(py, &stats))
+            .transpose()
+    }
+
     /// Writes the access trace recorded so far (open(...,
     /// record_trace=True)) to `path`, whole or not at all, and returns its
     /// size: {"pages", "runs", "bytes"}. Replay it with open(...,
@@ -1334,6 +1498,7 @@ impl Mapping {
                     state.exports
                 )));
             }
+            state.cached = None;
             state.map.take()
         };
         let Some(map) = map else {

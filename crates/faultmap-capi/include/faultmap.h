@@ -170,7 +170,8 @@ typedef struct fm_mapping fm_mapping;
 typedef struct fm_pager fm_pager;
 
 /**
- * A pager's settings; zero in a field means faultmap's default.
+ * A pager's settings; zero (or NULL) in a field means faultmap's
+ * default.
  *
  * `size` must be `sizeof(fm_config)` as the caller was compiled: write
  * `fm_config c = { .size = sizeof c };`. Fields are only ever added at
@@ -226,6 +227,28 @@ typedef struct fm_config {
    * Must be 0.
    */
   uint64_t reserved;
+  /**
+   * The directory of a persistent disk cache of remote objects
+   * (`http(s)://`, `s3://`, `gs://`, `az://`; never local files): the
+   * pages read from the network are kept there, and later runs and
+   * other processes read them from the disk. A NUL-terminated UTF-8
+   * path (else `fm_pager_new` fails with `EINVAL`), read by
+   * `fm_pager_new` only; NULL: the environment's `FAULTMAP_CACHE_DIR`,
+   * else no disk cache. The directory is created with mode 0700 if
+   * missing; `fm_map` of a remote object fails (a negative errno, and
+   * `fm_last_error` naming the directory and why) if it cannot be made,
+   * or if another user owns it or others may write to it. A program
+   * built with an `fm_config` that ends at `reserved` gets NULL.
+   */
+  const char *disk_cache;
+  /**
+   * The most bytes the disk cache keeps (cold chunks are evicted past
+   * it); 0: the environment's `FAULTMAP_CACHE_MAX`, else no maximum
+   * (the cache always leaves 5 % of its file system free). With
+   * `disk_cache` NULL it bounds the environment's cache. A program
+   * built with an `fm_config` that ends at `reserved` gets 0.
+   */
+  uint64_t disk_cache_max;
 } fm_config;
 
 /**
@@ -289,14 +312,15 @@ extern "C" {
 /**
  * A new pager with `config` (NULL: every default); NULL on failure (see
  * `fm_last_error`): `EINVAL` for a `config.size` below the first
- * `fm_config`'s or a bad field, `E2BIG` for a larger `fm_config` whose
- * fields unknown to this library are not zero. Free it with
- * `fm_pager_free`.
+ * `fm_config`'s or a bad field (a `disk_cache` that is not UTF-8),
+ * `E2BIG` for a larger `fm_config` whose fields unknown to this library
+ * are not zero. Free it with `fm_pager_free`.
  *
  * # Safety
  *
  * `config` is NULL or points to an `fm_config` whose first `size` bytes
- * are readable.
+ * are readable; its `disk_cache`, if `size` covers it, is NULL or a
+ * NUL-terminated string.
  */
 struct fm_pager *fm_pager_new(const struct fm_config *config);
 
@@ -306,7 +330,10 @@ struct fm_pager *fm_pager_new(const struct fm_config *config);
  * (`FM_WRITABLE`, `FM_READAHEAD_*`, `FM_RECORD_TRACE`, `FM_HUGE_PAGES`,
  * `FM_ALLOW_UNPINNED`); NULL on failure (see `fm_last_error`). A remote
  * object's whole open takes at most the pager's `io_timeout_ms` (then
- * `ETIMEDOUT`). Free it with `fm_unmap`.
+ * `ETIMEDOUT`). A remote object is read through the pager's disk cache
+ * (`fm_config.disk_cache`), if it has one; a cache directory that cannot
+ * be made or is not safe fails the map, with a message that names it and
+ * says why. Free it with `fm_unmap`.
  *
  * # Safety
  *

@@ -99,7 +99,8 @@ pub const FM_ADVICE_WILLNEED: c_int = 3;
 /// `fm_advise`: `MADV_DONTNEED`.
 pub const FM_ADVICE_DONTNEED: c_int = 4;
 
-/// A pager's settings; zero in a field means faultmap's default.
+/// A pager's settings; zero (or NULL) in a field means faultmap's
+/// default.
 ///
 /// `size` must be `sizeof(fm_config)` as the caller was compiled: write
 /// `fm_config c = { .size = sizeof c };`. Fields are only ever added at
@@ -108,7 +109,7 @@ pub const FM_ADVICE_DONTNEED: c_int = 4;
 /// defaults), and a newer program works with an older library as long as
 /// the fields that library does not know are zero (else `E2BIG`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct fm_config {
     /// `sizeof(fm_config)`, as the caller was compiled.
     pub size: u32,
@@ -138,6 +139,43 @@ pub struct fm_config {
     pub engine: c_int,
     /// Must be 0.
     pub reserved: u64,
+    /// The directory of a persistent disk cache of remote objects
+    /// (`http(s)://`, `s3://`, `gs://`, `az://`; never local files): the
+    /// pages read from the network are kept there, and later runs and
+    /// other processes read them from the disk. A NUL-terminated UTF-8
+    /// path (else `fm_pager_new` fails with `EINVAL`), read by
+    /// `fm_pager_new` only; NULL: the environment's `FAULTMAP_CACHE_DIR`,
+    /// else no disk cache. The directory is created with mode 0700 if
+    /// missing; `fm_map` of a remote object fails (a negative errno, and
+    /// `fm_last_error` naming the directory and why) if it cannot be made,
+    /// or if another user owns it or others may write to it. A program
+    /// built with an `fm_config` that ends at `reserved` gets NULL.
+    pub disk_cache: *const c_char,
+    /// The most bytes the disk cache keeps (cold chunks are evicted past
+    /// it); 0: the environment's `FAULTMAP_CACHE_MAX`, else no maximum
+    /// (the cache always leaves 5 % of its file system free). With
+    /// `disk_cache` NULL it bounds the environment's cache. A program
+    /// built with an `fm_config` that ends at `reserved` gets 0.
+    pub disk_cache_max: u64,
+}
+
+impl Default for fm_config {
+    /// Every field zero (NULL): faultmap's defaults, `size` unset.
+    fn default() -> Self {
+        Self {
+            size: 0,
+            delivery: 0,
+            memory_budget: 0,
+            io_threads: 0,
+            io_retries: 0,
+            io_timeout_ms: 0,
+            shared: 0,
+            engine: 0,
+            reserved: 0,
+            disk_cache: std::ptr::null(),
+            disk_cache_max: 0,
+        }
+    }
 }
 
 /// `fm_config.engine`: userfaultfd if this process can have one (the
@@ -182,6 +220,14 @@ pub const FM_SHARING_JOINED: c_int = 2;
 /// The size of the first `fm_config` (it ended at `io_timeout_ms`): a
 /// program built with it is served, its later fields taken as 0.
 const FM_CONFIG_SIZE_FIRST: usize = 32;
+
+/// The size of the `fm_config` that ended at `reserved` (before the disk
+/// cache's fields): a program built with it gets no `disk_cache` of its
+/// own (the environment's) and no `disk_cache_max`.
+const FM_CONFIG_SIZE_RESERVED: usize = 48;
+
+// The disk cache's fields come after every field of that `fm_config`.
+const _: () = assert!(std::mem::offset_of!(fm_config, disk_cache) == FM_CONFIG_SIZE_RESERVED);
 
 /// A mapping's fault and I/O counters (the names of faultmap's `Stats`).
 #[repr(C)]
@@ -325,14 +371,15 @@ fn byte_range(offset: u64, length: u64, len: usize) -> Result<Range<usize>, c_in
 
 /// A new pager with `config` (NULL: every default); NULL on failure (see
 /// `fm_last_error`): `EINVAL` for a `config.size` below the first
-/// `fm_config`'s or a bad field, `E2BIG` for a larger `fm_config` whose
-/// fields unknown to this library are not zero. Free it with
-/// `fm_pager_free`.
+/// `fm_config`'s or a bad field (a `disk_cache` that is not UTF-8),
+/// `E2BIG` for a larger `fm_config` whose fields unknown to this library
+/// are not zero. Free it with `fm_pager_free`.
 ///
 /// # Safety
 ///
 /// `config` is NULL or points to an `fm_config` whose first `size` bytes
-/// are readable.
+/// are readable; its `disk_cache`, if `size` covers it, is NULL or a
+/// NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn fm_pager_new(config: *const fm_config) -> *mut fm_pager {
     guard(std::ptr::null_mut(), || {
@@ -382,6 +429,11 @@ pub unsafe extern "C" fn fm_pager_new(config: *const fm_config) -> *mut fm_pager
             fail(libc::EINVAL, "fm_config.reserved must be 0");
             return std::ptr::null_mut();
         }
+        // SAFETY: NULL or a NUL-terminated string (this function's
+        // contract: `fm_config.disk_cache`'s).
+        if unsafe { set_disk_cache(&mut cfg, c.disk_cache, c.disk_cache_max) }.is_err() {
+            return std::ptr::null_mut();
+        }
         cfg = match c.delivery {
             FM_DELIVERY_DEFAULT => cfg,
             FM_DELIVERY_SIGNAL => cfg.delivery(Delivery::Signal),
@@ -406,7 +458,10 @@ pub unsafe extern "C" fn fm_pager_new(config: *const fm_config) -> *mut fm_pager
 /// (`FM_WRITABLE`, `FM_READAHEAD_*`, `FM_RECORD_TRACE`, `FM_HUGE_PAGES`,
 /// `FM_ALLOW_UNPINNED`); NULL on failure (see `fm_last_error`). A remote
 /// object's whole open takes at most the pager's `io_timeout_ms` (then
-/// `ETIMEDOUT`). Free it with `fm_unmap`.
+/// `ETIMEDOUT`). A remote object is read through the pager's disk cache
+/// (`fm_config.disk_cache`), if it has one; a cache directory that cannot
+/// be made or is not safe fails the map, with a message that names it and
+/// says why. Free it with `fm_unmap`.
 ///
 /// # Safety
 ///
@@ -620,7 +675,8 @@ unsafe fn read_config(config: *const fm_config) -> Result<fm_config, (c_int, Str
         // An older fm_config: its fields, and zeros for the later ones.
         let mut c = fm_config::default();
         // SAFETY: copies `theirs` (< sizeof(fm_config)) bytes into a live
-        // fm_config; every bit pattern is a valid fm_config (integers).
+        // fm_config; every bit pattern is a valid fm_config (integers and
+        // a raw pointer, which is only read through `c_str`).
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
@@ -646,8 +702,40 @@ unsafe fn read_config(config: *const fm_config) -> Result<fm_config, (c_int, Str
     }
     // SAFETY: at least `ours` bytes are readable and `config` is aligned
     // for an fm_config (it points to one); every bit pattern is a valid
-    // fm_config (integers only).
+    // fm_config (integers and a raw pointer).
     Ok(unsafe { config.read() })
+}
+
+/// Sets `cfg`'s disk cache from `fm_config.disk_cache` (`dir`) and
+/// `fm_config.disk_cache_max` (`max`, 0: none): the directory given,
+/// bounded by `max` or else by the environment's `FAULTMAP_CACHE_MAX`;
+/// without one, the environment's (`Config::default()`'s), which `max`
+/// then bounds. A malformed `FAULTMAP_CACHE_MAX` is left to
+/// `Config::validate` (in `Pager::new`), which refuses it. `Err` with
+/// the error set (`-EINVAL`) for a path that is not UTF-8.
+///
+/// # Safety
+///
+/// `dir` is NULL or a NUL-terminated string.
+unsafe fn set_disk_cache(cfg: &mut Config, dir: *const c_char, max: u64) -> Result<(), c_int> {
+    if !dir.is_null() {
+        // SAFETY: non-NULL and NUL-terminated (this function's contract),
+        // read here only.
+        let Some(dir) = (unsafe { c_str(dir, "fm_config.disk_cache") }) else {
+            return Err(-libc::EINVAL);
+        };
+        let env_max = std::env::var(fm::CACHE_MAX_ENV)
+            .ok()
+            .and_then(|v| fm::parse_size(&v).ok());
+        cfg.disk_cache = Some(fm::DiskCacheConfig {
+            max_bytes: env_max,
+            ..fm::DiskCacheConfig::new(dir)
+        });
+    }
+    if let (1.., Some(cache)) = (max, cfg.disk_cache.as_mut()) {
+        cache.max_bytes = Some(max);
+    }
+    Ok(())
 }
 
 /// [`fm_map`] past its pointers; the error is set on `Err`.

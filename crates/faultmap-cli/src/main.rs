@@ -372,7 +372,12 @@ impl CacheArgs {
     /// environment's when they name none).
     fn configure(&self, mut config: faultmap::Config) -> faultmap::Config {
         if let Some(dir) = &self.cache_dir {
-            config.disk_cache = Some(faultmap::DiskCacheConfig::new(dir));
+            // The environment's maximum stands unless --cache-max says.
+            let max = config.disk_cache.as_ref().and_then(|c| c.max_bytes);
+            config.disk_cache = Some(faultmap::DiskCacheConfig {
+                max_bytes: max,
+                ..faultmap::DiskCacheConfig::new(dir)
+            });
         }
         if let (Some(max), Some(cache)) = (self.cache_max, config.disk_cache.as_mut()) {
             cache.max_bytes = Some(max);

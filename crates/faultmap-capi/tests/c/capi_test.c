@@ -8,7 +8,10 @@
  * FM_SHARED_ON joins the cache of the first; that FM_ENGINE_PROTECT reads,
  * writes and populates for a system call, and that FM_ENGINE_AUTO picks it
  * where userfaultfd is refused (scripts/nouffd, as a container's seccomp
- * profile refuses it).
+ * profile refuses it); and that fm_config.disk_cache keeps an HTTP
+ * object (served by the test's own server) on disk for a second pager,
+ * refuses a directory others may write to, and is ignored in an older
+ * fm_config.
  * Built and run by scripts/test-all (see scripts/c-tests):
  *
  *   capi_test SCRATCH_DIR
@@ -21,6 +24,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/file.h>
@@ -577,6 +582,294 @@ static void prefetch_budget_and_close(const char *path, const uint8_t *data, siz
     fm_pager_free(pager);
 }
 
+/* The CRC-32 of zlib (and of examples/c/checksum.c) of `n` bytes. */
+static uint32_t crc32_of(const uint8_t *p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+    }
+    return ~c;
+}
+
+/* What the test's HTTP server answered, in memory it shares with this
+ * process (MAP_SHARED). */
+struct served {
+    uint64_t gets;       /* GET requests */
+    uint64_t body_bytes; /* bytes of the object's body sent */
+};
+
+/* The test's own HTTP server on 127.0.0.1: a child process (the leader of
+ * its own process group) that serves HEAD and ranged GETs of one object,
+ * with an ETag (a pinned version: the disk cache keeps only those), one
+ * process per connection. */
+struct http_server {
+    pid_t pid;
+    int port;
+    struct served *served;
+};
+
+/* Writes all `len` bytes of `buf` to `fd`; 0, or -1. */
+static int write_all(int fd, const void *buf, size_t len) {
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* The end of the first request head in `buf[0..have)` (the index past its
+ * blank line), or 0 if it is not all there yet. */
+static size_t head_end(const char *buf, size_t have) {
+    for (size_t i = 0; i + 4 <= have; i++)
+        if (memcmp(buf + i, "\r\n\r\n", 4) == 0)
+            return i + 4;
+    return 0;
+}
+
+/* Serves the requests of one connection until the client closes it. */
+static void serve_connection(int fd, const uint8_t *data, size_t len, struct served *served) {
+    static char buf[16384];
+    char head[16384], reply[512];
+    size_t have = 0;
+    for (;;) {
+        size_t end;
+        while ((end = head_end(buf, have)) == 0) {
+            if (have == sizeof buf)
+                return;
+            ssize_t n = read(fd, buf + have, sizeof buf - have);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                return;
+            have += (size_t)n;
+        }
+        /* The head in lower case (header names' case is the client's). */
+        for (size_t i = 0; i < end; i++)
+            head[i] = (char)((buf[i] >= 'A' && buf[i] <= 'Z') ? buf[i] + 32 : buf[i]);
+        head[end] = 0;
+        memmove(buf, buf + end, have - end);
+        have -= end;
+        const char *etag = "ETag: \"capi-v1\"\r\nAccept-Ranges: bytes\r\n";
+        int n;
+        if (strncmp(head, "head ", 5) == 0) {
+            n = snprintf(reply, sizeof reply, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n%s\r\n",
+                         len, etag);
+            if (write_all(fd, reply, (size_t)n) != 0)
+                return;
+            continue;
+        }
+        if (strncmp(head, "get ", 4) != 0) {
+            n = snprintf(reply, sizeof reply,
+                         "HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n");
+            if (write_all(fd, reply, (size_t)n) != 0)
+                return;
+            continue;
+        }
+        __atomic_fetch_add(&served->gets, 1, __ATOMIC_SEQ_CST);
+        unsigned long long first = 0, last = len - 1;
+        const char *range = strstr(head, "\r\nrange: bytes=");
+        if (range) {
+            int got = sscanf(range + strlen("\r\nrange: bytes="), "%llu-%llu", &first, &last);
+            if (got < 2 || last > len - 1)
+                last = len - 1;
+        }
+        if (first >= len || first > last) {
+            n = snprintf(reply, sizeof reply,
+                         "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Length: 0\r\n"
+                         "Content-Range: bytes */%zu\r\n\r\n",
+                         len);
+            if (write_all(fd, reply, (size_t)n) != 0)
+                return;
+            continue;
+        }
+        size_t body = (size_t)(last - first + 1);
+        if (range)
+            n = snprintf(reply, sizeof reply,
+                         "HTTP/1.1 206 Partial Content\r\nContent-Length: %zu\r\n"
+                         "Content-Range: bytes %llu-%llu/%zu\r\n%s\r\n",
+                         body, first, last, len, etag);
+        else
+            n = snprintf(reply, sizeof reply, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n%s\r\n",
+                         body, etag);
+        if (write_all(fd, reply, (size_t)n) != 0 || write_all(fd, data + first, body) != 0)
+            return;
+        __atomic_fetch_add(&served->body_bytes, body, __ATOMIC_SEQ_CST);
+    }
+}
+
+/* Starts the test's HTTP server over `data`; exits (the test fails) if it
+ * cannot. Started before this process has threads (faultmap's), so that
+ * its children fork from a single thread. */
+static void start_server(struct http_server *s, const uint8_t *data, size_t len) {
+    s->served = mmap(NULL, sizeof *s->served, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                     -1, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t addr_len = sizeof addr;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s->served == MAP_FAILED || fd < 0 ||
+        bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 || listen(fd, 64) != 0 ||
+        getsockname(fd, (struct sockaddr *)&addr, &addr_len) != 0) {
+        fprintf(stderr, "FAILED: cannot start the test's HTTP server: %s\n", strerror(errno));
+        exit(1);
+    }
+    s->port = ntohs(addr.sin_port);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "FAILED: fork for the HTTP server: %s\n", strerror(errno));
+        exit(1);
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        signal(SIGCHLD, SIG_IGN); /* connections' processes reap themselves */
+        for (;;) {
+            int conn = accept(fd, NULL, NULL);
+            if (conn < 0) {
+                if (errno == EINTR || errno == ECONNABORTED)
+                    continue;
+                _exit(1);
+            }
+            if (fork() == 0) {
+                close(fd);
+                serve_connection(conn, data, len, s->served);
+                _exit(0);
+            }
+            close(conn);
+        }
+    }
+    setpgid(pid, pid); /* as the child does: whichever runs first */
+    close(fd);
+    s->pid = pid;
+}
+
+/* Stops the server and every connection's process. */
+static void stop_server(struct http_server *s) {
+    kill(-s->pid, SIGKILL);
+    waitpid(s->pid, NULL, 0);
+    munmap(s->served, sizeof *s->served);
+}
+
+/* fm_config.disk_cache. An HTTP object read by a pager with a disk cache
+ * in a fresh directory comes from the network; read by a second pager
+ * (a cache opened anew on the same directory, as by a later run) it comes
+ * from the disk: the server answers the open's HEAD alone (the range
+ * probe is left out when the cache holds the version), and both CRCs are
+ * the object's. The directory is
+ * made with mode 0700. FAULTMAP_CACHE_DIR names the cache of a pager
+ * whose disk_cache is NULL. A directory others may write to is refused
+ * by fm_map, with a message that names it and says why; a path that is
+ * not UTF-8, or empty, by fm_pager_new; and the fields past an older
+ * fm_config's size (one that ended at `reserved`) are never read. */
+static void disk_cache(const char *scratch, struct http_server *server, const uint8_t *data,
+                       size_t len) {
+    char dir[4096], url[64];
+    snprintf(dir, sizeof dir, "%s/disk-cache", scratch);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/object.bin", server->port);
+    const uint32_t want = crc32_of(data, len);
+    for (int run = 1; run <= 2; run++) {
+        uint64_t gets = __atomic_load_n(&server->served->gets, __ATOMIC_SEQ_CST);
+        uint64_t sent = __atomic_load_n(&server->served->body_bytes, __ATOMIC_SEQ_CST);
+        fm_config config = {.size = sizeof config, .disk_cache = dir};
+        config.disk_cache_max = 64 << 20;
+        fm_pager *pager = fm_pager_new(&config);
+        CHECK(pager != NULL, "fm_pager_new with a disk cache");
+        if (!pager)
+            return;
+        fm_mapping *m = fm_map(pager, url, 0, 0, 0);
+        CHECK(m != NULL, "run %d: fm_map %s through a disk cache", run, url);
+        if (m) {
+            CHECK(fm_mapping_len(m) == len, "run %d: len %zu", run, fm_mapping_len(m));
+            uint32_t got = crc32_of(fm_mapping_ptr(m), fm_mapping_len(m));
+            CHECK(got == want, "run %d: crc32 %08x, the object's is %08x", run, got, want);
+            fm_unmap(m);
+        }
+        fm_pager_free(pager);
+        unsigned long long body =
+            __atomic_load_n(&server->served->body_bytes, __ATOMIC_SEQ_CST) - sent;
+        unsigned long long n = __atomic_load_n(&server->served->gets, __ATOMIC_SEQ_CST) - gets;
+        if (run == 1)
+            CHECK(body >= len, "the first run reads the network: %llu body bytes for %zu", body,
+                  len);
+        else
+            CHECK(body == 0 && n == 0,
+                  "the second run reads the disk: the server sent %llu body bytes in %llu GETs",
+                  body, n);
+    }
+    struct stat st;
+    CHECK(stat(dir, &st) == 0 && (st.st_mode & 0777) == 0700, "the cache directory's mode: %o",
+          (unsigned)(st.st_mode & 0777));
+
+    /* The environment's cache, for a pager whose disk_cache is NULL. */
+    char env_dir[4096], objects[4200];
+    snprintf(env_dir, sizeof env_dir, "%s/env-cache", scratch);
+    snprintf(objects, sizeof objects, "%s/objects", env_dir);
+    setenv("FAULTMAP_CACHE_DIR", env_dir, 1);
+    fm_config plain = {.size = sizeof plain};
+    fm_pager *pager = fm_pager_new(&plain);
+    unsetenv("FAULTMAP_CACHE_DIR");
+    CHECK(pager != NULL, "fm_pager_new under FAULTMAP_CACHE_DIR");
+    if (pager) {
+        fm_mapping *m = fm_map(pager, url, 0, 0, 0);
+        CHECK(m != NULL && crc32_of(fm_mapping_ptr(m), len) == want,
+              "fm_map through FAULTMAP_CACHE_DIR");
+        CHECK(stat(objects, &st) == 0 && S_ISDIR(st.st_mode),
+              "FAULTMAP_CACHE_DIR is the cache of a pager without disk_cache");
+        fm_unmap(m);
+        fm_pager_free(pager);
+    }
+
+    /* A directory others may write to: refused by fm_map, saying so. */
+    char open_dir[4096];
+    snprintf(open_dir, sizeof open_dir, "%s/open-cache", scratch);
+    CHECK(mkdir(open_dir, 0700) == 0 && chmod(open_dir, 0777) == 0, "a directory of mode 0777");
+    fm_config unsafe_config = {.size = sizeof unsafe_config, .disk_cache = open_dir};
+    pager = fm_pager_new(&unsafe_config);
+    CHECK(pager != NULL, "fm_pager_new with a directory of mode 0777 (checked at fm_map)");
+    if (pager) {
+        fm_mapping *m = fm_map(pager, url, 0, 0, 0);
+        int refused = fm_last_errno();
+        CHECK(m == NULL && refused > 0, "a cache others may write to is refused: errno %d",
+              refused);
+        CHECK(strstr(fm_last_error(), open_dir) != NULL &&
+                  strstr(fm_last_error(), "others may write") != NULL,
+              "the message names the directory and why");
+        fm_unmap(m);
+        /* A local file never goes through the cache: it maps. */
+        char file[4200];
+        snprintf(file, sizeof file, "%s/local.bin", scratch);
+        free(make_file(file, 10000));
+        m = fm_map(pager, file, 0, 0, 0);
+        CHECK(m != NULL, "a local file with an unsafe disk cache");
+        fm_unmap(m);
+        unlink(file);
+        fm_pager_free(pager);
+    }
+
+    /* Bad paths: EINVAL from fm_pager_new, naming the field. */
+    fm_config bad = {.size = sizeof bad, .disk_cache = "/tmp/faultmap-\xff\xfe"};
+    CHECK(fm_pager_new(&bad) == NULL && fm_last_errno() == EINVAL &&
+              strstr(fm_last_error(), "disk_cache") != NULL,
+          "a path that is not UTF-8: errno %d", fm_last_errno());
+    bad.disk_cache = "";
+    CHECK(fm_pager_new(&bad) == NULL && fm_last_errno() == EINVAL,
+          "an empty path: errno %d", fm_last_errno());
+
+    /* An older program's fm_config ended at `reserved` (48 bytes): what
+     * follows it in memory is not its, and is not read. */
+    fm_config older = {.size = 48, .disk_cache = "/tmp/faultmap-\xff", .disk_cache_max = 1};
+    pager = fm_pager_new(&older);
+    CHECK(pager != NULL, "an fm_config that ends at reserved: the disk cache's fields ignored");
+    fm_pager_free(pager);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--joiner") == 0)
         return joiner(argv[2]);
@@ -589,6 +882,15 @@ int main(int argc, char **argv) {
     snprintf(missing, sizeof missing, "%s/no-such-file", argv[1]);
     const size_t len = 3 * 1024 * 1024 + 4097; /* not a whole page */
     uint8_t *data = make_file(path, len);
+    /* An HTTP object of two disk-cache chunks (4 MiB each) and a bit,
+     * served before faultmap starts a thread. */
+    const size_t remote_len = 8 * 1024 * 1024 + 12345;
+    char remote_path[4096];
+    snprintf(remote_path, sizeof remote_path, "%s/capi-remote.bin", argv[1]);
+    uint8_t *remote = make_file(remote_path, remote_len);
+    unlink(remote_path);
+    struct http_server server;
+    start_server(&server, remote, remote_len);
 
     fm_config config = {.size = sizeof config};
     config.memory_budget = 0;
@@ -777,6 +1079,9 @@ int main(int argc, char **argv) {
     fm_pager_free(NULL);
 
     config_fields();
+    disk_cache(argv[1], &server, remote, remote_len);
+    stop_server(&server);
+    free(remote);
 
     /* A mapping outlives its pager's handle. */
     fm_mapping *last = fm_map(pager, path, 0, 0, 0);

@@ -93,6 +93,11 @@ fn typed(e: &(dyn Error + 'static)) -> Option<i32> {
         StoreError::ReadOnly { .. } => libc::EROFS,
         #[cfg(not(loom))]
         StoreError::Remote { kind, .. } => remote(kind),
+        // A cache directory another user owns or others may write to.
+        #[cfg(not(loom))]
+        StoreError::DiskCache(crate::DiskCacheError::Unsafe { .. }) => libc::EACCES,
+        #[cfg(not(loom))]
+        StoreError::DiskCache(crate::DiskCacheError::NotADirectory { .. }) => libc::ENOTDIR,
         _ => return None,
     })
 }
