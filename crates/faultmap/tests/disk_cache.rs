@@ -128,9 +128,14 @@ fn read_all(store: &impl Store, step: u64) -> Vec<u8> {
 fn fault_all(store: Arc<CachedStore<Gen>>) -> Vec<u8> {
     let pager = Pager::new(Config::default()).expect("pager");
     let map = pager
-        .map_trusted(store, MapOptions::new())
+        .map_trusted(store.clone(), MapOptions::new())
         .expect("map the object");
-    map.to_vec()
+    let bytes = map.to_vec();
+    drop(map);
+    drop(pager);
+    // Pages are handed over first and written after.
+    store.wait_written(Duration::from_secs(60));
+    bytes
 }
 
 #[test]

@@ -923,6 +923,7 @@ fn a_second_run_reads_the_disk_cache_and_sends_headers_only() {
                 assert_bytes(&map, &file.data, &format!("{kind:?}"));
                 drop(map);
                 drop(pager);
+                cached.wait_written(Duration::from_secs(60));
                 cached.stats()
             };
             let before = proxy.stats();

@@ -419,7 +419,8 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// What the disk cache in front of this store did, if there is one
-    /// ([`CachedStore`]). Default: `None`. A store that wraps another
+    /// ([`CachedStore`], which first waits for the pages it handed over to
+    /// reach the disk). Default: `None`. A store that wraps another
     /// should forward it.
     #[cfg(not(loom))]
     fn disk_cache_stats(&self) -> Option<DiskCacheStats> {

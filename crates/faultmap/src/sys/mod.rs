@@ -635,6 +635,27 @@ pub(crate) fn range_unlock(file: &File, start: u64, len: u64) -> io::Result<()> 
     ofd_lock(file, libc::F_UNLCK as libc::c_short, start, len).map(|_| ())
 }
 
+/// Turns `O_DIRECT` on or off on `file`'s open file description
+/// (`F_SETFL`): its reads and writes then bypass the page cache, and must
+/// be aligned as `statx` says (`dio_alignment`).
+pub(crate) fn set_direct(file: &File, on: bool) -> io::Result<()> {
+    // SAFETY: F_GETFL on a descriptor `file` owns; no memory is passed.
+    let flags = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let flags = if on {
+        flags | libc::O_DIRECT
+    } else {
+        flags & !libc::O_DIRECT
+    };
+    // SAFETY: F_SETFL on a descriptor `file` owns, with an int argument.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// This process's effective user id.
 pub(crate) fn effective_uid() -> u32 {
     // SAFETY: geteuid takes nothing and cannot fail.

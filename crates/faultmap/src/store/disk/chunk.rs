@@ -241,14 +241,47 @@ impl Chunk {
 
     /// Writes pages from `first` on: `data` (whole pages, the object's
     /// last cut at its end), then their table entries, checksums of
-    /// `data`.
-    pub(crate) fn write(&self, first: u64, data: &[u8]) -> io::Result<()> {
-        self.file.write_all_at(data, DATA + first * PAGE)?;
+    /// `data`. `padded`, if given, holds the same bytes, its last page
+    /// filled up with zeros, at a page-aligned address: it is written
+    /// with `O_DIRECT` (the device's DMA instead of a copy into the page
+    /// cache and its write-back, which cost the CPU the network needs),
+    /// or as `data` is if the file system refuses.
+    pub(crate) fn write(&self, first: u64, data: &[u8], padded: Option<&[u8]>) -> io::Result<()> {
+        let at = DATA + first * PAGE;
+        let direct = padded.is_some_and(|p| {
+            p.as_ptr() as usize % PAGE as usize == 0
+                && p.len() as u64 % PAGE == 0
+                && p.len() >= data.len()
+                && self.write_direct(at, p)
+        });
+        if !direct {
+            self.file.write_all_at(data, at)?;
+        }
         let mut table = Vec::with_capacity(data.len().div_ceil(PAGE as usize) * 4);
         for (i, page) in data.chunks(PAGE as usize).enumerate() {
             table.extend_from_slice(&page_sum(&self.header, first + i as u64, page).to_le_bytes());
         }
         self.file.write_all_at(&table, TABLE + first * 4)
+    }
+
+    /// Writes `padded` at `at` with `O_DIRECT`, if the file system takes
+    /// it at page alignment: `false` if it does not (nothing is then
+    /// written, or what was is written again, buffered).
+    fn write_direct(&self, at: u64, padded: &[u8]) -> bool {
+        let aligned = sys::dio_alignment(std::os::fd::AsFd::as_fd(&self.file))
+            .ok()
+            .flatten()
+            .is_some_and(|(mem, offset)| {
+                mem > 0 && offset > 0 && PAGE % u64::from(mem) == 0 && PAGE % u64::from(offset) == 0
+            });
+        if !aligned || sys::set_direct(&self.file, true).is_err() {
+            return false;
+        }
+        let written = self.file.write_all_at(padded, at).is_ok();
+        // Buffered again, for the table's small writes; if that fails the
+        // table write fails and says so.
+        let _ = sys::set_direct(&self.file, false);
+        written
     }
 
     /// Tries to take the right to fetch and write pages `[first, first +
@@ -333,8 +366,8 @@ mod tests {
         chunk.sums(0, &mut sums).unwrap();
         assert_eq!(sums, [0; 4], "a new chunk holds nothing");
         let data: Vec<u8> = (0..2 * 4096 + 10_000 - 8192).map(|i| i as u8).collect();
-        chunk.write(0, &data[..8192]).unwrap();
-        chunk.write(2, &data[8192..]).unwrap();
+        chunk.write(0, &data[..8192], None).unwrap();
+        chunk.write(2, &data[8192..], None).unwrap();
         chunk.sums(0, &mut sums).unwrap();
         let mut back = vec![0u8; data.len()];
         assert_eq!(chunk.read(0, &mut back).unwrap(), data.len());

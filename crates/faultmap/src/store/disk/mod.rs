@@ -5,10 +5,13 @@
 //! # What a read does
 //!
 //! A read asks the disk first: every page whose checksum entry is written
-//! and matches its bytes is read from there. The pages it lacks (the
-//! enclosing run of them: one request, as the fault path asked) are read
-//! from the store below, written to the disk, and only then handed to the
-//! fault path. A changed object is never served from a stale entry:
+//! and matches its bytes is read from there. The runs of pages it lacks
+//! are read from the store below and handed to the fault path at once; a
+//! copy is written to the disk after, on a writer thread, with `O_DIRECT`
+//! where the file system takes it (the device's DMA rather than a copy
+//! into the page cache and its write-back: the CPU is the network's). Past
+//! 128 MiB of copies queued in a process, a fetch is written before it is
+//! handed over, so the disk sets the pace. A changed object is never served from a stale entry:
 //! entries are keyed by the store's [`Store::share_key`] (its URL, length
 //! and pinned version), and opening a version removes the URL's other
 //! versions. An object without a pinned version (no ETag, no
@@ -50,7 +53,8 @@
 //! counted.
 //!
 //! Writes are done by two threads of their own ("faultmap-disk"), not on
-//! the network runtime's threads, whose time is the transfers'.
+//! the network runtime's threads, whose time is the transfers'. A store's
+//! drop, and [`CachedStore::wait_written`], wait for its queued writes.
 //!
 //! Written by hand: no crate keeps a shared, crash-safe, multi-process
 //! page cache on disk (`cacache` and `foyer` are content-addressed or
@@ -117,6 +121,10 @@ struct CachedObjectState {
     network_bytes: AtomicU64,
     written_bytes: AtomicU64,
     waits: AtomicU64,
+    /// Its writes queued from copies (`hand_over_and_keep`).
+    queued: Queued,
+    /// The fork generation that made it.
+    generation: u64,
 }
 
 impl<S: Store> CachedStore<S> {
@@ -185,6 +193,8 @@ impl<S: Store> CachedStore<S> {
                 network_bytes: AtomicU64::new(0),
                 written_bytes: AtomicU64::new(0),
                 waits: AtomicU64::new(0),
+                queued: Queued::default(),
+                generation: crate::sys::fork_generation(),
             }),
             inner,
         }))
@@ -193,6 +203,13 @@ impl<S: Store> CachedStore<S> {
     /// What it did so far.
     pub fn stats(&self) -> DiskCacheStats {
         self.object.stats()
+    }
+
+    /// Waits (at most `limit`) until the pages it fetched are on the disk
+    /// (or failed to be): a page is handed to the fault path first, and
+    /// written after, from a copy. Its drop waits too (at most a minute).
+    pub fn wait_written(&self, limit: Duration) {
+        self.object.queued.wait_empty(limit);
     }
 
     /// The store below.
@@ -244,7 +261,10 @@ impl<S: Store> Store for CachedStore<S> {
     fn share_key(&self) -> Option<String> {
         self.inner.share_key()
     }
+    /// After the pages handed over are on the disk ([`Self::wait_written`],
+    /// at most a minute), so that `written_bytes` counts them.
     fn disk_cache_stats(&self) -> Option<DiskCacheStats> {
+        self.wait_written(Duration::from_secs(60));
         Some(self.stats())
     }
 
@@ -281,15 +301,12 @@ impl<S: Store> Store for CachedStore<S> {
             let Some(Fetch { claim, .. }) = fetches.pop() else {
                 return done(buf, Ok(()));
             };
-            let finish: ReadDone = Box::new(move |mut buf, result| {
+            let finish: ReadDone = Box::new(move |buf, result| {
                 if result.is_err() {
                     drop(claim);
                     return done(buf, result);
                 }
-                writers::run(Box::new(move || {
-                    object.keep(offset, buf.as_mut_slice(), claim);
-                    done(buf, Ok(()));
-                }));
+                object.hand_over_and_keep(offset, buf, done, claim);
             });
             return self.inner.start_read(offset, buf, finish);
         }
@@ -383,7 +400,92 @@ impl Drop for Claim {
     }
 }
 
+impl<S: Store> Drop for CachedStore<S> {
+    /// Waits (at most a minute) for this object's pages still queued for
+    /// the disk, so that a process that drops its stores before it exits
+    /// leaves them all in the cache. Not on a writer thread, whose queue
+    /// holds them.
+    fn drop(&mut self) {
+        // A forked child's copy of the count is the parent's writes, which
+        // it never sees end.
+        let ours = self.object.generation == crate::sys::fork_generation();
+        if ours && !writers::on_writer_thread() {
+            self.object.queued.wait_empty(Duration::from_secs(60));
+        }
+    }
+}
+
+/// Writes of an object queued for the writer threads, which its store's
+/// drop waits for.
+#[derive(Default)]
+struct Queued {
+    count: std::sync::Mutex<u64>,
+    empty: std::sync::Condvar,
+}
+
+impl Queued {
+    fn add(&self) {
+        *self.count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    }
+
+    fn done(&self) {
+        let mut count = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            self.empty.notify_all();
+        }
+    }
+
+    fn wait_empty(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let mut count = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        while *count > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            count = match self.empty.wait_timeout(count, left) {
+                Ok((count, _)) => count,
+                Err(e) => e.into_inner().0,
+            };
+        }
+    }
+}
+
 impl CachedObjectState {
+    /// Hands `buf`, all fetched from byte `from`, back to the fault path,
+    /// and keeps its bytes on the disk: from a copy, written after the
+    /// hand-over on a writer thread, while the copies queued in this
+    /// process stay under [`writers::BACKLOG`] (so that the disk's write
+    /// never delays a fault); else written first, on a writer thread.
+    /// The claim is held until the bytes are on the disk.
+    fn hand_over_and_keep(
+        self: Arc<Self>,
+        from: u64,
+        mut buf: ReadBuf,
+        done: ReadDone,
+        claim: Claim,
+    ) {
+        let Some(mut copy) = writers::copy_buffer(buf.len()) else {
+            return writers::run(Box::new(move || {
+                self.keep(from, buf.as_mut_slice(), claim);
+                done(buf, Ok(()));
+            }));
+        };
+        // The copy here, on the thread the read ended on, and the
+        // hand-over at once: measured faster than a hop to a writer
+        // thread first (the fault path waits for neither the queue nor
+        // the disk).
+        copy.fill(buf.as_mut_slice());
+        done(buf, Ok(()));
+        self.queued.add();
+        writers::run(Box::new(move || {
+            self.keep_padded(from, copy.bytes(), Some(copy.padded()), claim);
+            writers::give_back(copy);
+            self.queued.done();
+        }));
+    }
+
     fn stats(&self) -> DiskCacheStats {
         DiskCacheStats {
             disk_bytes: self.disk_bytes.load(Ordering::Relaxed),
@@ -652,6 +754,12 @@ impl CachedObjectState {
     /// disk, then gives the claim back. Failures are noted, never
     /// returned: the bytes are right either way.
     fn keep(&self, from: u64, bytes: &[u8], claim: Claim) {
+        self.keep_padded(from, bytes, None, claim)
+    }
+
+    /// [`Self::keep`], with the bytes also `padded` (page-aligned, the
+    /// last page filled up: see `Chunk::write`).
+    fn keep_padded(&self, from: u64, bytes: &[u8], padded: Option<&[u8]>, claim: Claim) {
         self.network_bytes
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         if !self.cache.make_room(bytes.len() as u64) {
@@ -683,7 +791,11 @@ impl CachedObjectState {
                     }
                 },
             };
-            if let Err(e) = chunk.write(first, part) {
+            let padded_part = padded.map(|p| {
+                let end = (at + n).min(p.len());
+                &p[at.min(end)..end]
+            });
+            if let Err(e) = chunk.write(first, part, padded_part) {
                 self.problem("writing a chunk", &e);
                 if e.raw_os_error() == Some(libc::ENOSPC) {
                     let _ = self.cache.evict(0);
@@ -703,6 +815,8 @@ impl CachedObjectState {
 /// The threads that write fetched pages to the disk (and hand them to the
 /// fault path after).
 mod writers {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
     use crate::sys;
 
     type Job = Box<dyn FnOnce() + Send>;
@@ -711,6 +825,94 @@ mod writers {
 
     /// Writer threads per process.
     const THREADS: usize = 2;
+
+    /// The most bytes of copies queued for the disk in a process: past it,
+    /// a fetch is written before it is handed over (the disk sets the
+    /// pace) rather than copied.
+    pub(super) const BACKLOG: u64 = 128 << 20;
+
+    /// Bytes of copies taken and not given back.
+    static COPIES: AtomicU64 = AtomicU64::new(0);
+
+    /// Buffers given back, for the next copies (at most [`BACKLOG`] bytes
+    /// of them: a fresh buffer costs a page fault per page).
+    static FREE: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+
+    const PAGE: usize = super::PAGE as usize;
+
+    /// A copy of fetched bytes, at a page-aligned address inside its
+    /// buffer, its last page filled up with zeros, for an `O_DIRECT`
+    /// write.
+    pub(super) struct Copy {
+        buf: Vec<u8>,
+        /// Where the aligned bytes start in `buf`.
+        at: usize,
+        /// How many bytes it holds.
+        len: usize,
+        /// Bytes reserved against [`BACKLOG`].
+        reserved: u64,
+    }
+
+    impl Copy {
+        /// Copies `bytes` in (at most the length asked of
+        /// [`copy_buffer`]).
+        pub(super) fn fill(&mut self, bytes: &[u8]) {
+            let len = bytes.len().min(self.buf.len() - self.at);
+            self.buf[self.at..self.at + len].copy_from_slice(&bytes[..len]);
+            let padded = len.div_ceil(PAGE) * PAGE;
+            self.buf[self.at + len..self.at + padded].fill(0);
+            self.len = len;
+        }
+
+        /// The bytes copied in.
+        pub(super) fn bytes(&self) -> &[u8] {
+            &self.buf[self.at..self.at + self.len]
+        }
+
+        /// The bytes with the last page filled up, page-aligned.
+        pub(super) fn padded(&self) -> &[u8] {
+            &self.buf[self.at..self.at + self.len.div_ceil(PAGE) * PAGE]
+        }
+    }
+
+    /// A buffer for a copy of `len` bytes, if the copies queued stay under
+    /// [`BACKLOG`] with it.
+    pub(super) fn copy_buffer(len: usize) -> Option<Copy> {
+        let reserved = len as u64;
+        let taken = COPIES.fetch_add(reserved, Ordering::Relaxed);
+        if taken + reserved > BACKLOG {
+            COPIES.fetch_sub(reserved, Ordering::Relaxed);
+            return None;
+        }
+        // Room for the bytes, filled up to a page, after up to a page of
+        // alignment.
+        let need = len.div_ceil(PAGE) * PAGE + PAGE;
+        // try_lock: a child forked while another thread held the pool
+        // finds it held for ever, and allocates.
+        let pooled = FREE.try_lock().ok().and_then(|mut free| {
+            let i = free.iter().position(|b| b.len() >= need)?;
+            Some(free.swap_remove(i))
+        });
+        let buf = pooled.unwrap_or_else(|| vec![0u8; need]);
+        let at = buf.as_ptr().align_offset(PAGE).min(PAGE);
+        Some(Copy {
+            buf,
+            at,
+            len: 0,
+            reserved,
+        })
+    }
+
+    /// Gives back a buffer [`copy_buffer`] gave.
+    pub(super) fn give_back(copy: Copy) {
+        COPIES.fetch_sub(copy.reserved, Ordering::Relaxed);
+        if let Ok(mut free) = FREE.try_lock() {
+            let kept: usize = free.iter().map(Vec::len).sum();
+            if (kept + copy.buf.len()) as u64 <= BACKLOG {
+                free.push(copy.buf);
+            }
+        }
+    }
 
     std::thread_local! {
         static ON_WRITER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
