@@ -454,61 +454,26 @@ fn disk_process(
     config: &Config,
     dir: &Path,
 ) -> Result<DiskProcess> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two descriptors into `fds`.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        bail!("pipe2: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: the child makes a pager, a disk cache and a network runtime
-    // of its own (each made anew in a forked child), writes 32 bytes and
-    // _exits: it never returns into the benchmark.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        bail!("fork: {}", std::io::Error::last_os_error());
-    }
-    if pid == 0 {
-        let record = match disk_walk(target, plan, config, dir) {
-            Ok(r) => [r.seconds.to_bits(), r.sum, r.peak, r.disk_bytes],
-            Err(e) => {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "faultmap: a disk cache run failed: {e:#}"
-                );
-                [u64::MAX; 4]
-            }
-        };
-        let bytes: Vec<u8> = record.iter().flat_map(|v| v.to_le_bytes()).collect();
-        // SAFETY: writes 32 bytes from a live vector, then leaves.
-        unsafe {
-            libc::write(fds[1], bytes.as_ptr().cast(), 32);
-            libc::_exit(0);
+    // The child makes a pager, a disk cache and a network runtime of its
+    // own (each made anew in a forked child).
+    let child = Forked::spawn(|| match disk_walk(target, plan, config, dir) {
+        Ok(r) => Some([r.seconds.to_bits(), r.sum, r.peak, r.disk_bytes]),
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "faultmap: a disk cache run failed: {e:#}"
+            );
+            None
         }
-    }
-    // SAFETY: the parent's copy of the write end.
-    unsafe { libc::close(fds[1]) };
-    let mut bytes = [0u8; 32];
-    // SAFETY: reads 32 bytes into a live array (blocking until the child
-    // writes or exits).
-    let got = unsafe { libc::read(fds[0], bytes.as_mut_ptr().cast(), 32) };
-    let mut status = 0;
-    // SAFETY: reaps the child just forked; closes its pipe.
-    unsafe {
-        libc::waitpid(pid, &mut status, 0);
-        libc::close(fds[0]);
-    }
-    let word =
-        |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap_or_default());
-    if got != 32 || !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
-        bail!("a disk cache's reading process failed (status {status:#x})");
-    }
-    if word(1) == u64::MAX && word(0) == u64::MAX {
+    })?;
+    let Some([seconds, sum, peak, disk_bytes]) = child.reap::<4>()? else {
         bail!("a disk cache's reading process failed (its error is above)");
-    }
+    };
     Ok(DiskProcess {
-        seconds: f64::from_bits(word(0)),
-        sum: word(1),
-        peak: word(2),
-        disk_bytes: word(3),
+        seconds: f64::from_bits(seconds),
+        sum,
+        peak,
+        disk_bytes,
     })
 }
 
@@ -624,56 +589,20 @@ pub fn procs(
         let start = Instant::now();
         let mut children = Vec::new();
         for _ in 0..n {
-            let mut fds = [0; 2];
-            // SAFETY: pipe2 writes two descriptors into `fds`.
-            if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-                bail!("pipe2: {}", std::io::Error::last_os_error());
-            }
-            // SAFETY: the child walks memory, or makes a pager of its own
-            // (a forked child's network runtime is made anew), writes 16
-            // bytes and _exits: it never returns into the benchmark.
-            let pid = unsafe { libc::fork() };
-            if pid < 0 {
-                bail!("fork: {}", std::io::Error::last_os_error());
-            }
-            if pid == 0 {
-                let (sum, peak) =
-                    child_walk(target, plan, how, shared.as_ref().map(|s| &s.1), config)
-                        .unwrap_or((0, u64::MAX));
-                let mut record = [0u8; 16];
-                record[..8].copy_from_slice(&sum.to_le_bytes());
-                record[8..].copy_from_slice(&peak.to_le_bytes());
-                // SAFETY: writes 16 bytes from a live array, then leaves.
-                unsafe {
-                    libc::write(fds[1], record.as_ptr().cast(), 16);
-                    libc::_exit(0);
-                }
-            }
-            // SAFETY: the parent's copy of the write end.
-            unsafe { libc::close(fds[1]) };
-            children.push((pid, fds[0]));
+            // The child walks memory, or makes a pager of its own (a
+            // forked child's network runtime is made anew).
+            children.push(Forked::spawn(|| {
+                let shared = shared.as_ref().map(|s| &s.1);
+                let (sum, peak) = child_walk(target, plan, how, shared, config).ok()?;
+                Some([sum, peak])
+            })?);
         }
         let mut sums = Vec::new();
         let mut peak = 0u64;
-        for (pid, rd) in children {
-            let mut record = [0u8; 16];
-            // SAFETY: reads 16 bytes into a live array (blocking until the
-            // child writes or exits).
-            let got = unsafe { libc::read(rd, record.as_mut_ptr().cast(), 16) };
-            let mut status = 0;
-            // SAFETY: reaps the child just forked; closes its pipe.
-            unsafe {
-                libc::waitpid(pid, &mut status, 0);
-                libc::close(rd);
-            }
-            if got != 16 || !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
-                bail!("a reading process failed (status {status:#x})");
-            }
-            let sum = u64::from_le_bytes(record[..8].try_into().unwrap_or_default());
-            let child_peak = u64::from_le_bytes(record[8..].try_into().unwrap_or_default());
-            if child_peak == u64::MAX {
+        for child in children {
+            let Some([sum, child_peak]) = child.reap::<2>()? else {
                 bail!("a reading process could not map the object");
-            }
+            };
             sums.push(sum);
             peak = match how {
                 Procs::Private => peak + child_peak,
@@ -689,6 +618,70 @@ pub fn procs(
         }
         Ok((seconds, peak, sums.first().copied().unwrap_or(0)))
     })
+}
+
+/// A forked copy of the benchmark that reports some words through a pipe.
+struct Forked {
+    pid: libc::pid_t,
+    /// The pipe's read end.
+    read_end: libc::c_int,
+}
+
+impl Forked {
+    /// Forks a child that runs `body`, writes the words it returns (all
+    /// `u64::MAX` for `None`) to a pipe and `_exit`s: it never returns
+    /// into the benchmark.
+    fn spawn<const N: usize>(body: impl FnOnce() -> Option<[u64; N]>) -> Result<Forked> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into `fds`.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            bail!("pipe2: {}", std::io::Error::last_os_error());
+        }
+        // SAFETY: the child runs `body`, writes and `_exit`s below; it
+        // never returns into the benchmark.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            bail!("fork: {}", std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            let words = body().unwrap_or([u64::MAX; N]);
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            // SAFETY: writes the bytes of a live vector, then leaves.
+            unsafe {
+                libc::write(fds[1], bytes.as_ptr().cast(), bytes.len());
+                libc::_exit(0);
+            }
+        }
+        // SAFETY: the parent's copy of the write end.
+        unsafe { libc::close(fds[1]) };
+        Ok(Forked {
+            pid,
+            read_end: fds[0],
+        })
+    }
+
+    /// Waits for the child and reads its `N` words: `None` if it reported
+    /// none, an error if it died or wrote fewer.
+    fn reap<const N: usize>(self) -> Result<Option<[u64; N]>> {
+        let mut bytes = vec![0u8; N * 8];
+        // SAFETY: reads at most the vector's length into it (blocking
+        // until the child writes or exits).
+        let got = unsafe { libc::read(self.read_end, bytes.as_mut_ptr().cast(), bytes.len()) };
+        let mut status = 0;
+        // SAFETY: reaps the child this forked; closes its pipe.
+        unsafe {
+            libc::waitpid(self.pid, &mut status, 0);
+            libc::close(self.read_end);
+        }
+        if got != (N * 8) as isize || !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+            bail!("a reading process failed (status {status:#x})");
+        }
+        let mut words = [0u64; N];
+        for (w, b) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+            *w = u64::from_le_bytes(b.try_into().unwrap_or_default());
+        }
+        Ok((words != [u64::MAX; N]).then_some(words))
+    }
 }
 
 /// A reading process's walk: its checksum and its cache's peak bytes.
