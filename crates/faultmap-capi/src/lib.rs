@@ -689,6 +689,14 @@ unsafe fn read_config(config: *const fm_config) -> Result<fm_config, (c_int, Str
             c.engine = FM_ENGINE_AUTO;
             c.reserved = 0;
         }
+        // A field the caller's size covers in part is not one (a pointer
+        // made of half its bytes would be read through).
+        if theirs < std::mem::offset_of!(fm_config, disk_cache) + std::mem::size_of::<usize>() {
+            c.disk_cache = std::ptr::null();
+        }
+        if theirs < std::mem::offset_of!(fm_config, disk_cache_max) + 8 {
+            c.disk_cache_max = 0;
+        }
         return Ok(c);
     }
     if bytes[ours..].iter().any(|&b| b != 0) {

@@ -1768,3 +1768,141 @@ fn bench_page_size_2m_adds_columns_and_gives_the_pool_back() {
     assert_eq!(base[0]["faults"], 5 * 256);
     assert!(rows(&doc, "kernel-file", "default")[0]["page_size"].is_null());
 }
+
+/// `scan --cache-dir`: the second run reads the object from the disk
+/// cache; `faultmap cache` lists, measures, verifies (and fails on a
+/// damaged page) and clears it; an unsafe directory is refused.
+#[test]
+fn scan_through_a_disk_cache_and_the_cache_command() {
+    let data = random_bytes((5 << 20) + 123, 78);
+    let name = format!("cli-disk-{}", std::process::id());
+    let http_root = PathBuf::from(server_env("FAULTMAP_HTTP_ROOT"));
+    std::fs::write(http_root.join(&name), &data).unwrap();
+    let url = format!("{}/{name}", server_env("FAULTMAP_HTTP_URL"));
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let cache = cache.to_str().unwrap();
+    let scan = || stdout_json(&faultmap(&["scan", &url, "--cache-dir", cache, "--json"]));
+    let first = scan();
+    let second = scan();
+    let len = data.len() as u64;
+    for v in [&first, &second] {
+        assert_eq!(v["crc32"], crc32fast::hash(&data));
+    }
+    assert_eq!(first["disk_cache"]["network_bytes"], len, "{first}");
+    assert_eq!(first["disk_cache"]["written_bytes"], len, "{first}");
+    assert_eq!(second["disk_cache"]["network_bytes"], 0, "{second}");
+    assert_eq!(second["disk_cache"]["disk_bytes"], len, "{second}");
+
+    let cache_cmd = |args: &[&str]| {
+        let mut all = vec!["cache", "--cache-dir", cache];
+        all.extend_from_slice(args);
+        faultmap(&all)
+    };
+    let ls = stdout_json(&cache_cmd(&["ls", "--json"]));
+    let objects = ls.as_array().expect("a list");
+    assert_eq!(objects.len(), 1, "{ls}");
+    assert_eq!(objects[0]["url"], url.as_str());
+    assert_eq!(objects[0]["cached_bytes"], len);
+    assert_eq!(objects[0]["len"], len);
+    let du = stdout_json(&cache_cmd(&["du", "--json"]));
+    assert!(du["bytes"].as_u64().unwrap() >= len, "{du}");
+    let verify = stdout_json(&cache_cmd(&["verify", "--json"]));
+    assert_eq!(verify["good_pages"], len.div_ceil(4096), "{verify}");
+    let human = stdout_text(&cache_cmd(&["ls"]));
+    assert!(human.contains(&url), "{human}");
+
+    // A damaged page: verify names it and fails; a scan still reads right.
+    let chunk = Path::new(cache)
+        .join("objects")
+        .read_dir()
+        .unwrap()
+        .flatten()
+        .flat_map(|u| u.path().read_dir().unwrap().flatten())
+        .map(|v| v.path().join("0.chunk"))
+        .next()
+        .expect("a chunk file");
+    let mut bytes = std::fs::read(&chunk).unwrap();
+    bytes[8192 + 3 * 4096 + 5] ^= 0xff;
+    std::fs::write(&chunk, &bytes).unwrap();
+    assert_fails_cleanly(&cache_cmd(&["verify"]), "do not match");
+    assert_eq!(scan()["crc32"], crc32fast::hash(&data));
+
+    let cleared = stdout_json(&cache_cmd(&["clear", &url, "--json"]));
+    assert!(cleared["freed_bytes"].as_u64().unwrap() >= len, "{cleared}");
+    let ls = stdout_json(&cache_cmd(&["ls", "--json"]));
+    assert_eq!(ls.as_array().map(Vec::len), Some(0), "{ls}");
+
+    // No cache named: a clear error. An unsafe one: refused, named.
+    let out = Command::new(env!("CARGO_BIN_EXE_faultmap"))
+        .args(["cache", "ls"])
+        .env_remove("FAULTMAP_CACHE_DIR")
+        .output()
+        .unwrap();
+    assert_fails_cleanly(&out, "no disk cache");
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = faultmap(&["scan", &url, "--cache-dir", open.to_str().unwrap()]);
+    assert_fails_cleanly(&out, "others may write");
+    assert_fails_cleanly(
+        &faultmap(&["scan", &url, "--cache-dir", cache, "--cache-max", "0"]),
+        "at least 1 byte",
+    );
+    let _ = std::fs::remove_file(http_root.join(&name));
+}
+
+/// `bench --remote --disk-cache`: first, second and cold second runs per
+/// store; the second moves no object bytes and reads them all from the
+/// disk. `--disk-cache` alone is refused.
+#[test]
+fn bench_remote_disk_cache_json_has_the_runs_and_the_goals() {
+    let out = faultmap(&[
+        "bench",
+        "--remote",
+        "--disk-cache",
+        "--no-fuse",
+        "--size",
+        "8M",
+        "--repetitions",
+        "1",
+        "--latency-ms",
+        "20",
+        "--json",
+    ]);
+    let doc = stdout_json(&out);
+    let rows = doc["results"].as_array().expect("results");
+    for store in ["http", "s3"] {
+        let row = |setting: &str| {
+            rows.iter()
+                .find(|r| r["store"] == store && r["setting"] == setting)
+                .unwrap_or_else(|| panic!("no {store} {setting} row: {doc}"))
+        };
+        // The object, and the open's one-byte range probe.
+        assert_eq!(row("disk-first")["transferred"], (8 << 20) + 1, "{doc}");
+        assert_eq!(row("disk-first")["disk_bytes"], 0, "{doc}");
+        assert_eq!(row("disk-second")["transferred"], 0, "{doc}");
+        assert_eq!(row("disk-second")["disk_bytes"], 8 << 20, "{doc}");
+        assert!(row("full")["seconds"].as_f64().unwrap() > 0.0);
+        // The cold second run needs root to drop the page cache.
+        if let Some(cold) = rows
+            .iter()
+            .find(|r| r["store"] == store && r["setting"] == "disk-second-cold")
+        {
+            assert_eq!(cold["transferred"], 0, "{doc}");
+        }
+    }
+    let goals = doc["machine"]["goals"].as_array().expect("goals");
+    assert!(
+        goals.iter().any(|g| g["what"]
+            .as_str()
+            .unwrap()
+            .contains("second run: object bytes from the network")
+            && g["met"] == true),
+        "{doc}"
+    );
+    assert_fails_cleanly(
+        &faultmap(&["bench", "--disk-cache"]),
+        "--disk-cache goes with",
+    );
+}

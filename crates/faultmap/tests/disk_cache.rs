@@ -93,6 +93,11 @@ impl Store for Gen {
         let v = self.version.as_ref()?;
         Some(format!("{} {} bytes, {v}", self.name, self.len))
     }
+    /// As a remote store's: only a byte-exact version (here, not `W/`).
+    fn disk_cache_key(&self) -> Option<String> {
+        self.share_key()
+            .filter(|_| !self.version.as_ref().is_some_and(|v| v.starts_with("W/")))
+    }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
         std::thread::sleep(self.delay);
         pattern_at(self.seed, offset, buf);
@@ -217,15 +222,48 @@ fn a_new_version_is_fetched_and_the_old_one_reclaimed() {
 }
 
 #[test]
-fn an_unpinned_object_is_not_cached() {
+fn an_object_without_a_byte_exact_version_is_not_cached() {
     let dir = tempfile::tempdir().unwrap();
     let cache = DiskCache::open(&DiskCacheConfig::new(dir.path())).unwrap();
-    let gen = Gen {
+    let unpinned = Gen {
         version: None,
         ..Gen::new(MIB, 1, "")
     };
-    let result = CachedStore::new(gen, cache, Duration::from_secs(1)).unwrap();
+    let result = CachedStore::new(unpinned, cache.clone(), Duration::from_secs(1)).unwrap();
     assert!(result.is_err(), "given back uncached");
+    let weak = Gen::new(MIB, 1, "W/\"abc\"");
+    let result = CachedStore::new(weak, cache, Duration::from_secs(1)).unwrap();
+    assert!(
+        result.is_err(),
+        "a weak ETag names equivalent bytes, not these"
+    );
+}
+
+/// Reads that are not whole pages (but for the object's last) go to the
+/// store below as they are, and read right.
+#[test]
+fn reads_of_part_of_a_page_go_around_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = DiskCacheConfig::new(dir.path().join("cache"));
+    let len = 3 * 4096 + 100;
+    let gen = Gen::new(len, 9, "v1");
+    let expected = gen.bytes();
+    let served = gen.served.clone();
+    let store = cached(gen, &config);
+    for (at, n) in [
+        (0u64, 100usize),
+        (0, 5000),
+        (4096, 4097),
+        (4096, 1),
+        (3 * 4096, 100),
+    ] {
+        let mut buf = vec![0u8; n];
+        store.read_at(at, &mut buf).unwrap();
+        assert_eq!(buf, expected[at as usize..at as usize + n], "{at}+{n}");
+    }
+    // The last read ends at the object's end: cached.
+    assert_eq!(store.stats().written_bytes, 100);
+    assert_eq!(served.load(Ordering::Relaxed), 100 + 5000 + 4097 + 1 + 100);
 }
 
 /// The chunk file of `index` of the only object in `config`'s cache.

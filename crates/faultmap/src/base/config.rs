@@ -690,7 +690,14 @@ impl Config {
         if self.handler_spin_us > MAX_HANDLER_SPIN_US {
             return Err(ConfigError::HandlerSpin(self.handler_spin_us));
         }
-        if let Ok(max) = std::env::var(CACHE_MAX_ENV) {
+        // The environment's maximum, when it is the one that counts: a
+        // cache without a maximum of its own.
+        let env_max = std::env::var(CACHE_MAX_ENV).ok();
+        let uses_env = self
+            .disk_cache
+            .as_ref()
+            .is_some_and(|c| c.max_bytes.is_none());
+        if let Some(max) = env_max.filter(|_| uses_env) {
             if let Err(why) = parse_size(&max) {
                 return Err(ConfigError::CacheMax(why));
             }

@@ -427,6 +427,20 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// What names this version of the object's bytes exactly, for a disk
+    /// cache that keeps them across runs ([`CachedStore`]): `None` (the
+    /// default) if the store has no such name, and is then not cached.
+    /// A remote object's URL, length and pinned version when the version
+    /// is byte-exact: a version id, or a strong ETag. Not a weak ETag
+    /// (`W/`: equivalent, not identical, bytes) nor a Last-Modified alone
+    /// (a rewrite within its second is unseen), which are good enough to
+    /// pin one mapping's life but not to serve bytes from disk for days.
+    /// Two stores with the same key must hold the same bytes. A store that
+    /// wraps another should forward it.
+    fn disk_cache_key(&self) -> Option<String> {
+        None
+    }
+
     /// Whether the store takes writes ([`Store::write_at`]): only such a
     /// store can be mapped writable. Default: false.
     fn writable(&self) -> bool {
@@ -485,6 +499,9 @@ macro_rules! forward_store {
             #[cfg(not(loom))]
             fn disk_cache_stats(&self) -> Option<DiskCacheStats> {
                 (**self).disk_cache_stats()
+            }
+            fn disk_cache_key(&self) -> Option<String> {
+                (**self).disk_cache_key()
             }
             fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
                 (**self).read_at(offset, buf)

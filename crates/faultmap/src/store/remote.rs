@@ -385,6 +385,10 @@ macro_rules! remote_store {
                 self.remote.share_key()
             }
 
+            fn disk_cache_key(&self) -> Option<String> {
+                self.remote.disk_cache_key()
+            }
+
             fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), StoreError> {
                 self.remote.read_blocking(offset, buf)
             }
@@ -615,6 +619,20 @@ impl Remote {
     /// against, so a joiner is served the bytes its own reads would have
     /// had. `None` for an object opened with nothing to pin
     /// (`allow_unpinned`).
+    /// What names this version to a disk cache (`Store::disk_cache_key`):
+    /// the share key, if the pin is byte-exact (a version id, or a strong
+    /// ETag).
+    pub(crate) fn disk_cache_key(&self) -> Option<String> {
+        let strong_etag = self
+            .pin
+            .e_tag
+            .as_ref()
+            .is_some_and(|t| !t.starts_with("W/"));
+        (self.pin.version.is_some() || strong_etag)
+            .then(|| self.share_key())
+            .flatten()
+    }
+
     pub(crate) fn share_key(&self) -> Option<String> {
         if !has_validator(&self.pin) {
             return None;

@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use faultmap::{
@@ -112,6 +113,9 @@ impl RemoteFile {
             Place::File(path) => {
                 let tmp = path.with_extension("rewrite.tmp");
                 std::fs::write(&tmp, data).unwrap();
+                if path.starts_with(servers().s3_root) {
+                    give_s3_etag(&tmp, data);
+                }
                 std::fs::rename(&tmp, path).unwrap();
             }
             Place::Blob(container) => azure_put(container, &self.name, data),
@@ -133,6 +137,41 @@ impl Drop for RemoteFile {
     }
 }
 
+/// Gives a file placed in versitygw's bucket folder the ETag an upload
+/// would have (versitygw keeps it in the `user.etag` attribute, and
+/// answers without one for a file it did not write): 32 hex digits, new
+/// for every version, as S3's always are.
+pub fn give_s3_etag(path: &std::path::Path, data: &[u8]) {
+    use std::os::unix::ffi::OsStrExt;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let etag = format!(
+        "{:08x}{:08x}{:08x}{:08x}",
+        crc32fast::hash(data),
+        data.len() as u32,
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed) as u32
+    );
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path, name and a value that live for the
+    // call; setxattr reads them only.
+    let rc = unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            c"user.etag".as_ptr(),
+            etag.as_ptr().cast(),
+            etag.len(),
+            0,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "setxattr user.etag on {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
 /// Puts `len` pattern bytes under a fresh name made of `name` on `kind`'s
 /// server (`name` may hold folders).
 pub fn put(kind: Kind, name: &str, len: usize, seed: u64) -> RemoteFile {
@@ -152,6 +191,9 @@ pub fn put(kind: Kind, name: &str, len: usize, seed: u64) -> RemoteFile {
                 std::fs::create_dir_all(dir).unwrap();
             }
             std::fs::write(path, &data).unwrap();
+            if kind == Kind::S3 {
+                give_s3_etag(path, &data);
+            }
         }
         Place::Blob(container) => azure_put(container, &name, &data),
     }

@@ -512,6 +512,9 @@ fn disk_walk(
     let peak = pager.memory().peak;
     drop(object);
     drop(pager);
+    // Pages are handed over first and written after: all on the disk
+    // before the process reports (and exits).
+    store.wait_written(Duration::from_secs(60));
     Ok(DiskProcess {
         seconds: timed.seconds,
         sum,

@@ -1236,6 +1236,64 @@ mod tests {
     }
 
     #[test]
+    fn the_disk_cache_goals_compare_each_run_with_the_right_one() {
+        use engines::DiskRun::{First, Second, SecondCold};
+        let http = StoreKind::Http;
+        let full = Engine::Faultmap(ReadaheadMode::Full);
+        let cells = vec![
+            bytes_cell(Access::Seq, col(http, full), 1.5, Some(1 << 30)),
+            bytes_cell(
+                Access::Seq,
+                col(http, Engine::Disk(First)),
+                1.6,
+                Some(1 << 30),
+            ),
+            bytes_cell(Access::Seq, col(http, Engine::Disk(Second)), 0.5, Some(0)),
+            bytes_cell(
+                Access::Seq,
+                col(http, Engine::Disk(SecondCold)),
+                0.8,
+                Some(7),
+            ),
+            cell(
+                Access::Seq,
+                col(http, Engine::FuseCached("rclone", Second)),
+                2.0,
+            ),
+            cell(
+                Access::Seq,
+                col(http, Engine::FuseCached("rclone", SecondCold)),
+                0.4,
+            ),
+        ];
+        let columns = cells.iter().map(|c| c.key.column).collect();
+        let run = test_run(vec![Access::Seq], columns, cells, None);
+        let g: Vec<(String, f64, bool)> = disk_goals(&run)
+            .iter()
+            .map(|g| (g.what.clone(), g.value, g.met()))
+            .collect();
+        let values: Vec<(f64, bool)> = g
+            .iter()
+            .map(|g| ((g.1 * 1000.0).round() / 1000.0, g.2))
+            .collect();
+        assert_eq!(
+            values,
+            vec![
+                (0.0, true),   // the second run's object bytes
+                (3.2, true),   // first over second
+                (4.0, true),   // rclone's second over ours
+                (7.0, false),  // the cold second run moved 7 bytes
+                (2.0, false),  // first over cold second
+                (0.5, false),  // rclone's cold second over ours
+                (1.067, true), // first over no disk cache
+            ],
+            "{g:?}"
+        );
+        assert!(g[2].0.contains("rclone's second run"), "{g:?}");
+        assert!(g[6].0.contains("without one"), "{g:?}");
+    }
+
+    #[test]
     fn the_random_goals_compare_batch_with_rand_and_adaptive_with_both_fixed_modes() {
         let full = Engine::Faultmap(ReadaheadMode::Full);
         let around = Engine::Faultmap(ReadaheadMode::AroundOnly);

@@ -368,6 +368,42 @@ fn object_path(state: &Path, name: &str) -> PathBuf {
 /// Writes the `len`-byte object `name` and puts it in each of `stores`:
 /// linked (or copied) into the folder of a server that serves one,
 /// uploaded with `scripts/remote-servers put` into one that does not.
+/// Gives the object placed in versitygw's bucket folder the ETag an upload
+/// would have: versitygw keeps it in the `user.etag` attribute, and
+/// answers without one for a file it did not write, and a disk cache keys
+/// by ETag (S3's always has one). 32 hex digits, new for every run.
+fn give_s3_etag(path: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let etag = format!(
+        "{:016x}{:016x}",
+        now.as_nanos() as u64,
+        u64::from(std::process::id())
+    );
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    // SAFETY: a NUL-terminated path, name and a value that live for the
+    // call; setxattr only reads them.
+    let rc = unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            c"user.etag".as_ptr(),
+            etag.as_ptr().cast(),
+            etag.len(),
+            0,
+        )
+    };
+    if rc != 0 {
+        bail!(
+            "setting the ETag attribute of {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
 fn place_objects(
     state: &Path,
     vars: &HashMap<String, String>,
@@ -392,6 +428,9 @@ fn place_objects(
             std::fs::hard_link(&object, &path)
                 .or_else(|_| std::fs::copy(&object, &path).map(|_| ()))
                 .with_context(|| format!("putting the object in {root}"))?;
+            if kind == StoreKind::S3 {
+                give_s3_etag(&path)?;
+            }
             continue;
         }
         let var = server

@@ -130,7 +130,7 @@ impl Chunk {
         let file = match std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .custom_flags(libc::O_CLOEXEC)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(path)
         {
             Ok(f) => f,
@@ -398,6 +398,38 @@ mod tests {
         assert_ne!(page_sum(&h, 0, &page), sums[0]);
         // The data of a page beyond the file's end is not there.
         assert_eq!(chunk.read(5, &mut page).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_padded_aligned_write_reads_back_and_an_unaligned_one_is_written_buffered() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c");
+        let h = Header {
+            object_len: 10 * CHUNK_BYTES,
+            ..header()
+        };
+        let chunk = Chunk::open_or_create(&path, dir.path(), h).unwrap();
+        let data: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i * 7) as u8).collect();
+        let mut raw = vec![0u8; 6 * 4096];
+        let at = raw.as_ptr().align_offset(4096);
+        raw[at..at + data.len()].copy_from_slice(&data);
+        // Aligned (O_DIRECT where the file system takes it), then not.
+        chunk
+            .write(0, &data, Some(&raw[at..at + 4 * 4096]))
+            .unwrap();
+        chunk
+            .write(8, &data, Some(&raw[at + 1..at + 1 + 4 * 4096]))
+            .unwrap();
+        for first in [0, 8] {
+            let mut back = vec![0u8; data.len()];
+            assert_eq!(chunk.read(first, &mut back).unwrap(), data.len());
+            assert_eq!(back, data, "pages from {first}");
+            let mut sums = [0u32; 4];
+            chunk.sums(first, &mut sums).unwrap();
+            for (i, page) in data.chunks(4096).enumerate() {
+                assert_eq!(sums[i], page_sum(&h, first + i as u64, page));
+            }
+        }
     }
 
     #[test]

@@ -79,7 +79,6 @@ pub struct DiskCache {
     /// The free space to keep; `None` until the file system's size is
     /// known (5 % of it).
     min_free_bytes: u64,
-    lock: File,
     /// Bytes on disk at the last scan, and written since by this process.
     used_at_scan: AtomicU64,
     written_since_scan: AtomicU64,
@@ -146,20 +145,12 @@ impl DiskCache {
                 source,
             }
         };
-        let lock = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(root.join("lock"))
-            .map_err(io_error("create its lock file"))?;
+        open_lock(&root).map_err(io_error("create its lock file"))?;
+        sweep_orphans(&root.join("tmp"));
         let (size, _) = sys::fs_space(&root).map_err(io_error("ask its file system's size"))?;
         let cache = Arc::new(DiskCache {
             max_bytes: config.max_bytes,
             min_free_bytes: config.min_free_bytes.unwrap_or(size / 20),
-            lock,
             used_at_scan: AtomicU64::new(0),
             written_since_scan: AtomicU64::new(0),
             scanned: AtomicBool::new(false),
@@ -200,8 +191,8 @@ impl DiskCache {
 
     /// Whether `bytes` more may be written now: makes room by evicting
     /// cold chunks if the cache would pass its maximum or the file system
-    /// its minimum of free space. `false` if there is no room even then.
-    pub(crate) fn make_room(&self, bytes: u64) -> bool {
+    /// its minimum of free space.
+    pub(crate) fn make_room(&self, bytes: u64) -> Room {
         let rescan = self
             .max_bytes
             .map_or(256 << 20, |max| (max / 8).max(CHUNK_BYTES));
@@ -212,22 +203,24 @@ impl DiskCache {
                 || self.used_at_scan.load(Ordering::Relaxed) + written + bytes > max
         });
         // statvfs costs a microsecond, against a fetch's milliseconds.
-        let low_space = self.free_bytes() < self.min_free_bytes + bytes;
-        if over_max || low_space {
-            let evicted = self.evict(bytes);
-            if self.free_bytes() < self.min_free_bytes + bytes {
-                return false;
-            }
-            // Another process evicting (`Ok(None)`) makes the room itself.
-            if let (Some(max), Ok(Some(_))) = (self.max_bytes, evicted) {
-                let used = self.used_at_scan.load(Ordering::Relaxed)
-                    + self.written_since_scan.load(Ordering::Relaxed);
-                if used + bytes > max {
-                    return false;
-                }
+        let low_space = |free: Option<u64>| too_little(free, self.min_free_bytes + bytes);
+        if !over_max && !low_space(self.free_bytes()) {
+            return Room::Yes;
+        }
+        // Another process evicting (`Ok(None)`), or a pass that failed,
+        // leaves this process's count as it was: checked all the same.
+        let _ = self.evict(bytes);
+        if low_space(self.free_bytes()) {
+            return Room::LowSpace;
+        }
+        if let Some(max) = self.max_bytes {
+            let used = self.used_at_scan.load(Ordering::Relaxed)
+                + self.written_since_scan.load(Ordering::Relaxed);
+            if used + bytes > max {
+                return Room::OverMax;
             }
         }
-        true
+        Room::Yes
     }
 
     /// Counts `bytes` written by this process.
@@ -235,8 +228,10 @@ impl DiskCache {
         self.written_since_scan.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    fn free_bytes(&self) -> u64 {
-        sys::fs_space(&self.root).map_or(0, |(_, free)| free)
+    /// The free space of the cache's file system; `None` if it cannot be
+    /// asked (then nothing is written, and nothing evicted for it).
+    fn free_bytes(&self) -> Option<u64> {
+        sys::fs_space(&self.root).ok().map(|(_, free)| free)
     }
 
     /// One eviction pass: if no other process is evicting, scans the cache
@@ -245,11 +240,15 @@ impl DiskCache {
     /// so that a pass is not needed at every write). Returns the bytes
     /// freed, `None` if another process holds the evictor's lock.
     pub fn evict(&self, incoming: u64) -> io::Result<Option<u64>> {
-        if !sys::flock_try(&self.lock, true)? {
+        // A description of its own per pass: a flock excludes other
+        // descriptions only, and this process's threads, and its forked
+        // children, would share one opened once.
+        let lock = open_lock(&self.root)?;
+        if !sys::flock_try(&lock, true)? {
             return Ok(None);
         }
         let result = self.evict_locked(incoming);
-        let _ = sys::flock_unlock(&self.lock);
+        let _ = sys::flock_unlock(&lock);
         result.map(Some)
     }
 
@@ -264,7 +263,7 @@ impl DiskCache {
                 to_free = (used + incoming).saturating_sub(target);
             }
         }
-        let free = self.free_bytes();
+        let free = self.free_bytes().unwrap_or(u64::MAX);
         if free < self.min_free_bytes + incoming {
             let want = self.min_free_bytes + self.min_free_bytes / 8 + incoming;
             to_free = to_free.max(want - free);
@@ -291,8 +290,9 @@ impl DiskCache {
     /// whether it belongs to a version older than its URL's newest.
     fn scan_chunks(&self) -> io::Result<Vec<ChunkEntry>> {
         let mut out = Vec::new();
+        // A folder that cannot be read is passed over, not the pass failed.
         for url_dir in subdirs(&self.root.join("objects"))? {
-            let versions = subdirs(&url_dir)?;
+            let versions = subdirs(&url_dir).unwrap_or_default();
             let born = |v: &PathBuf| {
                 fs::metadata(v.join("meta"))
                     .and_then(|m| m.modified())
@@ -301,7 +301,16 @@ impl DiskCache {
             let newest = versions.iter().map(born).max();
             for version in &versions {
                 let stale = Some(born(version)) != newest;
-                for entry in read_dir(version)? {
+                let entries = read_dir(version).unwrap_or_default();
+                if stale
+                    && !entries
+                        .iter()
+                        .any(|e| e.path().extension().is_some_and(|x| x == "chunk"))
+                {
+                    // An old version with nothing left: its folder goes.
+                    let _ = remove_tree(version);
+                }
+                for entry in entries {
                     let path = entry.path();
                     if !path.extension().is_some_and(|e| e == "chunk") {
                         continue;
@@ -423,9 +432,11 @@ impl DiskCache {
     /// those objects read them from the network again.
     pub fn clear(&self, url: Option<&str>) -> io::Result<u64> {
         let mut freed = 0;
+        // A writer that makes a folder again meanwhile is no error: what
+        // it writes is a new entry.
         for object in self.objects(url)? {
             freed += object.disk_bytes;
-            remove_tree(&object.dir)?;
+            let _ = remove_tree(&object.dir);
             if let Some(parent) = object.dir.parent() {
                 let _ = fs::remove_dir(parent);
             }
@@ -434,7 +445,7 @@ impl DiskCache {
             // Directories without a readable meta file too.
             for url_dir in subdirs(&self.root.join("objects"))? {
                 freed += tree_bytes(&url_dir);
-                remove_tree(&url_dir)?;
+                let _ = remove_tree(&url_dir);
             }
             sweep_orphans(&self.tmp());
         }
@@ -446,6 +457,36 @@ impl DiskCache {
     pub fn disk_bytes(&self) -> io::Result<u64> {
         Ok(self.scan_chunks()?.iter().map(|c| c.bytes).sum())
     }
+}
+
+/// Whether a write may go ahead ([`DiskCache::make_room`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Room {
+    Yes,
+    /// It would pass the maximum, even after eviction: not kept (the
+    /// cache's normal state under a maximum, not a failure).
+    OverMax,
+    /// The file system is below the free-space minimum, even after
+    /// eviction, or its free space cannot be asked: a full disk.
+    LowSpace,
+}
+
+/// Whether `free` is under `need`, an unknown free space counting as too
+/// little.
+fn too_little(free: Option<u64>, need: u64) -> bool {
+    !matches!(free, Some(free) if free >= need)
+}
+
+/// Opens (creating) the evictors' lock file of the cache at `root`.
+fn open_lock(root: &Path) -> io::Result<File> {
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(root.join("lock"))
 }
 
 /// A chunk file, as eviction sees it.
@@ -645,6 +686,27 @@ fn prepare(dir: &Path) -> Result<PathBuf, DiskCacheError> {
                 meta.mode() & 0o7777
             ),
         });
+    }
+    // Its folders up to `/` too (as ssh's StrictModes does): one that
+    // another user may write to, without the sticky bit, lets them put
+    // another directory in its place after this check.
+    for ancestor in root.ancestors().skip(1) {
+        let Ok(m) = fs::metadata(ancestor) else {
+            continue;
+        };
+        let owner_ok = m.uid() == me || m.uid() == 0;
+        let writable_by_others = m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0;
+        if !owner_ok || writable_by_others {
+            return Err(DiskCacheError::Unsafe {
+                path: dir.to_path_buf(),
+                reason: format!(
+                    "its parent {} (mode {:04o}, uid {}) lets another user replace it",
+                    ancestor.display(),
+                    m.mode() & 0o7777,
+                    m.uid()
+                ),
+            });
+        }
     }
     for sub in ["objects", "tmp"] {
         match fs::DirBuilder::new().mode(0o700).create(root.join(sub)) {

@@ -12,17 +12,18 @@
 //! into the page cache and its write-back: the CPU is the network's). Past
 //! 128 MiB of copies queued in a process, a fetch is written before it is
 //! handed over, so the disk sets the pace. A changed object is never served from a stale entry:
-//! entries are keyed by the store's [`Store::share_key`] (its URL, length
-//! and pinned version), and opening a version removes the URL's other
-//! versions. An object without a pinned version (no ETag, no
-//! Last-Modified) is not cached.
+//! entries are keyed by the store's [`Store::disk_cache_key`] (its URL,
+//! length and byte-exact version: a strong ETag, a version id), and
+//! opening a version removes the URL's other versions. An object without
+//! one (no ETag, a weak one, a Last-Modified alone) is not cached.
 //!
 //! # Crash safety: per-page checksums, checked on every read
 //!
 //! Chunk files are written in place, data first and then a checksum per
 //! page (module `chunk`); a page is served only if its bytes match. So a
 //! write torn by a kill, a full disk or a power cut leaves pages that are
-//! read again from the network, never wrong bytes. Whole-chunk
+//! read again from the network (a damaged page passes a CRC-32 with a
+//! chance of one in 2³²). Whole-chunk
 //! write-then-rename was the other choice; it would make a sequential
 //! first run write each 4 MiB twice (once staged) or hold a chunk's pages
 //! until all arrived, and could not keep the pages of a random reader's
@@ -33,9 +34,11 @@
 //! Several processes may share one directory, and one may evict while
 //! others read and write. Before fetching pages, a process takes a record
 //! lock on their checksum entries (`F_OFD_SETLK`, module `sys`); a process
-//! that finds them locked waits for the holder (polling with backoff, up
-//! to the store's request timeout), then reads what the holder wrote. So a
-//! chunk in flight is downloaded once. A lock goes with its holder's file
+//! that finds them locked waits for the holder (polling with backoff, on
+//! the I/O thread, at most [`MAX_WAIT`]), then reads what the holder wrote.
+//! So a chunk in flight is downloaded once, unless its holder takes longer
+//! than the wait (stopped, or a slow link): then it is downloaded again,
+//! well before the pager's I/O timeout would fail the fault. A lock goes with its holder's file
 //! description, so a killed process leaves none behind. Chunk files are
 //! born whole (header and empty table, linked into place); eviction
 //! unlinks whole chunk files, which their open readers keep reading, and
@@ -76,7 +79,7 @@ use std::time::{Duration, Instant};
 pub use dir::{BadPage, CachedObject, DiskCache, DiskCacheError, Verified};
 
 use self::chunk::{page_sum, Chunk, Header, OpenError, CHUNK_BYTES, CHUNK_PAGES, PAGE};
-use self::dir::{hash_name, Meta, TOUCH_EVERY};
+use self::dir::{hash_name, Meta, Room, TOUCH_EVERY};
 use super::{Link, ReadBuf, ReadDone, Store, StoreError};
 
 /// What a [`CachedStore`] did, since it was opened.
@@ -88,6 +91,10 @@ pub struct DiskCacheStats {
     pub network_bytes: u64,
     /// Bytes written to the disk.
     pub written_bytes: u64,
+    /// Bytes read from the network and not kept: the disk was behind
+    /// (more than 128 MiB of writes queued in the process), the cache at
+    /// its maximum with nothing to evict, or the file system full.
+    pub skipped_bytes: u64,
     /// Times a read waited for another reader's fetch of the same pages.
     pub waits: u64,
     /// Disk failures (errors, a full disk) of the cache directory, over
@@ -96,6 +103,12 @@ pub struct DiskCacheStats {
     /// The first of them.
     pub first_problem: Option<String>,
 }
+
+/// The longest a read waits for another reader's fetch of the same pages
+/// before it fetches them itself: well under the pager's I/O timeout,
+/// whose clock runs meanwhile, so that a stopped or slow peer costs a
+/// second download, never a failed fault.
+pub const MAX_WAIT: Duration = Duration::from_secs(5);
 
 /// A store read through a [`DiskCache`]: see the module doc.
 pub struct CachedStore<S: Store> {
@@ -120,25 +133,26 @@ struct CachedObjectState {
     disk_bytes: AtomicU64,
     network_bytes: AtomicU64,
     written_bytes: AtomicU64,
+    skipped_bytes: AtomicU64,
     waits: AtomicU64,
-    /// Its writes queued from copies (`hand_over_and_keep`).
+    /// Its writes queued after their hand-over.
     queued: Queued,
-    /// The fork generation that made it.
-    generation: u64,
 }
 
 impl<S: Store> CachedStore<S> {
-    /// `inner` read through `cache`, waiting at most `wait` for another
-    /// reader's fetch of the same pages. `Ok(Err(inner))` if `inner` names
-    /// no pinned version ([`Store::share_key`] is `None`): such an object
-    /// cannot be cached safely. An error if the object's directory cannot
-    /// be made.
+    /// `inner` read through `cache`, waiting at most `wait` (capped at
+    /// [`MAX_WAIT`]) for another reader's fetch of the same pages.
+    /// `Ok(Err(inner))`, uncached, if `inner` has no version that names
+    /// its bytes exactly ([`Store::disk_cache_key`] is `None`: no ETag,
+    /// a weak one, only a Last-Modified), or if the object's directory
+    /// cannot be written (a full or read-only disk: noted as the cache's
+    /// problem, [`DiskCacheStats::first_problem`]).
     pub fn new(
         inner: S,
         cache: Arc<DiskCache>,
         wait: Duration,
     ) -> Result<Result<Self, S>, DiskCacheError> {
-        let Some(key) = inner.share_key() else {
+        let Some(key) = inner.disk_cache_key() else {
             return Ok(Err(inner));
         };
         let meta = Meta {
@@ -149,9 +163,14 @@ impl<S: Store> CachedStore<S> {
         };
         let url_dir = cache.url_dir(&meta.url);
         let dir = url_dir.join(hash_name(&meta.key));
-        let io_error = |what| {
-            let path = dir.clone();
-            move |source| DiskCacheError::Io { path, what, source }
+        let problem = |what: &str, e: std::io::Error| {
+            cache.problems().note(|| {
+                format!(
+                    "disk cache {}: {what} for {}: {e}; it is read from the network",
+                    cache.dir().display(),
+                    meta.url
+                )
+            });
         };
         // Other versions of this URL can no longer be read: reclaimed
         // first.
@@ -162,11 +181,14 @@ impl<S: Store> CachedStore<S> {
                 }
             }
         }
-        std::fs::DirBuilder::new()
+        if let Err(e) = std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&dir)
-            .map_err(io_error("create an object's directory"))?;
+        {
+            problem("creating an object's directory", e);
+            return Ok(Err(inner));
+        }
         match Meta::read(&dir) {
             Some(found) if found == meta => {}
             Some(found) if found.key != meta.key => {
@@ -174,9 +196,12 @@ impl<S: Store> CachedStore<S> {
                 // mixed.
                 return Ok(Err(inner));
             }
-            _ => meta
-                .write(&dir, &cache.tmp())
-                .map_err(io_error("write an object's meta file"))?,
+            _ => {
+                if let Err(e) = meta.write(&dir, &cache.tmp()) {
+                    problem("writing an object's meta file", e);
+                    return Ok(Err(inner));
+                }
+            }
         }
         let chunks = meta.len.div_ceil(CHUNK_BYTES) as usize;
         Ok(Ok(CachedStore {
@@ -186,15 +211,15 @@ impl<S: Store> CachedStore<S> {
                 cache,
                 dir,
                 meta,
-                wait,
+                wait: wait.min(MAX_WAIT),
                 touched: (0..chunks).map(|_| AtomicU64::new(0)).collect(),
                 born: Instant::now(),
                 disk_bytes: AtomicU64::new(0),
                 network_bytes: AtomicU64::new(0),
                 written_bytes: AtomicU64::new(0),
+                skipped_bytes: AtomicU64::new(0),
                 waits: AtomicU64::new(0),
                 queued: Queued::default(),
-                generation: crate::sys::fork_generation(),
             }),
             inner,
         }))
@@ -223,13 +248,16 @@ impl<S: Store> CachedStore<S> {
     }
 
     /// Whether a read of `len` bytes at `offset` goes through the disk:
-    /// page-aligned, inside the object.
+    /// whole pages (the last one may end at the object's end), inside the
+    /// object. Other reads go to the store below as they are.
     fn cacheable(&self, offset: u64, len: usize) -> bool {
+        let Some(end) = offset.checked_add(len as u64) else {
+            return false;
+        };
         offset % PAGE == 0
             && len > 0
-            && offset
-                .checked_add(len as u64)
-                .is_some_and(|end| end <= self.object.len)
+            && end <= self.object.len
+            && (len as u64 % PAGE == 0 || end == self.object.len)
     }
 }
 
@@ -260,6 +288,9 @@ impl<S: Store> Store for CachedStore<S> {
     }
     fn share_key(&self) -> Option<String> {
         self.inner.share_key()
+    }
+    fn disk_cache_key(&self) -> Option<String> {
+        self.inner.disk_cache_key()
     }
     /// After the pages handed over are on the disk ([`Self::wait_written`],
     /// at most a minute), so that `written_bytes` counts them.
@@ -330,12 +361,16 @@ impl<S: Store> Store for CachedStore<S> {
                     drop(claim);
                     return parts.end(Some(e), |_| {});
                 }
+                // Into the caller's buffer (the last part hands it over),
+                // then onto the disk from the part's own.
+                let bytes = part.as_mut_slice();
+                object.queued.add();
+                parts.end(None, |buf| {
+                    buf.as_mut_slice()[at..at + bytes.len()].copy_from_slice(bytes)
+                });
                 writers::run(Box::new(move || {
-                    let bytes = part.as_mut_slice();
-                    object.keep(from, bytes, claim);
-                    parts.end(None, |buf| {
-                        buf.as_mut_slice()[at..at + bytes.len()].copy_from_slice(bytes)
-                    });
+                    object.keep(from, part.as_mut_slice(), claim);
+                    object.queued.done();
                 }));
             });
             self.inner.start_read(from, part, finish);
@@ -406,48 +441,47 @@ impl<S: Store> Drop for CachedStore<S> {
     /// leaves them all in the cache. Not on a writer thread, whose queue
     /// holds them.
     fn drop(&mut self) {
-        // A forked child's copy of the count is the parent's writes, which
-        // it never sees end.
-        let ours = self.object.generation == crate::sys::fork_generation();
-        if ours && !writers::on_writer_thread() {
+        if !writers::on_writer_thread() {
             self.object.queued.wait_empty(Duration::from_secs(60));
         }
     }
 }
 
 /// Writes of an object queued for the writer threads, which its store's
-/// drop waits for.
+/// drop waits for: atomics only, counted per fork generation (a forked
+/// child's copy of the count is its parent's writes, which it never sees
+/// end; nothing here can be held across a fork).
 #[derive(Default)]
 struct Queued {
-    count: std::sync::Mutex<u64>,
-    empty: std::sync::Condvar,
+    /// The generation whose writes `count` counts.
+    generation: AtomicU64,
+    count: AtomicU64,
 }
 
 impl Queued {
+    /// The count of this fork generation (reset in a child).
+    fn live(&self) -> &AtomicU64 {
+        let now = crate::sys::fork_generation();
+        if self.generation.swap(now, Ordering::AcqRel) != now {
+            self.count.store(0, Ordering::Release);
+        }
+        &self.count
+    }
+
     fn add(&self) {
-        *self.count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.live().fetch_add(1, Ordering::AcqRel);
     }
 
     fn done(&self) {
-        let mut count = self.count.lock().unwrap_or_else(|e| e.into_inner());
-        *count = count.saturating_sub(1);
-        if *count == 0 {
-            self.empty.notify_all();
-        }
+        let count = self.live();
+        let _ = count.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(1));
     }
 
+    /// Polls until no write is queued, at most `limit`.
     fn wait_empty(&self, limit: Duration) {
         let deadline = Instant::now() + limit;
-        let mut count = self.count.lock().unwrap_or_else(|e| e.into_inner());
-        while *count > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            count = match self.empty.wait_timeout(count, left) {
-                Ok((count, _)) => count,
-                Err(e) => e.into_inner().0,
-            };
+        while self.live().load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }
@@ -456,9 +490,9 @@ impl CachedObjectState {
     /// Hands `buf`, all fetched from byte `from`, back to the fault path,
     /// and keeps its bytes on the disk: from a copy, written after the
     /// hand-over on a writer thread, while the copies queued in this
-    /// process stay under [`writers::BACKLOG`] (so that the disk's write
-    /// never delays a fault); else written first, on a writer thread.
-    /// The claim is held until the bytes are on the disk.
+    /// process stay under [`writers::BACKLOG`]; past it (a disk slower
+    /// than the network) the bytes are not kept, so that the disk never
+    /// delays a fault. The claim is held until the bytes are on the disk.
     fn hand_over_and_keep(
         self: Arc<Self>,
         from: u64,
@@ -467,18 +501,22 @@ impl CachedObjectState {
         claim: Claim,
     ) {
         let Some(mut copy) = writers::copy_buffer(buf.len()) else {
-            return writers::run(Box::new(move || {
-                self.keep(from, buf.as_mut_slice(), claim);
-                done(buf, Ok(()));
-            }));
+            // The disk is behind by the whole backlog: these pages are not
+            // kept, rather than make the fault wait for the disk.
+            self.network_bytes
+                .fetch_add(buf.len() as u64, Ordering::Relaxed);
+            self.skipped_bytes
+                .fetch_add(buf.len() as u64, Ordering::Relaxed);
+            drop(claim);
+            return done(buf, Ok(()));
         };
         // The copy here, on the thread the read ended on, and the
         // hand-over at once: measured faster than a hop to a writer
         // thread first (the fault path waits for neither the queue nor
         // the disk).
         copy.fill(buf.as_mut_slice());
-        done(buf, Ok(()));
         self.queued.add();
+        done(buf, Ok(()));
         writers::run(Box::new(move || {
             self.keep_padded(from, copy.bytes(), Some(copy.padded()), claim);
             writers::give_back(copy);
@@ -491,6 +529,7 @@ impl CachedObjectState {
             disk_bytes: self.disk_bytes.load(Ordering::Relaxed),
             network_bytes: self.network_bytes.load(Ordering::Relaxed),
             written_bytes: self.written_bytes.load(Ordering::Relaxed),
+            skipped_bytes: self.skipped_bytes.load(Ordering::Relaxed),
             waits: self.waits.load(Ordering::Relaxed),
             problems: self.cache.problems().count(),
             first_problem: self.cache.problems().first(),
@@ -629,7 +668,7 @@ impl CachedObjectState {
         };
         let now = self.born.elapsed().as_secs() + 1;
         let then = last.load(Ordering::Relaxed);
-        if then != 0 && now - then < TOUCH_EVERY.as_secs() {
+        if then != 0 && now.saturating_sub(then) < TOUCH_EVERY.as_secs() {
             return;
         }
         if last
@@ -762,12 +801,22 @@ impl CachedObjectState {
     fn keep_padded(&self, from: u64, bytes: &[u8], padded: Option<&[u8]>, claim: Claim) {
         self.network_bytes
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        if !self.cache.make_room(bytes.len() as u64) {
-            self.problem(
-                "no room (the cache's maximum, or its minimum of free space)",
-                &std::io::Error::from_raw_os_error(libc::ENOSPC),
-            );
-            return;
+        match self.cache.make_room(bytes.len() as u64) {
+            Room::Yes => {}
+            Room::OverMax => {
+                self.skipped_bytes
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                return;
+            }
+            Room::LowSpace => {
+                self.skipped_bytes
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                self.problem(
+                    "the file system is below the cache's minimum of free space",
+                    &std::io::Error::from_raw_os_error(libc::ENOSPC),
+                );
+                return;
+            }
         }
         let mut page = from / PAGE;
         let mut at = 0usize;
@@ -831,12 +880,29 @@ mod writers {
     /// pace) rather than copied.
     pub(super) const BACKLOG: u64 = 128 << 20;
 
-    /// Bytes of copies taken and not given back.
-    static COPIES: AtomicU64 = AtomicU64::new(0);
+    /// The most copies queued in a process: each holds its claim's chunk
+    /// files open until written.
+    const MAX_COPIES: u64 = 256;
 
-    /// Buffers given back, for the next copies (at most [`BACKLOG`] bytes
-    /// of them: a fresh buffer costs a page fault per page).
-    static FREE: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+    /// The copies of a process: made anew in a forked child, which must
+    /// not count its parent's writes, nor take a lock a parent thread held
+    /// at the fork.
+    #[derive(Default)]
+    struct Copies {
+        /// Bytes taken and not given back.
+        bytes: AtomicU64,
+        /// Copies taken and not given back.
+        count: AtomicU64,
+        /// Buffers given back, for the next copies (at most [`BACKLOG`]
+        /// bytes of them: a fresh buffer costs a page fault per page).
+        free: std::sync::Mutex<Vec<Vec<u8>>>,
+    }
+
+    static COPIES: sys::ForkLocal<Copies> = sys::ForkLocal::new();
+
+    fn copies() -> &'static Copies {
+        COPIES.get_or_init(Copies::default)
+    }
 
     const PAGE: usize = super::PAGE as usize;
 
@@ -878,18 +944,19 @@ mod writers {
     /// A buffer for a copy of `len` bytes, if the copies queued stay under
     /// [`BACKLOG`] with it.
     pub(super) fn copy_buffer(len: usize) -> Option<Copy> {
+        let copies = copies();
         let reserved = len as u64;
-        let taken = COPIES.fetch_add(reserved, Ordering::Relaxed);
-        if taken + reserved > BACKLOG {
-            COPIES.fetch_sub(reserved, Ordering::Relaxed);
+        let taken = copies.bytes.fetch_add(reserved, Ordering::Relaxed);
+        let count = copies.count.fetch_add(1, Ordering::Relaxed);
+        if taken + reserved > BACKLOG || count >= MAX_COPIES {
+            copies.bytes.fetch_sub(reserved, Ordering::Relaxed);
+            copies.count.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
         // Room for the bytes, filled up to a page, after up to a page of
         // alignment.
         let need = len.div_ceil(PAGE) * PAGE + PAGE;
-        // try_lock: a child forked while another thread held the pool
-        // finds it held for ever, and allocates.
-        let pooled = FREE.try_lock().ok().and_then(|mut free| {
+        let pooled = copies.free.lock().ok().and_then(|mut free| {
             let i = free.iter().position(|b| b.len() >= need)?;
             Some(free.swap_remove(i))
         });
@@ -905,8 +972,10 @@ mod writers {
 
     /// Gives back a buffer [`copy_buffer`] gave.
     pub(super) fn give_back(copy: Copy) {
-        COPIES.fetch_sub(copy.reserved, Ordering::Relaxed);
-        if let Ok(mut free) = FREE.try_lock() {
+        let copies = copies();
+        copies.bytes.fetch_sub(copy.reserved, Ordering::Relaxed);
+        copies.count.fetch_sub(1, Ordering::Relaxed);
+        if let Ok(mut free) = copies.free.lock() {
             let kept: usize = free.iter().map(Vec::len).sum();
             if (kept + copy.buf.len()) as u64 <= BACKLOG {
                 free.push(copy.buf);
