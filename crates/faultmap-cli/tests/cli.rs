@@ -1617,8 +1617,13 @@ fn scan_of_http_and_s3_urls_gives_the_files_crc() {
     );
 }
 
+/// `bench --remote` runs start and stop the servers under one state
+/// folder (`target/bench-remote`): one at a time.
+static REMOTE_BENCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn bench_remote_json_has_every_engine_and_the_goals() {
+    let _one = REMOTE_BENCH.lock().unwrap_or_else(|e| e.into_inner());
     let out = faultmap(&[
         "bench",
         "--remote",
@@ -1857,6 +1862,7 @@ fn scan_through_a_disk_cache_and_the_cache_command() {
 /// disk. `--disk-cache` alone is refused.
 #[test]
 fn bench_remote_disk_cache_json_has_the_runs_and_the_goals() {
+    let _one = REMOTE_BENCH.lock().unwrap_or_else(|e| e.into_inner());
     let out = faultmap(&[
         "bench",
         "--remote",
