@@ -119,8 +119,6 @@ pub(crate) enum OpenError {
 pub(crate) struct Chunk {
     file: File,
     header: Header,
-    /// Whether the file system takes `O_DIRECT` at page alignment here.
-    direct: bool,
 }
 
 impl Chunk {
@@ -146,17 +144,7 @@ impl Chunk {
         if Header::decode(&bytes) != Some(header) {
             return Err(OpenError::Foreign);
         }
-        let direct = sys::dio_alignment(std::os::fd::AsFd::as_fd(&file))
-            .ok()
-            .flatten()
-            .is_some_and(|(mem, offset)| {
-                mem > 0 && offset > 0 && PAGE % u64::from(mem) == 0 && PAGE % u64::from(offset) == 0
-            });
-        Ok(Chunk {
-            file,
-            header,
-            direct,
-        })
+        Ok(Chunk { file, header })
     }
 
     /// Opens the chunk file at `path`, creating it whole (header and empty
@@ -283,7 +271,15 @@ impl Chunk {
     /// it at page alignment: `false` if it does not (nothing is then
     /// written, or what was is written again, buffered).
     fn write_direct(&self, at: u64, padded: &[u8]) -> bool {
-        if !self.direct || sys::set_direct(&self.file, true).is_err() {
+        // Asked at each write (a `statx`), not at each open: most opens
+        // are reads.
+        let direct = sys::dio_alignment(std::os::fd::AsFd::as_fd(&self.file))
+            .ok()
+            .flatten()
+            .is_some_and(|(mem, offset)| {
+                mem > 0 && offset > 0 && PAGE % u64::from(mem) == 0 && PAGE % u64::from(offset) == 0
+            });
+        if !direct || sys::set_direct(&self.file, true).is_err() {
             return false;
         }
         let written = self.file.write_all_at(padded, at).is_ok();

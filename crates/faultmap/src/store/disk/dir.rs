@@ -99,7 +99,11 @@ impl Problems {
     pub(crate) fn note(&self, what: impl FnOnce() -> String) -> bool {
         let n = self.count.fetch_add(1, Ordering::Relaxed);
         if n == 0 {
-            *self.first.lock().unwrap_or_else(|e| e.into_inner()) = Some(what());
+            // try_lock: a child forked while a parent thread held it must
+            // not wait for ever (the message is then lost, the count kept).
+            if let Ok(mut first) = self.first.try_lock() {
+                *first = Some(what());
+            }
         }
         n == 0
     }
@@ -109,7 +113,7 @@ impl Problems {
     }
 
     pub(crate) fn first(&self) -> Option<String> {
-        self.first.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.first.try_lock().ok().and_then(|first| first.clone())
     }
 }
 
@@ -209,7 +213,10 @@ impl DiskCache {
         }
         // Another process evicting (`Ok(None)`), or a pass that failed,
         // leaves this process's count as it was: checked all the same.
-        let _ = self.evict(bytes);
+        if let Err(e) = self.evict(bytes) {
+            self.problems
+                .note(|| format!("disk cache {}: evicting: {e}", self.root.display()));
+        }
         if low_space(self.free_bytes()) {
             return Room::LowSpace;
         }
@@ -254,7 +261,7 @@ impl DiskCache {
 
     fn evict_locked(&self, incoming: u64) -> io::Result<u64> {
         sweep_orphans(&self.tmp());
-        let mut chunks = self.scan_chunks()?;
+        let mut chunks = self.scan_chunks(true)?;
         let used: u64 = chunks.iter().map(|c| c.bytes).sum();
         let mut to_free = 0;
         if let Some(max) = self.max_bytes {
@@ -288,25 +295,26 @@ impl DiskCache {
 
     /// Every chunk file, with its bytes on disk, its last use, and
     /// whether it belongs to a version older than its URL's newest.
-    fn scan_chunks(&self) -> io::Result<Vec<ChunkEntry>> {
+    fn scan_chunks(&self, reclaim: bool) -> io::Result<Vec<ChunkEntry>> {
         let mut out = Vec::new();
         // A folder that cannot be read is passed over, not the pass failed.
         for url_dir in subdirs(&self.root.join("objects"))? {
             let versions = subdirs(&url_dir).unwrap_or_default();
+            // A version whose meta is not written yet is being opened:
+            // the newest.
             let born = |v: &PathBuf| {
                 fs::metadata(v.join("meta"))
                     .and_then(|m| m.modified())
-                    .unwrap_or(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_else(|_| SystemTime::now())
             };
             let newest = versions.iter().map(born).max();
             for version in &versions {
                 let stale = Some(born(version)) != newest;
                 let entries = read_dir(version).unwrap_or_default();
-                if stale
-                    && !entries
-                        .iter()
-                        .any(|e| e.path().extension().is_some_and(|x| x == "chunk"))
-                {
+                let chunks = entries
+                    .iter()
+                    .any(|e| e.path().extension().is_some_and(|x| x == "chunk"));
+                if reclaim && stale && !chunks {
                     // An old version with nothing left: its folder goes.
                     let _ = remove_tree(version);
                 }
@@ -455,7 +463,7 @@ impl DiskCache {
 
     /// The bytes the cache holds on disk.
     pub fn disk_bytes(&self) -> io::Result<u64> {
-        Ok(self.scan_chunks()?.iter().map(|c| c.bytes).sum())
+        Ok(self.scan_chunks(false)?.iter().map(|c| c.bytes).sum())
     }
 }
 
@@ -688,14 +696,18 @@ fn prepare(dir: &Path) -> Result<PathBuf, DiskCacheError> {
         });
     }
     // Its folders up to `/` too (as ssh's StrictModes does): one that
-    // another user may write to, without the sticky bit, lets them put
-    // another directory in its place after this check.
+    // every user may write to, without the sticky bit, or that another
+    // user owns, lets them put another directory in its place after this
+    // check. (A folder its group may write to passes: a user's own group,
+    // Kubernetes' fsGroup volumes. Root may show as the overflow uid
+    // inside a user namespace.)
+    const OVERFLOW_UID: u32 = 65534;
     for ancestor in root.ancestors().skip(1) {
         let Ok(m) = fs::metadata(ancestor) else {
             continue;
         };
-        let owner_ok = m.uid() == me || m.uid() == 0;
-        let writable_by_others = m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0;
+        let owner_ok = [me, 0, OVERFLOW_UID].contains(&m.uid());
+        let writable_by_others = m.mode() & 0o002 != 0 && m.mode() & 0o1000 == 0;
         if !owner_ok || writable_by_others {
             return Err(DiskCacheError::Unsafe {
                 path: dir.to_path_buf(),

@@ -10,8 +10,8 @@
 //! copy is written to the disk after, on a writer thread, with `O_DIRECT`
 //! where the file system takes it (the device's DMA rather than a copy
 //! into the page cache and its write-back: the CPU is the network's). Past
-//! 128 MiB of copies queued in a process, a fetch is written before it is
-//! handed over, so the disk sets the pace. A changed object is never served from a stale entry:
+//! 128 MiB (or 256 writes) queued in a process, a fetch is handed over and
+//! not kept: a disk slower than the network never delays a fault. A changed object is never served from a stale entry:
 //! entries are keyed by the store's [`Store::disk_cache_key`] (its URL,
 //! length and byte-exact version: a strong ETag, a version id), and
 //! opening a version removes the URL's other versions. An object without
@@ -362,14 +362,24 @@ impl<S: Store> Store for CachedStore<S> {
                     return parts.end(Some(e), |_| {});
                 }
                 // Into the caller's buffer (the last part hands it over),
-                // then onto the disk from the part's own.
+                // then onto the disk from the part's own, within the
+                // backlog (else not kept, as for a whole read).
                 let bytes = part.as_mut_slice();
-                object.queued.add();
+                let len = bytes.len();
+                let reserved = writers::reserve(len);
+                if reserved {
+                    object.queued.add();
+                }
                 parts.end(None, |buf| {
                     buf.as_mut_slice()[at..at + bytes.len()].copy_from_slice(bytes)
                 });
+                if !reserved {
+                    object.skip(len);
+                    return drop(claim);
+                }
                 writers::run(Box::new(move || {
                     object.keep(from, part.as_mut_slice(), claim);
+                    writers::release(len);
                     object.queued.done();
                 }));
             });
@@ -453,34 +463,49 @@ impl<S: Store> Drop for CachedStore<S> {
 /// end; nothing here can be held across a fork).
 #[derive(Default)]
 struct Queued {
-    /// The generation whose writes `count` counts.
-    generation: AtomicU64,
-    count: AtomicU64,
+    /// The fork generation's low 24 bits, then the count (40 bits): one
+    /// word, so that a child's first update resets the count atomically.
+    word: AtomicU64,
 }
 
 impl Queued {
-    /// The count of this fork generation (reset in a child).
-    fn live(&self) -> &AtomicU64 {
-        let now = crate::sys::fork_generation();
-        if self.generation.swap(now, Ordering::AcqRel) != now {
-            self.count.store(0, Ordering::Release);
+    const COUNT_BITS: u32 = 40;
+    const COUNT_MASK: u64 = (1 << Self::COUNT_BITS) - 1;
+
+    /// This generation's tag.
+    fn tag() -> u64 {
+        (crate::sys::fork_generation() & 0xff_ffff) << Self::COUNT_BITS
+    }
+
+    /// The count of this fork generation (0 for words of another).
+    fn count(word: u64) -> u64 {
+        if word & !Self::COUNT_MASK == Self::tag() {
+            word & Self::COUNT_MASK
+        } else {
+            0
         }
-        &self.count
+    }
+
+    fn update(&self, f: impl Fn(u64) -> u64) {
+        let _ = self
+            .word
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                Some(Self::tag() | (f(Self::count(w)) & Self::COUNT_MASK))
+            });
     }
 
     fn add(&self) {
-        self.live().fetch_add(1, Ordering::AcqRel);
+        self.update(|c| c + 1);
     }
 
     fn done(&self) {
-        let count = self.live();
-        let _ = count.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(1));
+        self.update(|c| c.saturating_sub(1));
     }
 
     /// Polls until no write is queued, at most `limit`.
     fn wait_empty(&self, limit: Duration) {
         let deadline = Instant::now() + limit;
-        while self.live().load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+        while Self::count(self.word.load(Ordering::Acquire)) > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
@@ -503,10 +528,7 @@ impl CachedObjectState {
         let Some(mut copy) = writers::copy_buffer(buf.len()) else {
             // The disk is behind by the whole backlog: these pages are not
             // kept, rather than make the fault wait for the disk.
-            self.network_bytes
-                .fetch_add(buf.len() as u64, Ordering::Relaxed);
-            self.skipped_bytes
-                .fetch_add(buf.len() as u64, Ordering::Relaxed);
+            self.skip(buf.len());
             drop(claim);
             return done(buf, Ok(()));
         };
@@ -522,6 +544,12 @@ impl CachedObjectState {
             writers::give_back(copy);
             self.queued.done();
         }));
+    }
+
+    /// Counts `len` bytes fetched and not kept.
+    fn skip(&self, len: usize) {
+        self.network_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        self.skipped_bytes.fetch_add(len as u64, Ordering::Relaxed);
     }
 
     fn stats(&self) -> DiskCacheStats {
@@ -875,9 +903,9 @@ mod writers {
     /// Writer threads per process.
     const THREADS: usize = 2;
 
-    /// The most bytes of copies queued for the disk in a process: past it,
-    /// a fetch is written before it is handed over (the disk sets the
-    /// pace) rather than copied.
+    /// The most bytes queued for the disk after their hand-over in a
+    /// process: past it, a fetch is handed over and not kept (a disk
+    /// slower than the network never delays a fault).
     pub(super) const BACKLOG: u64 = 128 << 20;
 
     /// The most copies queued in a process: each holds its claim's chunk
@@ -941,18 +969,35 @@ mod writers {
         }
     }
 
+    /// Reserves room for a write of `len` bytes queued after its
+    /// hand-over: `false` if the writes queued would pass [`BACKLOG`] or
+    /// [`MAX_COPIES`]. [`release`] gives it back.
+    pub(super) fn reserve(len: usize) -> bool {
+        let copies = copies();
+        let taken = copies.bytes.fetch_add(len as u64, Ordering::Relaxed);
+        let count = copies.count.fetch_add(1, Ordering::Relaxed);
+        if taken + len as u64 > BACKLOG || count >= MAX_COPIES {
+            release(len);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back what [`reserve`] took.
+    pub(super) fn release(len: usize) {
+        let copies = copies();
+        copies.bytes.fetch_sub(len as u64, Ordering::Relaxed);
+        copies.count.fetch_sub(1, Ordering::Relaxed);
+    }
+
     /// A buffer for a copy of `len` bytes, if the copies queued stay under
     /// [`BACKLOG`] with it.
     pub(super) fn copy_buffer(len: usize) -> Option<Copy> {
-        let copies = copies();
-        let reserved = len as u64;
-        let taken = copies.bytes.fetch_add(reserved, Ordering::Relaxed);
-        let count = copies.count.fetch_add(1, Ordering::Relaxed);
-        if taken + reserved > BACKLOG || count >= MAX_COPIES {
-            copies.bytes.fetch_sub(reserved, Ordering::Relaxed);
-            copies.count.fetch_sub(1, Ordering::Relaxed);
+        if !reserve(len) {
             return None;
         }
+        let copies = copies();
+        let reserved = len as u64;
         // Room for the bytes, filled up to a page, after up to a page of
         // alignment.
         let need = len.div_ceil(PAGE) * PAGE + PAGE;
@@ -972,10 +1017,8 @@ mod writers {
 
     /// Gives back a buffer [`copy_buffer`] gave.
     pub(super) fn give_back(copy: Copy) {
-        let copies = copies();
-        copies.bytes.fetch_sub(copy.reserved, Ordering::Relaxed);
-        copies.count.fetch_sub(1, Ordering::Relaxed);
-        if let Ok(mut free) = copies.free.lock() {
+        release(copy.reserved as usize);
+        if let Ok(mut free) = copies().free.lock() {
             let kept: usize = free.iter().map(Vec::len).sum();
             if (kept + copy.buf.len()) as u64 <= BACKLOG {
                 free.push(copy.buf);
@@ -1049,8 +1092,18 @@ pub(crate) fn wrap(
     config: &crate::base::config::DiskCacheConfig,
     wait: Duration,
 ) -> Result<Box<dyn Store>, StoreError> {
-    let cache = DiskCache::open(config)?;
-    Ok(match CachedStore::new(store, cache, wait)? {
+    let cache = match DiskCache::open(config) {
+        Ok(cache) => cache,
+        // A directory that is not safe, or not one, is the user's to fix:
+        // said. A disk that fails (full, read-only) reads uncached.
+        Err(e @ (DiskCacheError::Unsafe { .. } | DiskCacheError::NotADirectory { .. })) => {
+            return Err(e.into())
+        }
+        Err(DiskCacheError::Io { .. }) => return Ok(store),
+    };
+    // A quarter of the request's timeout at most: the pager's watchdog
+    // runs meanwhile, and the fetch after a wait needs the rest.
+    Ok(match CachedStore::new(store, cache, wait / 4)? {
         Ok(cached) => Box::new(cached),
         Err(store) => store,
     })
