@@ -309,15 +309,22 @@ pub fn faultmap(
     // Last-Modified: it does not change under the mapping.
     let map = unsafe { pager.map(&object, opts)? };
     counted(target, || {
-        let failed = std::sync::Mutex::new(None);
-        let timed = crate::timed::run(plan.threads(), |i| plan.walk_mapping(i, &map, &failed))?;
-        if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
-            return Err(e.context("a batch's prefetch failed"));
-        }
-        let sum = timed.sums.iter().fold(0u64, |a, s| a.wrapping_add(*s));
+        let (seconds, sum) = timed_walk(plan, &map)?;
         drop(map);
-        Ok((timed.seconds, pager.memory().peak, sum))
+        Ok((seconds, pager.memory().peak, sum))
     })
+}
+
+/// `plan` walked over `map` on its threads: the seconds and the wrapping
+/// sum of what it read; a batch's failed prefetch is the error.
+fn timed_walk(plan: &AccessPlan, map: &faultmap::Mapping) -> Result<(f64, u64)> {
+    let failed = std::sync::Mutex::new(None);
+    let timed = crate::timed::run(plan.threads(), |i| plan.walk_mapping(i, map, &failed))?;
+    if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e.context("a batch's prefetch failed"));
+    }
+    let sum = timed.sums.iter().fold(0u64, |a, s| a.wrapping_add(*s));
+    Ok((timed.seconds, sum))
 }
 
 /// The access trace of `plan` on the object: one cold run of a recording
@@ -502,12 +509,7 @@ fn disk_walk(
     let object = pager.open(store.clone())?;
     // SAFETY: as in `faultmap`.
     let map = unsafe { pager.map(&object, MapOptions::new())? };
-    let failed = std::sync::Mutex::new(None);
-    let timed = crate::timed::run(plan.threads(), |i| plan.walk_mapping(i, &map, &failed))?;
-    if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        return Err(e.context("a batch's prefetch failed"));
-    }
-    let sum = timed.sums.iter().fold(0u64, |a, s| a.wrapping_add(*s));
+    let (seconds, sum) = timed_walk(plan, &map)?;
     drop(map);
     let peak = pager.memory().peak;
     drop(object);
@@ -516,7 +518,7 @@ fn disk_walk(
     // before the process reports (and exits).
     store.wait_written(Duration::from_secs(60));
     Ok(DiskProcess {
-        seconds: timed.seconds,
+        seconds,
         sum,
         peak,
         disk_bytes: store.stats().disk_bytes,
